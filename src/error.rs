@@ -1,0 +1,311 @@
+//! The crate's error type and the ONE place that turns an error into the apiserver's
+//! `Status` JSON and HTTP status code.
+//!
+//! Every module returns `Error`; `server` calls `Error::to_status` (or `into_response`) when a
+//! request fails, and `server::serve` uses the same JSON inside watch ERROR events. Messages are
+//! the apiserver's texts, byte for byte (reference §1.3, §1.4, §2.3–2.5, §8.2).
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde::Serialize;
+
+use crate::resource::{go_quote, ResourceKind, Rv};
+
+/// One cause of a 422 `Invalid` (a `field.Error`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueForbidden`, `FieldValueNotSupported`, `FieldValueInvalid`, …
+    pub reason: &'static str,
+    /// `Forbidden: …` / `Unsupported value: …`
+    pub message: String,
+    pub field: String,
+}
+
+impl Cause {
+    pub fn forbidden(field: &str, detail: &str) -> Cause {
+        Cause { reason: "FieldValueForbidden", message: format!("Forbidden: {detail}"), field: field.into() }
+    }
+
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
+        let list: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+        Cause {
+            reason: "FieldValueNotSupported",
+            message: format!("Unsupported value: {}: supported values: {}", go_quote(value), list.join(", ")),
+            field: field.into(),
+        }
+    }
+}
+
+/// Everything that can go wrong while classifying, serving or forwarding a request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 422 on ListOptions validation (reference §1.3).
+    #[error("ListOptions invalid: {causes:?}")]
+    InvalidListOptions { causes: Vec<Cause> },
+    /// 400 BadRequest with an apiserver text (field labels, continue tokens, selectors …).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404 for a missing object.
+    #[error("{} {} not found", .resource, .name)]
+    NotFound { resource: String, group: String, name: String },
+    /// 404 `the server could not find the requested resource`.
+    #[error("the server could not find the requested resource")]
+    NoSuchResource,
+    /// 410 `too old resource version: N (M)` (watch ERROR event form).
+    #[error("too old resource version: {requested} ({oldest})")]
+    TooOldResourceVersion { requested: Rv, oldest: Rv },
+    /// 410 Expired with a literal message (e.g. list too old).
+    #[error("{0}")]
+    Expired(String),
+    /// 504 `Timeout: Too large resource version: N, current: C` with `Retry-After: 1`.
+    #[error("Timeout: Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion { requested: Rv, current: Rv },
+    /// 429 while a resource's cache is (re)initializing.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u32 },
+    /// 500 with no reason: the cacher's raw storage errors (non-numeric RV on GET/WATCH).
+    #[error("{0}")]
+    InternalRaw(String),
+    /// 500 InternalError.
+    #[error("Internal error occurred: {0}")]
+    Internal(String),
+    /// 503 when the upstream cannot be reached.
+    #[error("{0}")]
+    ServiceUnavailable(String),
+    /// 406 NotAcceptable.
+    #[error("{0}")]
+    NotAcceptable(String),
+}
+
+#[derive(Serialize)]
+struct StatusJson<'a> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: Empty,
+    status: &'static str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<Details<'a>>,
+    code: u16,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+#[derive(Serialize, Default)]
+struct Details<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    group: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    causes: Vec<CauseJson<'a>>,
+    #[serde(rename = "retryAfterSeconds", skip_serializing_if = "is_zero")]
+    retry_after_seconds: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize)]
+struct CauseJson<'a> {
+    reason: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    field: &'a str,
+}
+
+/// An error rendered as the apiserver renders it.
+pub struct Status {
+    pub code: StatusCode,
+    /// `Retry-After` header value, when the apiserver sends one.
+    pub retry_after: Option<u32>,
+    /// The `Status` object JSON (no trailing newline).
+    pub body: Bytes,
+}
+
+impl Error {
+    pub fn not_found(kind: &ResourceKind, name: &str) -> Error {
+        Error::NotFound { resource: kind.resource.clone(), group: kind.group.clone(), name: name.into() }
+    }
+
+    /// The apiserver's `Status` for this error.
+    pub fn to_status(&self) -> Status {
+        let msg = self.to_string();
+        let (code, reason, details, retry_after): (u16, &str, Option<Details>, Option<u32>) = match self {
+            Error::InvalidListOptions { causes } => {
+                let fields: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+                let joined =
+                    if fields.len() == 1 { fields[0].clone() } else { format!("[{}]", fields.join(", ")) };
+                let message = format!("ListOptions.meta.k8s.io \"\" is invalid: {joined}");
+                let details = Details {
+                    group: "meta.k8s.io",
+                    kind: "ListOptions",
+                    causes: causes
+                        .iter()
+                        .map(|c| CauseJson { reason: c.reason, message: &c.message, field: &c.field })
+                        .collect(),
+                    ..Default::default()
+                };
+                return render(422, "Invalid", &message, Some(details), None);
+            }
+            Error::BadRequest(_) => (400, "BadRequest", None, None),
+            Error::NotFound { resource, group, name } => {
+                let gr = if group.is_empty() { resource.clone() } else { format!("{resource}.{group}") };
+                let message = format!("{gr} {} not found", go_quote(name));
+                let details = Details { name, group, kind: resource, ..Default::default() };
+                return render(404, "NotFound", &message, Some(details), None);
+            }
+            Error::NoSuchResource => (404, "NotFound", Some(Details::default()), None),
+            Error::TooOldResourceVersion { .. } | Error::Expired(_) => (410, "Expired", None, None),
+            Error::TooLargeResourceVersion { .. } => (
+                504,
+                "Timeout",
+                Some(Details {
+                    causes: vec![CauseJson {
+                        reason: "ResourceVersionTooLarge",
+                        message: "Too large resource version",
+                        field: "",
+                    }],
+                    retry_after_seconds: 1,
+                    ..Default::default()
+                }),
+                Some(1),
+            ),
+            Error::TooManyRequests { retry_after, .. } => (
+                429,
+                "TooManyRequests",
+                Some(Details { retry_after_seconds: *retry_after, ..Default::default() }),
+                Some(*retry_after),
+            ),
+            Error::InternalRaw(_) => (500, "", None, None),
+            Error::Internal(_) => (500, "InternalError", None, None),
+            Error::ServiceUnavailable(_) => (503, "ServiceUnavailable", None, None),
+            Error::NotAcceptable(_) => (406, "NotAcceptable", None, None),
+        };
+        render(code, reason, &msg, details, retry_after)
+    }
+
+    /// A full HTTP response carrying this error's `Status`.
+    pub fn into_response<B>(self) -> http::Response<B>
+    where
+        B: From<Bytes>,
+    {
+        let st = self.to_status();
+        let mut resp = http::Response::new(B::from(st.body));
+        *resp.status_mut() = st.code;
+        let h = resp.headers_mut();
+        h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        h.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache, private"));
+        if let Some(ra) = st.retry_after {
+            h.insert(http::header::RETRY_AFTER, http::HeaderValue::from(ra));
+        }
+        resp
+    }
+}
+
+fn render(code: u16, reason: &str, message: &str, details: Option<Details>, retry_after: Option<u32>) -> Status {
+    let json = StatusJson {
+        kind: "Status",
+        api_version: "v1",
+        metadata: Empty {},
+        status: "Failure",
+        message,
+        reason,
+        details,
+        code,
+    };
+    let body = serde_json::to_vec(&json).unwrap_or_default();
+    Status {
+        code: StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        retry_after,
+        body: Bytes::from(body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(e: &Error) -> serde_json::Value {
+        serde_json::from_slice(&e.to_status().body).unwrap()
+    }
+
+    #[test]
+    fn too_old_matches_reference() {
+        let e = Error::TooOldResourceVersion { requested: Rv(999), oldest: Rv(1000) };
+        assert_eq!(
+            std::str::from_utf8(&e.to_status().body).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 999 (1000)","reason":"Expired","code":410}"#
+        );
+    }
+
+    #[test]
+    fn too_large_matches_reference() {
+        let e = Error::TooLargeResourceVersion { requested: Rv(1500), current: Rv(1200) };
+        let st = e.to_status();
+        assert_eq!(st.code, 504);
+        assert_eq!(st.retry_after, Some(1));
+        assert_eq!(
+            std::str::from_utf8(&st.body).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 1500, current: 1200","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#
+        );
+    }
+
+    #[test]
+    fn not_found_for_core_and_custom() {
+        let pods = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let v = json(&Error::not_found(&pods, "nope"));
+        assert_eq!(v["message"], r#"configmaps "nope" not found"#);
+        assert_eq!(v["details"], serde_json::json!({"name":"nope","kind":"configmaps"}));
+        let w = ResourceKind::new("capture.example.com", "v1", "widgets", "Widget", true, false);
+        let v = json(&Error::not_found(&w, "nope"));
+        assert_eq!(v["message"], r#"widgets.capture.example.com "nope" not found"#);
+        assert_eq!(v["details"], serde_json::json!({"name":"nope","group":"capture.example.com","kind":"widgets"}));
+    }
+
+    #[test]
+    fn invalid_with_two_causes() {
+        let e = Error::InvalidListOptions {
+            causes: vec![
+                Cause::forbidden(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ),
+                Cause::not_supported("resourceVersionMatch", "Exact", &["NotOlderThan"]),
+            ],
+        };
+        let v = json(&e);
+        assert_eq!(v["code"], 422);
+        assert_eq!(
+            v["message"],
+            "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan, resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]"
+        );
+        assert_eq!(v["details"]["causes"].as_array().unwrap().len(), 2);
+        assert_eq!(v["details"]["group"], "meta.k8s.io");
+    }
+
+    #[test]
+    fn raw_internal_has_no_reason() {
+        let v = json(&Error::InternalRaw("boom".into()));
+        assert_eq!(v["code"], 500);
+        assert!(v.get("reason").is_none());
+    }
+
+    #[test]
+    fn initializing_sets_retry_after() {
+        let e = Error::TooManyRequests { message: "storage is (re)initializing".into(), retry_after: 2 };
+        let st = e.to_status();
+        assert_eq!(st.retry_after, Some(2));
+        assert_eq!(
+            std::str::from_utf8(&st.body).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":2},"code":429}"#
+        );
+    }
+}

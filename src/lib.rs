@@ -1,0 +1,39 @@
+//! kube-watchcache: an in-memory watch cache for the Kubernetes API, run as a reverse proxy
+//! in front of kube-apiserver.
+//!
+//! # Layout
+//!
+//! Data flows one way, on two paths (DESIGN §2):
+//!
+//! ```text
+//!  serving:  request ─▶ server ─▶ classify ─▶ serve (cache::Reader) ─▶ response
+//!                                    └──────▶ proxy (upstream) ──────▶ response
+//!  filling:  upstream ─▶ reflector ─▶ cache::Writer ─▶ store + history ─▶ watchers
+//! ```
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`resource`] | plain types: `ResourceKind`, `ObjectKey`, `Rv`, `Object`, `Event` |
+//! | [`error`] | the error enum and the one function that renders apiserver `Status` JSON |
+//! | [`selector`] | label and field selectors: parsing (apiserver texts) and matching |
+//! | [`cache`] | per-resource store, history ring, watcher fan-out; `Writer` / `Reader` |
+//! | [`upstream`] | TLS client to the apiserver: config, discovery, list/watch, forwarding |
+//! | [`reflector`] | the single writer: list → watch → relist, with backoff |
+//! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
+//! | [`metrics`] | Prometheus registry |
+//! | [`sim`] | the simulated apiserver (tests, demos, load) |
+//! | [`config`] | CLI flags → validated configuration |
+//! | [`app`] | wiring: builds everything and drains it on shutdown |
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod reflector;
+pub mod resource;
+pub mod selector;
+pub mod server;
+pub mod sim;
+pub mod upstream;

@@ -1,0 +1,719 @@
+//! Plain data types shared by every module: resource kinds, resourceVersions, object keys,
+//! cached objects (bytes as received + a small parsed header) and cache events.
+//!
+//! Nothing here does I/O. `Object::parse` reads only `metadata` and the few selectable
+//! fields of an object; the rest of the JSON is skipped and kept as bytes, never re-encoded.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::Deserialize;
+
+/// A resourceVersion issued by the upstream (an etcd revision). The proxy never invents one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rv(pub u64);
+
+impl fmt::Display for Rv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl Rv {
+    /// Parses a resourceVersion as the apiserver does (`strconv.ParseUint`, base 10;
+    /// `""` is 0, leading zeros are accepted). Returns the apiserver's error detail.
+    pub fn parse(s: &str) -> Result<Rv, String> {
+        if s.is_empty() {
+            return Ok(Rv(0));
+        }
+        if !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "resourceVersion: Invalid value: {}: strconv.ParseUint: parsing {}: invalid syntax",
+                go_quote(s),
+                go_quote(s)
+            ));
+        }
+        s.parse::<u64>().map(Rv).map_err(|_| {
+            format!(
+                "resourceVersion: Invalid value: {}: strconv.ParseUint: parsing {}: value out of range",
+                go_quote(s),
+                go_quote(s)
+            )
+        })
+    }
+}
+
+/// Quotes a string the way Go's `%q` does for the ASCII texts we echo in error messages.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// How the apiserver converts field selectors for a resource: it decides both which fields
+/// exist and the wording of the 400 for an unknown one (reference §1.4, §7.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldLabelStyle {
+    /// Resources with a custom conversion func (pods, nodes, secrets, namespaces, …):
+    /// `field label not supported: <label>`.
+    Custom,
+    /// The default conversion (configmaps, apps/*, CRDs …):
+    /// `"<label>" is not a known field selector: only "metadata.name", "metadata.namespace"`.
+    Default,
+    /// batch/v1 Job: `field label "<label>" not supported for Job`.
+    Job,
+}
+
+/// One API resource the proxy knows about (found by discovery, or built in for `sim`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceKind {
+    /// API group, `""` for the core group.
+    pub group: String,
+    /// Served version, e.g. `v1`.
+    pub version: String,
+    /// Plural resource name as in URLs, e.g. `pods`.
+    pub resource: String,
+    /// Object kind, e.g. `Pod`.
+    pub kind: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Built-in typed resources encode list items without `kind`/`apiVersion`;
+    /// custom resources (unstructured) keep them and sort top-level keys.
+    pub builtin: bool,
+}
+
+impl ResourceKind {
+    /// Convenience constructor used by tests, `sim` and the built-in table.
+    pub fn new(group: &str, version: &str, resource: &str, kind: &str, namespaced: bool, builtin: bool) -> Self {
+        ResourceKind {
+            group: group.into(),
+            version: version.into(),
+            resource: resource.into(),
+            kind: kind.into(),
+            namespaced,
+            builtin,
+        }
+    }
+
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `PodList`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// `pods` or `deployments.apps`, as used in apiserver messages (`pods "x" not found`).
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
+    /// `/api/v1` or `/apis/apps/v1`.
+    pub fn group_version_path(&self) -> String {
+        if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The collection URL, cluster-wide when `namespace` is `None`.
+    pub fn collection_path(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => {
+                format!("{}/namespaces/{}/{}", self.group_version_path(), ns, self.resource)
+            }
+            _ => format!("{}/{}", self.group_version_path(), self.resource),
+        }
+    }
+
+    /// The selectable fields besides `metadata.name` / `metadata.namespace`, and how unknown
+    /// ones are reported (reference §7.2).
+    pub fn field_labels(&self) -> (&'static [&'static str], FieldLabelStyle) {
+        match (self.group.as_str(), self.resource.as_str()) {
+            ("", "pods") => (
+                &[
+                    "spec.nodeName",
+                    "spec.restartPolicy",
+                    "spec.schedulerName",
+                    "spec.serviceAccountName",
+                    "spec.hostNetwork",
+                    "status.phase",
+                    "status.podIP",
+                    "status.nominatedNodeName",
+                ],
+                FieldLabelStyle::Custom,
+            ),
+            ("", "nodes") => (&["spec.unschedulable"], FieldLabelStyle::Custom),
+            ("", "secrets") => (&["type"], FieldLabelStyle::Custom),
+            ("", "namespaces") => (&["status.phase"], FieldLabelStyle::Custom),
+            ("", "services") => (&["spec.clusterIP", "spec.type"], FieldLabelStyle::Custom),
+            ("", "replicationcontrollers") => (&["status.replicas"], FieldLabelStyle::Custom),
+            ("", "events") => (
+                &[
+                    "involvedObject.kind",
+                    "involvedObject.namespace",
+                    "involvedObject.name",
+                    "involvedObject.uid",
+                    "involvedObject.apiVersion",
+                    "involvedObject.resourceVersion",
+                    "involvedObject.fieldPath",
+                    "reason",
+                    "reportingComponent",
+                    "source",
+                    "type",
+                ],
+                FieldLabelStyle::Custom,
+            ),
+            ("batch", "jobs") => (&["status.successful"], FieldLabelStyle::Job),
+            _ => (&[], FieldLabelStyle::Default),
+        }
+    }
+}
+
+/// Storage key of an object: `namespace/name` (or `name` for cluster-scoped objects).
+/// Ordered by bytes, like the apiserver's keys (`a-b/x` < `a/x`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey(pub Arc<str>);
+
+impl ObjectKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        if namespace.is_empty() {
+            ObjectKey(Arc::from(name))
+        } else {
+            ObjectKey(Arc::from(format!("{namespace}/{name}")))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The parsed part of an object: enough to key, version, select and index it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub key: ObjectKey,
+    pub namespace: String,
+    pub name: String,
+    pub rv: Rv,
+    pub labels: BTreeMap<String, String>,
+    /// Selectable field values (reference §7.2), only the ones this resource supports;
+    /// `metadata.name` / `metadata.namespace` are not repeated here.
+    pub fields: BTreeMap<&'static str, String>,
+}
+
+/// An object as cached: the JSON bytes as received, split so that both encodings the
+/// apiserver uses can be produced without re-encoding:
+/// `typed = {"kind":…,"apiVersion":…,` + `body`, `item = {` + `body` for built-ins.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub header: Header,
+    /// For built-in kinds: the object after its `{"kind":"…","apiVersion":"…",` (or after
+    /// `{` when it came without them), i.e. starting at the first other member.
+    /// For custom resources: the whole object as received.
+    pub body: Bytes,
+    /// Built-ins: the shared `{"kind":"Pod","apiVersion":"v1",` prefix. Empty for CRs.
+    pub type_prefix: Bytes,
+}
+
+/// Why an object could not be taken from upstream bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("invalid object JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("object has no metadata.name")]
+    NoName,
+    #[error("object resourceVersion: {0}")]
+    Rv(String),
+}
+
+#[derive(Deserialize)]
+struct RawObject<'a> {
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "apiVersion")]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    metadata: RawMeta<'a>,
+    #[serde(borrow, default)]
+    spec: Option<RawFields<'a>>,
+    #[serde(borrow, default)]
+    status: Option<RawFields<'a>>,
+    #[serde(borrow, default, rename = "type")]
+    type_: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "involvedObject")]
+    involved_object: Option<RawFields<'a>>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "reportingComponent")]
+    reporting_component: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    source: Option<RawFields<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawMeta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    labels: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
+}
+
+/// A flat bag of the scalar members of `spec`, `status`, `involvedObject` or `source`:
+/// strings, booleans and numbers kept as their field-selector text. Other members are skipped.
+#[derive(Default)]
+struct RawFields<'a>(BTreeMap<Cow<'a, str>, String>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawFields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = RawFields<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
+                    let v: Scalar<'de> = m.next_value()?;
+                    if let Some(s) = v.0 {
+                        out.insert(k, s);
+                    }
+                }
+                Ok(RawFields(out))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(RawFields::default())
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A JSON value kept only if it is a scalar, rendered as a field selector compares it.
+struct Scalar<'a>(Option<String>, std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Option<String>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Some(v.to_owned()))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(Some(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Some(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Some(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(Some(v.to_string()))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                while m.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(None)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(None)
+            }
+        }
+        Ok(Scalar(d.deserialize_any(V)?, std::marker::PhantomData))
+    }
+}
+
+impl Object {
+    /// Takes an object from upstream JSON bytes (a list item, a watch event's object or a
+    /// GET body). Only `metadata` and the selectable fields are parsed.
+    pub fn parse(kind: &ResourceKind, type_prefix: &Bytes, bytes: Bytes) -> Result<Object, ParseError> {
+        let raw: RawObject = serde_json::from_slice(&bytes)?;
+        let name = raw.metadata.name.as_deref().filter(|n| !n.is_empty()).ok_or(ParseError::NoName)?;
+        let namespace = raw.metadata.namespace.as_deref().unwrap_or("");
+        let rv = Rv::parse(raw.metadata.resource_version.as_deref().unwrap_or("")).map_err(ParseError::Rv)?;
+        let labels = raw
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut fields = BTreeMap::new();
+        let (known, _) = kind.field_labels();
+        for &label in known {
+            let value = match label.split_once('.') {
+                Some(("spec", f)) => raw.spec.as_ref().and_then(|s| s.0.get(f)).cloned(),
+                Some(("status", f)) => raw.status.as_ref().and_then(|s| s.0.get(f)).cloned(),
+                Some(("involvedObject", f)) => raw.involved_object.as_ref().and_then(|s| s.0.get(f)).cloned(),
+                _ => match label {
+                    "type" => raw.type_.as_deref().map(str::to_owned),
+                    "reason" => raw.reason.as_deref().map(str::to_owned),
+                    "reportingComponent" => raw.reporting_component.as_deref().map(str::to_owned),
+                    "source" => raw.source.as_ref().and_then(|s| s.0.get("component")).cloned(),
+                    _ => None,
+                },
+            };
+            // Go's field sets render absent values as their zero value.
+            let value = value.unwrap_or_else(|| match label {
+                "spec.hostNetwork" | "spec.unschedulable" => "false".into(),
+                "status.replicas" | "status.successful" => "0".into(),
+                _ => String::new(),
+            });
+            fields.insert(label, value);
+        }
+        let header = Header {
+            key: ObjectKey::new(namespace, name),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            rv,
+            labels,
+            fields,
+        };
+        let has_type_meta = raw.kind.is_some() || raw.api_version.is_some();
+        drop(raw);
+        let body = match (kind.builtin, has_type_meta) {
+            (false, _) => bytes,
+            (true, true) => strip_type_meta(&bytes),
+            (true, false) => bytes.slice(skip_ws(&bytes, 0) + 1..),
+        };
+        Ok(Object { header, body, type_prefix: if kind.builtin { type_prefix.clone() } else { Bytes::new() } })
+    }
+
+    /// Chunks of the object as a built-in list item (no kind/apiVersion) or as a CR list item.
+    pub fn item_chunks(&self) -> [Bytes; 2] {
+        if self.type_prefix.is_empty() {
+            [self.body.clone(), Bytes::new()]
+        } else {
+            [Bytes::from_static(b"{"), self.body.clone()]
+        }
+    }
+
+    /// Chunks of the object with `kind`/`apiVersion`, as GET and watch events carry it.
+    pub fn typed_chunks(&self) -> [Bytes; 2] {
+        if self.type_prefix.is_empty() {
+            [self.body.clone(), Bytes::new()]
+        } else if self.body.first() == Some(&b'}') {
+            // An object with nothing but kind/apiVersion: drop the prefix's trailing comma.
+            [self.type_prefix.slice(..self.type_prefix.len() - 1), self.body.clone()]
+        } else {
+            [self.type_prefix.clone(), self.body.clone()]
+        }
+    }
+
+    /// The typed object as one buffer (GET responses, event framing).
+    pub fn typed_bytes(&self) -> Bytes {
+        let [a, b] = self.typed_chunks();
+        if b.is_empty() {
+            return a;
+        }
+        let mut out = BytesMut::with_capacity(a.len() + b.len());
+        out.put_slice(&a);
+        out.put_slice(&b);
+        out.freeze()
+    }
+
+    /// Length of the object as a list item, for sizing buffers.
+    pub fn item_len(&self) -> usize {
+        let [a, b] = self.item_chunks();
+        a.len() + b.len()
+    }
+}
+
+/// `{"kind":"Pod","apiVersion":"v1",` for a built-in kind: the bytes that precede the other
+/// members of a typed object as the apiserver encodes it.
+pub fn type_prefix(kind: &ResourceKind) -> Bytes {
+    Bytes::from(format!(
+        "{{\"kind\":{},\"apiVersion\":{},",
+        serde_json::Value::String(kind.kind.clone()),
+        serde_json::Value::String(kind.api_version())
+    ))
+}
+
+/// Returns the bytes of a JSON object that has top-level `kind`/`apiVersion` after those
+/// members (and after the `{`), so that `{` + result is the object without them. Falls back
+/// to re-encoding when they are not at the front (never the case for apiserver output).
+fn strip_type_meta(bytes: &Bytes) -> Bytes {
+    let s = bytes.as_ref();
+    let mut i = skip_ws(s, 0);
+    if s.get(i) != Some(&b'{') {
+        return bytes.clone();
+    }
+    let mut pos = i + 1;
+    let mut stripped = 0;
+    loop {
+        let j = skip_ws(s, pos);
+        let member = if s[j..].starts_with(b"\"kind\"") {
+            6
+        } else if s[j..].starts_with(b"\"apiVersion\"") {
+            12
+        } else {
+            break;
+        };
+        let mut k = skip_ws(s, j + member);
+        if s.get(k) != Some(&b':') {
+            break;
+        }
+        k = skip_ws(s, k + 1);
+        match scan_string(s, k) {
+            Some(end) => {
+                let e = skip_ws(s, end);
+                match s.get(e) {
+                    Some(b',') => pos = e + 1,
+                    Some(b'}') => {
+                        pos = e;
+                        stripped += 1;
+                        break;
+                    }
+                    _ => return reencode_without_type_meta(bytes),
+                }
+                stripped += 1;
+            }
+            None => return reencode_without_type_meta(bytes),
+        }
+    }
+    if stripped < 2 {
+        // kind/apiVersion exist but not (both) in front: rare, non-apiserver input.
+        return reencode_without_type_meta(bytes);
+    }
+    let pos = skip_ws(s, pos);
+    bytes.slice(pos..)
+}
+
+/// Slow path: removes top-level `kind`/`apiVersion` by re-encoding. Only non-apiserver input
+/// gets here.
+fn reencode_without_type_meta(bytes: &Bytes) -> Bytes {
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(bytes) {
+        Ok(mut m) => {
+            if !m.contains_key("kind") && !m.contains_key("apiVersion") {
+                return bytes.slice(skip_ws(bytes, 0) + 1..);
+            }
+            m.remove("kind");
+            m.remove("apiVersion");
+            let v = serde_json::to_vec(&m).unwrap_or_default();
+            Bytes::from(v).slice(1..)
+        }
+        Err(_) => bytes.slice(skip_ws(bytes, 0).min(bytes.len())..),
+    }
+}
+
+fn skip_ws(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && matches!(s[i], b' ' | b'\n' | b'\r' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// Given `s[i] == '"'`, returns the index just past the closing quote.
+fn scan_string(s: &[u8], i: usize) -> Option<usize> {
+    if s.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    while j < s.len() {
+        match s[j] {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// The type of a watch event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+            EventType::Bookmark => "BOOKMARK",
+            EventType::Error => "ERROR",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventType> {
+        Some(match s {
+            "ADDED" => EventType::Added,
+            "MODIFIED" => EventType::Modified,
+            "DELETED" => EventType::Deleted,
+            "BOOKMARK" => EventType::Bookmark,
+            "ERROR" => EventType::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// Frames one watch event line: `{"type":"T","object":<obj>}\n`.
+pub fn frame_event(t: EventType, object: &[Bytes]) -> Bytes {
+    let len: usize = object.iter().map(Bytes::len).sum();
+    let mut out = BytesMut::with_capacity(len + 32);
+    out.put_slice(b"{\"type\":\"");
+    out.put_slice(t.as_str().as_bytes());
+    out.put_slice(b"\",\"object\":");
+    for c in object {
+        out.put_slice(c);
+    }
+    out.put_slice(b"}\n");
+    out.freeze()
+}
+
+/// One change applied to the cache, kept in the history ring and sent to watchers.
+#[derive(Debug)]
+pub struct Event {
+    pub kind: EventType,
+    /// The event's resourceVersion (for DELETED, the deletion revision).
+    pub rv: Rv,
+    /// The new state (for DELETED, the last state, carrying the deletion RV as upstream sent it).
+    pub object: Arc<Object>,
+    /// The state before this event (`None` for ADDED).
+    pub prev: Option<Arc<Object>>,
+    /// The event framed once for every watcher: `{"type":…,"object":…}\n`.
+    pub frame: Bytes,
+}
+
+impl Event {
+    pub fn new(kind: EventType, rv: Rv, object: Arc<Object>, prev: Option<Arc<Object>>) -> Event {
+        let frame = frame_event(kind, &object.typed_chunks());
+        Event { kind, rv, object, prev, frame }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods() -> ResourceKind {
+        ResourceKind::new("", "v1", "pods", "Pod", true, true)
+    }
+
+    #[test]
+    fn rv_parse_matches_apiserver() {
+        assert_eq!(Rv::parse(""), Ok(Rv(0)));
+        assert_eq!(Rv::parse("007"), Ok(Rv(7)));
+        assert_eq!(
+            Rv::parse("abc").unwrap_err(),
+            r#"resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax"#
+        );
+        assert!(Rv::parse("-1").is_err());
+    }
+
+    #[test]
+    fn key_order_is_byte_order_of_namespace_slash_name() {
+        assert!(ObjectKey::new("a-b", "y") < ObjectKey::new("a", "x"));
+        assert_eq!(ObjectKey::new("", "n1").as_str(), "n1");
+    }
+
+    #[test]
+    fn parse_strips_type_meta_and_reads_fields() {
+        let k = pods();
+        let p = type_prefix(&k);
+        let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","namespace":"ns","resourceVersion":"12","labels":{"app":"a"}},"spec":{"nodeName":"n1","hostNetwork":true,"containers":[{"name":"c"}]},"status":{"phase":"Pending"}}"#;
+        let o = Object::parse(&k, &p, Bytes::from_static(raw)).unwrap();
+        assert_eq!(o.header.key.as_str(), "ns/p1");
+        assert_eq!(o.header.rv, Rv(12));
+        assert_eq!(o.header.labels.get("app").map(String::as_str), Some("a"));
+        assert_eq!(o.header.fields["spec.nodeName"], "n1");
+        assert_eq!(o.header.fields["spec.hostNetwork"], "true");
+        assert_eq!(o.header.fields["status.phase"], "Pending");
+        assert_eq!(o.header.fields["spec.schedulerName"], "");
+        assert_eq!(o.typed_bytes().as_ref(), &raw[..]);
+        let item: Vec<u8> = o.item_chunks().concat();
+        assert!(item.starts_with(br#"{"metadata":"#));
+        let v: serde_json::Value = serde_json::from_slice(&item).unwrap();
+        assert!(v.get("kind").is_none());
+    }
+
+    #[test]
+    fn list_item_without_type_meta_gains_it_for_watch() {
+        let k = pods();
+        let p = type_prefix(&k);
+        let raw = br#"{"metadata":{"name":"p1","namespace":"ns","resourceVersion":"3"}}"#;
+        let o = Object::parse(&k, &p, Bytes::from_static(raw)).unwrap();
+        assert_eq!(o.item_chunks().concat(), raw.to_vec());
+        assert_eq!(
+            o.typed_bytes().as_ref(),
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","namespace":"ns","resourceVersion":"3"}}"#
+        );
+    }
+
+    #[test]
+    fn custom_resources_are_kept_whole() {
+        let k = ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false);
+        let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"ns","resourceVersion":"9"}}"#;
+        let o = Object::parse(&k, &type_prefix(&k), Bytes::from_static(raw)).unwrap();
+        assert_eq!(o.item_chunks().concat(), raw.to_vec());
+        assert_eq!(o.typed_bytes().as_ref(), &raw[..]);
+    }
+
+    #[test]
+    fn type_meta_out_of_front_is_reencoded() {
+        let k = pods();
+        let raw = br#"{"metadata":{"name":"p1","resourceVersion":"3"},"kind":"Pod","apiVersion":"v1"}"#;
+        let o = Object::parse(&k, &type_prefix(&k), Bytes::from_static(raw)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.item_chunks().concat()).unwrap();
+        assert!(v.get("kind").is_none());
+        let v: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap();
+        assert_eq!(v["kind"], "Pod");
+    }
+
+    #[test]
+    fn frames_events() {
+        let f = frame_event(EventType::Added, &[Bytes::from_static(b"{}")]);
+        assert_eq!(f.as_ref(), b"{\"type\":\"ADDED\",\"object\":{}}\n");
+    }
+
+    #[test]
+    fn rejects_objects_without_name() {
+        let k = pods();
+        assert!(Object::parse(&k, &type_prefix(&k), Bytes::from_static(br#"{"metadata":{}}"#)).is_err());
+        assert!(Object::parse(&k, &type_prefix(&k), Bytes::from_static(b"not json")).is_err());
+    }
+}
