@@ -140,7 +140,8 @@ impl Error {
         let msg = self.to_string();
         let (code, reason, details, retry_after): (u16, &str, Option<Details>, Option<u32>) = match self {
             Error::InvalidListOptions { causes } => {
-                let fields: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+                let fields: Vec<String> =
+                    causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
                 let joined =
                     if fields.len() == 1 { fields[0].clone() } else { format!("[{}]", fields.join(", ")) };
                 let message = format!("ListOptions.meta.k8s.io \"\" is invalid: {joined}");
@@ -210,7 +211,13 @@ impl Error {
     }
 }
 
-fn render(code: u16, reason: &str, message: &str, details: Option<Details>, retry_after: Option<u32>) -> Status {
+fn render(
+    code: u16,
+    reason: &str,
+    message: &str,
+    details: Option<Details>,
+    retry_after: Option<u32>,
+) -> Status {
     let json = StatusJson {
         kind: "Status",
         api_version: "v1",
@@ -267,7 +274,10 @@ mod tests {
         let w = ResourceKind::new("capture.example.com", "v1", "widgets", "Widget", true, false);
         let v = json(&Error::not_found(&w, "nope"));
         assert_eq!(v["message"], r#"widgets.capture.example.com "nope" not found"#);
-        assert_eq!(v["details"], serde_json::json!({"name":"nope","group":"capture.example.com","kind":"widgets"}));
+        assert_eq!(
+            v["details"],
+            serde_json::json!({"name":"nope","group":"capture.example.com","kind":"widgets"})
+        );
     }
 
     #[test]

@@ -99,7 +99,14 @@ pub struct ResourceKind {
 
 impl ResourceKind {
     /// Convenience constructor used by tests, `sim` and the built-in table.
-    pub fn new(group: &str, version: &str, resource: &str, kind: &str, namespaced: bool, builtin: bool) -> Self {
+    pub fn new(
+        group: &str,
+        version: &str,
+        resource: &str,
+        kind: &str,
+        namespaced: bool,
+        builtin: bool,
+    ) -> Self {
         ResourceKind {
             group: group.into(),
             version: version.into(),
@@ -370,13 +377,8 @@ impl Object {
         let name = raw.metadata.name.as_deref().filter(|n| !n.is_empty()).ok_or(ParseError::NoName)?;
         let namespace = raw.metadata.namespace.as_deref().unwrap_or("");
         let rv = Rv::parse(raw.metadata.resource_version.as_deref().unwrap_or("")).map_err(ParseError::Rv)?;
-        let labels = raw
-            .metadata
-            .labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let labels =
+            raw.metadata.labels.iter().flatten().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut fields = BTreeMap::new();
         let (known, _) = kind.field_labels();
         for &label in known {
@@ -415,7 +417,11 @@ impl Object {
             (true, true) => strip_type_meta(&bytes),
             (true, false) => bytes.slice(skip_ws(&bytes, 0) + 1..),
         };
-        Ok(Object { header, body, type_prefix: if kind.builtin { type_prefix.clone() } else { Bytes::new() } })
+        Ok(Object {
+            header,
+            body,
+            type_prefix: if kind.builtin { type_prefix.clone() } else { Bytes::new() },
+        })
     }
 
     /// Chunks of the object as a built-in list item (no kind/apiVersion) or as a CR list item.
@@ -473,7 +479,7 @@ pub fn type_prefix(kind: &ResourceKind) -> Bytes {
 /// to re-encoding when they are not at the front (never the case for apiserver output).
 fn strip_type_meta(bytes: &Bytes) -> Bytes {
     let s = bytes.as_ref();
-    let mut i = skip_ws(s, 0);
+    let i = skip_ws(s, 0);
     if s.get(i) != Some(&b'{') {
         return bytes.clone();
     }
