@@ -15,6 +15,7 @@
 //! | --- | --- |
 //! | [`resource`] | plain types: `ResourceKind`, `ObjectKey`, `Rv`, `Object`, `Event` |
 //! | [`error`] | the error enum and the one function that renders apiserver `Status` JSON |
+//! | [`params`] | ListOptions query parsing, defaulting, validation, continue tokens |
 //! | [`selector`] | label and field selectors: parsing (apiserver texts) and matching |
 //! | [`cache`] | per-resource store, history ring, watcher fan-out; `Writer` / `Reader` |
 //! | [`upstream`] | TLS client to the apiserver: config, discovery, list/watch, forwarding |
@@ -31,6 +32,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod metrics;
+pub mod params;
 pub mod reflector;
 pub mod resource;
 pub mod selector;

@@ -1,0 +1,365 @@
+//! Query parameters of GET / LIST / WATCH (`metav1.ListOptions`): decoding, the 1.34+
+//! watch-list defaulting, validation with the apiserver's exact 422 texts, resourceVersion
+//! parsing, and continue tokens.
+//!
+//! Pure: no I/O. Called by `server::classify` (the proxy) and by `sim` (the simulated
+//! apiserver), so both validate exactly alike (reference §1.1–§1.4, §6.1).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Cause, Error};
+use crate::resource::Rv;
+
+/// `resourceVersionMatch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RvMatch {
+    Exact,
+    NotOlderThan,
+}
+
+/// The `resourceVersion` parameter, parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RvParam {
+    /// Absent or empty: Most Recent.
+    Unset,
+    /// `0` (any spelling that parses to zero): Any.
+    Zero,
+    /// `N > 0`.
+    At(Rv),
+}
+
+/// ListOptions as the apiserver decodes them from the query string.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    pub watch: bool,
+    pub allow_watch_bookmarks: bool,
+    /// `None` when absent (`sendInitialEvents=false` is a non-nil pointer).
+    pub send_initial_events: Option<bool>,
+    /// Raw `resourceVersion` (empty when absent).
+    pub resource_version: String,
+    /// Raw `resourceVersionMatch` (empty when absent).
+    pub resource_version_match: String,
+    pub timeout_seconds: Option<u64>,
+    /// `limit` ≤ 0 means no limit.
+    pub limit: i64,
+    pub continue_token: String,
+    pub label_selector: String,
+    pub field_selector: String,
+}
+
+/// Go's `Convert_Slice_string_To_bool`: absent → false; `0` / case-insensitive `false` →
+/// false; anything else, the empty string included, → true.
+pub fn parse_bool(v: &str) -> bool {
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
+}
+
+impl ListOptions {
+    /// Decodes a raw query string (`a=b&c=d`, leading `?` or empty pairs ignored). The first
+    /// value of a repeated parameter wins, as with Go's `url.Values` conversion.
+    pub fn from_query(query: &str) -> Result<ListOptions, Error> {
+        let mut o = ListOptions::default();
+        let mut seen = std::collections::HashSet::new();
+        for (k, v) in form_urlencoded::parse(query.trim_start_matches('?').as_bytes()) {
+            if k.is_empty() || !seen.insert(k.clone()) {
+                continue;
+            }
+            match k.as_ref() {
+                "watch" => o.watch = parse_bool(&v),
+                "allowWatchBookmarks" => o.allow_watch_bookmarks = parse_bool(&v),
+                "sendInitialEvents" => o.send_initial_events = Some(parse_bool(&v)),
+                "resourceVersion" => o.resource_version = v.into_owned(),
+                "resourceVersionMatch" => o.resource_version_match = v.into_owned(),
+                "timeoutSeconds" => o.timeout_seconds = Some(parse_int("timeoutSeconds", &v)?.max(0) as u64),
+                "limit" => o.limit = parse_int("limit", &v)?,
+                "continue" => o.continue_token = v.into_owned(),
+                "labelSelector" => o.label_selector = v.into_owned(),
+                "fieldSelector" => o.field_selector = v.into_owned(),
+                _ => {}
+            }
+        }
+        Ok(o)
+    }
+
+    /// `SetListOptionsDefaults` with the WatchList gate on (1.34+): a watch with RV unset or
+    /// `0` and neither `sendInitialEvents` nor `resourceVersionMatch` becomes a watch-list.
+    pub fn apply_defaults(&mut self) {
+        if self.watch
+            && self.send_initial_events.is_none()
+            && self.resource_version_match.is_empty()
+            && (self.resource_version.is_empty() || self.resource_version == "0")
+        {
+            self.send_initial_events = Some(true);
+            self.resource_version_match = "NotOlderThan".into();
+        }
+    }
+
+    /// `ValidateListOptions` (reference §1.3): every 422, aggregated like the apiserver.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut causes = Vec::new();
+        let rvm = self.resource_version_match.as_str();
+        const F: &str = "resourceVersionMatch";
+        if self.watch {
+            let sie = self.send_initial_events.is_some();
+            if sie && rvm != "NotOlderThan" {
+                causes.push(Cause::forbidden(
+                    F,
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if !rvm.is_empty() {
+                if !sie {
+                    causes.push(Cause::forbidden(
+                        F,
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                    ));
+                }
+                if rvm != "NotOlderThan" {
+                    causes.push(Cause::not_supported(F, rvm, &["NotOlderThan"]));
+                }
+                if !self.continue_token.is_empty() {
+                    causes.push(Cause::forbidden(
+                        F,
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+            }
+        } else {
+            if !rvm.is_empty() {
+                if self.resource_version.is_empty() {
+                    causes.push(Cause::forbidden(
+                        F,
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    ));
+                }
+                if !self.continue_token.is_empty() {
+                    causes.push(Cause::forbidden(
+                        F,
+                        "resourceVersionMatch is forbidden when continue is provided",
+                    ));
+                }
+                match rvm {
+                    "NotOlderThan" => {}
+                    "Exact" => {
+                        if self.resource_version == "0" {
+                            causes.push(Cause::forbidden(
+                                F,
+                                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                            ));
+                        }
+                    }
+                    other => causes.push(Cause::not_supported(F, other, &["Exact", "NotOlderThan", ""])),
+                }
+            }
+            if self.send_initial_events.is_some() {
+                causes.push(Cause::forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+            }
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidListOptions { causes })
+        }
+    }
+
+    /// The validated `resourceVersionMatch`.
+    pub fn rv_match(&self) -> Option<RvMatch> {
+        match self.resource_version_match.as_str() {
+            "Exact" => Some(RvMatch::Exact),
+            "NotOlderThan" => Some(RvMatch::NotOlderThan),
+            _ => None,
+        }
+    }
+
+    /// Parses `resourceVersion`; the error is the bare storage text (callers wrap it as the
+    /// apiserver does for their verb: see `rv_for_list` / `rv_for_get_or_watch`).
+    pub fn rv(&self) -> Result<RvParam, String> {
+        if self.resource_version.is_empty() {
+            return Ok(RvParam::Unset);
+        }
+        match Rv::parse(&self.resource_version)? {
+            Rv(0) => Ok(RvParam::Zero),
+            rv => Ok(RvParam::At(rv)),
+        }
+    }
+
+    /// LIST: a non-numeric RV is 400 `invalid resource version: …` (1.36).
+    pub fn rv_for_list(&self) -> Result<RvParam, Error> {
+        self.rv().map_err(|e| Error::BadRequest(format!("invalid resource version: {e}")))
+    }
+
+    /// GET / WATCH: the cacher returns the raw storage error, rendered as a 500 without reason.
+    pub fn rv_for_get_or_watch(&self) -> Result<RvParam, Error> {
+        self.rv().map_err(Error::InternalRaw)
+    }
+
+    /// The LIST `continue` checks done by storage, in the apiserver's order: decode the token,
+    /// then refuse it together with a resourceVersion other than ""/"0".
+    pub fn continue_for_list(&self) -> Result<Option<ContinueToken>, Error> {
+        if self.continue_token.is_empty() {
+            return Ok(None);
+        }
+        let token = ContinueToken::decode(&self.continue_token)?;
+        if !(self.resource_version.is_empty() || self.resource_version == "0") {
+            return Err(Error::BadRequest(
+                "specifying resource version is not allowed when using continue".into(),
+            ));
+        }
+        Ok(Some(token))
+    }
+
+    /// `limit` when positive.
+    pub fn limit(&self) -> Option<usize> {
+        (self.limit > 0).then(|| usize::try_from(self.limit).unwrap_or(usize::MAX))
+    }
+}
+
+fn parse_int(name: &str, v: &str) -> Result<i64, Error> {
+    v.parse::<i64>().map_err(|_| {
+        Error::BadRequest(format!(
+            "failed to parse {name}: strconv.ParseInt: parsing {}: invalid syntax",
+            crate::resource::go_quote(v)
+        ))
+    })
+}
+
+/// A decoded continue token (reference §6.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContinueToken {
+    /// The list RV the pages belong to; negative means "continue at the latest state".
+    pub rv: i64,
+    /// The key to start from, relative to the list's prefix, cleaned, without a leading `/`
+    /// (it usually ends with NUL: the first key strictly after the last one returned).
+    pub start: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TokenJson {
+    #[serde(default)]
+    v: String,
+    #[serde(default)]
+    rv: i64,
+    #[serde(default)]
+    start: String,
+}
+
+const INVALID: &str = "invalid continue token: continue key is not valid";
+
+impl ContinueToken {
+    /// `storage.DecodeContinue` with the apiserver's 400 texts.
+    pub fn decode(s: &str) -> Result<ContinueToken, Error> {
+        let data = URL_SAFE_NO_PAD.decode(s.as_bytes()).map_err(|e| {
+            let at = match e {
+                base64::DecodeError::InvalidByte(off, _) => off,
+                base64::DecodeError::InvalidLastSymbol(off, _) => off,
+                base64::DecodeError::InvalidLength(len) => len - len % 4,
+                base64::DecodeError::InvalidPadding => s.find('=').unwrap_or(s.len()),
+            };
+            Error::BadRequest(format!("{INVALID}: illegal base64 data at input byte {at}"))
+        })?;
+        let t: TokenJson = serde_json::from_slice(&data)
+            .map_err(|e| Error::BadRequest(format!("{INVALID}: {}", go_json_error(&data, &e))))?;
+        if t.v != "meta.k8s.io/v1" {
+            return Err(Error::BadRequest(format!(
+                "{INVALID}: server does not recognize this encoded version {}",
+                t.v
+            )));
+        }
+        if t.rv == 0 {
+            return Err(Error::BadRequest(format!(
+                "{INVALID}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+            )));
+        }
+        if t.start.is_empty() {
+            return Err(Error::BadRequest(format!(
+                "{INVALID}: encoded start key empty (version meta.k8s.io/v1)"
+            )));
+        }
+        let key = if t.start.starts_with('/') { t.start.clone() } else { format!("/{}", t.start) };
+        if clean_path(&key) != key {
+            return Err(Error::BadRequest(format!("{INVALID}: {}", t.start)));
+        }
+        Ok(ContinueToken { rv: t.rv, start: key[1..].to_owned() })
+    }
+
+    /// Encodes like the apiserver: base64url without padding of
+    /// `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>"}` with Go's JSON escaping.
+    pub fn encode(&self) -> String {
+        let json = format!(
+            "{{\"v\":\"meta.k8s.io/v1\",\"rv\":{},\"start\":{}}}",
+            self.rv,
+            go_json_string(&self.start)
+        );
+        URL_SAFE_NO_PAD.encode(json.as_bytes())
+    }
+
+    /// The token that continues after `last_key` (relative to the list prefix).
+    pub fn after(rv: i64, last_key: &str) -> ContinueToken {
+        ContinueToken { rv, start: format!("{last_key}\u{0}") }
+    }
+}
+
+/// Go's `encoding/json` string encoding: `\u0000`-style escapes for control characters and
+/// HTML-sensitive `<`, `>`, `&`, U+2028/2029.
+fn go_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Approximates Go's `json.Unmarshal` error text for the common cases.
+fn go_json_error(data: &[u8], e: &serde_json::Error) -> String {
+    let first = data.iter().copied().find(|b| !b.is_ascii_whitespace());
+    match first {
+        None => "unexpected end of JSON input".into(),
+        Some(b) if !matches!(b, b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => {
+            format!("invalid character {} looking for beginning of value", go_char(b))
+        }
+        Some(b) if b != b'{' && b != b'n' => {
+            "json: cannot unmarshal non-object into Go value of type storage.continueToken".into()
+        }
+        _ if e.is_eof() => "unexpected end of JSON input".into(),
+        _ => e.to_string(),
+    }
+}
+
+fn go_char(b: u8) -> String {
+    match b {
+        b'\'' => "'\\''".into(),
+        b'"' => "'\"'".into(),
+        b if b.is_ascii_graphic() => format!("'{}'", b as char),
+        b => format!("'\\x{b:02x}'"),
+    }
+}
+
+/// Go's `path.Clean` for absolute paths.
+fn clean_path(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests;
