@@ -1,1 +1,242 @@
-//! TODO
+//! Wiring only: builds the upstream client, discovers the cached resources, creates one cache
+//! and one reflector per resource, and serves; on shutdown, stops in the order of STYLE habit 9
+//! (not ready → stop accepting → end watches → drain). Also the `demo` subcommand.
+//!
+//! Called by `main`, and by integration tests through `start`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::cache::{self, CacheOptions, Reader};
+use crate::config::{DemoArgs, ServeArgs, UpstreamArgs};
+use crate::metrics::Metrics;
+use crate::reflector::{self, ReflectorOptions};
+use crate::server::listener;
+use crate::server::serve::ServeOptions;
+use crate::server::Server;
+use crate::upstream::Upstream;
+
+/// A running proxy.
+pub struct Running {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    pub readers: Vec<Reader>,
+    shutdown: watch::Sender<bool>,
+    server_task: JoinHandle<()>,
+    reflectors: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits until every cache has synced, at most `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let all = async {
+            for r in &self.readers {
+                let mut rx = r.subscribe();
+                let _ = rx.wait_for(|p| p.ready).await;
+            }
+        };
+        tokio::time::timeout(timeout, all).await.is_ok()
+    }
+
+    /// Stops: not ready, stop accepting, end watches, drain within the grace period.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for r in self.reflectors {
+            let _ = r.await;
+        }
+        let _ = self.server_task.await;
+    }
+
+    /// Waits for SIGTERM or Ctrl-C, then shuts down.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!("shutting down: not ready, no new connections, ending watches");
+        self.shutdown().await;
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Starts the proxy described by validated `args`. Errors are one line, for the CLI.
+pub async fn start(args: &ServeArgs) -> Result<Running, String> {
+    let upstream = Upstream::new(&args.upstream.options()).map_err(|e| e.to_string())?;
+    tracing::info!(upstream = %upstream.describe(), "upstream configured");
+    let kinds = upstream.discover(&args.resources).await.map_err(|e| format!("discovery: {e}"))?;
+    let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
+        (None, Some(cert), Some(key)) => Some(listener::tls_config(cert, key)?),
+        _ => None,
+    };
+    let addr = args.insecure_listen.unwrap_or(SocketAddr::new(args.bind_address, args.secure_port));
+    let tcp = TcpListener::bind(addr).await.map_err(|e| format!("listen on {addr}: {e}"))?;
+    let addr = tcp.local_addr().map_err(|e| e.to_string())?;
+
+    let metrics = Arc::new(Metrics::new());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let cache_opts = CacheOptions {
+        history_window: args.history_window,
+        history_max_events: args.history_max_events,
+        ..CacheOptions::default()
+    };
+    let mut readers = Vec::new();
+    let mut reflectors = Vec::new();
+    for kind in kinds {
+        tracing::info!(resource = %kind.group_resource(), version = %kind.version, namespaced = kind.namespaced, "caching");
+        let (writer, reader) = cache::new(kind, cache_opts.clone());
+        readers.push(reader);
+        reflectors.push(tokio::spawn(reflector::run(
+            upstream.clone(),
+            writer,
+            ReflectorOptions::default(),
+            metrics.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
+    let serve_opts = ServeOptions {
+        freshness_wait: args.freshness_wait,
+        min_request_timeout: args.min_request_timeout,
+        consistent_reads: args.consistent_reads == "cache",
+        consistent_wait: args.consistent_read_wait,
+    };
+    let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, shutdown_rx.clone()));
+    let server_task = tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period));
+    tracing::info!(%addr, tls = args.insecure_listen.is_none(), "serving");
+    Ok(Running { addr, readers, shutdown, server_task, reflectors })
+}
+
+/// `kube-watchcache serve`.
+pub async fn serve(args: ServeArgs) -> Result<(), String> {
+    let running = start(&args).await?;
+    running.run_until_signal().await;
+    Ok(())
+}
+
+/// `kube-watchcache sim`.
+pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
+    let opts = crate::sim::SimOptions {
+        listen: args.listen,
+        objects: args.objects,
+        churn_per_sec: args.churn,
+        compaction_window: args.compaction_window,
+        ..Default::default()
+    };
+    let handle = crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.listen))?;
+    tracing::info!(addr = %handle.addr, "simulated apiserver serving (plain HTTP)");
+    println!("simulated apiserver on http://{}", handle.addr);
+    wait_for_signal().await;
+    handle.shutdown().await;
+    Ok(())
+}
+
+/// `kube-watchcache demo`.
+pub async fn demo(args: DemoArgs) -> Result<(), String> {
+    let opts = crate::sim::SimOptions {
+        listen: args.sim_listen,
+        objects: args.objects,
+        churn_per_sec: args.churn,
+        ..Default::default()
+    };
+    let sim = crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.sim_listen))?;
+    let serve_args = ServeArgs {
+        upstream: UpstreamArgs {
+            kubeconfig: None,
+            context: None,
+            upstream: Some(format!("http://{}", sim.addr)),
+            token_file: None,
+            client_certificate: None,
+            client_key: None,
+            certificate_authority: None,
+            insecure_skip_tls_verify: false,
+        },
+        resources: vec!["pods".into(), "configmaps".into(), "nodes".into(), "example.com/widgets".into()],
+        config: None,
+        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
+        secure_port: 0,
+        tls_cert_file: None,
+        tls_private_key_file: None,
+        insecure_listen: Some(args.listen),
+        history_window: Duration::from_secs(75),
+        history_max_events: 102_400,
+        min_request_timeout: Duration::from_secs(1800),
+        freshness_wait: Duration::from_secs(3),
+        consistent_reads: "cache".into(),
+        consistent_read_wait: Duration::from_secs(1),
+        shutdown_grace_period: Duration::from_secs(5),
+    };
+    let proxy = start(&serve_args).await?;
+    if !proxy.wait_ready(Duration::from_secs(30)).await {
+        return Err("the proxy did not sync from the simulated apiserver within 30 s".into());
+    }
+    let kubeconfig = write_demo_kubeconfig(proxy.addr).map_err(|e| format!("writing the demo kubeconfig: {e}"))?;
+    let p = proxy.addr;
+    let objects: usize = proxy.readers.iter().map(Reader::len).sum();
+    println!(
+        r#"
+kube-watchcache demo
+  simulated apiserver  http://{sim}   ({objects} objects, {churn} updates/s)
+  proxy                http://{p}    caching pods, configmaps, nodes, example.com/widgets
+
+Try (served from the cache):
+  curl -s 'http://{p}/api/v1/configmaps?resourceVersion=0' | head -c 600; echo
+  curl -s 'http://{p}/api/v1/namespaces/ns-0/pods?resourceVersion=0&labelSelector=app%3Dapp-1'
+  curl -sN 'http://{p}/api/v1/namespaces/ns-0/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true'
+  kubectl --kubeconfig {kc} get configmaps -A -w --output-watch-events
+Forwarded upstream unchanged (writes, discovery):
+  curl -s -XPOST -H 'Content-Type: application/json' 'http://{p}/api/v1/namespaces/ns-0/configmaps' \
+       -d '{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"hello"}},"data":{{"k":"v"}}}}'
+  kubectl --kubeconfig {kc} apply --validate=false -f - <<< '{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"demo","namespace":"ns-0"}}}}'
+Health and metrics:
+  curl -s http://{p}/readyz; curl -s http://{p}/metrics | grep watchcache_
+Stop with Ctrl-C."#,
+        sim = sim.addr,
+        churn = args.churn,
+        kc = kubeconfig.display(),
+    );
+    match args.duration {
+        Some(d) => tokio::select! {
+            _ = tokio::time::sleep(d) => {},
+            _ = wait_for_signal() => {},
+        },
+        None => wait_for_signal().await,
+    }
+    proxy.shutdown().await;
+    sim.shutdown().await;
+    Ok(())
+}
+
+fn write_demo_kubeconfig(addr: SocketAddr) -> std::io::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join("kube-watchcache-demo");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\ncurrent-context: demo\nusers:\n- name: demo\n  user: {{}}\n"
+        ),
+    )?;
+    Ok(path)
+}

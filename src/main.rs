@@ -1,2 +1,36 @@
-//! The `kube-watchcache` binary: parses the command line and runs a subcommand.
-fn main() {}
+//! The `kube-watchcache` binary: parses the command line, sets up logging and runs a
+//! subcommand (`serve`, `sim`, `demo`). A configuration error prints one line and exits 2.
+
+use clap::Parser;
+use kube_watchcache::app;
+use kube_watchcache::config::{Cli, Command};
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-watchcache: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => match args.validate() {
+                Ok(args) => app::serve(args).await,
+                Err(e) => Err(e),
+            },
+            Command::Sim(args) => app::sim(args).await,
+            Command::Demo(args) => app::demo(args).await,
+        }
+    });
+    if let Err(e) = result {
+        eprintln!("kube-watchcache: {e}");
+        std::process::exit(2);
+    }
+}

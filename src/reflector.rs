@@ -1,1 +1,250 @@
-//! TODO
+//! The single writer of one resource's cache: LIST (paged) → WATCH from the list RV →
+//! on a broken stream re-watch from the cache RV → relist only when the upstream says that RV
+//! is gone. Exponential backoff with jitter between failures.
+//!
+//! Spawned by `app` once per cached resource; holds that resource's `cache::Writer`, talks to
+//! the apiserver through `upstream::Upstream`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use crate::cache::Writer;
+use crate::metrics::Metrics;
+use crate::resource::{EventType, Rv};
+use crate::upstream::{RawEvent, Upstream, UpstreamError};
+
+/// Tunables of the list/watch loop.
+#[derive(Clone, Debug)]
+pub struct ReflectorOptions {
+    /// Page size of upstream LISTs.
+    pub page_size: u32,
+    /// Upstream watch timeout (seconds); the watch is renewed from the cache RV when it ends.
+    pub watch_timeout_secs: u32,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for ReflectorOptions {
+    fn default() -> Self {
+        ReflectorOptions {
+            page_size: 500,
+            watch_timeout_secs: 300,
+            backoff_initial: Duration::from_millis(800),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Where the loop stands.
+enum State {
+    /// Nothing usable: a full LIST is needed.
+    Empty,
+    /// The cache holds the state at `rv`: watch from there.
+    Synced { rv: Rv },
+}
+
+/// Why a watch ended.
+enum WatchEnd {
+    /// Clean end (timeout): re-watch at once.
+    Closed,
+    /// The upstream no longer has our RV (410): relist.
+    Gone,
+    /// Transport or decode failure: back off, then re-watch.
+    Failed(String),
+}
+
+/// Exponential backoff with full jitter.
+struct Backoff {
+    next: Duration,
+    initial: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(o: &ReflectorOptions) -> Self {
+        Backoff { next: o.backoff_initial, initial: o.backoff_initial, max: o.backoff_max }
+    }
+    fn reset(&mut self) {
+        self.next = self.initial;
+    }
+    async fn wait(&mut self) {
+        let d = self.next.mul_f64(1.0 + fastrand::f64());
+        self.next = (self.next * 2).min(self.max);
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// Runs the reflector until `stop` turns true.
+pub async fn run(
+    upstream: Upstream,
+    mut writer: Writer,
+    opts: ReflectorOptions,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let resource = writer.kind().group_resource();
+    let mut backoff = Backoff::new(&opts);
+    let mut state = State::Empty;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        state = tokio::select! {
+            s = step(&upstream, &mut writer, &opts, &metrics, &resource, &mut backoff, state) => s,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+    }
+    writer.close_watchers();
+}
+
+async fn step(
+    upstream: &Upstream,
+    writer: &mut Writer,
+    opts: &ReflectorOptions,
+    metrics: &Metrics,
+    resource: &str,
+    backoff: &mut Backoff,
+    state: State,
+) -> State {
+    match state {
+        State::Empty => match list_all(upstream, writer, opts).await {
+            Ok(rv) => {
+                metrics.relist(resource);
+                backoff.reset();
+                State::Synced { rv }
+            }
+            Err(e) => {
+                tracing::warn!(resource, error = %e, "upstream list failed; retrying");
+                // Before the first sync there is nothing to serve; after it, keep serving the
+                // last known state (Any reads stay available while the upstream is away).
+                if writer.progress_rv() == Rv(0) {
+                    writer.set_not_ready(Some(e.to_string()));
+                }
+                backoff.wait().await;
+                State::Empty
+            }
+        },
+        State::Synced { rv } => {
+            let (end, rv) = watch_once(upstream, writer, opts, metrics, resource, rv).await;
+            match end {
+                WatchEnd::Closed => {
+                    backoff.reset();
+                    State::Synced { rv }
+                }
+                WatchEnd::Gone => {
+                    tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
+                    State::Empty
+                }
+                WatchEnd::Failed(e) => {
+                    tracing::warn!(resource, rv = %rv, error = %e, "upstream watch failed; re-watching");
+                    backoff.wait().await;
+                    State::Synced { rv }
+                }
+            }
+        }
+    }
+}
+
+/// Lists every page and installs the result; returns the list RV.
+async fn list_all(upstream: &Upstream, writer: &mut Writer, opts: &ReflectorOptions) -> Result<Rv, UpstreamError> {
+    let mut items = Vec::new();
+    let mut token: Option<String> = None;
+    let mut list_rv = None;
+    loop {
+        let page = upstream.list_page(writer.kind(), opts.page_size, token.as_deref(), None).await?;
+        list_rv.get_or_insert(page.rv);
+        for raw in page.items {
+            match writer.parse(raw) {
+                Ok(o) => items.push(o),
+                Err(e) => tracing::warn!(resource = %writer.kind().group_resource(), error = %e, "skipping an object that cannot be parsed"),
+            }
+        }
+        match page.continue_token {
+            Some(t) if !t.is_empty() => token = Some(t),
+            _ => break,
+        }
+    }
+    let rv = list_rv.unwrap_or_default();
+    writer.replace(items, rv);
+    Ok(rv)
+}
+
+#[derive(Deserialize)]
+struct BookmarkObject {
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize)]
+struct BookmarkMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: String,
+}
+
+#[derive(Deserialize)]
+struct StatusObject {
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// One upstream watch from `rv`; returns how it ended and the cache RV reached.
+async fn watch_once(
+    upstream: &Upstream,
+    writer: &mut Writer,
+    opts: &ReflectorOptions,
+    metrics: &Metrics,
+    resource: &str,
+    mut rv: Rv,
+) -> (WatchEnd, Rv) {
+    let mut stream = match upstream.watch(writer.kind(), rv, opts.watch_timeout_secs).await {
+        Ok(s) => s,
+        Err(e) if e.is_gone() => return (WatchEnd::Gone, rv),
+        Err(e) => return (WatchEnd::Failed(e.to_string()), rv),
+    };
+    loop {
+        let ev: RawEvent = match stream.next().await {
+            Ok(Some(ev)) => ev,
+            Ok(None) => return (WatchEnd::Closed, rv),
+            Err(e) => return (WatchEnd::Failed(e.to_string()), rv),
+        };
+        match ev.kind {
+            EventType::Added | EventType::Modified | EventType::Deleted => match writer.parse(ev.object) {
+                Ok(obj) => {
+                    let orv = obj.header.rv;
+                    match writer.apply(ev.kind, obj) {
+                        Ok(()) => {
+                            rv = orv;
+                            metrics.event(resource);
+                        }
+                        Err(e) => tracing::debug!(resource, error = %e, "ignoring upstream event"),
+                    }
+                }
+                Err(e) => return (WatchEnd::Failed(format!("unparseable event object: {e}")), rv),
+            },
+            EventType::Bookmark => {
+                if let Ok(b) = serde_json::from_slice::<BookmarkObject>(&ev.object) {
+                    if let Ok(brv) = Rv::parse(&b.metadata.resource_version) {
+                        if brv > rv {
+                            writer.bookmark(brv);
+                            rv = brv;
+                        }
+                    }
+                }
+            }
+            EventType::Error => {
+                let st: StatusObject = serde_json::from_slice(&ev.object)
+                    .unwrap_or(StatusObject { code: 0, reason: String::new(), message: String::new() });
+                if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
+                    return (WatchEnd::Gone, rv);
+                }
+                return (WatchEnd::Failed(format!("ERROR event {}: {}", st.code, st.message)), rv);
+            }
+        }
+    }
+}

@@ -457,6 +457,26 @@ impl Object {
         out.freeze()
     }
 
+    /// A copy of this object whose `metadata.resourceVersion` says `rv` (for DELETED events made
+    /// from a previous state). Only the first `"resourceVersion":"<old>"` member is rewritten:
+    /// `metadata` precedes every other member that could carry one in apiserver output.
+    pub fn with_rv(&self, rv: Rv) -> Object {
+        let mut out = self.clone();
+        if rv == self.header.rv {
+            return out;
+        }
+        let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
+        if let Some(pos) = find(&self.body, needle.as_bytes()) {
+            let mut b = BytesMut::with_capacity(self.body.len() + 8);
+            b.put_slice(&self.body[..pos]);
+            b.put_slice(format!("\"resourceVersion\":\"{rv}\"").as_bytes());
+            b.put_slice(&self.body[pos + needle.len()..]);
+            out.body = b.freeze();
+        }
+        out.header.rv = rv;
+        out
+    }
+
     /// Length of the object as a list item, for sizing buffers.
     pub fn item_len(&self) -> usize {
         let [a, b] = self.item_chunks();
@@ -539,6 +559,10 @@ fn reencode_without_type_meta(bytes: &Bytes) -> Bytes {
         }
         Err(_) => bytes.slice(skip_ws(bytes, 0).min(bytes.len())..),
     }
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
 }
 
 fn skip_ws(s: &[u8], mut i: usize) -> usize {
@@ -708,6 +732,17 @@ mod tests {
         assert!(v.get("kind").is_none());
         let v: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap();
         assert_eq!(v["kind"], "Pod");
+    }
+
+    #[test]
+    fn with_rv_rewrites_metadata_resource_version() {
+        let k = pods();
+        let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","resourceVersion":"3"}}"#;
+        let o = Object::parse(&k, &type_prefix(&k), Bytes::from_static(raw)).unwrap();
+        let d = o.with_rv(Rv(17));
+        assert_eq!(d.header.rv, Rv(17));
+        let v: serde_json::Value = serde_json::from_slice(&d.typed_bytes()).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "17");
     }
 
     #[test]

@@ -1,1 +1,358 @@
-//! TODO
+//! The cache of one resource: current objects (`store`), recent events (`history`) and live
+//! watchers (`watchers`), behind one lock.
+//!
+//! `cache::new` returns the two halves: the [`Writer`] (not `Clone`; only the reflector holds
+//! it) applies upstream lists and events; the [`Reader`] (cheap `Clone`; the server holds it)
+//! answers gets, lists and watches. Readers hold the lock only to take an O(1) snapshot of the
+//! persistent store or to register a watcher; never across I/O.
+
+mod filter;
+mod history;
+mod list;
+mod watch;
+mod watchers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::watch as progress;
+use tokio::time::Instant;
+
+pub use filter::Filter;
+pub use history::History;
+pub use list::{ListBody, Page};
+pub use watch::{Watch, WatchRequest, WatchStart};
+
+use crate::error::Error;
+use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, ResourceKind, Rv};
+use filter::{Dispatched, LazyFrames};
+use watchers::Watchers;
+
+/// The current objects, ordered by key; clones are O(1) snapshots.
+pub type Store = imbl::OrdMap<ObjectKey, Arc<Object>>;
+
+/// Tunables of one resource's cache.
+#[derive(Clone, Debug)]
+pub struct CacheOptions {
+    /// Events older than this leave the history (`--history-window`, 75 s like the apiserver).
+    pub history_window: Duration,
+    /// At most this many events are kept (`--history-max-events`).
+    pub history_max_events: usize,
+    /// Queue length per watcher; a watcher whose queue fills is closed.
+    pub watcher_queue: usize,
+    /// Period of BOOKMARKs to watchers that asked for them (60 s like the apiserver).
+    pub bookmark_interval: Duration,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            history_window: Duration::from_secs(75),
+            history_max_events: 100 * 1024,
+            watcher_queue: 1000,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What readers can wait on: the cache RV and whether the cache is usable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub rv: Rv,
+    pub ready: bool,
+    /// When `ready` last changed (drives the 429 Retry-After like the apiserver's cacher).
+    pub since: Instant,
+    /// Why the cache is not ready, appended to the 429 message.
+    pub last_error: Option<String>,
+}
+
+struct State {
+    store: Store,
+    rv: Rv,
+    history: History,
+    watchers: Watchers,
+}
+
+struct Shared {
+    kind: ResourceKind,
+    type_prefix: Bytes,
+    opts: CacheOptions,
+    state: Mutex<State>,
+    progress: progress::Sender<Progress>,
+}
+
+/// Creates the cache of one resource.
+pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
+    let (tx, _rx) = progress::channel(Progress { rv: Rv(0), ready: false, since: Instant::now(), last_error: None });
+    let shared = Arc::new(Shared {
+        type_prefix: type_prefix(&kind),
+        kind,
+        state: Mutex::new(State {
+            store: Store::new(),
+            rv: Rv(0),
+            history: History::new(opts.history_max_events, opts.history_window),
+            watchers: Watchers::default(),
+        }),
+        opts,
+        progress: tx,
+    });
+    (Writer { shared: shared.clone() }, Reader { shared })
+}
+
+/// The only way to change a cache. Held by the resource's reflector.
+pub struct Writer {
+    shared: Arc<Shared>,
+}
+
+/// Why an upstream event was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("event resourceVersion {event} is not newer than the cache's {cache}")]
+    Stale { event: Rv, cache: Rv },
+    #[error("unexpected event type {0:?}")]
+    Type(EventType),
+}
+
+impl Writer {
+    pub fn kind(&self) -> &ResourceKind {
+        &self.shared.kind
+    }
+
+    /// The cache RV (0 before the first sync).
+    pub fn progress_rv(&self) -> Rv {
+        self.shared.state.lock().rv
+    }
+
+    /// Parses an upstream object of this resource.
+    pub fn parse(&self, bytes: Bytes) -> Result<Object, crate::resource::ParseError> {
+        Object::parse(&self.shared.kind, &self.shared.type_prefix, bytes)
+    }
+
+    /// Installs a complete upstream list at `list_rv` (the first sync and every relist). Live
+    /// watchers receive the differences to the previous state as events, in RV order, so they
+    /// keep their watches; the history restarts at `list_rv`.
+    pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
+        let now = Instant::now();
+        let mut st = self.shared.state.lock();
+        let mut next = Store::new();
+        for o in objects {
+            next.insert(o.header.key.clone(), Arc::new(o));
+        }
+        let first_sync = !self.shared.progress.borrow().ready && st.store.is_empty() && st.rv == Rv(0);
+        if !first_sync && !st.watchers.is_empty() {
+            let events = diff(&st.store, &next, list_rv);
+            for ev in events {
+                let d = Dispatched { event: Arc::new(ev), lazy: LazyFrames::default() };
+                st.watchers.dispatch(&d);
+            }
+        }
+        st.store = next;
+        st.rv = st.rv.max(list_rv);
+        st.history.reset(list_rv);
+        st.history.expire(now);
+        let rv = st.rv;
+        self.publish(rv, true, None);
+        drop(st);
+        tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
+    }
+
+    /// Applies one upstream watch event (ADDED / MODIFIED / DELETED).
+    pub fn apply(&mut self, kind: EventType, obj: Object) -> Result<(), ApplyError> {
+        let now = Instant::now();
+        let mut st = self.shared.state.lock();
+        let rv = obj.header.rv;
+        if rv <= st.rv {
+            return Err(ApplyError::Stale { event: rv, cache: st.rv });
+        }
+        let obj = Arc::new(obj);
+        let prev = match kind {
+            EventType::Added | EventType::Modified => st.store.insert(obj.header.key.clone(), obj.clone()),
+            EventType::Deleted => st.store.remove(&obj.header.key),
+            other => return Err(ApplyError::Type(other)),
+        };
+        let event = Arc::new(Event::new(kind, rv, obj, prev));
+        st.history.push(now, event.clone());
+        st.rv = rv;
+        st.watchers.dispatch(&Dispatched { event, lazy: LazyFrames::default() });
+        self.publish(rv, true, None);
+        Ok(())
+    }
+
+    /// An upstream BOOKMARK: everything up to `rv` has been applied.
+    pub fn bookmark(&mut self, rv: Rv) {
+        let mut st = self.shared.state.lock();
+        if rv > st.rv {
+            st.rv = rv;
+            st.history.expire(Instant::now());
+            self.publish(rv, true, None);
+        }
+    }
+
+    /// Marks the cache as not usable (upstream lost, relisting): reads answer 429 or are
+    /// forwarded until the next `replace`.
+    pub fn set_not_ready(&mut self, reason: Option<String>) {
+        let st = self.shared.state.lock();
+        self.publish(st.rv, false, reason);
+    }
+
+    /// Ends every watch (shutdown).
+    pub fn close_watchers(&mut self) {
+        self.shared.state.lock().watchers.clear();
+    }
+
+    fn publish(&self, rv: Rv, ready: bool, last_error: Option<String>) {
+        self.shared.progress.send_modify(|p| {
+            if p.ready != ready {
+                p.since = Instant::now();
+            }
+            p.rv = rv;
+            p.ready = ready;
+            if !ready {
+                p.last_error = last_error;
+            } else {
+                p.last_error = None;
+            }
+        });
+    }
+}
+
+/// The events that turn `old` into `new` (a relist at `list_rv`): ADDED / MODIFIED with the
+/// objects' own RVs, DELETED with the list RV (the deletion revision is unknown; the list RV is
+/// the upstream's and no newer change exists), ordered by RV.
+fn diff(old: &Store, new: &Store, list_rv: Rv) -> Vec<Event> {
+    let mut out = Vec::new();
+    for (k, n) in new.iter() {
+        match old.get(k) {
+            None => out.push(Event::new(EventType::Added, n.header.rv, n.clone(), None)),
+            Some(o) if o.header.rv != n.header.rv => {
+                out.push(Event::new(EventType::Modified, n.header.rv, n.clone(), Some(o.clone())))
+            }
+            Some(_) => {}
+        }
+    }
+    for (k, o) in old.iter() {
+        if !new.contains_key(k) {
+            let gone = Arc::new(o.with_rv(list_rv));
+            out.push(Event::new(EventType::Deleted, list_rv, gone, Some(o.clone())));
+        }
+    }
+    out.sort_by_key(|e| e.rv);
+    out
+}
+
+/// Read access to one resource's cache. Cheap to clone.
+#[derive(Clone)]
+pub struct Reader {
+    shared: Arc<Shared>,
+}
+
+/// A consistent view of the objects at one RV.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub store: Store,
+    pub rv: Rv,
+}
+
+impl Reader {
+    pub fn kind(&self) -> &ResourceKind {
+        &self.shared.kind
+    }
+
+    pub fn options(&self) -> &CacheOptions {
+        &self.shared.opts
+    }
+
+    /// The cache RV and readiness now.
+    pub fn progress(&self) -> Progress {
+        self.shared.progress.borrow().clone()
+    }
+
+    /// A receiver of progress changes (readiness, RV).
+    pub fn subscribe(&self) -> progress::Receiver<Progress> {
+        self.shared.progress.subscribe()
+    }
+
+    /// Number of objects currently cached.
+    pub fn len(&self) -> usize {
+        self.shared.state.lock().store.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of live watchers and of watchers closed for being slow.
+    pub fn watcher_counts(&self) -> (usize, u64) {
+        let st = self.shared.state.lock();
+        (st.watchers.len(), st.watchers.terminated())
+    }
+
+    /// The oldest RV a watch may start from, and the cache RV.
+    pub fn window(&self) -> (Rv, Rv) {
+        let st = self.shared.state.lock();
+        (st.history.floor(), st.rv)
+    }
+
+    /// Waits until the cache RV is at least `rv` (and the cache is ready), at most `timeout`.
+    /// On timeout returns the 504 the apiserver gives.
+    pub async fn wait_for(&self, rv: Rv, timeout: Duration) -> Result<(), Error> {
+        let mut rx = self.shared.progress.subscribe();
+        let res = tokio::time::timeout(timeout, rx.wait_for(|p| p.ready && p.rv >= rv)).await;
+        match res {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(Error::TooLargeResourceVersion { requested: rv, current: self.progress().rv }),
+        }
+    }
+
+    /// The current state.
+    pub fn snapshot(&self) -> Snapshot {
+        let st = self.shared.state.lock();
+        Snapshot { store: st.store.clone(), rv: st.rv }
+    }
+
+    /// The state at exactly `rv`, rebuilt from the store and the history, or `None` when `rv`
+    /// is outside the history window (older than its floor, or newer than the cache).
+    pub fn snapshot_at(&self, rv: Rv) -> Option<Snapshot> {
+        let st = self.shared.state.lock();
+        if !st.history.covers(rv, st.rv) {
+            return None;
+        }
+        let mut store = st.store.clone();
+        let undo: Vec<Arc<Event>> = st.history.newer_than(rv).cloned().collect();
+        drop(st);
+        for ev in undo.iter().rev() {
+            let key = &ev.object.header.key;
+            match &ev.prev {
+                Some(p) => {
+                    store.insert(key.clone(), p.clone());
+                }
+                None => {
+                    store.remove(key);
+                }
+            }
+        }
+        Some(Snapshot { store, rv })
+    }
+
+    /// One object of the current state.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Object>> {
+        let key = ObjectKey::new(namespace, name);
+        self.shared.state.lock().store.get(&key).cloned()
+    }
+
+    /// Starts a watch. Registration and the read of history / state happen in one critical
+    /// section with the writer, so no event is missed or repeated.
+    pub fn watch(&self, req: WatchRequest) -> Result<Watch, Error> {
+        watch::start(self, req)
+    }
+
+    /// Renders a LIST body from a snapshot.
+    pub fn list(&self, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> ListBody {
+        list::render(&self.shared.kind, snap, filter, page)
+    }
+}
+
+#[cfg(test)]
+mod tests;

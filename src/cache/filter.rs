@@ -1,0 +1,100 @@
+//! Which objects a list or watch selects (scope + label + field selectors), and how one
+//! cache event looks to one watcher (reference §3.5: MODIFIED becomes ADDED or DELETED when an
+//! object enters or leaves the selection).
+//!
+//! Pure. Used by `cache::list`, `cache::watchers` (fan-out) and `cache::watch` (replay).
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+use crate::resource::{frame_event, Event, EventType, Object};
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// What a request selects.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only objects in this namespace (`/namespaces/ns/...` or `metadata.namespace=ns`).
+    pub namespace: Option<String>,
+    /// Only the object with this name (`/watch/.../name` or `metadata.name=x`).
+    pub name: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    /// Builds a filter, narrowing the scope with exact `metadata.namespace` / `metadata.name`
+    /// field selectors the way the apiserver's registry does.
+    pub fn new(namespace: Option<String>, name: Option<String>, labels: LabelSelector, fields: FieldSelector) -> Self {
+        let namespace = namespace.or_else(|| fields.exact("metadata.namespace").map(str::to_owned));
+        let name = name.or_else(|| fields.exact("metadata.name").map(str::to_owned));
+        Filter { namespace, name, labels, fields }
+    }
+
+    /// Whether `obj` is selected.
+    pub fn matches(&self, obj: &Object) -> bool {
+        let h = &obj.header;
+        if self.namespace.as_deref().is_some_and(|ns| ns != h.namespace) {
+            return false;
+        }
+        if self.name.as_deref().is_some_and(|n| n != h.name) {
+            return false;
+        }
+        (self.labels.is_empty() || self.labels.matches(&h.labels))
+            && (self.fields.is_empty() || self.fields.matches(h))
+    }
+
+    /// Whether every object is selected (no per-object work needed).
+    pub fn is_everything(&self) -> bool {
+        self.namespace.is_none() && self.name.is_none() && self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    /// The frame this watcher receives for `ev`, or `None` if the event does not concern it.
+    pub fn frame_for(&self, ev: &Event, lazy: &LazyFrames) -> Option<Bytes> {
+        if self.is_everything() {
+            return Some(ev.frame.clone());
+        }
+        let cur = ev.kind != EventType::Deleted && self.matches(&ev.object);
+        let prev = match ev.kind {
+            EventType::Deleted => self.matches(ev.prev.as_deref().unwrap_or(&ev.object)),
+            _ => ev.prev.as_deref().is_some_and(|p| self.matches(p)),
+        };
+        match (cur, prev, ev.kind) {
+            (true, true, _) | (true, false, EventType::Added) => Some(ev.frame.clone()),
+            (true, false, _) => Some(lazy.added(ev)),
+            (false, true, EventType::Deleted) => Some(ev.frame.clone()),
+            (false, true, _) => Some(lazy.deleted(ev)),
+            (false, false, _) => None,
+        }
+    }
+}
+
+/// Transition frames of one event, framed once for all the watchers that need them.
+#[derive(Debug, Default)]
+pub struct LazyFrames {
+    added: OnceLock<Bytes>,
+    deleted: OnceLock<Bytes>,
+}
+
+impl LazyFrames {
+    fn added(&self, ev: &Event) -> Bytes {
+        self.added.get_or_init(|| frame_event(EventType::Added, &ev.object.typed_chunks())).clone()
+    }
+
+    /// DELETED carrying the previous object with `metadata.resourceVersion` = the event's RV.
+    fn deleted(&self, ev: &Event) -> Bytes {
+        self.deleted
+            .get_or_init(|| {
+                let prev = ev.prev.as_deref().unwrap_or(&ev.object);
+                frame_event(EventType::Deleted, &prev.with_rv(ev.rv).typed_chunks())
+            })
+            .clone()
+    }
+}
+
+/// An event as the fan-out hands it around: the shared event plus its lazy variants.
+#[derive(Debug)]
+pub struct Dispatched {
+    pub event: Arc<Event>,
+    pub lazy: LazyFrames,
+}

@@ -1,0 +1,182 @@
+//! Ring buffer of recent events for one resource.
+//!
+//! Written only by the reflector (through `cache::Writer`); read under the cache lock to start
+//! watches at a resourceVersion (`History::since`) and to rebuild the state at an older RV
+//! (`History::newer_than`). Event RVs only grow; the window's floor only grows, even across a
+//! relist.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::resource::{Event, Rv};
+
+/// Recent events, oldest first.
+#[derive(Debug)]
+pub struct History {
+    /// Invariant: strictly increasing `rv` front to back; every event has `rv > floor`.
+    events: VecDeque<(Instant, Arc<Event>)>,
+    /// Every change with RV in `(floor, newest]` is in `events`: a watch may start at any RV ≥ floor.
+    /// It is the list RV after a relist, then the RV before the oldest kept event after evictions.
+    floor: Rv,
+    max_events: usize,
+    max_age: Duration,
+}
+
+impl History {
+    pub fn new(max_events: usize, max_age: Duration) -> History {
+        History { events: VecDeque::new(), floor: Rv(0), max_events: max_events.max(1), max_age }
+    }
+
+    /// Starts a new window at a relist: everything up to `list_rv` is in the store, nothing
+    /// before it can be replayed.
+    pub fn reset(&mut self, list_rv: Rv) {
+        self.events.clear();
+        self.floor = self.floor.max(list_rv);
+    }
+
+    /// Appends an event (its RV must be newer than every kept one), evicting the oldest by count
+    /// and age.
+    pub fn push(&mut self, now: Instant, event: Arc<Event>) {
+        debug_assert!(self.events.back().is_none_or(|(_, e)| e.rv < event.rv));
+        self.events.push_back((now, event));
+        while self.events.len() > self.max_events {
+            self.evict_one();
+        }
+        self.expire(now);
+    }
+
+    /// Drops events older than the window (the newest is kept so the floor stays tight).
+    pub fn expire(&mut self, now: Instant) {
+        while self.events.len() > 1 && self.events.front().is_some_and(|(t, _)| now.duration_since(*t) > self.max_age)
+        {
+            self.evict_one();
+        }
+    }
+
+    fn evict_one(&mut self) {
+        if let Some((_, e)) = self.events.pop_front() {
+            self.floor = self.floor.max(e.rv);
+        }
+    }
+
+    /// The oldest RV a watch may start from.
+    pub fn floor(&self) -> Rv {
+        self.floor
+    }
+
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Whether the state at `rv` can be rebuilt from the store and this history
+    /// (`current` is the cache RV).
+    pub fn covers(&self, rv: Rv, current: Rv) -> bool {
+        rv >= self.floor && rv <= current
+    }
+
+    /// Events with RV > `rv`, oldest first; `rv` older than the window is 410
+    /// `too old resource version: N (floor)` (reference §2.3).
+    pub fn since(&self, rv: Rv) -> Result<Vec<Arc<Event>>, Error> {
+        if rv < self.floor {
+            return Err(Error::TooOldResourceVersion { requested: rv, oldest: self.floor });
+        }
+        Ok(self.newer_than(rv).cloned().collect())
+    }
+
+    /// Events with RV > `rv`, oldest first (binary search, no check of the floor).
+    pub fn newer_than(&self, rv: Rv) -> impl DoubleEndedIterator<Item = &Arc<Event>> {
+        let start = self.events.partition_point(|(_, e)| e.rv <= rv);
+        self.events.range(start..).map(|(_, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::{type_prefix, EventType, Object, ResourceKind};
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    fn event(rv: u64) -> Arc<Event> {
+        let k = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let json = format!(r#"{{"metadata":{{"name":"c{rv}","namespace":"ns","resourceVersion":"{rv}"}}}}"#);
+        let o = Arc::new(Object::parse(&k, &type_prefix(&k), Bytes::from(json)).unwrap());
+        Arc::new(Event::new(EventType::Added, Rv(rv), o, None))
+    }
+
+    fn filled(cap: usize, list_rv: u64, rvs: &[u64]) -> History {
+        let mut h = History::new(cap, Duration::from_secs(75));
+        h.reset(Rv(list_rv));
+        let now = Instant::now();
+        for &r in rvs {
+            h.push(now, event(r));
+        }
+        h
+    }
+
+    #[test]
+    fn floor_is_list_rv_until_eviction() {
+        // Reference §2.3: listed at 1000, nothing evicted: 999 too old (1000), 1000 ok.
+        let h = filled(10, 1000, &[1001, 1002]);
+        assert_eq!(h.since(Rv(999)).unwrap_err().to_string(), "too old resource version: 999 (1000)");
+        assert_eq!(h.since(Rv(1000)).unwrap().len(), 2);
+        // After eviction with first kept RV 1050: 1048 too old (1049), 1049 ok.
+        let h = filled(2, 1000, &[1010, 1049, 1050, 1051]);
+        assert_eq!(h.since(Rv(1048)).unwrap_err().to_string(), "too old resource version: 1048 (1049)");
+        assert_eq!(h.since(Rv(1049)).unwrap().iter().map(|e| e.rv.0).collect::<Vec<_>>(), vec![1050, 1051]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_older_than_the_window_expire() {
+        let mut h = History::new(100, Duration::from_secs(75));
+        h.reset(Rv(1));
+        h.push(Instant::now(), event(2));
+        tokio::time::advance(Duration::from_secs(80)).await;
+        h.push(Instant::now(), event(3));
+        assert_eq!(h.floor(), Rv(2));
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn relist_never_moves_the_floor_back() {
+        let mut h = filled(2, 10, &[11, 12, 13]);
+        assert_eq!(h.floor(), Rv(11));
+        h.reset(Rv(5));
+        assert_eq!(h.floor(), Rv(11));
+        h.reset(Rv(20));
+        assert_eq!(h.floor(), Rv(20));
+        assert!(h.is_empty());
+    }
+
+    fn sorted_unique_rvs() -> impl Strategy<Value = Vec<u64>> {
+        proptest::collection::btree_set(1u64..10_000, 1..300).prop_map(|s| s.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn since_returns_exactly_the_newer_events(rvs in sorted_unique_rvs(), cap in 1usize..64, q in 0u64..10_001) {
+            let h = filled(cap, 0, &rvs);
+            match h.since(Rv(q)) {
+                Ok(events) => {
+                    prop_assert!(q >= h.floor().0);
+                    prop_assert!(events.iter().map(|e| e.rv.0).eq(rvs.iter().copied().filter(|&r| r > q)));
+                }
+                Err(Error::TooOldResourceVersion { requested, oldest }) => {
+                    prop_assert_eq!(requested, Rv(q));
+                    prop_assert!(q < oldest.0);
+                    // The floor is exactly the newest evicted RV.
+                    prop_assert_eq!(oldest.0, rvs[rvs.len() - h.len() - 1]);
+                }
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Tests for the cache: writer/reader semantics, replay windows, fan-out, selectors on
+//! watches, relist diffs, bookmarks (paused time).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::*;
+use crate::selector::{FieldSelector, LabelSelector};
+
+fn cms() -> ResourceKind {
+    ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true)
+}
+
+fn obj(w: &Writer, ns: &str, name: &str, rv: u64, app: &str) -> Object {
+    let json = format!(
+        r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}","labels":{{"app":"{app}"}}}},"data":{{"k":"{rv}"}}}}"#
+    );
+    w.parse(Bytes::from(json)).unwrap()
+}
+
+fn setup() -> (Writer, Reader) {
+    let (mut w, r) = new(cms(), CacheOptions { watcher_queue: 64, ..Default::default() });
+    let items = vec![obj(&w, "a", "x", 5, "a"), obj(&w, "a-b", "y", 6, "a"), obj(&w, "b", "z", 7, "b")];
+    w.replace(items, Rv(10));
+    (w, r)
+}
+
+fn req(filter: Filter, start: WatchStart, bookmarks: bool) -> WatchRequest {
+    WatchRequest { filter, start, bookmarks, deadline: Instant::now() + Duration::from_secs(30) }
+}
+
+fn parse_frame(f: &Bytes) -> (String, String, String) {
+    let v: serde_json::Value = serde_json::from_slice(f).unwrap();
+    (
+        v["type"].as_str().unwrap().to_owned(),
+        v["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+        v["object"]["metadata"]["resourceVersion"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+async fn take(w: &mut Watch, n: usize) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        match tokio::time::timeout(Duration::from_secs(5), w.next()).await {
+            Ok(Some(f)) => out.push(parse_frame(&f)),
+            _ => break,
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn lists_in_key_order_without_type_meta() {
+    let (_w, r) = setup();
+    let snap = r.snapshot();
+    let body = r.list(&snap, &Filter::default(), None);
+    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    assert_eq!(v["kind"], "ConfigMapList");
+    assert_eq!(v["metadata"]["resourceVersion"], "10");
+    let names: Vec<_> = v["items"].as_array().unwrap().iter().map(|i| i["metadata"]["namespace"].clone()).collect();
+    assert_eq!(names, vec!["a-b", "a", "b"], "byte order of namespace/name");
+    assert!(v["items"][0].get("kind").is_none());
+}
+
+#[tokio::test]
+async fn pages_carry_tokens_and_remaining_counts() {
+    let (_w, r) = setup();
+    let snap = r.snapshot();
+    let page = Page { limit: 2, start: None, token_rv: 10 };
+    let body = r.list(&snap, &Filter::default(), Some(page));
+    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 2);
+    assert_eq!(v["metadata"]["remainingItemCount"], 1);
+    let tok = crate::params::ContinueToken::decode(v["metadata"]["continue"].as_str().unwrap()).unwrap();
+    assert_eq!(tok.rv, 10);
+    assert_eq!(tok.start, "a/x\u{0}");
+    let body = r.list(&snap, &Filter::default(), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
+    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    assert_eq!(v["items"][0]["metadata"]["name"], "z");
+    assert!(v["metadata"].get("continue").is_none());
+    assert!(v["metadata"].get("remainingItemCount").is_none());
+}
+
+#[tokio::test]
+async fn namespace_scope_uses_relative_keys() {
+    let (_w, r) = setup();
+    let f = Filter::new(Some("a".into()), None, LabelSelector::default(), FieldSelector::default());
+    let body = r.list(&r.snapshot(), &f, None);
+    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 1, "a-b/y is not in namespace a");
+    assert_eq!(v["items"][0]["metadata"]["name"], "x");
+}
+
+#[tokio::test]
+async fn watch_replays_history_then_live_in_order() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
+    w.apply(EventType::Added, obj(&w, "a", "n", 12, "a")).unwrap();
+    let mut watch = r.watch(req(Filter::default(), WatchStart::After(Rv(11)), false)).unwrap();
+    w.apply(EventType::Deleted, obj(&w, "a", "n", 13, "a")).unwrap();
+    let got = take(&mut watch, 2).await;
+    assert_eq!(got, vec![("ADDED".into(), "n".into(), "12".into()), ("DELETED".into(), "n".into(), "13".into())]);
+}
+
+#[tokio::test]
+async fn too_old_watch_is_refused_with_the_floor() {
+    let (_w, r) = setup();
+    let e = r.watch(req(Filter::default(), WatchStart::After(Rv(9)), false)).err().unwrap();
+    assert_eq!(e.to_string(), "too old resource version: 9 (10)");
+    assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).is_ok());
+}
+
+#[tokio::test]
+async fn stale_events_are_refused() {
+    let (mut w, _r) = setup();
+    assert!(w.apply(EventType::Modified, obj(&w, "a", "x", 10, "a")).is_err());
+}
+
+#[tokio::test]
+async fn initial_events_then_end_bookmark_then_live() {
+    let (mut w, r) = setup();
+    let mut watch = r.watch(req(Filter::default(), WatchStart::InitialEvents, true)).unwrap();
+    w.apply(EventType::Modified, obj(&w, "b", "z", 11, "b")).unwrap();
+    let got = take(&mut watch, 5).await;
+    let types: Vec<_> = got.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(types, vec!["ADDED", "ADDED", "ADDED", "BOOKMARK", "MODIFIED"]);
+    assert_eq!(got[3].2, "10");
+}
+
+#[tokio::test]
+async fn end_bookmark_is_annotated() {
+    let (_w, r) = setup();
+    let mut watch = r.watch(req(Filter::default(), WatchStart::InitialEvents, true)).unwrap();
+    for _ in 0..3 {
+        watch.next().await.unwrap();
+    }
+    let f = watch.next().await.unwrap();
+    assert_eq!(
+        std::str::from_utf8(&f).unwrap(),
+        "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"10\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n"
+    );
+}
+
+#[tokio::test]
+async fn label_selector_turns_modified_into_added_and_deleted() {
+    let (mut w, r) = setup();
+    let f = Filter::new(None, None, LabelSelector::parse("app=a").unwrap(), FieldSelector::default());
+    let mut watch = r.watch(req(f, WatchStart::After(Rv(10)), false)).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "b")).unwrap(); // leaves
+    w.apply(EventType::Modified, obj(&w, "b", "z", 12, "b")).unwrap(); // never selected
+    w.apply(EventType::Modified, obj(&w, "a", "x", 13, "a")).unwrap(); // enters
+    let got = take(&mut watch, 2).await;
+    assert_eq!(got, vec![("DELETED".into(), "x".into(), "11".into()), ("ADDED".into(), "x".into(), "13".into())]);
+}
+
+#[tokio::test]
+async fn slow_watcher_is_closed_and_others_continue() {
+    let (mut w, r) = setup();
+    let mut slow = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut fast = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut got_fast = 0;
+    for i in 0..200u64 {
+        w.apply(EventType::Modified, obj(&w, "a", "x", 11 + i, "a")).unwrap();
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(1), fast.next()).await {
+            got_fast += 1;
+        }
+    }
+    assert_eq!(got_fast, 200);
+    assert_eq!(r.watcher_counts().1, 1, "the slow watcher was terminated");
+    let mut n = 0;
+    while let Some(_f) = slow.next().await {
+        n += 1;
+    }
+    assert_eq!(n, 64, "the slow watcher gets what was queued, then its stream ends");
+}
+
+#[tokio::test]
+async fn relist_delivers_differences_to_live_watchers() {
+    let (mut w, r) = setup();
+    let mut watch = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    // Upstream state at 20: x changed at 15, y deleted, q added at 18, z unchanged.
+    let items = vec![obj(&w, "a", "x", 15, "a"), obj(&w, "b", "z", 7, "b"), obj(&w, "c", "q", 18, "a")];
+    w.replace(items, Rv(20));
+    let got = take(&mut watch, 3).await;
+    assert_eq!(
+        got,
+        vec![
+            ("MODIFIED".into(), "x".into(), "15".into()),
+            ("ADDED".into(), "q".into(), "18".into()),
+            ("DELETED".into(), "y".into(), "20".into())
+        ]
+    );
+    assert_eq!(r.window(), (Rv(20), Rv(20)));
+}
+
+#[tokio::test]
+async fn exact_snapshots_are_rebuilt_from_history() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
+    w.apply(EventType::Deleted, obj(&w, "b", "z", 12, "b")).unwrap();
+    w.apply(EventType::Added, obj(&w, "c", "q", 13, "a")).unwrap();
+    let at = r.snapshot_at(Rv(10)).unwrap();
+    let rvs: Vec<u64> = at.store.values().map(|o| o.header.rv.0).collect();
+    assert_eq!(rvs, vec![6, 5, 7]);
+    assert!(r.snapshot_at(Rv(9)).is_none());
+    assert!(r.snapshot_at(Rv(14)).is_none());
+    assert_eq!(r.snapshot_at(Rv(12)).unwrap().store.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn periodic_bookmarks_follow_the_cache_rv() {
+    let (mut w, r) = setup();
+    let mut request = req(Filter::default(), WatchStart::After(Rv(10)), true);
+    request.deadline = Instant::now() + Duration::from_secs(70);
+    let mut watch = r.watch(request).unwrap();
+    w.bookmark(Rv(15));
+    let start = Instant::now();
+    let f = watch.next().await.unwrap();
+    assert_eq!(parse_frame(&f).0, "BOOKMARK");
+    assert_eq!(parse_frame(&f).2, "15");
+    assert_eq!(start.elapsed().as_secs(), 60);
+    w.bookmark(Rv(16));
+    let f = watch.next().await.unwrap();
+    assert_eq!(parse_frame(&f).2, "16");
+    assert_eq!(start.elapsed().as_secs(), 68, "one bookmark 2 s before the deadline");
+    assert!(watch.next().await.is_none());
+    assert_eq!(start.elapsed().as_secs(), 70);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_bookmark_when_the_cache_did_not_move() {
+    let (_w, r) = setup();
+    let mut request = req(Filter::default(), WatchStart::After(Rv(10)), true);
+    request.deadline = Instant::now() + Duration::from_secs(70);
+    let mut watch = r.watch(request).unwrap();
+    assert!(watch.next().await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_for_freshness_then_times_out() {
+    let (mut w, r) = setup();
+    let r2 = r.clone();
+    let waiter = tokio::spawn(async move { r2.wait_for(Rv(12), Duration::from_secs(3)).await });
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    assert!(waiter.await.unwrap().is_ok());
+    let e = r.wait_for(Rv(100), Duration::from_secs(3)).await.unwrap_err();
+    assert_eq!(e.to_string(), "Timeout: Too large resource version: 100, current: 12");
+}

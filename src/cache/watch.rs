@@ -1,0 +1,242 @@
+//! One watch served from the cache: the replay (history events after the start RV, or
+//! synthetic ADDED events for the current state), then live events from the fan-out, with
+//! BOOKMARKs for watchers that asked for them, until the deadline.
+//!
+//! Started by `Reader::watch` (called by `server::serve`); `Watch::next` yields the framed
+//! lines of the response body, one event each, never re-encoded.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::filter::{Filter, LazyFrames};
+use super::watchers::{Delivery, WatcherId};
+use super::{Reader, Shared};
+use crate::error::Error;
+use crate::resource::{frame_event, EventType, Object, ResourceKind, Rv};
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchStart {
+    /// Events with RV > N (legacy watch, or `sendInitialEvents=false`). Older than the history
+    /// → one ERROR 410 event; newer than the cache → waits silently.
+    After(Rv),
+    /// Events after the current cache RV, no initial state (`sendInitialEvents=false`, RV 0).
+    Now,
+    /// Synthetic ADDED for the current state, then (with bookmarks) the
+    /// `k8s.io/initial-events-end` BOOKMARK, then live events (watch-list).
+    InitialEvents,
+}
+
+/// What a watch asks for.
+#[derive(Clone, Debug)]
+pub struct WatchRequest {
+    pub filter: Filter,
+    pub start: WatchStart,
+    /// `allowWatchBookmarks=true`.
+    pub bookmarks: bool,
+    /// When the stream ends (timeoutSeconds, or the server's own cap).
+    pub deadline: Instant,
+}
+
+/// A running watch.
+pub struct Watch {
+    shared: Arc<Shared>,
+    id: Option<WatcherId>,
+    rx: mpsc::Receiver<Delivery>,
+    /// Frames ready to go out before anything else (replay, drained events, bookmarks).
+    pending: VecDeque<Bytes>,
+    /// Objects still to send as synthetic ADDED events.
+    initial: std::vec::IntoIter<Arc<Object>>,
+    /// The end-of-initial-events bookmark to send after `initial` (watch-list with bookmarks).
+    end_bookmark: Option<Rv>,
+    /// RV of the newest event or bookmark sent; bookmarks never go back or repeat.
+    last_rv: Rv,
+    bookmarks: bool,
+    next_bookmark: Instant,
+    deadline: Instant,
+}
+
+pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> {
+    let shared = reader.shared.clone();
+    let filter = Arc::new(req.filter);
+    let queue = shared.opts.watcher_queue;
+    let mut pending = VecDeque::new();
+    let mut initial = Vec::new();
+    let mut end_bookmark = None;
+    let last_rv;
+    {
+        let mut st = shared.state.lock();
+        match req.start {
+            WatchStart::After(rv) => {
+                let replay = st.history.since(rv)?;
+                for ev in &replay {
+                    if let Some(f) = filter.frame_for(ev, &LazyFrames::default()) {
+                        pending.push_back(f);
+                    }
+                }
+                last_rv = replay.last().map(|e| e.rv).unwrap_or(rv);
+                let min_rv = last_rv.max(rv);
+                let (id, rx) = st.watchers.add(filter.clone(), min_rv, queue);
+                drop(st);
+                return Ok(finish(shared, id, rx, pending, Vec::new(), None, last_rv, req.bookmarks, req.deadline));
+            }
+            WatchStart::Now => {
+                last_rv = st.rv;
+            }
+            WatchStart::InitialEvents => {
+                last_rv = st.rv;
+                initial = collect(&st.store, &filter, shared.kind.namespaced);
+                if req.bookmarks {
+                    end_bookmark = Some(st.rv);
+                }
+            }
+        }
+        let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
+        drop(st);
+        Ok(finish(shared, id, rx, pending, initial, end_bookmark, last_rv, req.bookmarks, req.deadline))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    shared: Arc<Shared>,
+    id: WatcherId,
+    rx: mpsc::Receiver<Delivery>,
+    pending: VecDeque<Bytes>,
+    initial: Vec<Arc<Object>>,
+    end_bookmark: Option<Rv>,
+    last_rv: Rv,
+    bookmarks: bool,
+    deadline: Instant,
+) -> Watch {
+    let now = Instant::now();
+    let next_bookmark = bookmark_time(now, shared.opts.bookmark_interval, deadline);
+    // A watch of 2 s or less gets no periodic bookmark.
+    let bookmarks = bookmarks && next_bookmark > now;
+    Watch {
+        shared,
+        id: Some(id),
+        rx,
+        pending,
+        initial: initial.into_iter(),
+        end_bookmark,
+        last_rv,
+        bookmarks,
+        next_bookmark,
+        deadline,
+    }
+}
+
+/// The selected objects of the current state in key order (narrowed to the namespace).
+fn collect(store: &super::Store, filter: &Filter, namespaced: bool) -> Vec<Arc<Object>> {
+    match (&filter.namespace, namespaced) {
+        (Some(ns), true) => {
+            let lo = crate::resource::ObjectKey(format!("{ns}/").into());
+            let hi = crate::resource::ObjectKey(format!("{ns}0").into());
+            store.range(lo..hi).filter(|(_, o)| filter.matches(o)).map(|(_, o)| o.clone()).collect()
+        }
+        _ => store.values().filter(|o| filter.matches(o)).cloned().collect(),
+    }
+}
+
+/// Next periodic bookmark: one interval from now, but at least 2 s before the deadline.
+fn bookmark_time(now: Instant, interval: std::time::Duration, deadline: Instant) -> Instant {
+    let early = deadline.checked_sub(std::time::Duration::from_secs(2)).unwrap_or(now);
+    (now + interval).min(early)
+}
+
+impl Watch {
+    /// The next frame of the response body; `None` when the watch is over (deadline, slow
+    /// watcher closed, cache shut down).
+    pub async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(f) = self.pending.pop_front() {
+                return Some(f);
+            }
+            if let Some(obj) = self.initial.next() {
+                return Some(frame_event(EventType::Added, &obj.typed_chunks()));
+            }
+            if let Some(rv) = self.end_bookmark.take() {
+                self.last_rv = self.last_rv.max(rv);
+                return Some(bookmark_frame(&self.shared.kind, rv, true));
+            }
+            let bookmark_at = self.bookmarks.then_some(self.next_bookmark);
+            tokio::select! {
+                biased;
+                d = self.rx.recv() => match d {
+                    Some(d) => {
+                        self.last_rv = self.last_rv.max(d.rv);
+                        return Some(d.frame);
+                    }
+                    None => return None,
+                },
+                _ = tokio::time::sleep_until(self.deadline) => return None,
+                _ = sleep_opt(bookmark_at) => self.bookmark(),
+            }
+        }
+    }
+
+    /// Queues a BOOKMARK at the cache RV, after whatever events are already queued for this
+    /// watcher: the cache RV is published after its events were dispatched, so draining the
+    /// queue first keeps RVs in order.
+    fn bookmark(&mut self) {
+        let now = Instant::now();
+        let cache_rv = self.shared.progress.borrow().rv;
+        while let Ok(d) = self.rx.try_recv() {
+            self.last_rv = self.last_rv.max(d.rv);
+            self.pending.push_back(d.frame);
+        }
+        if cache_rv > self.last_rv {
+            self.last_rv = cache_rv;
+            self.pending.push_back(bookmark_frame(&self.shared.kind, cache_rv, false));
+        }
+        // After the pre-deadline bookmark there is no other.
+        self.next_bookmark = bookmark_time(now, self.shared.opts.bookmark_interval, self.deadline);
+        self.bookmarks = self.next_bookmark > now;
+    }
+}
+
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.shared.state.lock().watchers.remove(&id);
+        }
+    }
+}
+
+/// A BOOKMARK event: the kind with only `metadata.resourceVersion` (plus the
+/// `k8s.io/initial-events-end` annotation for the end of a watch-list's initial events), and
+/// the zero-valued non-omitempty members of the built-in Pod type (reference §3.2).
+pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool) -> Bytes {
+    let annotations = if end_of_initial { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
+    let extra = if kind.builtin && kind.group.is_empty() && kind.resource == "pods" {
+        r#","spec":{"containers":null},"status":{}"#
+    } else {
+        ""
+    };
+    let obj = if kind.builtin {
+        format!(
+            r#"{{"kind":{},"apiVersion":{},"metadata":{{"resourceVersion":"{rv}"{annotations}}}{extra}}}"#,
+            serde_json::Value::from(kind.kind.as_str()),
+            serde_json::Value::from(kind.api_version())
+        )
+    } else {
+        format!(
+            r#"{{"apiVersion":{},"kind":{},"metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#,
+            serde_json::Value::from(kind.api_version()),
+            serde_json::Value::from(kind.kind.as_str())
+        )
+    };
+    frame_event(EventType::Bookmark, &[Bytes::from(obj)])
+}

@@ -1,0 +1,33 @@
+//! Response bodies built by the proxy itself: fixed chunks (lists, objects, errors) and
+//! watch streams. The body type is shared with forwarded responses.
+//!
+//! Used by `server::serve` and `server::handle`.
+
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+
+use crate::cache::Watch;
+
+/// Error type of every body the server sends.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body of every response the server sends.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// A body made of ready chunks, sent as they are (no copy).
+pub fn chunks(chunks: Vec<Bytes>) -> Body {
+    let frames = chunks.into_iter().filter(|c| !c.is_empty()).map(|c| Ok::<_, BoxError>(Frame::data(c)));
+    StreamBody::new(stream::iter(frames)).boxed_unsync()
+}
+
+/// A body holding one buffer.
+pub fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// A watch stream: one frame per event, flushed as it comes.
+pub fn watch(w: Watch) -> Body {
+    let s = stream::unfold(w, |mut w| async move { w.next().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), w)) });
+    StreamBody::new(s).boxed_unsync()
+}

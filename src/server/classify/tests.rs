@@ -1,0 +1,203 @@
+//! Table tests for `classify`: every row names the API rule it checks.
+
+use super::*;
+
+fn kinds() -> Vec<Arc<ResourceKind>> {
+    vec![
+        Arc::new(ResourceKind::new("", "v1", "pods", "Pod", true, true)),
+        Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true)),
+        Arc::new(ResourceKind::new("", "v1", "nodes", "Node", false, true)),
+        Arc::new(ResourceKind::new("", "v1", "namespaces", "Namespace", false, true)),
+        Arc::new(ResourceKind::new("apps", "v1", "deployments", "Deployment", true, true)),
+        Arc::new(ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false)),
+    ]
+}
+
+fn route(method: Method, path: &str, query: &str, accept: Option<&str>) -> Route {
+    let k = kinds();
+    classify(&method, path, Some(query), accept, &k[..])
+}
+
+fn plan(path: &str, query: &str) -> Plan {
+    match route(Method::GET, path, query, None) {
+        Route::Cache(c) => c.plan,
+        other => panic!("{path}?{query}: expected the cache, got {other:?}"),
+    }
+}
+
+fn forward(path: &str, query: &str) -> ForwardReason {
+    match route(Method::GET, path, query, None) {
+        Route::Forward(r) => r,
+        other => panic!("{path}?{query}: expected forward, got {other:?}"),
+    }
+}
+
+fn reject(path: &str, query: &str) -> (u16, String) {
+    match route(Method::GET, path, query, None) {
+        Route::Reject(e) => (e.to_status().code.as_u16(), e.to_string()),
+        other => panic!("{path}?{query}: expected an error, got {other:?}"),
+    }
+}
+
+const CMS: &str = "/api/v1/namespaces/ns/configmaps";
+
+#[test]
+fn paths() {
+    let p = parse_path("/api/v1/namespaces/ns/pods/p1/log").unwrap();
+    assert_eq!((p.namespace.as_deref(), p.resource.as_str(), p.name.as_deref()), (Some("ns"), "pods", Some("p1")));
+    assert_eq!(p.subresource.as_deref(), Some("log"));
+    let p = parse_path("/apis/apps/v1/watch/namespaces/ns/deployments/d").unwrap();
+    assert!(p.watch_prefix);
+    assert_eq!((p.group.as_str(), p.name.as_deref()), ("apps", Some("d")));
+    let p = parse_path("/api/v1/namespaces/ns").unwrap();
+    assert_eq!((p.resource.as_str(), p.name.as_deref(), p.namespace), ("namespaces", Some("ns"), None));
+    let p = parse_path("/api/v1/namespaces/ns/status").unwrap();
+    assert_eq!((p.resource.as_str(), p.subresource.as_deref()), ("namespaces", Some("status")));
+    assert!(parse_path("/version").is_none());
+    assert!(parse_path("/apis/apps/v1").is_none());
+    assert!(parse_path("/api/v1//pods").is_none());
+}
+
+#[test]
+fn what_goes_upstream() {
+    // Writes and non-GETs.
+    assert!(matches!(route(Method::POST, CMS, "", None), Route::Forward(ForwardReason::Write)));
+    assert!(matches!(route(Method::DELETE, &format!("{CMS}/a"), "", None), Route::Forward(ForwardReason::Write)));
+    // Discovery and other non-resource paths.
+    assert_eq!(forward("/api", ""), ForwardReason::NonResource);
+    assert_eq!(forward("/openapi/v3", ""), ForwardReason::NonResource);
+    // Not cached: events, secrets.
+    assert_eq!(forward("/api/v1/events", "resourceVersion=0"), ForwardReason::NotCached);
+    // Subresources.
+    assert_eq!(forward("/api/v1/namespaces/ns/pods/p/log", "follow=true"), ForwardReason::Subresource);
+    assert_eq!(forward("/api/v1/namespaces/ns/pods/p/exec", ""), ForwardReason::Subresource);
+    // GET with RV unset reads etcd.
+    assert_eq!(forward(&format!("{CMS}/a"), ""), ForwardReason::MostRecentGet);
+    // A field selector on a custom resource that the proxy does not know.
+    assert_eq!(forward("/apis/example.com/v1/widgets", "fieldSelector=spec.size%3D1"), ForwardReason::UnknownField);
+}
+
+#[test]
+fn content_negotiation() {
+    let accept = |a: &str| route(Method::GET, CMS, "resourceVersion=0", Some(a));
+    // kubelet and controllers: protobuf first, JSON or */* also accepted → cache.
+    assert!(matches!(accept("application/vnd.kubernetes.protobuf,application/json"), Route::Cache(_)));
+    assert!(matches!(accept("application/vnd.kubernetes.protobuf, */*"), Route::Cache(_)));
+    assert!(matches!(accept("application/json"), Route::Cache(_)));
+    // Protobuf only, Table first (kubectl), metadata-only informers → upstream.
+    assert!(matches!(accept("application/vnd.kubernetes.protobuf"), Route::Forward(ForwardReason::Accept)));
+    assert!(matches!(
+        accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"),
+        Route::Forward(ForwardReason::Accept)
+    ));
+    assert!(matches!(
+        accept("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"),
+        Route::Forward(ForwardReason::Accept)
+    ));
+    assert!(matches!(accept("text/html"), Route::Forward(ForwardReason::Accept)));
+}
+
+#[test]
+fn get_plans() {
+    // GetOptions: only resourceVersion counts; `?watch=1` on an object URL is a plain GET.
+    assert_eq!(plan(&format!("{CMS}/a"), "resourceVersion=0"), Plan::Get { min_rv: None });
+    assert_eq!(plan(&format!("{CMS}/a"), "resourceVersion=7"), Plan::Get { min_rv: Some(Rv(7)) });
+    assert_eq!(plan(&format!("{CMS}/a"), "watch=1&resourceVersion=7"), Plan::Get { min_rv: Some(Rv(7)) });
+    assert_eq!(plan(&format!("{CMS}/a"), "resourceVersion=0&resourceVersionMatch=Bogus"), Plan::Get { min_rv: None });
+    // Non-numeric RV on GET: the cacher's raw 500.
+    let (code, msg) = reject(&format!("{CMS}/a"), "resourceVersion=abc");
+    assert_eq!(code, 500);
+    assert_eq!(msg, r#"resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax"#);
+}
+
+#[test]
+fn list_plans() {
+    // Any: limit ignored.
+    assert_eq!(plan(CMS, "resourceVersion=0&limit=1"), Plan::ListAny);
+    assert_eq!(plan(CMS, "resourceVersion=0&resourceVersionMatch=NotOlderThan"), Plan::ListAny);
+    // NotOlderThan.
+    assert_eq!(plan(CMS, "resourceVersion=5"), Plan::ListNotOlderThan { min_rv: Rv(5), limit: None });
+    assert_eq!(
+        plan(CMS, "resourceVersion=5&resourceVersionMatch=NotOlderThan&limit=2"),
+        Plan::ListNotOlderThan { min_rv: Rv(5), limit: Some(2) }
+    );
+    // Exact and legacy exact (limit + N).
+    assert_eq!(
+        plan(CMS, "resourceVersion=5&resourceVersionMatch=Exact"),
+        Plan::ListExact { rv: Rv(5), limit: None, start: None }
+    );
+    assert_eq!(plan(CMS, "resourceVersion=5&limit=2"), Plan::ListExact { rv: Rv(5), limit: Some(2), start: None });
+    // Most Recent.
+    assert_eq!(plan(CMS, ""), Plan::ListMostRecent { limit: None, start: None });
+    assert_eq!(plan(CMS, "limit=500"), Plan::ListMostRecent { limit: Some(500), start: None });
+    // Continue tokens pin the RV; rv -1 continues at the latest state.
+    let t = ContinueToken::after(198, "cm-2").encode();
+    assert_eq!(
+        plan(CMS, &format!("limit=2&continue={t}")),
+        Plan::ListExact { rv: Rv(198), limit: Some(2), start: Some("cm-2\u{0}".into()) }
+    );
+    let t = ContinueToken::after(-1, "cm-2").encode();
+    assert_eq!(
+        plan(CMS, &format!("continue={t}&resourceVersion=0")),
+        Plan::ListMostRecent { limit: None, start: Some("cm-2\u{0}".into()) }
+    );
+}
+
+#[test]
+fn list_errors_in_the_apiserver_order() {
+    // Non-numeric RV on LIST: 400 (1.36).
+    let (code, msg) = reject(CMS, "resourceVersion=abc");
+    assert_eq!(code, 400);
+    assert!(msg.starts_with("invalid resource version: resourceVersion: Invalid value: \"abc\""), "{msg}");
+    // Validation before continue checks.
+    let t = ContinueToken::after(198, "cm-2").encode();
+    assert_eq!(reject(CMS, &format!("continue={t}&resourceVersionMatch=NotOlderThan&resourceVersion=5")).0, 422);
+    assert_eq!(
+        reject(CMS, &format!("continue={t}&resourceVersion=5")),
+        (400, "specifying resource version is not allowed when using continue".into())
+    );
+    assert_eq!(reject(CMS, "continue=abc!").1, "invalid continue token: continue key is not valid: illegal base64 data at input byte 3");
+    // Field labels: per-resource wording.
+    assert_eq!(reject("/api/v1/pods", "fieldSelector=spec.foo%3Dbar"), (400, "field label not supported: spec.foo".into()));
+    assert_eq!(
+        reject("/api/v1/configmaps", "fieldSelector=data.x%3D1"),
+        (400, r#""data.x" is not a known field selector: only "metadata.name", "metadata.namespace""#.into())
+    );
+    // A URL name contradicted by a metadata.name selector (watch of one object).
+    assert_eq!(
+        reject("/api/v1/watch/namespaces/ns/configmaps/cm-1", "fieldSelector=metadata.name%3Dcm-2"),
+        (400, "fieldSelector metadata.name doesn't match requested name".into())
+    );
+}
+
+#[test]
+fn watch_plans() {
+    // Legacy watch from N.
+    assert_eq!(plan(CMS, "watch=1&resourceVersion=5"), Plan::WatchAfter { rv: Rv(5) });
+    assert_eq!(plan(CMS, "watch=&resourceVersion=5"), Plan::WatchAfter { rv: Rv(5) });
+    assert_eq!(plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=5"), Plan::WatchAfter { rv: Rv(5) });
+    // 1.34+ defaulting: RV 0 / unset become watch-lists.
+    assert_eq!(plan(CMS, "watch=1&resourceVersion=0"), Plan::WatchList { min_rv: None });
+    assert_eq!(plan(CMS, "watch=1"), Plan::WatchMostRecent { initial: true });
+    // Explicit watch-list.
+    assert_eq!(
+        plan(CMS, "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=9"),
+        Plan::WatchList { min_rv: Some(Rv(9)) }
+    );
+    assert_eq!(
+        plan(CMS, "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&resourceVersion=0"),
+        Plan::WatchNow
+    );
+    assert_eq!(
+        plan(CMS, "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&resourceVersion=9"),
+        Plan::WatchAfter { rv: Rv(9) }
+    );
+    // Watches ignore limit and continue, even a malformed one.
+    assert_eq!(plan(CMS, "watch=1&resourceVersion=5&limit=1&continue=abc!"), Plan::WatchAfter { rv: Rv(5) });
+    // `watch=false` on a /watch/ path is still a watch.
+    assert_eq!(plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=0&watch=false"), Plan::WatchList { min_rv: None });
+    // Non-numeric RV on WATCH: 500.
+    assert_eq!(reject(CMS, "watch=1&resourceVersion=abc").0, 500);
+    // 422s.
+    assert_eq!(reject(CMS, "watch=1&sendInitialEvents=true").0, 422);
+}

@@ -1,0 +1,247 @@
+//! Serving a classified request from the cache: GET, LIST and WATCH with the apiserver's
+//! resourceVersion semantics (reference §1.5–§1.7), or the decision that it must go upstream
+//! after all (not fresh enough in time, outside the history window, not synced).
+//!
+//! Called by `server::handle` with a `CacheRequest` from `classify` and the resource's
+//! `cache::Reader`. Bodies are the stored bytes, streamed.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use tokio::time::Instant;
+
+use super::body::{self, Body};
+use super::classify::{CacheRequest, ForwardReason, Plan};
+use super::consistent::Prober;
+use crate::cache::{Filter, Page, Reader, WatchRequest, WatchStart};
+use crate::error::Error;
+use crate::resource::{frame_event, EventType, Rv};
+
+/// Tunables of cache serving.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// How long a NotOlderThan read waits for the cache to catch up (3 s like the apiserver).
+    pub freshness_wait: Duration,
+    /// Watches without `timeoutSeconds` last this × uniform[1, 2) (`--min-request-timeout`).
+    pub min_request_timeout: Duration,
+    /// Serve Most Recent reads from the cache after a consistent-read probe
+    /// (`--consistent-reads=cache`), or always forward them (`upstream`).
+    pub consistent_reads: bool,
+    /// How long a consistent read waits for the cache to reach the probed RV before going upstream.
+    pub consistent_wait: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            freshness_wait: Duration::from_secs(3),
+            min_request_timeout: Duration::from_secs(1800),
+            consistent_reads: true,
+            consistent_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What serving produced.
+pub enum Served {
+    Response(Response<Body>),
+    /// The cache cannot answer this one: forward it unchanged.
+    Forward(ForwardReason),
+}
+
+impl From<Error> for Served {
+    fn from(e: Error) -> Self {
+        Served::Response(e.into_response())
+    }
+}
+
+/// The cache of one resource and its consistent-read prober.
+pub struct Source<'a> {
+    pub reader: &'a Reader,
+    pub prober: &'a Prober,
+}
+
+/// Serves `req`, which arrived at `arrived`, from the cache.
+pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arrived: Instant) -> Served {
+    match serve_inner(req, &src, opts, arrived).await {
+        Ok(s) => s,
+        Err(e) => e.into(),
+    }
+}
+
+/// A consistent read: the cache RV once it holds every write the upstream had finished when
+/// the request arrived, or `None` when that cannot be shown in time (then: forward).
+async fn consistent_rv(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -> Option<Rv> {
+    if !opts.consistent_reads {
+        return None;
+    }
+    let r = match src.prober.fresh_rv(arrived).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
+            return None;
+        }
+    };
+    src.reader.wait_for(r, opts.consistent_wait).await.ok()?;
+    Some(r)
+}
+
+async fn serve_inner(
+    req: &CacheRequest,
+    src: &Source<'_>,
+    opts: &ServeOptions,
+    arrived: Instant,
+) -> Result<Served, Error> {
+    let reader = src.reader;
+    let progress = reader.progress();
+    if !progress.ready {
+        return Ok(not_ready(req, &progress));
+    }
+    let kind = reader.kind();
+    match &req.plan {
+        Plan::Get { min_rv } => {
+            if let Some(rv) = min_rv {
+                if reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
+                    return Ok(Served::Forward(ForwardReason::MostRecent));
+                }
+            }
+            let ns = req.namespace.as_deref().unwrap_or("");
+            let name = req.name.as_deref().unwrap_or("");
+            match reader.get(ns, name) {
+                Some(obj) => Ok(Served::Response(json_response(StatusCode::OK, body::chunks(obj.typed_chunks().to_vec())))),
+                None => Err(Error::not_found(kind, name)),
+            }
+        }
+        Plan::ListAny => list(reader, req, reader.snapshot(), None),
+        Plan::ListNotOlderThan { min_rv, limit } => {
+            if reader.wait_for(*min_rv, opts.freshness_wait).await.is_err() {
+                return Ok(Served::Forward(ForwardReason::MostRecent));
+            }
+            let snap = reader.snapshot();
+            let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
+            list(reader, req, snap, page)
+        }
+        Plan::ListExact { rv, limit, start } => {
+            if *rv > reader.progress().rv && reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
+                return Ok(Served::Forward(ForwardReason::MostRecent));
+            }
+            let Some(snap) = reader.snapshot_at(*rv) else {
+                return Ok(Served::Forward(ForwardReason::MostRecent));
+            };
+            let page = limit.map(|limit| Page { limit, start: start.clone(), token_rv: rv.0 as i64 });
+            // A continue token without a limit still lists from its start key.
+            let page = page.or_else(|| start.clone().map(|s| Page { limit: usize::MAX, start: Some(s), token_rv: rv.0 as i64 }));
+            list(reader, req, snap, page)
+        }
+        Plan::ListMostRecent { limit, start } => {
+            if consistent_rv(src, opts, arrived).await.is_none() {
+                return Ok(Served::Forward(ForwardReason::MostRecent));
+            }
+            let snap = reader.snapshot();
+            let token_rv = snap.rv.0 as i64;
+            let page = match (limit, start) {
+                (Some(limit), start) => Some(Page { limit: *limit, start: start.clone(), token_rv }),
+                (None, Some(s)) => Some(Page { limit: usize::MAX, start: Some(s.clone()), token_rv }),
+                (None, None) => None,
+            };
+            list(reader, req, snap, page)
+        }
+        Plan::WatchMostRecent { initial } => {
+            let Some(r) = consistent_rv(src, opts, arrived).await else {
+                return Ok(Served::Forward(ForwardReason::MostRecent));
+            };
+            let start = if *initial { WatchStart::InitialEvents } else { WatchStart::After(r) };
+            watch(reader, req, opts, start)
+        }
+        Plan::WatchAfter { rv } => watch(reader, req, opts, WatchStart::After(*rv)),
+        Plan::WatchNow => watch(reader, req, opts, WatchStart::Now),
+        Plan::WatchList { min_rv } => {
+            if let Some(rv) = min_rv {
+                if let Err(e) = reader.wait_for(*rv, opts.freshness_wait).await {
+                    return Ok(error_event_stream(&e));
+                }
+            }
+            watch(reader, req, opts, WatchStart::InitialEvents)
+        }
+    }
+}
+
+fn filter(req: &CacheRequest, watch_name: bool) -> Filter {
+    Filter::new(
+        req.namespace.clone(),
+        if watch_name { req.name.clone() } else { None },
+        req.labels.clone(),
+        req.fields.clone(),
+    )
+}
+
+fn list(reader: &Reader, req: &CacheRequest, snap: crate::cache::Snapshot, page: Option<Page>) -> Result<Served, Error> {
+    let body = reader.list(&snap, &filter(req, false), page);
+    let mut resp = json_response(StatusCode::OK, body::chunks(body.chunks));
+    if let Ok(v) = HeaderValue::from_str(&body.len.to_string()) {
+        resp.headers_mut().insert(header::CONTENT_LENGTH, v);
+    }
+    Ok(Served::Response(resp))
+}
+
+fn watch(reader: &Reader, req: &CacheRequest, opts: &ServeOptions, start: WatchStart) -> Result<Served, Error> {
+    let timeout = match req.opts.timeout_seconds {
+        Some(s) if s > 0 => Duration::from_secs(s),
+        _ => opts.min_request_timeout.mul_f64(1.0 + fastrand::f64()),
+    };
+    let wr = WatchRequest {
+        filter: filter(req, true),
+        start,
+        bookmarks: req.opts.allow_watch_bookmarks,
+        deadline: Instant::now() + timeout,
+    };
+    match reader.watch(wr) {
+        Ok(w) => Ok(Served::Response(watch_response(body::watch(w)))),
+        // Cached watches report errors as HTTP 200 + one ERROR event.
+        Err(e) => Ok(error_event_stream(&e)),
+    }
+}
+
+/// HTTP 200 with exactly one ERROR event carrying the error's Status, then the end.
+fn error_event_stream(e: &Error) -> Served {
+    let status = e.to_status();
+    let frame = frame_event(EventType::Error, &[status.body]);
+    Served::Response(watch_response(body::chunks(vec![frame])))
+}
+
+/// What a request gets while the cache is not synced (reference §8.2): GETs and plain
+/// paginated LISTs go upstream; the rest get 429 `storage is (re)initializing`.
+fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
+    let forward = match &req.plan {
+        Plan::Get { .. } => true,
+        Plan::ListAny | Plan::ListNotOlderThan { .. } | Plan::ListExact { .. } | Plan::ListMostRecent { .. } => {
+            req.opts.limit().is_some() && req.labels.is_empty() && req.fields.is_empty()
+        }
+        _ => false,
+    };
+    if forward {
+        return Served::Forward(ForwardReason::MostRecent);
+    }
+    let secs = Instant::now().duration_since(p.since).as_secs_f64();
+    let retry_after = (0.06 * secs).exp().clamp(1.0, 30.0) as u32;
+    let message = match &p.last_error {
+        Some(e) => format!("storage is (re)initializing: {e}"),
+        None => "storage is (re)initializing".to_owned(),
+    };
+    Served::Response(Error::TooManyRequests { message, retry_after }.into_response())
+}
+
+fn json_response(code: StatusCode, body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = code;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    resp
+}
+
+fn watch_response(body: Body) -> Response<Body> {
+    json_response(StatusCode::OK, body)
+}
+

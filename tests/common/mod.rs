@@ -1,0 +1,212 @@
+//! Shared helpers for integration tests: start the simulated apiserver and the proxy on
+//! 127.0.0.1:0, and talk plain HTTP to them.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use kube_watchcache::app::{self, Running};
+use kube_watchcache::config::{ServeArgs, UpstreamArgs};
+use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
+use serde_json::{json, Value};
+
+pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+pub fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub struct Env {
+    pub sim: SimHandle,
+    pub proxy: Running,
+    pub client: HttpClient,
+}
+
+pub fn serve_args(upstream: SocketAddr, resources: &[&str]) -> ServeArgs {
+    ServeArgs {
+        upstream: UpstreamArgs {
+            kubeconfig: None,
+            context: None,
+            upstream: Some(format!("http://{upstream}")),
+            token_file: None,
+            client_certificate: None,
+            client_key: None,
+            certificate_authority: None,
+            insecure_skip_tls_verify: false,
+        },
+        resources: resources.iter().map(|s| s.to_string()).collect(),
+        config: None,
+        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
+        secure_port: 0,
+        tls_cert_file: None,
+        tls_private_key_file: None,
+        insecure_listen: Some("127.0.0.1:0".parse().unwrap()),
+        history_window: Duration::from_secs(75),
+        history_max_events: 10_000,
+        min_request_timeout: Duration::from_secs(1800),
+        freshness_wait: Duration::from_secs(3),
+        consistent_reads: "cache".into(),
+        consistent_read_wait: Duration::from_secs(1),
+        shutdown_grace_period: Duration::from_secs(2),
+    }
+}
+
+/// Starts a sim with no seeded objects and a proxy caching configmaps, pods, nodes and widgets.
+pub async fn start() -> Env {
+    start_with(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() }).await
+}
+
+pub async fn start_with(opts: SimOptions) -> Env {
+    let sim = Sim::start(opts).await.expect("sim starts");
+    let args = serve_args(sim.addr, &["configmaps", "pods", "nodes", "example.com/widgets"]);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await, "proxy synced");
+    Env { sim, proxy, client: client() }
+}
+
+impl Env {
+    pub fn proxy_url(&self, path_and_query: &str) -> String {
+        format!("http://{}{}", self.proxy.addr, path_and_query)
+    }
+
+    pub fn sim_url(&self, path_and_query: &str) -> String {
+        format!("http://{}{}", self.sim.addr, path_and_query)
+    }
+
+    pub async fn get(&self, path_and_query: &str) -> Resp {
+        send(&self.client, Method::GET, &self.proxy_url(path_and_query), None, &[]).await
+    }
+
+    pub async fn get_sim(&self, path_and_query: &str) -> Resp {
+        send(&self.client, Method::GET, &self.sim_url(path_and_query), None, &[]).await
+    }
+
+    /// Creates a configmap upstream (directly in the sim) and returns its RV.
+    pub fn create_cm(&self, ns: &str, name: &str, labels: Value) -> u64 {
+        let o = self
+            .sim
+            .sim
+            .create("configmaps", ns, json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"labels":labels},"data":{"k":"v"}}))
+            .expect("create");
+        rv_of(&o)
+    }
+
+    pub fn update_cm(&self, ns: &str, name: &str, labels: Value, data: &str) -> u64 {
+        let o = self
+            .sim
+            .sim
+            .update("configmaps", ns, json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":ns,"labels":labels},"data":{"k":data}}))
+            .expect("update");
+        rv_of(&o)
+    }
+
+    pub fn delete_cm(&self, ns: &str, name: &str) -> u64 {
+        let o = self.sim.sim.delete("configmaps", ns, name).expect("delete");
+        rv_of(&o)
+    }
+
+    /// Waits until the proxy's configmaps cache has reached `rv`.
+    pub async fn synced_to(&self, rv: u64) {
+        let r = self.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+        r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.expect("cache caught up");
+    }
+
+    /// Requests the sim saw that match `path` prefix and contain `query_part`.
+    pub fn upstream_requests(&self, path: &str, query_part: &str) -> usize {
+        self.sim.sim.request_count(|r| r.path.starts_with(path) && r.query.contains(query_part))
+    }
+}
+
+pub fn rv_of(o: &Value) -> u64 {
+    o["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.json()["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+    }
+
+    /// Watch bodies: one JSON event per line.
+    pub fn events(&self) -> Vec<Value> {
+        self.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect()
+    }
+}
+
+pub async fn send(client: &HttpClient, method: Method, url: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Resp {
+    let mut b = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let body = body.map(|v| Bytes::from(v.to_string())).unwrap_or_default();
+    let req = b.body(Full::new(body)).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(20), client.request(req)).await.expect("response in time").expect("request");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = tokio::time::timeout(Duration::from_secs(20), resp.into_body().collect()).await.expect("body in time").expect("body").to_bytes();
+    Resp { status, headers, body }
+}
+
+/// An open watch read line by line.
+pub struct WatchLines {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+pub async fn open_watch(client: &HttpClient, url: &str) -> WatchLines {
+    let req = Request::builder().uri(url).body(Full::new(Bytes::new())).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req)).await.expect("headers in time").expect("watch");
+    WatchLines { status: resp.status(), headers: resp.headers().clone(), body: resp.into_body(), buf: Vec::new() }
+}
+
+impl WatchLines {
+    /// The next event, or `None` at the end of the stream or after `timeout` without one.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                if line.len() > 1 {
+                    return Some(serde_json::from_slice(&line[..line.len() - 1]).expect("event JSON"));
+                }
+                continue;
+            }
+            let frame = tokio::time::timeout_at(deadline, self.body.frame()).await.ok()??.ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buf.extend_from_slice(&data);
+            }
+        }
+    }
+
+    /// (type, name) of the next `n` events.
+    pub async fn take(&mut self, n: usize, timeout: Duration) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            match self.next(timeout).await {
+                Some(e) => out.push(type_name(&e)),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+pub fn type_name(e: &Value) -> (String, String) {
+    (e["type"].as_str().unwrap_or("").to_owned(), e["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned())
+}

@@ -1,0 +1,237 @@
+//! Integration: the proxy serves GET / LIST / WATCH from its cache in front of the simulated
+//! apiserver (issue 2, point 6), and the upstream is not asked.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn list_rv0_is_served_from_cache_in_key_order() {
+    let env = start().await;
+    env.create_cm("a", "x", json!({"app": "a"}));
+    let rv = env.create_cm("a-b", "y", json!({"app": "a"}));
+    env.synced_to(rv).await;
+    let before = env.upstream_requests("/api/v1/configmaps", "");
+    let r = env.get("/api/v1/configmaps?resourceVersion=0").await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["kind"], "ConfigMapList");
+    assert_eq!(v["apiVersion"], "v1");
+    assert_eq!(v["metadata"]["resourceVersion"], rv.to_string());
+    assert_eq!(r.names(), vec!["y", "x"], "a-b/y sorts before a/x");
+    assert!(v["items"][0].get("kind").is_none(), "built-in list items carry no kind");
+    assert_eq!(env.upstream_requests("/api/v1/configmaps", ""), before, "served without asking upstream");
+    // Same answer as the upstream itself.
+    let up = env.get_sim("/api/v1/configmaps?resourceVersion=0").await;
+    assert_eq!(up.json()["items"], v["items"]);
+    env.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn empty_list_has_items_array() {
+    let env = start().await;
+    let r = env.get("/api/v1/namespaces/nothing-here/configmaps?resourceVersion=0").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["items"], json!([]));
+    assert!(r.json()["metadata"]["resourceVersion"].is_string());
+}
+
+#[tokio::test]
+async fn get_from_cache_and_missing_object() {
+    let env = start().await;
+    let rv = env.create_cm("ns", "a", json!({}));
+    env.synced_to(rv).await;
+    let r = env.get("/api/v1/namespaces/ns/configmaps/a?resourceVersion=0").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["kind"], "ConfigMap", "GET carries kind/apiVersion");
+    assert_eq!(r.json()["metadata"]["resourceVersion"], rv.to_string());
+    let r = env.get(&format!("/api/v1/namespaces/ns/configmaps/a?resourceVersion={rv}")).await;
+    assert_eq!(r.status, 200);
+    let r = env.get("/api/v1/namespaces/ns/configmaps/nope?resourceVersion=0").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.json(),
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"nope\" not found","reason":"NotFound","details":{"name":"nope","kind":"configmaps"},"code":404})
+    );
+}
+
+#[tokio::test]
+async fn not_older_than_waits_then_forwards() {
+    let env = start().await;
+    let rv = env.create_cm("ns", "a", json!({}));
+    env.synced_to(rv).await;
+    // Fresh enough: served from the cache.
+    let before = env.upstream_requests("/api/v1/namespaces/ns/configmaps", "resourceVersion=");
+    let r = env.get(&format!("/api/v1/namespaces/ns/configmaps?resourceVersion={rv}")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.names(), vec!["a"]);
+    assert_eq!(env.upstream_requests("/api/v1/namespaces/ns/configmaps", "resourceVersion="), before);
+    // Far in the future: the cache waits, then the request goes upstream, which answers 504.
+    let future = rv + 100_000;
+    let r = env.get(&format!("/api/v1/namespaces/ns/configmaps?resourceVersion={future}")).await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.json()["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert_eq!(env.upstream_requests("/api/v1/namespaces/ns/configmaps", &format!("resourceVersion={future}")), 1);
+}
+
+#[tokio::test]
+async fn watch_from_rv_replays_then_streams_live() {
+    let env = start().await;
+    let r0 = env.create_cm("ns", "a", json!({}));
+    let r1 = env.create_cm("ns", "b", json!({}));
+    env.synced_to(r1).await;
+    let mut w = open_watch(&env.client, &env.proxy_url(&format!("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion={r0}"))).await;
+    assert_eq!(w.status, 200);
+    assert_eq!(w.headers["content-type"], "application/json");
+    let first = w.next(T).await.unwrap();
+    assert_eq!(type_name(&first), ("ADDED".into(), "b".into()));
+    assert_eq!(first["object"]["kind"], "ConfigMap", "watch objects carry kind");
+    env.update_cm("ns", "a", json!({}), "changed");
+    let d = env.delete_cm("ns", "b");
+    assert_eq!(w.take(2, T).await, vec![("MODIFIED".into(), "a".into()), ("DELETED".into(), "b".into())]);
+    let _ = d;
+}
+
+#[tokio::test]
+async fn watch_rv0_sends_initial_state_in_key_order() {
+    let env = start().await;
+    env.create_cm("ns", "b", json!({}));
+    let rv = env.create_cm("ns", "a", json!({}));
+    env.synced_to(rv).await;
+    let mut w = open_watch(&env.client, &env.proxy_url("/api/v1/namespaces/ns/configmaps?watch=true&resourceVersion=0")).await;
+    assert_eq!(w.take(2, T).await, vec![("ADDED".into(), "a".into()), ("ADDED".into(), "b".into())]);
+    env.create_cm("ns", "c", json!({}));
+    assert_eq!(w.take(1, T).await, vec![("ADDED".into(), "c".into())]);
+}
+
+#[tokio::test]
+async fn too_old_watch_gets_one_error_event() {
+    let env = start().await;
+    let r = env.create_cm("ns", "a", json!({}));
+    env.synced_to(r).await;
+    // The proxy listed after `r`: its window starts at its list RV.
+    let (floor, _) = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().window();
+    assert!(floor.0 >= 1);
+    let old = floor.0 - 1;
+    let resp = env.get(&format!("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion={old}")).await;
+    assert_eq!(resp.status, 200);
+    let ev = resp.events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        ev[0],
+        json!({"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":format!("too old resource version: {old} ({})", floor.0),"reason":"Expired","code":410}})
+    );
+}
+
+#[tokio::test]
+async fn timeout_seconds_ends_the_watch() {
+    let env = start().await;
+    let start = std::time::Instant::now();
+    let r = env.get("/api/v1/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1").await;
+    assert_eq!(r.status, 200);
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "{took:?}");
+}
+
+#[tokio::test]
+async fn legacy_watch_paths_and_single_object_watch() {
+    let env = start().await;
+    let r0 = env.create_cm("ns", "a", json!({}));
+    env.create_cm("ns", "b", json!({}));
+    env.synced_to(r0 + 1).await;
+    let mut w = open_watch(&env.client, &env.proxy_url(&format!("/api/v1/watch/namespaces/ns/configmaps/a?resourceVersion={r0}"))).await;
+    env.update_cm("ns", "b", json!({}), "x");
+    env.update_cm("ns", "a", json!({}), "y");
+    assert_eq!(w.take(1, T).await, vec![("MODIFIED".into(), "a".into())], "only object a");
+    let mut all = open_watch(&env.client, &env.proxy_url(&format!("/api/v1/watch/configmaps?resourceVersion={r0}"))).await;
+    assert_eq!(all.take(3, T).await.len(), 3);
+}
+
+#[tokio::test]
+async fn cluster_scoped_and_custom_resources() {
+    let env = start().await;
+    let n = env.sim.sim.create("nodes", "", json!({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}})).unwrap();
+    let w = env
+        .sim
+        .sim
+        .create("example.com/widgets", "ns", json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":1}}))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = env.get(&format!("/api/v1/nodes?resourceVersion={}", rv_of(&n))).await;
+    assert_eq!(r.names(), vec!["n1"]);
+    let r = env.get(&format!("/apis/example.com/v1/namespaces/ns/widgets?resourceVersion={}", rv_of(&w))).await;
+    let v = r.json();
+    assert_eq!(v["kind"], "WidgetList");
+    assert_eq!(v["items"][0]["kind"], "Widget", "custom resource items keep kind");
+    let up = env.get_sim("/apis/example.com/v1/namespaces/ns/widgets?resourceVersion=0").await;
+    assert_eq!(up.json()["items"], v["items"]);
+}
+
+#[tokio::test]
+async fn bad_input_gets_apiserver_errors() {
+    let env = start().await;
+    let r = env.get("/api/v1/configmaps?resourceVersion=abc").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["message"],
+        "invalid resource version: resourceVersion: Invalid value: \"abc\": strconv.ParseUint: parsing \"abc\": invalid syntax"
+    );
+    let r = env.get("/api/v1/configmaps?labelSelector=tier%20in%20(front").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["message"], "unable to parse requirement: found '', expected: ',' or ')'");
+    let r = env.get("/api/v1/configmaps?resourceVersionMatch=NotOlderThan").await;
+    assert_eq!(r.status, 422);
+    let r = env.get("/api/v1/configmaps?limit=abc&resourceVersion=0").await;
+    assert_eq!(r.status, 400);
+}
+
+#[tokio::test]
+async fn most_recent_list_is_a_consistent_read_from_the_cache() {
+    let env = start().await;
+    let mut last = 0;
+    for i in 0..5 {
+        last = env.create_cm("ns", &format!("c{i}"), json!({}));
+        // Read-your-writes: the list right after the write, through the proxy, sees it.
+        let r = env.get("/api/v1/namespaces/ns/configmaps").await;
+        assert_eq!(r.status, 200);
+        assert!(r.names().contains(&format!("c{i}")), "write {i} visible");
+        let list_rv: u64 = r.json()["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        assert!(list_rv >= last);
+    }
+    // Served from the cache: the upstream saw only `limit=1` probes, never the list itself.
+    let full_lists = env.sim.sim.request_count(|r| r.path == "/api/v1/namespaces/ns/configmaps" && !r.query.contains("limit=1"));
+    assert_eq!(full_lists, 0);
+    assert!(env.upstream_requests("/api/v1/namespaces/ns/configmaps", "limit=1") >= 1);
+    let _ = last;
+}
+
+#[tokio::test]
+async fn paginated_lists_are_consistent_snapshots() {
+    let env = start().await;
+    let mut rv = 0;
+    for i in 1..=5 {
+        rv = env.create_cm("ns", &format!("cm-{i}"), json!({"app": "a"}));
+    }
+    env.synced_to(rv).await;
+    let p1 = env.get(&format!("/api/v1/namespaces/ns/configmaps?limit=2&resourceVersion={rv}&resourceVersionMatch=NotOlderThan")).await;
+    assert_eq!(p1.names(), vec!["cm-1", "cm-2"]);
+    let m = p1.json()["metadata"].clone();
+    assert_eq!(m["remainingItemCount"], 3);
+    let token = m["continue"].as_str().unwrap().to_owned();
+    // Writes between pages do not show.
+    env.create_cm("ns", "cm-2a", json!({}));
+    let d = env.delete_cm("ns", "cm-4");
+    env.synced_to(d).await;
+    let p2 = env.get(&format!("/api/v1/namespaces/ns/configmaps?limit=2&continue={token}")).await;
+    assert_eq!(p2.status, 200);
+    assert_eq!(p2.names(), vec!["cm-3", "cm-4"]);
+    assert_eq!(p2.json()["metadata"]["resourceVersion"], m["resourceVersion"]);
+    // The upstream accepts the proxy's tokens (same format).
+    let up = env.get_sim(&format!("/api/v1/namespaces/ns/configmaps?limit=2&continue={token}")).await;
+    assert_eq!(up.names(), vec!["cm-3", "cm-4"]);
+}
