@@ -117,6 +117,12 @@ pub struct Upstream {
     inner: Arc<client::Inner>,
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("base_url", &self.inner.base_url).finish_non_exhaustive()
+    }
+}
+
 impl Upstream {
     /// Resolves where the connection comes from (`--upstream`, kubeconfig, in-cluster) and builds
     /// the clients. Does no network I/O; a missing or broken configuration is a one-line error.

@@ -142,6 +142,15 @@ fn kubeconfig_errors_are_one_line() {
 }
 
 #[test]
+fn in_cluster_is_the_last_resort_and_fails_in_one_line() {
+    // The test process has no KUBERNETES_SERVICE_HOST, so kube-client's loader fails.
+    let env = Env { in_cluster: true, ..no_env() };
+    let e = resolve_with(&UpstreamOptions::default(), &env).err().unwrap().to_string();
+    assert!(e.starts_with("in-cluster config: "), "{e}");
+    assert!(!e.contains('\n'));
+}
+
+#[test]
 fn kubeconfig_from_env_var_and_home() {
     let dir = TempDir::new();
     let path = kubeconfig(&dir);
