@@ -1,1 +1,144 @@
-//! TODO
+//! The client to the real kube-apiserver: where the connection comes from, the TLS and HTTP
+//! clients, and the few requests the proxy makes (discovery, LIST pages, WATCH streams) plus the
+//! pass-through of callers' requests.
+//!
+//! Called by `app` (builds one [`Upstream`] from [`UpstreamOptions`] and logs
+//! [`Upstream::describe`]), by `reflector` ([`Upstream::list_page`], [`Upstream::watch`],
+//! [`Upstream::get_json`] for consistent-read probes), by `server::proxy`
+//! ([`Upstream::forward`]) and by `bench` (as a plain client).
+//!
+//! # Layout
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `config.rs` | [`UpstreamOptions`] → a resolved source (URL, TLS material, auth), [`ConfigError`] |
+//! | `auth.rs` | the proxy's own credentials; token files re-read every minute |
+//! | `tls.rs` | rustls client configs (with and without the client certificate) and connectors |
+//! | `client.rs` | the three pooled HTTP clients and the own-request helpers ([`Upstream::get_json`]) |
+//! | `discovery.rs` | [`Upstream::discover`]: "group/resource" → [`ResourceKind`] |
+//! | `list.rs` | [`Upstream::list_page`] and zero-copy [`ListPage`] parsing |
+//! | `watch.rs` | [`Upstream::watch`] and the [`WatchStream`] line splitter |
+//! | `forward.rs` | [`Upstream::forward`]: pass-through without the proxy's credentials, upgrades |
+//!
+//! Three clients, one reason each: the *own* client carries the proxy's identity (bearer token,
+//! client certificate) and is only used for the proxy's own requests; the *forward* client
+//! carries no credentials at all, so a caller can never borrow the proxy's identity; the
+//! *upgrade* client is the forward client restricted to HTTP/1.1, because `exec`, `attach` and
+//! `port-forward` upgrade the connection and HTTP/2 has no `Upgrade`.
+
+mod auth;
+mod client;
+mod config;
+mod discovery;
+mod forward;
+mod list;
+mod tls;
+mod watch;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use config::{ConfigError, UpstreamOptions};
+pub use list::ListPage;
+pub use watch::{RawEvent, WatchStream};
+
+#[allow(unused_imports)] // used by the docs above
+use crate::resource::ResourceKind;
+
+/// The boxed error of streamed bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body of a forwarded response: the upstream body, streamed as it arrives.
+pub type BoxBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+/// Why a request to the upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Connecting, TLS, I/O or a timeout: the upstream could not be talked to.
+    #[error("upstream unreachable: {0}")]
+    Transport(String),
+    /// The upstream answered with a non-2xx status; `status` is its `Status` object when the
+    /// body was one.
+    #[error("upstream answered HTTP {code}: {}", status_message(.status, .body))]
+    Status { code: u16, status: Option<serde_json::Value>, body: Bytes },
+    /// The upstream answered 2xx with a body that could not be read as expected.
+    #[error("unexpected upstream response: {0}")]
+    Decode(String),
+    /// Discovery did not find a wanted resource, or it cannot be listed and watched.
+    #[error("discovery: {0}")]
+    Discovery(String),
+}
+
+impl UpstreamError {
+    /// True when the upstream says the requested resourceVersion is gone: HTTP 410, or a
+    /// `Status` with code 410 or reason `Expired` / `Gone` (also inside a watch ERROR event,
+    /// see [`RawEvent::error`]).
+    pub fn is_gone(&self) -> bool {
+        match self {
+            UpstreamError::Status { code, status, .. } => {
+                *code == 410
+                    || status.as_ref().is_some_and(|s| {
+                        s.get("code").and_then(|c| c.as_u64()) == Some(410)
+                            || matches!(s.get("reason").and_then(|r| r.as_str()), Some("Expired" | "Gone"))
+                    })
+            }
+            _ => false,
+        }
+    }
+
+    /// The HTTP status code of a `Status` error.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            UpstreamError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// The `message` of a `Status`, else the start of the body, on one line.
+fn status_message(status: &Option<serde_json::Value>, body: &Bytes) -> String {
+    let text = match status.as_ref().and_then(|s| s.get("message")).and_then(|m| m.as_str()) {
+        Some(m) => m.to_owned(),
+        None => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+    };
+    config::one_line(&text)
+}
+
+/// A handle on the upstream apiserver. Cheap to clone: every clone shares the same pooled
+/// connections and credentials.
+#[derive(Clone)]
+pub struct Upstream {
+    inner: Arc<client::Inner>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").field("base_url", &self.inner.base_url).finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Resolves where the connection comes from (`--upstream`, kubeconfig, in-cluster) and builds
+    /// the clients. Does no network I/O; a missing or broken configuration is a one-line error.
+    pub fn new(opts: &UpstreamOptions) -> Result<Upstream, ConfigError> {
+        let resolved = config::resolve(opts)?;
+        Ok(Upstream { inner: Arc::new(client::Inner::build(resolved)?) })
+    }
+
+    /// The upstream's base URL without a trailing slash, e.g. `https://10.0.0.1:6443`.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// One line for the startup log: URL, where it came from and the kind of credentials.
+    /// Never contains a secret.
+    pub fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}

@@ -1,0 +1,192 @@
+//! The three pooled HTTP clients and the helpers for the proxy's own requests: URL building,
+//! headers (`Accept`, `User-Agent`, `Authorization`), the 60 s timeout, and turning non-2xx
+//! answers into [`UpstreamError::Status`].
+//!
+//! `list.rs`, `watch.rs` and `discovery.rs` build on [`Inner::send_own`] /
+//! [`Upstream::get_json`]; `forward.rs` uses the forward and upgrade clients directly.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::auth::Auth;
+use super::config::{ConfigError, Resolved};
+use super::tls::{connector, Connector, Flavor};
+use super::{Upstream, UpstreamError};
+
+/// Bound on every non-watch own request (headers and body), and on a watch's response headers.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Everything an [`Upstream`] shares between its clones.
+pub(crate) struct Inner {
+    pub base_url: String,
+    origin: String,
+    auth: Auth,
+    has_identity: bool,
+    user_agent: HeaderValue,
+    /// The proxy's own requests: its token and client certificate.
+    pub own: Client<Connector, Full<Bytes>>,
+    /// Pass-through, no credentials, h2 when offered.
+    pub forward: Client<Connector, Incoming>,
+    /// Pass-through of upgrade requests, no credentials, HTTP/1.1 only.
+    pub upgrade: Client<Connector, Incoming>,
+}
+
+impl Inner {
+    pub fn build(r: Resolved) -> Result<Inner, ConfigError> {
+        let own = client(&r, Flavor::Own)?;
+        let forward = client(&r, Flavor::Forward)?;
+        let upgrade = client(&r, Flavor::Upgrade)?;
+        Ok(Inner {
+            base_url: r.base_url,
+            origin: r.origin,
+            has_identity: r.tls.identity.is_some(),
+            auth: r.auth,
+            user_agent: HeaderValue::from_static(concat!("kube-watchcache/", env!("CARGO_PKG_VERSION"))),
+            own,
+            forward,
+            upgrade,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        let mut creds = self.auth.describe();
+        if self.has_identity {
+            creds.push_str(", client certificate");
+        }
+        format!("{} ({}; {})", self.base_url, self.origin, creds)
+    }
+
+    /// `base_url` + a path-and-query that starts with `/`.
+    pub fn uri(&self, path_and_query: &str) -> Result<Uri, UpstreamError> {
+        let sep = if path_and_query.starts_with('/') { "" } else { "/" };
+        format!("{}{sep}{path_and_query}", self.base_url)
+            .parse()
+            .map_err(|e| UpstreamError::Transport(format!("invalid request path {path_and_query:?}: {e}")))
+    }
+
+    /// A request with the proxy's own credentials.
+    pub fn own_request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
+        let mut req = Request::new(Full::new(body.clone().unwrap_or_default()));
+        *req.method_mut() = method;
+        *req.uri_mut() = self.uri(path_and_query)?;
+        let h = req.headers_mut();
+        h.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        h.insert(USER_AGENT, self.user_agent.clone());
+        if body.is_some() {
+            h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if let Some(auth) = self.auth.header() {
+            h.insert(AUTHORIZATION, auth);
+        }
+        Ok(req)
+    }
+
+    /// Sends an own request and waits (at most [`REQUEST_TIMEOUT`]) for the response headers.
+    /// A non-2xx answer is read and returned as [`UpstreamError::Status`].
+    pub async fn send_own(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, UpstreamError> {
+        let what = format!("{} {}", req.method(), req.uri().path());
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.own.request(req))
+            .await
+            .map_err(|_| timeout(&what))?
+            .map_err(|e| transport(&what, &e))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let code = resp.status();
+        let body = tokio::time::timeout(REQUEST_TIMEOUT, resp.into_body().collect())
+            .await
+            .map_err(|_| timeout(&what))?
+            .map_err(|e| transport(&what, &e))?
+            .to_bytes();
+        Err(status_error(code, body))
+    }
+
+    /// An own request with its whole body, all within [`REQUEST_TIMEOUT`].
+    pub async fn request_bytes(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<Bytes, UpstreamError> {
+        let req = self.own_request(method, path_and_query, body)?;
+        let what = format!("{} {}", req.method(), req.uri().path());
+        let fut = async {
+            let resp = self.send_own(req).await?;
+            resp.into_body().collect().await.map(|b| b.to_bytes()).map_err(|e| transport(&what, &e))
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, fut).await.map_err(|_| timeout(&what))?
+    }
+}
+
+impl Upstream {
+    /// The proxy's own GET (probes, and later TokenReview/SubjectAccessReview lookups):
+    /// `path_and_query` relative to the base URL, with the proxy's credentials; body buffered.
+    /// Non-2xx → [`UpstreamError::Status`]. At most 60 s.
+    pub async fn get_json(&self, path_and_query: &str) -> Result<Bytes, UpstreamError> {
+        self.inner.request_bytes(Method::GET, path_and_query, None).await
+    }
+
+    /// The proxy's own POST of a JSON body (TokenReview, SubjectAccessReview); like
+    /// [`Upstream::get_json`] otherwise.
+    pub async fn post_json(&self, path_and_query: &str, body: Bytes) -> Result<Bytes, UpstreamError> {
+        self.inner.request_bytes(Method::POST, path_and_query, Some(body)).await
+    }
+}
+
+fn client<B>(r: &Resolved, flavor: Flavor) -> Result<Client<Connector, B>, ConfigError>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let conn = connector(&r.tls, flavor)?;
+    let mut b = Client::builder(TokioExecutor::new());
+    b.timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .http2_keep_alive_while_idle(true);
+    Ok(b.build(conn))
+}
+
+/// A non-2xx answer: keep the body, and its `Status` object when it is one.
+pub(crate) fn status_error(code: StatusCode, body: Bytes) -> UpstreamError {
+    let status = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"));
+    UpstreamError::Status { code: code.as_u16(), status, body }
+}
+
+/// A transport error with its cause chain (hyper-util's own Display is just "client error").
+pub(crate) fn transport(what: &str, e: &(dyn std::error::Error + 'static)) -> UpstreamError {
+    let mut msg = format!("{what}: {e}");
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_text = s.to_string();
+        if !msg.ends_with(&s_text) {
+            msg.push_str(": ");
+            msg.push_str(&s_text);
+        }
+        src = s.source();
+    }
+    UpstreamError::Transport(super::config::one_line(&msg))
+}
+
+fn timeout(what: &str) -> UpstreamError {
+    UpstreamError::Transport(format!("{what}: no answer within {}s", REQUEST_TIMEOUT.as_secs()))
+}

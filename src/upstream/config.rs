@@ -1,0 +1,390 @@
+//! Where the upstream connection comes from: `--upstream URL`, a kubeconfig (`--kubeconfig`,
+//! `$KUBECONFIG`, `~/.kube/config`, current context or `--context`) or the in-cluster service
+//! account. Produces a [`Resolved`] (base URL, TLS material, credentials) for `client.rs`.
+//!
+//! Kubeconfig and in-cluster parsing are kube-client's (`kube_client::config`); this file only
+//! picks the source, applies the explicit flags on top (`--token-file`, `--client-certificate`/
+//! `--client-key`, `--certificate-authority`, `--insecure-skip-tls-verify` win over what the
+//! source says) and turns every failure into a one-line [`ConfigError`].
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use kube_client::config::{AuthInfo, Config, Kubeconfig, KubeconfigError};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::auth::{Auth, TokenFile};
+
+/// Where the connection comes from (filled by `crate::config` from CLI flags).
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamOptions {
+    /// `--upstream URL`: wins over any kubeconfig.
+    pub upstream: Option<String>,
+    /// `--kubeconfig`: else `$KUBECONFIG`, else `~/.kube/config`, else in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context`: else the kubeconfig's current-context.
+    pub context: Option<String>,
+    /// `--token-file`: a bearer token file, re-read every minute.
+    pub token_file: Option<PathBuf>,
+    /// `--client-certificate` (PEM chain); needs `client_key`.
+    pub client_certificate: Option<PathBuf>,
+    /// `--client-key` (PEM, PKCS#8 / PKCS#1 / SEC1); needs `client_certificate`.
+    pub client_key: Option<PathBuf>,
+    /// `--certificate-authority` (PEM bundle) to verify the upstream's certificate.
+    pub certificate_authority: Option<PathBuf>,
+    /// `--insecure-skip-tls-verify`: do not verify the upstream's certificate.
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// A configuration that cannot be used. `Display` is one line; `main` prints it and exits 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "no upstream configured: pass --upstream or --kubeconfig, set KUBECONFIG, create \
+         ~/.kube/config, or run in a pod with a service account"
+    )]
+    NoSource,
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("kubeconfig {path}: context \"{context}\" not found")]
+    UnknownContext { path: String, context: String },
+    #[error("in-cluster config: {0}")]
+    InCluster(String),
+    #[error("invalid upstream URL \"{url}\": {message}")]
+    InvalidUrl { url: String, message: String },
+    #[error("cannot read {what} {path}: {message}")]
+    ReadFile { what: &'static str, path: String, message: String },
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    #[error("unsupported credentials: {0}")]
+    Unsupported(String),
+}
+
+impl ConfigError {
+    pub(crate) fn read_file(what: &'static str, path: &Path, err: impl std::fmt::Display) -> ConfigError {
+        ConfigError::ReadFile { what, path: path.display().to_string(), message: one_line(&err.to_string()) }
+    }
+}
+
+/// Collapses a message onto one line (YAML parse errors carry snippets over several lines).
+pub(crate) fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The outcome of resolving [`UpstreamOptions`].
+pub(crate) struct Resolved {
+    /// `scheme://authority[/prefix]`, no trailing slash.
+    pub base_url: String,
+    /// Where it came from, for [`super::Upstream::describe`].
+    pub origin: String,
+    pub tls: TlsSettings,
+    pub auth: Auth,
+}
+
+/// What the TLS layer needs.
+#[derive(Default)]
+pub(crate) struct TlsSettings {
+    /// Trust anchors for the upstream's certificate (empty for `http://` or when insecure).
+    pub roots: Vec<CertificateDer<'static>>,
+    pub insecure: bool,
+    /// Name to verify instead of the URL's host (`tls-server-name`).
+    pub server_name: Option<String>,
+    /// The proxy's client certificate; only the own-requests client presents it.
+    pub identity: Option<Identity>,
+}
+
+/// A client certificate chain and its key.
+pub(crate) struct Identity {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+/// The process environment `resolve` looks at, separated so that tests need not mutate it.
+pub(crate) struct Env {
+    pub kubeconfig_var: Option<OsString>,
+    pub home: Option<PathBuf>,
+    pub in_cluster: bool,
+    pub ssl_cert_file: Option<PathBuf>,
+}
+
+impl Env {
+    fn from_process() -> Env {
+        Env {
+            kubeconfig_var: std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()),
+            home: std::env::var_os("HOME").filter(|v| !v.is_empty()).map(PathBuf::from),
+            in_cluster: std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|v| !v.is_empty()),
+            ssl_cert_file: std::env::var_os("SSL_CERT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from),
+        }
+    }
+}
+
+/// Resolves the options against the process environment.
+pub(crate) fn resolve(opts: &UpstreamOptions) -> Result<Resolved, ConfigError> {
+    resolve_with(opts, &Env::from_process())
+}
+
+/// Picks the source (`--upstream` > `--kubeconfig` > `$KUBECONFIG` > `~/.kube/config` >
+/// in-cluster), then applies the explicit flags on top.
+pub(crate) fn resolve_with(opts: &UpstreamOptions, env: &Env) -> Result<Resolved, ConfigError> {
+    let mut r = if let Some(url) = &opts.upstream {
+        Resolved {
+            base_url: normalize_url(url)?,
+            origin: "--upstream".into(),
+            tls: TlsSettings::default(),
+            auth: Auth::None,
+        }
+    } else if let Some(path) = &opts.kubeconfig {
+        let kc = Kubeconfig::read_from(path).map_err(|e| kube_err(e, &path.display().to_string(), None))?;
+        from_kubeconfig(kc, &path.display().to_string(), opts.context.as_deref())?
+    } else if let Some(var) = &env.kubeconfig_var {
+        let label = var.to_string_lossy().into_owned();
+        from_kubeconfig(read_kubeconfig_list(var, &label)?, &label, opts.context.as_deref())?
+    } else if let Some(path) =
+        env.home.as_ref().map(|h| h.join(".kube").join("config")).filter(|p| p.exists())
+    {
+        let label = path.display().to_string();
+        let kc = Kubeconfig::read_from(&path).map_err(|e| kube_err(e, &label, None))?;
+        from_kubeconfig(kc, &label, opts.context.as_deref())?
+    } else if env.in_cluster {
+        in_cluster()?
+    } else {
+        return Err(ConfigError::NoSource);
+    };
+    apply_flags(&mut r, opts)?;
+    if r.base_url.starts_with("https://") && r.tls.roots.is_empty() && !r.tls.insecure {
+        r.tls.roots = system_roots(env)?;
+    }
+    Ok(r)
+}
+
+/// `$KUBECONFIG` may list several files; they merge, the first to set a value wins.
+fn read_kubeconfig_list(var: &OsString, label: &str) -> Result<Kubeconfig, ConfigError> {
+    let mut merged = Kubeconfig::default();
+    for path in std::env::split_paths(var).filter(|p| !p.as_os_str().is_empty()) {
+        let kc = Kubeconfig::read_from(&path).map_err(|e| kube_err(e, &path.display().to_string(), None))?;
+        merged = merged.merge(kc).map_err(|e| kube_err(e, label, None))?;
+    }
+    Ok(merged)
+}
+
+fn from_kubeconfig(mut kc: Kubeconfig, label: &str, context: Option<&str>) -> Result<Resolved, ConfigError> {
+    if let Some(c) = context {
+        kc.current_context = Some(c.to_owned());
+    }
+    let context_name = kc.current_context.clone();
+    let user_name = context_name
+        .as_ref()
+        .and_then(|c| kc.contexts.iter().find(|n| &n.name == c))
+        .and_then(|n| n.context.as_ref())
+        .and_then(|c| c.user.clone())
+        .unwrap_or_default();
+    let cfg = Config::try_from(kc).map_err(|e| kube_err(e, label, context_name.as_deref()))?;
+    let url = cfg.cluster_url.to_string();
+    if cfg.proxy_url.is_some() {
+        tracing::warn!("kubeconfig {label}: proxy-url / HTTPS_PROXY is not supported; connecting directly");
+    }
+    let kerr = |message: String| ConfigError::Kubeconfig { path: label.to_owned(), message };
+    let base_url = normalize_url(&url).map_err(|e| kerr(e.to_string()))?;
+    let roots = cfg.root_cert.unwrap_or_default().into_iter().map(CertificateDer::from).collect();
+    let (auth, identity) = user_credentials(&cfg.auth_info, &user_name).map_err(|e| match e {
+        ConfigError::Kubeconfig { message, .. } => kerr(message),
+        other => other,
+    })?;
+    Ok(Resolved {
+        base_url,
+        origin: match context_name {
+            Some(c) => format!("kubeconfig {label}, context {c}"),
+            None => format!("kubeconfig {label}"),
+        },
+        tls: TlsSettings {
+            roots,
+            insecure: cfg.accept_invalid_certs,
+            server_name: cfg.tls_server_name.filter(|s| !s.is_empty()),
+            identity,
+        },
+        auth,
+    })
+}
+
+/// The user's bearer token / token file and client certificate. Exec plugins and auth providers
+/// are not run; a user that has nothing else is an error rather than silent anonymity.
+fn user_credentials(a: &AuthInfo, user: &str) -> Result<(Auth, Option<Identity>), ConfigError> {
+    let err = |message: String| ConfigError::Kubeconfig { path: String::new(), message };
+    // kube-client keeps secrets in `secrecy` types; its serializer exposes them.
+    let secrets = serde_json::to_value(a).unwrap_or_default();
+    let secret =
+        |k: &str| secrets.get(k).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_owned);
+
+    let auth = if let Some(token) = secret("token") {
+        Auth::token(token.trim()).map_err(|e| err(format!("user \"{user}\": {e}")))?
+    } else if let Some(path) = a.token_file.as_deref().filter(|p| !p.is_empty()) {
+        Auth::TokenFile(TokenFile::open(Path::new(path))?)
+    } else {
+        Auth::None
+    };
+
+    let cert = match (&a.client_certificate_data, &a.client_certificate) {
+        (Some(d), _) if !d.is_empty() => {
+            Some(decode_b64(d).map_err(|e| err(format!("client-certificate-data: {e}")))?)
+        }
+        (_, Some(p)) if !p.is_empty() => Some(read(Path::new(p), "client certificate")?),
+        _ => None,
+    };
+    let key = match (secret("client-key-data"), &a.client_key) {
+        (Some(d), _) => Some(decode_b64(&d).map_err(|e| err(format!("client-key-data: {e}")))?),
+        (None, Some(p)) if !p.is_empty() => Some(read(Path::new(p), "client key")?),
+        _ => None,
+    };
+    let identity = match (cert, key) {
+        (Some(c), Some(k)) => Some(identity(&c, &k)?),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(err(format!("user \"{user}\" has a client certificate but no client key")))
+        }
+        (None, Some(_)) => {
+            return Err(err(format!("user \"{user}\" has a client key but no client certificate")))
+        }
+    };
+
+    if matches!(auth, Auth::None) && identity.is_none() {
+        let what = if a.exec.is_some() {
+            Some("an exec credential plugin")
+        } else if a.auth_provider.is_some() {
+            Some("an auth-provider")
+        } else if a.username.is_some() {
+            Some("basic auth (username/password)")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(ConfigError::Unsupported(format!(
+                "user \"{user}\" uses {what}, which kube-watchcache does not support; \
+                 give it a token, a tokenFile or a client certificate"
+            )));
+        }
+    }
+    Ok((auth, identity))
+}
+
+fn in_cluster() -> Result<Resolved, ConfigError> {
+    let cfg = Config::incluster().map_err(|e| ConfigError::InCluster(one_line(&e.to_string())))?;
+    let base_url = normalize_url(&cfg.cluster_url.to_string())?;
+    let token_path = cfg.auth_info.token_file.clone().unwrap_or_default();
+    Ok(Resolved {
+        base_url,
+        origin: "in-cluster service account".into(),
+        tls: TlsSettings {
+            roots: cfg.root_cert.unwrap_or_default().into_iter().map(CertificateDer::from).collect(),
+            ..TlsSettings::default()
+        },
+        auth: Auth::TokenFile(TokenFile::open(Path::new(&token_path))?),
+    })
+}
+
+/// The explicit flags win over whatever the source said.
+fn apply_flags(r: &mut Resolved, opts: &UpstreamOptions) -> Result<(), ConfigError> {
+    if let Some(path) = &opts.token_file {
+        r.auth = Auth::TokenFile(TokenFile::open(path)?);
+    }
+    match (&opts.client_certificate, &opts.client_key) {
+        (Some(c), Some(k)) => {
+            r.tls.identity = Some(identity(&read(c, "client certificate")?, &read(k, "client key")?)?);
+        }
+        (None, None) => {}
+        _ => {
+            return Err(ConfigError::Tls(
+                "--client-certificate and --client-key must be given together".into(),
+            ))
+        }
+    }
+    if let Some(path) = &opts.certificate_authority {
+        r.tls.roots = parse_certs(&read(path, "certificate authority")?)
+            .map_err(|e| ConfigError::read_file("certificate authority", path, e))?;
+    }
+    if opts.insecure_skip_tls_verify {
+        r.tls.insecure = true;
+    }
+    Ok(())
+}
+
+/// `https://host:port/prefix/` → `https://host:port/prefix`; only http and https.
+pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
+    let bad = |message: &str| ConfigError::InvalidUrl { url: one_line(url), message: message.into() };
+    let uri: http::Uri = url.trim().parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    let scheme = match uri.scheme_str() {
+        Some(s @ ("http" | "https")) => s,
+        Some(_) => return Err(bad("scheme must be http or https")),
+        None => return Err(bad("expected scheme://host[:port]")),
+    };
+    let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+    if uri.query().is_some() {
+        return Err(bad("a query is not allowed"));
+    }
+    Ok(format!("{scheme}://{authority}{}", uri.path().trim_end_matches('/')))
+}
+
+fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, ConfigError> {
+    std::fs::read(path).map_err(|e| ConfigError::read_file(what, path, e))
+}
+
+fn decode_b64(s: &str) -> Result<Vec<u8>, String> {
+    let compact: String = s.split_whitespace().collect();
+    base64::engine::general_purpose::STANDARD.decode(compact).map_err(|e| e.to_string())
+}
+
+fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs =
+        CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+    if certs.is_empty() {
+        return Err("no PEM certificate found".into());
+    }
+    Ok(certs)
+}
+
+fn identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<Identity, ConfigError> {
+    let chain = parse_certs(cert_pem).map_err(|e| ConfigError::Tls(format!("client certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| ConfigError::Tls(format!("client key: {}", one_line(&e.to_string()))))?;
+    Ok(Identity { chain, key })
+}
+
+/// The system trust store, for an `https://` upstream that named no CA.
+fn system_roots(env: &Env) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
+    const BUNDLES: [&str; 4] = [
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/ca-bundle.pem",
+        "/etc/ssl/cert.pem",
+    ];
+    let candidates = env.ssl_cert_file.iter().cloned().chain(BUNDLES.iter().map(PathBuf::from));
+    for path in candidates {
+        if let Ok(pem) = std::fs::read(&path) {
+            if let Ok(certs) = parse_certs(&pem) {
+                return Ok(certs);
+            }
+        }
+    }
+    Err(ConfigError::Tls(
+        "the upstream is https but no certificate authority is configured and no system CA bundle \
+         was found; pass --certificate-authority or --insecure-skip-tls-verify"
+            .into(),
+    ))
+}
+
+fn kube_err(e: KubeconfigError, label: &str, context: Option<&str>) -> ConfigError {
+    match e {
+        KubeconfigError::LoadContext(c) => ConfigError::UnknownContext { path: label.into(), context: c },
+        KubeconfigError::CurrentContextNotSet => ConfigError::Kubeconfig {
+            path: label.into(),
+            message: "no current-context set; pass --context".into(),
+        },
+        KubeconfigError::LoadClusterOfContext(c) => ConfigError::Kubeconfig {
+            path: label.into(),
+            message: format!("cluster \"{c}\" of context \"{}\" not found", context.unwrap_or_default()),
+        },
+        KubeconfigError::ReadConfig(io, path) => ConfigError::read_file("kubeconfig", &path, io),
+        other => ConfigError::Kubeconfig { path: label.into(), message: one_line(&other.to_string()) },
+    }
+}

@@ -1,0 +1,176 @@
+//! Pass-through of a caller's request to the upstream, unchanged and streamed both ways, on a
+//! client that carries none of the proxy's credentials.
+//!
+//! Called by `server::proxy` for everything the cache does not serve. Hop-by-hop headers are
+//! dropped (RFC 9110 §7.6.1) and `Host` becomes the upstream's. Upgrades (`kubectl exec`,
+//! `attach`, `port-forward`: SPDY/3.1 or websocket) go over an HTTP/1.1-only client; on `101`
+//! the two upgraded connections are spliced by a spawned task and the 101 goes back to the
+//! caller. The server must serve its connections with upgrades enabled.
+
+use bytes::Bytes;
+use http::header::{HeaderName, CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+
+use super::client::transport;
+use super::{BoxBody, Upstream, UpstreamError};
+
+/// Hop-by-hop headers besides those the `Connection` header names.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// The `Upgrade` value when the request asks to upgrade (`Connection: upgrade` + `Upgrade`).
+pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
+    let asks = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if asks {
+        headers.get(UPGRADE).cloned()
+    } else {
+        None
+    }
+}
+
+/// Removes hop-by-hop headers, `Upgrade`, and every header named in `Connection`.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(UPGRADE);
+    debug_assert!(!headers.contains_key(TE) && !headers.contains_key(TRAILER));
+    debug_assert!(!headers.contains_key(TRANSFER_ENCODING));
+}
+
+impl Upstream {
+    /// Forwards a caller's request unchanged (method, path and query, end-to-end headers
+    /// including the caller's own `Authorization`, streamed body) and returns the upstream's
+    /// response unchanged, streamed. The proxy's token and client certificate are never used.
+    /// Only a failure to get an answer is an error; a 4xx/5xx answer is returned as it is.
+    pub async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<BoxBody>, UpstreamError> {
+        let uri = self.forward_uri(req.uri())?;
+        let upgrade = upgrade_protocol(req.headers());
+        let caller_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+        let (parts, body) = req.into_parts();
+        let mut out = Request::new(body);
+        *out.method_mut() = parts.method;
+        *out.uri_mut() = uri;
+        *out.headers_mut() = parts.headers;
+        strip_hop_by_hop(out.headers_mut());
+        out.headers_mut().remove(HOST);
+        let what = format!("forward {} {}", out.method(), out.uri().path());
+
+        let (Some(proto), Some(caller_side)) = (upgrade, caller_side) else {
+            let resp = self.inner.forward.request(out).await.map_err(|e| transport(&what, &e))?;
+            return Ok(passthrough(resp));
+        };
+        out.headers_mut().insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+        out.headers_mut().insert(UPGRADE, proto);
+        let mut resp = self.inner.upgrade.request(out).await.map_err(|e| transport(&what, &e))?;
+        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+            return Ok(passthrough(resp));
+        }
+        let upstream_side = hyper::upgrade::on(&mut resp);
+        tokio::spawn(splice(caller_side, upstream_side));
+        // The 101 keeps its Connection/Upgrade headers: they are what it means.
+        Ok(resp.map(|_| Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync()))
+    }
+
+    /// The upstream URL for a caller's path and query (after the base URL's own path prefix).
+    fn forward_uri(&self, caller: &Uri) -> Result<Uri, UpstreamError> {
+        let pq = caller.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        self.inner.uri(pq)
+    }
+}
+
+/// The upstream response with hop-by-hop headers dropped and the body streamed.
+fn passthrough(resp: Response<Incoming>) -> Response<BoxBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, body.map_err(Into::into).boxed_unsync())
+}
+
+/// Copies bytes both ways between the caller's and the upstream's upgraded connections until
+/// either side closes.
+async fn splice(caller: OnUpgrade, upstream: OnUpgrade) {
+    let (caller, upstream) = match tokio::try_join!(caller, upstream) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!("upgrade failed: {e}");
+            return;
+        }
+    };
+    let mut caller = TokioIo::new(caller);
+    let mut upstream = TokioIo::new(upstream);
+    match tokio::io::copy_bidirectional(&mut caller, &mut upstream).await {
+        Ok((up, down)) => tracing::debug!(bytes_to_upstream = up, bytes_to_caller = down, "upgrade closed"),
+        Err(e) => tracing::debug!("upgraded connection ended: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_end_to_end_ones_kept() {
+        let mut h = headers(&[
+            ("connection", "keep-alive, X-Hop"),
+            ("keep-alive", "timeout=5"),
+            ("x-hop", "1"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("proxy-authorization", "Basic eA=="),
+            ("upgrade", "h2c"),
+            ("authorization", "Bearer caller"),
+            ("accept", "application/json"),
+            ("content-length", "3"),
+            ("impersonate-user", "alice"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["accept", "authorization", "content-length", "impersonate-user"]);
+    }
+
+    #[test]
+    fn upgrade_detection() {
+        let spdy = headers(&[("connection", "Upgrade"), ("upgrade", "SPDY/3.1")]);
+        assert_eq!(upgrade_protocol(&spdy).unwrap(), "SPDY/3.1");
+        let ws = headers(&[("connection", "keep-alive, upgrade"), ("upgrade", "websocket")]);
+        assert_eq!(upgrade_protocol(&ws).unwrap(), "websocket");
+        assert!(upgrade_protocol(&headers(&[("upgrade", "websocket")])).is_none());
+        assert!(upgrade_protocol(&headers(&[("connection", "upgrade")])).is_none());
+    }
+}

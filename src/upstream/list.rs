@@ -1,0 +1,166 @@
+//! One LIST page from the upstream, with the items kept as the exact bytes received.
+//!
+//! Called by `reflector` (initial list and relists, page by page). The body is buffered once;
+//! each item is a zero-copy slice of it (`Bytes::slice_ref` of a borrowed `RawValue`), so the
+//! cache stores the upstream's own encoding without a decode/encode round trip.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use http::Method;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{Upstream, UpstreamError};
+use crate::resource::{ResourceKind, Rv};
+
+/// One page of a LIST.
+#[derive(Debug)]
+pub struct ListPage {
+    /// The list's `metadata.resourceVersion`.
+    pub rv: Rv,
+    /// `metadata.continue`, `None` on the last page.
+    pub continue_token: Option<String>,
+    /// Each item's JSON exactly as received.
+    pub items: Vec<Bytes>,
+}
+
+#[derive(Deserialize)]
+struct RawList<'a> {
+    #[serde(borrow, default)]
+    metadata: Option<RawListMeta<'a>>,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct RawListMeta<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "continue")]
+    continue_token: Option<Cow<'a, str>>,
+}
+
+impl ListPage {
+    /// Parses a list body; items are slices of `body`.
+    pub fn parse(body: &Bytes) -> Result<ListPage, UpstreamError> {
+        let raw: RawList<'_> =
+            serde_json::from_slice(body).map_err(|e| UpstreamError::Decode(format!("list body: {e}")))?;
+        let meta = raw.metadata.ok_or_else(|| UpstreamError::Decode("list has no metadata".into()))?;
+        let rv = match meta.resource_version.as_deref() {
+            Some(s) if !s.is_empty() => {
+                Rv::parse(s).map_err(|e| UpstreamError::Decode(format!("list metadata.{e}")))?
+            }
+            _ => return Err(UpstreamError::Decode("list has no metadata.resourceVersion".into())),
+        };
+        let items =
+            raw.items.unwrap_or_default().into_iter().map(|item| body.slice_ref(item.get().as_bytes()));
+        Ok(ListPage {
+            rv,
+            continue_token: meta.continue_token.filter(|c| !c.is_empty()).map(Cow::into_owned),
+            items: items.collect(),
+        })
+    }
+}
+
+/// `?limit=<limit>[&continue=<c>][&resourceVersion=<rv>]`, values percent-encoded.
+pub(crate) fn list_query(limit: u32, continue_token: Option<&str>, rv: Option<Rv>) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    q.append_pair("limit", &limit.to_string());
+    if let Some(c) = continue_token {
+        q.append_pair("continue", c);
+    }
+    if let Some(rv) = rv {
+        q.append_pair("resourceVersion", &rv.to_string());
+    }
+    q.finish()
+}
+
+impl Upstream {
+    /// One LIST page with the proxy's own credentials:
+    /// `GET <collection>?limit=<limit>[&continue=<c>][&resourceVersion=<rv>]`.
+    pub async fn list_page(
+        &self,
+        kind: &ResourceKind,
+        limit: u32,
+        continue_token: Option<&str>,
+        rv: Option<Rv>,
+    ) -> Result<ListPage, UpstreamError> {
+        let path = format!("{}?{}", kind.collection_path(None), list_query(limit, continue_token, rv));
+        let body = self.inner.request_bytes(Method::GET, &path, None).await?;
+        ListPage::parse(&body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first page of the `list-pagination-3-pages` recording, with its exact byte layout.
+    const PAGE: &str = concat!(
+        r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"198","#,
+        r#""continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTk4LCJzdGFydCI6ImNtLTJcdTAwMDAifQ","#,
+        r#""remainingItemCount":3},"items":[{"metadata":{"name":"cm-1","namespace":"cap-base","#,
+        r#""resourceVersion":"198","labels":{"app":"a","tier":"front"}},"data":{"k":"v1-updated"}},"#,
+        r#" {"metadata":{"name":"cm-2","namespace":"cap-base","resourceVersion":"194","#,
+        r#""annotations":{"note":"caf\u00e9 \"quoted\" \\ back"}},"data":{"k":"v2"}}]}"#,
+        "\n"
+    );
+
+    #[test]
+    fn items_are_byte_identical_slices_of_the_body() {
+        let body = Bytes::from_static(PAGE.as_bytes());
+        let page = ListPage::parse(&body).unwrap();
+        assert_eq!(page.rv, Rv(198));
+        assert_eq!(
+            page.continue_token.as_deref(),
+            Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTk4LCJzdGFydCI6ImNtLTJcdTAwMDAifQ")
+        );
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(
+            &page.items[0][..],
+            br#"{"metadata":{"name":"cm-1","namespace":"cap-base","resourceVersion":"198","labels":{"app":"a","tier":"front"}},"data":{"k":"v1-updated"}}"#
+        );
+        // Escapes are kept as sent, not decoded and re-encoded.
+        assert!(page.items[1].ends_with(br#""note":"caf\u00e9 \"quoted\" \\ back"}},"data":{"k":"v2"}}"#));
+        // Zero-copy: the item points into the body's buffer.
+        let start = page.items[0].as_ptr() as usize - body.as_ptr() as usize;
+        assert_eq!(&PAGE.as_bytes()[start..start + page.items[0].len()], &page.items[0][..]);
+    }
+
+    #[test]
+    fn last_page_and_empty_or_null_items() {
+        let last = ListPage::parse(&Bytes::from_static(
+            br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":""},"items":[]}"#,
+        ))
+        .unwrap();
+        assert_eq!((last.rv, last.continue_token, last.items.len()), (Rv(7), None, 0));
+        let null =
+            ListPage::parse(&Bytes::from_static(br#"{"metadata":{"resourceVersion":"8"},"items":null}"#))
+                .unwrap();
+        assert!(null.items.is_empty());
+    }
+
+    #[test]
+    fn malformed_lists_are_decode_errors() {
+        for body in [
+            &b"not json"[..],
+            br#"{"items":[]}"#,
+            br#"{"metadata":{},"items":[]}"#,
+            br#"{"metadata":{"resourceVersion":"x1"},"items":[]}"#,
+            br#"{"metadata":{"resourceVersion":"1"},"items":[{"a":1},"#,
+        ] {
+            let e = ListPage::parse(&Bytes::copy_from_slice(body)).unwrap_err();
+            assert!(matches!(e, UpstreamError::Decode(_)), "{e}");
+        }
+    }
+
+    #[test]
+    fn query_is_percent_encoded_in_order() {
+        assert_eq!(list_query(500, None, None), "limit=500");
+        assert_eq!(
+            list_query(2, Some("eyJ2Ijoi+/="), Some(Rv(198))),
+            "limit=2&continue=eyJ2Ijoi%2B%2F%3D&resourceVersion=198"
+        );
+    }
+}
