@@ -94,7 +94,7 @@ pub async fn run(
         }
         state = tokio::select! {
             s = step(&upstream, &mut writer, &opts, &metrics, &resource, &mut backoff, state) => s,
-            _ = stop.wait_for(|s| *s) => break,
+            _ = crate::server::listener::until_true(&mut stop) => break,
         };
     }
     writer.close_watchers();

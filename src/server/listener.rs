@@ -66,7 +66,7 @@ pub async fn run(
                     continue;
                 }
             },
-            _ = shutdown.wait_for(|s| *s) => break,
+            _ = until_true(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
         let server = server.clone();
@@ -109,4 +109,9 @@ pub async fn run(
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!("grace period over; closing remaining connections");
     }
+}
+
+/// Resolves once the flag is true (or its sender is gone).
+pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }

@@ -69,7 +69,7 @@ impl Server {
         match route {
             Route::Reject(e) => {
                 self.metrics.request("reject", e.to_status().code.as_u16());
-                e.into_response()
+                body::error(e)
             }
             Route::Forward(reason) => self.forward(req, reason).await,
             Route::Cache(cr) => {

@@ -8,7 +8,7 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::body::Body;
+use super::body::{self, Body};
 use crate::error::Error;
 use crate::upstream::Upstream;
 
@@ -17,7 +17,7 @@ pub async fn forward(upstream: &Upstream, req: Request<Incoming>) -> Response<Bo
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),
         Err(e) => {
             tracing::warn!(error = %e, "forwarding upstream failed");
-            Error::ServiceUnavailable(format!("the upstream apiserver could not be reached: {e}")).into_response()
+            body::error(Error::ServiceUnavailable(format!("the upstream apiserver could not be reached: {e}")))
         }
     }
 }

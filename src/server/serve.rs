@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use tokio::time::Instant;
 
@@ -52,7 +51,7 @@ pub enum Served {
 
 impl From<Error> for Served {
     fn from(e: Error) -> Self {
-        Served::Response(e.into_response())
+        Served::Response(body::error(e))
     }
 }
 
@@ -229,7 +228,7 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         Some(e) => format!("storage is (re)initializing: {e}"),
         None => "storage is (re)initializing".to_owned(),
     };
-    Served::Response(Error::TooManyRequests { message, retry_after }.into_response())
+    Served::Response(body::error(Error::TooManyRequests { message, retry_after }))
 }
 
 fn json_response(code: StatusCode, body: Body) -> Response<Body> {
