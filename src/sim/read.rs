@@ -131,16 +131,16 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
             }
             match store.snapshot_at(t.res, at) {
                 Ok(objs) => (at, objs, from, q.limit),
-                Err(_) => return Err(expired_continue(&kind, &c.start)),
+                Err(_) => return Err(expired_continue(&c.start)),
             }
         }
     } else if unset {
         let (cur, objs) = store.snapshot(t.res);
         (cur, objs, None, q.limit)
     } else if rv.0 == 0 {
-        // Any freshness: the watch cache ignores limit.
+        // Any freshness: the watch cache ignores limit (events are not cached: etcd honours it).
         let (cur, objs) = store.snapshot(t.res);
-        (cur, objs, None, 0)
+        (cur, objs, None, if is_cached(&kind) { 0 } else { q.limit })
     } else if exact {
         if rv > store.current_rv() {
             store.wait_for(rv).await?;
@@ -189,16 +189,22 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
         _ => None,
     };
     if accept == Accept::Table {
-        return Ok(table(&kind, list_rv, continue_token, &items));
+        return Ok(table(list_rv, continue_token, &items));
     }
     let meta = ListMeta { rv: list_rv, continue_token, remaining };
     let chunks = encode::list_chunks(&kind, &meta, items.iter().map(|o| o.item_chunks()).collect());
     Ok(json_response(StatusCode::OK, chunks_body(chunks)))
 }
 
+/// Whether the apiserver keeps a watch cache for the resource: every kind but core events
+/// (`--watch-cache-sizes` default `events=0`, reference §0.2).
+pub fn is_cached(kind: &ResourceKind) -> bool {
+    !(kind.group.is_empty() && kind.resource == "events")
+}
+
 /// 410 for a continue token whose revision was compacted, carrying a token to continue at the
 /// latest revision (compaction-continue-expired.json).
-fn expired_continue(_kind: &ResourceKind, start: &str) -> Failure {
+fn expired_continue(start: &str) -> Failure {
     let token = encode_continue(-1, start);
     let st = Error::Expired(
         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
@@ -227,13 +233,13 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
     let key = ObjectKey::new(if kind.namespaced { t.namespace.as_deref().unwrap_or("") } else { "" }, name);
     let o = store.get(t.res, &key).ok_or_else(|| Error::not_found(kind, name))?;
     if accept == Accept::Table {
-        return Ok(table(kind, store.current_rv(), None, &[o]));
+        return Ok(table(store.current_rv(), None, &[o]));
     }
     Ok(json_response(StatusCode::OK, full(o.typed_bytes())))
 }
 
 /// A minimal `meta.k8s.io/v1` Table (Name, Age), rows carrying PartialObjectMetadata.
-fn table(kind: &ResourceKind, rv: Rv, token: Option<String>, items: &[Arc<Object>]) -> Response<Body> {
+fn table(rv: Rv, token: Option<String>, items: &[Arc<Object>]) -> Response<Body> {
     let rows: Vec<serde_json::Value> = items
         .iter()
         .map(|o| {
@@ -249,7 +255,6 @@ fn table(kind: &ResourceKind, rv: Rv, token: Option<String>, items: &[Arc<Object
     if let Some(t) = token {
         meta["continue"] = json!(t);
     }
-    let _ = kind;
     let body = json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

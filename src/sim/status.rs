@@ -19,16 +19,16 @@ use crate::resource::{go_quote, ResourceKind};
 pub enum Failure {
     Api(Error),
     AlreadyExists {
-        kind: ResourceKind,
+        kind: Box<ResourceKind>,
         name: String,
     },
     Conflict {
-        kind: ResourceKind,
+        kind: Box<ResourceKind>,
         name: String,
     },
     /// 422 on an object: `(cause reason, cause message, field)`.
     Invalid {
-        kind: ResourceKind,
+        kind: Box<ResourceKind>,
         name: String,
         causes: Vec<(&'static str, String, String)>,
     },

@@ -166,7 +166,7 @@ impl Store {
             }
         }
         if st.objects[res].contains_key(&key) {
-            return Err(Failure::AlreadyExists { kind, name });
+            return Err(Failure::AlreadyExists { kind: kind.into(), name });
         }
         let object = self.commit(&mut st, res, EventType::Added, obj, None)?;
         drop(st);
@@ -191,7 +191,7 @@ impl Store {
             let meta = meta_mut(&mut obj);
             match meta.get("resourceVersion").and_then(Value::as_str) {
                 Some(rv) if !rv.is_empty() && rv != old.header.rv.to_string() => {
-                    return Err(Failure::Conflict { kind, name });
+                    return Err(Failure::Conflict { kind: kind.into(), name });
                 }
                 _ => {}
             }

@@ -97,8 +97,7 @@ fn base_fixture(sim: &Sim) -> (u64, u64) {
         sim.create("configmaps", "cap-base", cm).unwrap();
     }
     let r_old = sim.current_rv().0;
-    let mut cm1 = sim.update("configmaps", "cap-base", json!({"metadata": {"name": "cm-1", "labels": {"app": "a", "tier": "front"}}, "data": {"k": "v1-updated"}}));
-    cm1 = cm1.map(|v| v);
+    let cm1 = sim.update("configmaps", "cap-base", json!({"metadata": {"name": "cm-1", "labels": {"app": "a", "tier": "front"}}, "data": {"k": "v1-updated"}}));
     let r = cm1.unwrap()["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     (r_old, r)
 }

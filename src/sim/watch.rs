@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::encode;
 use super::http::{channel_body, json, Body};
 use super::query::Query;
-use super::read::Filter;
+use super::read::{is_cached, Filter};
 use super::route::Target;
 use super::status::Failure;
 use super::store::{meta_mut, Entry, Since};
@@ -86,7 +86,9 @@ impl Watch {
 
     async fn stream(&self) -> Result<(), Gone> {
         let store = self.sim.store();
+        // The etcd watch of uncached kinds (events) sends no periodic bookmarks.
         let bookmarks = self.q.allow_bookmarks;
+        let periodic = bookmarks && is_cached(&self.kind);
         let mut rev_rx = store.subscribe();
         // `pos`: every revision ≤ pos has been looked at. `sent`: last RV the client has seen.
         let mut pos;
@@ -120,7 +122,7 @@ impl Watch {
         }
         let mut sent = pos;
         let interval = self.sim.opts().bookmark_interval.max(Duration::from_millis(10));
-        let mut next_bookmark = if bookmarks { next(Instant::now(), interval, self.deadline) } else { None };
+        let mut next_bookmark = if periodic { next(Instant::now(), interval, self.deadline) } else { None };
         loop {
             loop {
                 let entries = match store.since(pos, 1000) {

@@ -83,7 +83,7 @@ pub fn create(sim: &Sim, res: usize, url_ns: &str, obj: Value) -> Result<Arc<Obj
             }
             None => {
                 return Err(Failure::Invalid {
-                    kind,
+                    kind: kind.into(),
                     name: String::new(),
                     causes: vec![(
                         "FieldValueRequired",
