@@ -1,0 +1,194 @@
+//! WATCH streams (reference §1.7, §3): initial events for watch-lists (1.36 defaulting turns
+//! RV ""/0 watches into watch-lists), replay of the log from RV N, live events, selector
+//! transitions (ADDED/DELETED when an object enters or leaves the selection), bookmarks, and
+//! the in-stream ERROR events (410 too old, 504 too large).
+//!
+//! Called by `http`. Each watch is a task that reads the store's log and writes framed events
+//! into a channel the response body drains; it ends at the deadline, when the client goes away,
+//! or when it fell so far behind that its revisions were compacted (closed without an event,
+//! like a cacher watcher whose interval was invalidated).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::encode;
+use super::http::{channel_body, json, Body};
+use super::query::Query;
+use super::read::{is_cached, Filter};
+use super::route::Target;
+use super::status::Failure;
+use super::store::{meta_mut, Entry, Since};
+use super::Sim;
+use crate::error::Error;
+use crate::resource::{frame_event, EventType, ResourceKind, Rv};
+
+/// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
+/// ERROR events.
+pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body>, Failure> {
+    let rx = spawn(sim, t, q)?;
+    let mut resp = json(StatusCode::OK, channel_body(rx));
+    resp.headers_mut()
+        .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache, private"));
+    Ok(resp)
+}
+
+/// Validates a watch request and starts its task; the receiver yields one framed event per
+/// item and ends with the watch.
+pub fn spawn(sim: Sim, t: Target, q: Query) -> Result<mpsc::Receiver<Bytes>, Failure> {
+    let kind = sim.store().kinds.kind(t.res).clone();
+    let q = q.defaulted();
+    q.validate()?;
+    let filter = Filter::new(&kind, &t, &q)?;
+    let rv = Rv::parse(q.rv_str()).map_err(Error::InternalRaw)?;
+    let timeout = match q.timeout_seconds {
+        Some(s) if s > 0 => Duration::from_secs(s),
+        // --min-request-timeout (1800 s) × uniform[1, 2).
+        _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
+    };
+    let (tx, rx) = mpsc::channel(256);
+    let w = Watch { sim, res: t.res, kind, filter, q, rv, deadline: Instant::now() + timeout, tx };
+    tokio::spawn(w.run());
+    Ok(rx)
+}
+
+struct Watch {
+    sim: Sim,
+    res: usize,
+    kind: ResourceKind,
+    filter: Filter,
+    q: Query,
+    rv: Rv,
+    deadline: Instant,
+    tx: mpsc::Sender<Bytes>,
+}
+
+/// The client went away.
+struct Gone;
+
+impl Watch {
+    async fn run(self) {
+        let _ = self.stream().await;
+    }
+
+    async fn send(&self, b: Bytes) -> Result<(), Gone> {
+        self.tx.send(b).await.map_err(|_| Gone)
+    }
+
+    async fn error(&self, e: Error) -> Result<(), Gone> {
+        self.send(frame_event(EventType::Error, &[e.to_status().body])).await
+    }
+
+    async fn stream(&self) -> Result<(), Gone> {
+        let store = self.sim.store();
+        // The etcd watch of uncached kinds (events) sends no periodic bookmarks.
+        let bookmarks = self.q.allow_bookmarks;
+        let periodic = bookmarks && is_cached(&self.kind);
+        let mut rev_rx = store.subscribe();
+        // `pos`: every revision ≤ pos has been looked at. `sent`: last RV the client has seen.
+        let mut pos;
+        if self.q.send_initial_events == Some(true) {
+            if self.rv.0 > 0 && self.rv > store.current_rv() {
+                if let Err(e) = store.wait_for(self.rv).await {
+                    return self.error(e).await;
+                }
+            }
+            let (cur, objects) = store.snapshot(self.res);
+            for o in self.filter.scan(&objects, None) {
+                if self.filter.matches(&o.header) {
+                    self.send(frame_event(EventType::Added, &o.typed_chunks())).await?;
+                }
+            }
+            pos = cur;
+            if bookmarks {
+                self.send(frame_event(EventType::Bookmark, &[encode::bookmark(&self.kind, cur, true)]))
+                    .await?;
+            }
+        } else if self.q.send_initial_events == Some(false) && matches!(self.q.rv_str(), "" | "0") {
+            pos = store.current_rv();
+        } else {
+            let compacted = store.compacted();
+            if self.rv < compacted {
+                return self
+                    .error(Error::TooOldResourceVersion { requested: self.rv, oldest: compacted })
+                    .await;
+            }
+            pos = self.rv;
+        }
+        let mut sent = pos;
+        let interval = self.sim.opts().bookmark_interval.max(Duration::from_millis(10));
+        let mut next_bookmark = if periodic { next(Instant::now(), interval, self.deadline) } else { None };
+        loop {
+            loop {
+                let entries = match store.since(pos, 1000) {
+                    Since::Entries(e) if e.is_empty() => break,
+                    Since::Entries(e) => e,
+                    // Fell behind the compaction point: close, the client re-watches and gets 410.
+                    Since::Compacted => return Ok(()),
+                };
+                for e in entries {
+                    pos = e.event.rv;
+                    if e.res != self.res {
+                        continue;
+                    }
+                    if let Some(frame) = self.frame(&e) {
+                        self.send(frame).await?;
+                        sent = pos;
+                    }
+                }
+            }
+            let bookmark_at = next_bookmark.unwrap_or(self.deadline);
+            tokio::select! {
+                changed = rev_rx.changed() => if changed.is_err() { return Ok(()) },
+                _ = tokio::time::sleep_until(self.deadline) => return Ok(()),
+                _ = tokio::time::sleep_until(bookmark_at), if next_bookmark.is_some() => {
+                    // Never backwards, never repeated (1.36).
+                    if pos > sent {
+                        self.send(frame_event(EventType::Bookmark, &[encode::bookmark(&self.kind, pos, false)])).await?;
+                        sent = pos;
+                    }
+                    next_bookmark = next(Instant::now(), interval, self.deadline);
+                }
+                _ = self.tx.closed() => return Err(Gone),
+            }
+        }
+    }
+
+    /// The event this watcher sees for a log entry (reference §3.5), if any.
+    fn frame(&self, e: &Arc<Entry>) -> Option<Bytes> {
+        let ev = &e.event;
+        let cur = ev.kind != EventType::Deleted && self.filter.matches(&ev.object.header);
+        let prev = ev.prev.as_ref().is_some_and(|p| self.filter.matches(&p.header));
+        match (cur, prev) {
+            (true, true) => Some(ev.frame.clone()),
+            (true, false) => {
+                if ev.kind == EventType::Added {
+                    Some(ev.frame.clone())
+                } else {
+                    Some(frame_event(EventType::Added, &ev.object.typed_chunks()))
+                }
+            }
+            (false, true) if ev.kind == EventType::Deleted => Some(ev.frame.clone()),
+            (false, true) => {
+                // Left the selection: the previous state, at this event's revision.
+                let p = ev.prev.as_ref()?;
+                let mut v: serde_json::Map<String, Value> = serde_json::from_slice(&p.typed_bytes()).ok()?;
+                meta_mut(&mut v).insert("resourceVersion".into(), Value::String(ev.rv.to_string()));
+                Some(frame_event(EventType::Deleted, &[Bytes::from(encode::object(&self.kind, &v))]))
+            }
+            (false, false) => None,
+        }
+    }
+}
+
+/// Next bookmark time: `min(now + interval, deadline − 2 s)`, none once that is not ahead.
+fn next(now: Instant, interval: Duration, deadline: Instant) -> Option<Instant> {
+    let before_deadline = deadline.checked_sub(Duration::from_secs(2))?;
+    let t = (now + interval).min(before_deadline);
+    (t > now).then_some(t)
+}
