@@ -144,7 +144,8 @@ pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
         compaction_window: args.compaction_window,
         ..Default::default()
     };
-    let handle = crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.listen))?;
+    let handle =
+        crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.listen))?;
     tracing::info!(addr = %handle.addr, "simulated apiserver serving (plain HTTP)");
     println!("simulated apiserver on http://{}", handle.addr);
     wait_for_signal().await;
@@ -160,7 +161,8 @@ pub async fn demo(args: DemoArgs) -> Result<(), String> {
         churn_per_sec: args.churn,
         ..Default::default()
     };
-    let sim = crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.sim_listen))?;
+    let sim =
+        crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.sim_listen))?;
     let serve_args = ServeArgs {
         upstream: UpstreamArgs {
             kubeconfig: None,
@@ -191,7 +193,8 @@ pub async fn demo(args: DemoArgs) -> Result<(), String> {
     if !proxy.wait_ready(Duration::from_secs(30)).await {
         return Err("the proxy did not sync from the simulated apiserver within 30 s".into());
     }
-    let kubeconfig = write_demo_kubeconfig(proxy.addr).map_err(|e| format!("writing the demo kubeconfig: {e}"))?;
+    let kubeconfig =
+        write_demo_kubeconfig(proxy.addr).map_err(|e| format!("writing the demo kubeconfig: {e}"))?;
     let p = proxy.addr;
     let objects: usize = proxy.readers.iter().map(Reader::len).sum();
     println!(

@@ -27,7 +27,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy: cache the configured resources of the upstream apiserver and serve
     /// GET/LIST/WATCH from memory; forward everything else.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a simulated kube-apiserver (in-memory objects, real resourceVersion semantics) for
     /// demos, tests and load tests.
     Sim(SimArgs),
@@ -148,22 +148,28 @@ impl ServeArgs {
     /// Merges the config file under the flags and checks the result.
     pub fn validate(mut self) -> Result<ServeArgs, String> {
         if let Some(path) = &self.config {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
             let file: FileConfig =
                 serde_saphyr::from_str(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
             if self.resources.is_empty() {
                 self.resources = file.resources.unwrap_or_default();
             }
             if let Some(w) = file.history_window {
-                self.history_window = parse_duration(&w).map_err(|e| format!("--config historyWindow: {e}"))?;
+                self.history_window =
+                    parse_duration(&w).map_err(|e| format!("--config historyWindow: {e}"))?;
             }
             if let Some(n) = file.history_max_events {
                 self.history_max_events = n;
             }
         }
-        self.resources = self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
+        self.resources =
+            self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
         if self.resources.is_empty() {
-            return Err("no resources to cache: give --resources (e.g. --resources pods,configmaps) or --config".into());
+            return Err(
+                "no resources to cache: give --resources (e.g. --resources pods,configmaps) or --config"
+                    .into(),
+            );
         }
         for r in &self.resources {
             if r.split('/').count() > 2 || r.split('/').any(str::is_empty) {
@@ -295,7 +301,8 @@ mod tests {
         assert!(e.contains("no resources"), "{e}");
         let e = serve(&["--insecure-listen", "127.0.0.1:1", "--resources", "a/b/c"]).unwrap_err();
         assert!(e.contains("a/b/c"), "{e}");
-        let ok = serve(&["--insecure-listen", "127.0.0.1:1", "--resources", "pods, apps/deployments"]).unwrap();
+        let ok =
+            serve(&["--insecure-listen", "127.0.0.1:1", "--resources", "pods, apps/deployments"]).unwrap();
         assert_eq!(ok.resources, vec!["pods", "apps/deployments"]);
     }
 

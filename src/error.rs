@@ -194,9 +194,12 @@ impl Error {
     }
 
     /// A full HTTP response carrying this error's `Status`.
-    pub fn into_response(self) -> http::Response<Bytes> {
+    pub fn into_response<B>(self) -> http::Response<B>
+    where
+        B: From<Bytes>,
+    {
         let st = self.to_status();
-        let mut resp = http::Response::new(st.body);
+        let mut resp = http::Response::new(B::from(st.body));
         *resp.status_mut() = st.code;
         let h = resp.headers_mut();
         h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));

@@ -20,7 +20,8 @@ pub struct Metrics {
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    let c =
+        IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
     r.register(Box::new(c.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
     c
 }
@@ -41,15 +42,50 @@ impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new();
         Metrics {
-            requests: counter(&r, "watchcache_requests_total", "Requests answered by the proxy itself, by verb and HTTP code.", &["verb", "code"]),
-            forwarded: counter(&r, "watchcache_forwarded_requests_total", "Requests forwarded upstream, by reason.", &["reason"]),
-            events: counter(&r, "watchcache_events_received_total", "Upstream watch events applied to the cache.", &["resource"]),
-            relists: counter(&r, "watchcache_relists_total", "Full upstream lists (initial sync and relists).", &["resource"]),
+            requests: counter(
+                &r,
+                "watchcache_requests_total",
+                "Requests answered by the proxy itself, by verb and HTTP code.",
+                &["verb", "code"],
+            ),
+            forwarded: counter(
+                &r,
+                "watchcache_forwarded_requests_total",
+                "Requests forwarded upstream, by reason.",
+                &["reason"],
+            ),
+            events: counter(
+                &r,
+                "watchcache_events_received_total",
+                "Upstream watch events applied to the cache.",
+                &["resource"],
+            ),
+            relists: counter(
+                &r,
+                "watchcache_relists_total",
+                "Full upstream lists (initial sync and relists).",
+                &["resource"],
+            ),
             objects: gauge(&r, "watchcache_objects", "Objects in the cache.", &["resource"]),
-            resource_version: gauge(&r, "watchcache_resource_version", "The cache RV (mod 10^15).", &["resource"]),
+            resource_version: gauge(
+                &r,
+                "watchcache_resource_version",
+                "The cache RV (mod 10^15).",
+                &["resource"],
+            ),
             watchers: gauge(&r, "watchcache_watchers", "Live watches served from the cache.", &["resource"]),
-            terminated: gauge(&r, "watchcache_terminated_watchers", "Watches closed so far because the client was too slow.", &["resource"]),
-            ready: gauge(&r, "watchcache_cache_ready", "1 when the resource's cache is synced.", &["resource"]),
+            terminated: gauge(
+                &r,
+                "watchcache_terminated_watchers",
+                "Watches closed so far because the client was too slow.",
+                &["resource"],
+            ),
+            ready: gauge(
+                &r,
+                "watchcache_cache_ready",
+                "1 when the resource's cache is synced.",
+                &["resource"],
+            ),
             registry: r,
         }
     }

@@ -149,7 +149,11 @@ async fn step(
 }
 
 /// Lists every page and installs the result; returns the list RV.
-async fn list_all(upstream: &Upstream, writer: &mut Writer, opts: &ReflectorOptions) -> Result<Rv, UpstreamError> {
+async fn list_all(
+    upstream: &Upstream,
+    writer: &mut Writer,
+    opts: &ReflectorOptions,
+) -> Result<Rv, UpstreamError> {
     let mut items = Vec::new();
     let mut token: Option<String> = None;
     let mut list_rv = None;
@@ -159,7 +163,9 @@ async fn list_all(upstream: &Upstream, writer: &mut Writer, opts: &ReflectorOpti
         for raw in page.items {
             match writer.parse(raw) {
                 Ok(o) => items.push(o),
-                Err(e) => tracing::warn!(resource = %writer.kind().group_resource(), error = %e, "skipping an object that cannot be parsed"),
+                Err(e) => {
+                    tracing::warn!(resource = %writer.kind().group_resource(), error = %e, "skipping an object that cannot be parsed")
+                }
             }
         }
         match page.continue_token {
@@ -238,8 +244,11 @@ async fn watch_once(
                 }
             }
             EventType::Error => {
-                let st: StatusObject = serde_json::from_slice(&ev.object)
-                    .unwrap_or(StatusObject { code: 0, reason: String::new(), message: String::new() });
+                let st: StatusObject = serde_json::from_slice(&ev.object).unwrap_or(StatusObject {
+                    code: 0,
+                    reason: String::new(),
+                    message: String::new(),
+                });
                 if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
                     return (WatchEnd::Gone, rv);
                 }

@@ -15,7 +15,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[tokio::test]
 async fn writes_go_upstream_and_come_back_through_the_watch() {
     let env = start().await;
-    let mut w = open_watch(&env.client, &env.proxy_url("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion=0")).await;
+    env.ns("ns");
+    let mut w =
+        open_watch(&env.client, &env.proxy_url("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion=0"))
+            .await;
     let created = send(
         &env.client,
         Method::POST,
@@ -38,7 +41,9 @@ async fn writes_go_upstream_and_come_back_through_the_watch() {
     .await;
     assert_eq!(dup.status, 409);
     assert_eq!(dup.json()["reason"], "AlreadyExists");
-    let del = send(&env.client, Method::DELETE, &env.proxy_url("/api/v1/namespaces/ns/configmaps/w"), None, &[]).await;
+    let del =
+        send(&env.client, Method::DELETE, &env.proxy_url("/api/v1/namespaces/ns/configmaps/w"), None, &[])
+            .await;
     assert_eq!(del.status, 200);
 }
 
@@ -49,7 +54,11 @@ async fn most_recent_get_discovery_and_version_are_forwarded() {
     env.synced_to(rv).await;
     let r = env.get("/api/v1/namespaces/ns/configmaps/a").await;
     assert_eq!(r.status, 200);
-    assert_eq!(env.upstream_requests("/api/v1/namespaces/ns/configmaps/a", ""), 1, "GET with RV unset reads upstream");
+    assert_eq!(
+        env.upstream_requests("/api/v1/namespaces/ns/configmaps/a", ""),
+        1,
+        "GET with RV unset reads upstream"
+    );
     for path in ["/api", "/apis", "/api/v1", "/version"] {
         let p = env.get(path).await;
         let s = env.get_sim(path).await;
@@ -66,8 +75,22 @@ async fn most_recent_get_discovery_and_version_are_forwarded() {
 async fn alternate_representations_are_forwarded() {
     let env = start().await;
     let before = env.upstream_requests("/api/v1/configmaps", "resourceVersion=0");
-    let r = send(&env.client, Method::GET, &env.proxy_url("/api/v1/configmaps?resourceVersion=0"), None, &[("accept", "application/vnd.kubernetes.protobuf")]).await;
-    let s = send(&env.client, Method::GET, &env.sim_url("/api/v1/configmaps?resourceVersion=0"), None, &[("accept", "application/vnd.kubernetes.protobuf")]).await;
+    let r = send(
+        &env.client,
+        Method::GET,
+        &env.proxy_url("/api/v1/configmaps?resourceVersion=0"),
+        None,
+        &[("accept", "application/vnd.kubernetes.protobuf")],
+    )
+    .await;
+    let s = send(
+        &env.client,
+        Method::GET,
+        &env.sim_url("/api/v1/configmaps?resourceVersion=0"),
+        None,
+        &[("accept", "application/vnd.kubernetes.protobuf")],
+    )
+    .await;
     assert_eq!(r.status, s.status);
     assert_eq!(env.upstream_requests("/api/v1/configmaps", "resourceVersion=0"), before + 2);
     // Protobuf first but JSON accepted (kubelet): served from the cache.
@@ -87,15 +110,22 @@ async fn alternate_representations_are_forwarded() {
 #[tokio::test]
 async fn long_running_logs_stream_through() {
     let env = start().await;
+    env.ns("ns");
     env.sim.sim.create("pods", "ns", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})).unwrap();
-    let req = http::Request::get(env.proxy_url("/api/v1/namespaces/ns/pods/p/log?follow=true")).body(Full::new(Bytes::new())).unwrap();
+    let req = http::Request::get(env.proxy_url("/api/v1/namespaces/ns/pods/p/log?follow=true"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let resp = env.client.request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     // Two lines arrive one after the other while the stream stays open.
     let mut got = Vec::new();
     while got.iter().filter(|b| **b == b'\n').count() < 2 {
-        let f = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.expect("a line in time").unwrap().unwrap();
+        let f = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .unwrap();
         if let Ok(d) = f.into_data() {
             got.extend_from_slice(&d);
         }
@@ -105,6 +135,7 @@ async fn long_running_logs_stream_through() {
 #[tokio::test]
 async fn upgrades_are_spliced() {
     let env = start().await;
+    env.ns("ns");
     env.sim.sim.create("pods", "ns", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})).unwrap();
     let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
     let req = format!(
@@ -115,13 +146,19 @@ async fn upgrades_are_spliced() {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte)).await.expect("101 in time").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte))
+            .await
+            .expect("101 in time")
+            .unwrap();
         head.push(byte[0]);
     }
     let head = String::from_utf8_lossy(&head);
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     s.write_all(b"ping").await.unwrap();
     let mut echo = [0u8; 4];
-    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo)).await.expect("echo in time").unwrap();
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo))
+        .await
+        .expect("echo in time")
+        .unwrap();
     assert_eq!(&echo, b"ping");
 }

@@ -61,7 +61,9 @@ async fn kube_watcher_list_then_watch() {
 
 #[tokio::test]
 async fn kube_watcher_any_semantic_list() {
-    reflector_sees_upstream_changes(watcher::Config::default().any_semantic().page_size(None)).await;
+    let mut wc = watcher::Config::default().any_semantic();
+    wc.page_size = None;
+    reflector_sees_upstream_changes(wc).await;
 }
 
 #[tokio::test]
@@ -73,14 +75,17 @@ fn kubectl() -> Option<String> {
     match std::env::var("KUBECTL") {
         Ok(k) if !k.is_empty() => Some(k),
         _ => {
-            eprintln!("\n*** SKIPPED: KUBECTL is not set; the kubectl tests did not run (.ci/run sets it) ***\n");
+            eprintln!(
+                "\n*** SKIPPED: KUBECTL is not set; the kubectl tests did not run (.ci/run sets it) ***\n"
+            );
             None
         }
     }
 }
 
 fn kubeconfig(env: &Env) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kwc-kubectl-{}-{}", std::process::id(), env.proxy.addr.port()));
+    let dir =
+        std::env::temp_dir().join(format!("kwc-kubectl-{}-{}", std::process::id(), env.proxy.addr.port()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("kubeconfig");
     std::fs::write(
@@ -94,9 +99,19 @@ fn kubeconfig(env: &Env) -> std::path::PathBuf {
     path
 }
 
-async fn run(kubectl: &str, kc: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+async fn run(
+    kubectl: &str,
+    kc: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
     let mut cmd = tokio::process::Command::new(kubectl);
-    cmd.arg("--kubeconfig").arg(kc).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.arg("--kubeconfig")
+        .arg(kc)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("kubectl runs");
     if let Some(input) = stdin {
         use tokio::io::AsyncWriteExt;
@@ -104,8 +119,15 @@ async fn run(kubectl: &str, kc: &std::path::Path, args: &[&str], stdin: Option<&
         si.write_all(input.as_bytes()).await.unwrap();
     }
     drop(child.stdin.take());
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.expect("kubectl in time").unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("kubectl in time")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[tokio::test]
@@ -122,7 +144,9 @@ async fn kubectl_get_watch_and_apply() {
     let (ok, out, err) = run(&kubectl, &kc, &["get", "configmaps", "-o", "json"], None).await;
     assert!(ok, "{err}");
     assert!(out.contains("\"from-upstream\""), "{out}");
-    let (ok, out, err) = run(&kubectl, &kc, &["get", "--raw", "/api/v1/namespaces/ns/configmaps?resourceVersion=0"], None).await;
+    let (ok, out, err) =
+        run(&kubectl, &kc, &["get", "--raw", "/api/v1/namespaces/ns/configmaps?resourceVersion=0"], None)
+            .await;
     assert!(ok, "{err}");
     assert!(out.contains("ConfigMapList"), "{out}");
 
@@ -130,7 +154,8 @@ async fn kubectl_get_watch_and_apply() {
     let manifest = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied","namespace":"ns"},"data":{"k":"v"}}"#;
     let (ok, out, err) = run(&kubectl, &kc, &["apply", "--validate=false", "-f", "-"], Some(manifest)).await;
     assert!(ok, "kubectl apply failed: {out} {err}");
-    let (ok, out, err) = run(&kubectl, &kc, &["get", "configmap", "applied", "-o", "jsonpath={.data.k}"], None).await;
+    let (ok, out, err) =
+        run(&kubectl, &kc, &["get", "configmap", "applied", "-o", "jsonpath={.data.k}"], None).await;
     assert!(ok && out == "v", "{out} {err}");
 
     // get -w (JSON output: the watch is served from the cache) sees a change made upstream.
@@ -148,7 +173,10 @@ async fn kubectl_get_watch_and_apply() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut created = false;
     while !seen.iter().any(|l: &String| l.contains("late-arrival")) {
-        let line = tokio::time::timeout_at(deadline, lines.next_line()).await.expect("kubectl -w output in time").unwrap();
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .expect("kubectl -w output in time")
+            .unwrap();
         let Some(line) = line else { panic!("kubectl -w ended: {seen:?}") };
         seen.push(line);
         if !created && seen.iter().any(|l| l.contains("applied")) {

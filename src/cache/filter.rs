@@ -25,7 +25,12 @@ pub struct Filter {
 impl Filter {
     /// Builds a filter, narrowing the scope with exact `metadata.namespace` / `metadata.name`
     /// field selectors the way the apiserver's registry does.
-    pub fn new(namespace: Option<String>, name: Option<String>, labels: LabelSelector, fields: FieldSelector) -> Self {
+    pub fn new(
+        namespace: Option<String>,
+        name: Option<String>,
+        labels: LabelSelector,
+        fields: FieldSelector,
+    ) -> Self {
         let namespace = namespace.or_else(|| fields.exact("metadata.namespace").map(str::to_owned));
         let name = name.or_else(|| fields.exact("metadata.name").map(str::to_owned));
         Filter { namespace, name, labels, fields }

@@ -51,7 +51,8 @@ impl History {
 
     /// Drops events older than the window (the newest is kept so the floor stays tight).
     pub fn expire(&mut self, now: Instant) {
-        while self.events.len() > 1 && self.events.front().is_some_and(|(t, _)| now.duration_since(*t) > self.max_age)
+        while self.events.len() > 1
+            && self.events.front().is_some_and(|(t, _)| now.duration_since(*t) > self.max_age)
         {
             self.evict_one();
         }

@@ -81,7 +81,9 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         remaining = Some(scanned_after);
     }
     let continue_token = match (has_more, last_key, &page) {
-        (true, Some(k), Some(p)) => Some(ContinueToken::after(p.token_rv, &k.as_str()[prefix.len()..]).encode()),
+        (true, Some(k), Some(p)) => {
+            Some(ContinueToken::after(p.token_rv, &k.as_str()[prefix.len()..]).encode())
+        }
         _ => None,
     };
 

@@ -85,7 +85,8 @@ struct Shared {
 
 /// Creates the cache of one resource.
 pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
-    let (tx, _rx) = progress::channel(Progress { rv: Rv(0), ready: false, since: Instant::now(), last_error: None });
+    let (tx, _rx) =
+        progress::channel(Progress { rv: Rv(0), ready: false, since: Instant::now(), last_error: None });
     let shared = Arc::new(Shared {
         type_prefix: type_prefix(&kind),
         kind,

@@ -59,7 +59,8 @@ async fn lists_in_key_order_without_type_meta() {
     let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
     assert_eq!(v["kind"], "ConfigMapList");
     assert_eq!(v["metadata"]["resourceVersion"], "10");
-    let names: Vec<_> = v["items"].as_array().unwrap().iter().map(|i| i["metadata"]["namespace"].clone()).collect();
+    let names: Vec<_> =
+        v["items"].as_array().unwrap().iter().map(|i| i["metadata"]["namespace"].clone()).collect();
     assert_eq!(names, vec!["a-b", "a", "b"], "byte order of namespace/name");
     assert!(v["items"][0].get("kind").is_none());
 }
@@ -76,7 +77,8 @@ async fn pages_carry_tokens_and_remaining_counts() {
     let tok = crate::params::ContinueToken::decode(v["metadata"]["continue"].as_str().unwrap()).unwrap();
     assert_eq!(tok.rv, 10);
     assert_eq!(tok.start, "a/x\u{0}");
-    let body = r.list(&snap, &Filter::default(), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
+    let body =
+        r.list(&snap, &Filter::default(), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
     let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
     assert_eq!(v["items"][0]["metadata"]["name"], "z");
     assert!(v["metadata"].get("continue").is_none());
@@ -101,7 +103,10 @@ async fn watch_replays_history_then_live_in_order() {
     let mut watch = r.watch(req(Filter::default(), WatchStart::After(Rv(11)), false)).unwrap();
     w.apply(EventType::Deleted, obj(&w, "a", "n", 13, "a")).unwrap();
     let got = take(&mut watch, 2).await;
-    assert_eq!(got, vec![("ADDED".into(), "n".into(), "12".into()), ("DELETED".into(), "n".into(), "13".into())]);
+    assert_eq!(
+        got,
+        vec![("ADDED".into(), "n".into(), "12".into()), ("DELETED".into(), "n".into(), "13".into())]
+    );
 }
 
 #[tokio::test]
@@ -152,7 +157,10 @@ async fn label_selector_turns_modified_into_added_and_deleted() {
     w.apply(EventType::Modified, obj(&w, "b", "z", 12, "b")).unwrap(); // never selected
     w.apply(EventType::Modified, obj(&w, "a", "x", 13, "a")).unwrap(); // enters
     let got = take(&mut watch, 2).await;
-    assert_eq!(got, vec![("DELETED".into(), "x".into(), "11".into()), ("ADDED".into(), "x".into(), "13".into())]);
+    assert_eq!(
+        got,
+        vec![("DELETED".into(), "x".into(), "11".into()), ("ADDED".into(), "x".into(), "13".into())]
+    );
 }
 
 #[tokio::test]

@@ -82,7 +82,17 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 let min_rv = last_rv.max(rv);
                 let (id, rx) = st.watchers.add(filter.clone(), min_rv, queue);
                 drop(st);
-                return Ok(finish(shared, id, rx, pending, Vec::new(), None, last_rv, req.bookmarks, req.deadline));
+                return Ok(finish(
+                    shared,
+                    id,
+                    rx,
+                    pending,
+                    Vec::new(),
+                    None,
+                    last_rv,
+                    req.bookmarks,
+                    req.deadline,
+                ));
             }
             WatchStart::Now => {
                 last_rv = st.rv;
@@ -219,7 +229,8 @@ impl Drop for Watch {
 /// `k8s.io/initial-events-end` annotation for the end of a watch-list's initial events), and
 /// the zero-valued non-omitempty members of the built-in Pod type (reference §3.2).
 pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool) -> Bytes {
-    let annotations = if end_of_initial { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
+    let annotations =
+        if end_of_initial { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
     let extra = if kind.builtin && kind.group.is_empty() && kind.resource == "pods" {
         r#","spec":{"containers":null},"status":{}"#
     } else {

@@ -52,7 +52,12 @@ pub struct WatcherId {
 
 impl Watchers {
     /// Registers a watcher; returns its id and queue.
-    pub fn add(&mut self, filter: Arc<Filter>, min_rv: Rv, queue: usize) -> (WatcherId, mpsc::Receiver<Delivery>) {
+    pub fn add(
+        &mut self,
+        filter: Arc<Filter>,
+        min_rv: Rv,
+        queue: usize,
+    ) -> (WatcherId, mpsc::Receiver<Delivery>) {
         let (tx, rx) = mpsc::channel(queue.max(1));
         self.next_id += 1;
         let id = self.next_id;

@@ -28,11 +28,15 @@ pub fn full(b: impl Into<Bytes>) -> Body {
 
 /// The apiserver `Status` response for an error.
 pub fn error(e: crate::error::Error) -> http::Response<Body> {
-    e.into_response().map(full)
+    e.into_response::<Bytes>().map(full)
 }
 
 /// A watch stream: one frame per event, flushed as it comes.
 pub fn watch(w: Watch) -> Body {
-    let s = stream::unfold(w, |mut w| async move { w.next().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), w)) });
+    let s =
+        stream::unfold(
+            w,
+            |mut w| async move { w.next().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), w)) },
+        );
     StreamBody::new(s).boxed_unsync()
 }

@@ -91,9 +91,10 @@ impl Plan {
     pub fn verb(&self) -> &'static str {
         match self {
             Plan::Get { .. } => "get",
-            Plan::ListAny | Plan::ListNotOlderThan { .. } | Plan::ListExact { .. } | Plan::ListMostRecent { .. } => {
-                "list"
-            }
+            Plan::ListAny
+            | Plan::ListNotOlderThan { .. }
+            | Plan::ListExact { .. }
+            | Plan::ListMostRecent { .. } => "list",
             _ => "watch",
         }
     }

@@ -49,7 +49,11 @@ impl Prober {
                     let upstream = self.upstream.clone();
                     let kind = self.kind.clone();
                     tokio::spawn(async move {
-                        let r = upstream.list_page(&kind, 1, None, None).await.map(|p| p.rv).map_err(|e| e.to_string());
+                        let r = upstream
+                            .list_page(&kind, 1, None, None)
+                            .await
+                            .map(|p| p.rv)
+                            .map_err(|e| e.to_string());
                         let _ = tx.send(Some(r));
                     });
                     rx

@@ -29,7 +29,8 @@ pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
     if certs.is_empty() {
         return Err(format!("--tls-cert-file {}: no certificate found", cert.display()));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("--tls-private-key-file {}: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--tls-private-key-file {}: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -89,14 +90,15 @@ pub async fn run(
                 let acceptor = acceptor.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
+                    let tls =
+                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        };
                     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
                     if let Err(e) = watcher.watch(conn).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");

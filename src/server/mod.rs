@@ -65,7 +65,8 @@ impl Server {
             return resp;
         }
         let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
-        let route = classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &self.kinds[..]);
+        let route =
+            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &self.kinds[..]);
         match route {
             Route::Reject(e) => {
                 self.metrics.request("reject", e.to_status().code.as_u16());

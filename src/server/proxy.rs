@@ -17,7 +17,9 @@ pub async fn forward(upstream: &Upstream, req: Request<Incoming>) -> Response<Bo
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),
         Err(e) => {
             tracing::warn!(error = %e, "forwarding upstream failed");
-            body::error(Error::ServiceUnavailable(format!("the upstream apiserver could not be reached: {e}")))
+            body::error(Error::ServiceUnavailable(format!(
+                "the upstream apiserver could not be reached: {e}"
+            )))
         }
     }
 }

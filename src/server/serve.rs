@@ -108,7 +108,10 @@ async fn serve_inner(
             let ns = req.namespace.as_deref().unwrap_or("");
             let name = req.name.as_deref().unwrap_or("");
             match reader.get(ns, name) {
-                Some(obj) => Ok(Served::Response(json_response(StatusCode::OK, body::chunks(obj.typed_chunks().to_vec())))),
+                Some(obj) => Ok(Served::Response(json_response(
+                    StatusCode::OK,
+                    body::chunks(obj.typed_chunks().to_vec()),
+                ))),
                 None => Err(Error::not_found(kind, name)),
             }
         }
@@ -130,7 +133,9 @@ async fn serve_inner(
             };
             let page = limit.map(|limit| Page { limit, start: start.clone(), token_rv: rv.0 as i64 });
             // A continue token without a limit still lists from its start key.
-            let page = page.or_else(|| start.clone().map(|s| Page { limit: usize::MAX, start: Some(s), token_rv: rv.0 as i64 }));
+            let page = page.or_else(|| {
+                start.clone().map(|s| Page { limit: usize::MAX, start: Some(s), token_rv: rv.0 as i64 })
+            });
             list(reader, req, snap, page)
         }
         Plan::ListMostRecent { limit, start } => {
@@ -175,7 +180,12 @@ fn filter(req: &CacheRequest, watch_name: bool) -> Filter {
     )
 }
 
-fn list(reader: &Reader, req: &CacheRequest, snap: crate::cache::Snapshot, page: Option<Page>) -> Result<Served, Error> {
+fn list(
+    reader: &Reader,
+    req: &CacheRequest,
+    snap: crate::cache::Snapshot,
+    page: Option<Page>,
+) -> Result<Served, Error> {
     let body = reader.list(&snap, &filter(req, false), page);
     let mut resp = json_response(StatusCode::OK, body::chunks(body.chunks));
     if let Ok(v) = HeaderValue::from_str(&body.len.to_string()) {
@@ -184,7 +194,12 @@ fn list(reader: &Reader, req: &CacheRequest, snap: crate::cache::Snapshot, page:
     Ok(Served::Response(resp))
 }
 
-fn watch(reader: &Reader, req: &CacheRequest, opts: &ServeOptions, start: WatchStart) -> Result<Served, Error> {
+fn watch(
+    reader: &Reader,
+    req: &CacheRequest,
+    opts: &ServeOptions,
+    start: WatchStart,
+) -> Result<Served, Error> {
     let timeout = match req.opts.timeout_seconds {
         Some(s) if s > 0 => Duration::from_secs(s),
         _ => opts.min_request_timeout.mul_f64(1.0 + fastrand::f64()),
@@ -214,7 +229,10 @@ fn error_event_stream(e: &Error) -> Served {
 fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
     let forward = match &req.plan {
         Plan::Get { .. } => true,
-        Plan::ListAny | Plan::ListNotOlderThan { .. } | Plan::ListExact { .. } | Plan::ListMostRecent { .. } => {
+        Plan::ListAny
+        | Plan::ListNotOlderThan { .. }
+        | Plan::ListExact { .. }
+        | Plan::ListMostRecent { .. } => {
             req.opts.limit().is_some() && req.labels.is_empty() && req.fields.is_empty()
         }
         _ => false,
@@ -243,4 +261,3 @@ fn json_response(code: StatusCode, body: Body) -> Response<Body> {
 fn watch_response(body: Body) -> Response<Body> {
     json_response(StatusCode::OK, body)
 }
-

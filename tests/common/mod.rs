@@ -86,8 +86,18 @@ impl Env {
         send(&self.client, Method::GET, &self.sim_url(path_and_query), None, &[]).await
     }
 
-    /// Creates a configmap upstream (directly in the sim) and returns its RV.
+    /// Creates a namespace upstream unless it exists.
+    pub fn ns(&self, ns: &str) {
+        let _ = self.sim.sim.create(
+            "namespaces",
+            "",
+            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}),
+        );
+    }
+
+    /// Creates a configmap upstream (directly in the sim, namespace included) and returns its RV.
     pub fn create_cm(&self, ns: &str, name: &str, labels: Value) -> u64 {
+        self.ns(ns);
         let o = self
             .sim
             .sim
@@ -134,30 +144,53 @@ pub struct Resp {
 
 impl Resp {
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.json()["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()
+        self.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
     }
 
     /// Watch bodies: one JSON event per line.
     pub fn events(&self) -> Vec<Value> {
-        self.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect()
+        self.body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
     }
 }
 
-pub async fn send(client: &HttpClient, method: Method, url: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Resp {
+pub async fn send(
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    body: Option<Value>,
+    headers: &[(&str, &str)],
+) -> Resp {
     let mut b = Request::builder().method(method).uri(url);
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
     let body = body.map(|v| Bytes::from(v.to_string())).unwrap_or_default();
     let req = b.body(Full::new(body)).unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(20), client.request(req)).await.expect("response in time").expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(20), client.request(req))
+        .await
+        .expect("response in time")
+        .expect("request");
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = tokio::time::timeout(Duration::from_secs(20), resp.into_body().collect()).await.expect("body in time").expect("body").to_bytes();
+    let body = tokio::time::timeout(Duration::from_secs(20), resp.into_body().collect())
+        .await
+        .expect("body in time")
+        .expect("body")
+        .to_bytes();
     Resp { status, headers, body }
 }
 
@@ -171,8 +204,16 @@ pub struct WatchLines {
 
 pub async fn open_watch(client: &HttpClient, url: &str) -> WatchLines {
     let req = Request::builder().uri(url).body(Full::new(Bytes::new())).unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req)).await.expect("headers in time").expect("watch");
-    WatchLines { status: resp.status(), headers: resp.headers().clone(), body: resp.into_body(), buf: Vec::new() }
+    let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        .await
+        .expect("headers in time")
+        .expect("watch");
+    WatchLines {
+        status: resp.status(),
+        headers: resp.headers().clone(),
+        body: resp.into_body(),
+        buf: Vec::new(),
+    }
 }
 
 impl WatchLines {
@@ -208,5 +249,8 @@ impl WatchLines {
 }
 
 pub fn type_name(e: &Value) -> (String, String) {
-    (e["type"].as_str().unwrap_or("").to_owned(), e["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned())
+    (
+        e["type"].as_str().unwrap_or("").to_owned(),
+        e["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+    )
 }

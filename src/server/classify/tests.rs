@@ -44,7 +44,10 @@ const CMS: &str = "/api/v1/namespaces/ns/configmaps";
 #[test]
 fn paths() {
     let p = parse_path("/api/v1/namespaces/ns/pods/p1/log").unwrap();
-    assert_eq!((p.namespace.as_deref(), p.resource.as_str(), p.name.as_deref()), (Some("ns"), "pods", Some("p1")));
+    assert_eq!(
+        (p.namespace.as_deref(), p.resource.as_str(), p.name.as_deref()),
+        (Some("ns"), "pods", Some("p1"))
+    );
     assert_eq!(p.subresource.as_deref(), Some("log"));
     let p = parse_path("/apis/apps/v1/watch/namespaces/ns/deployments/d").unwrap();
     assert!(p.watch_prefix);
@@ -62,7 +65,10 @@ fn paths() {
 fn what_goes_upstream() {
     // Writes and non-GETs.
     assert!(matches!(route(Method::POST, CMS, "", None), Route::Forward(ForwardReason::Write)));
-    assert!(matches!(route(Method::DELETE, &format!("{CMS}/a"), "", None), Route::Forward(ForwardReason::Write)));
+    assert!(matches!(
+        route(Method::DELETE, &format!("{CMS}/a"), "", None),
+        Route::Forward(ForwardReason::Write)
+    ));
     // Discovery and other non-resource paths.
     assert_eq!(forward("/api", ""), ForwardReason::NonResource);
     assert_eq!(forward("/openapi/v3", ""), ForwardReason::NonResource);
@@ -74,7 +80,10 @@ fn what_goes_upstream() {
     // GET with RV unset reads etcd.
     assert_eq!(forward(&format!("{CMS}/a"), ""), ForwardReason::MostRecentGet);
     // A field selector on a custom resource that the proxy does not know.
-    assert_eq!(forward("/apis/example.com/v1/widgets", "fieldSelector=spec.size%3D1"), ForwardReason::UnknownField);
+    assert_eq!(
+        forward("/apis/example.com/v1/widgets", "fieldSelector=spec.size%3D1"),
+        ForwardReason::UnknownField
+    );
 }
 
 #[test]
@@ -103,11 +112,17 @@ fn get_plans() {
     assert_eq!(plan(&format!("{CMS}/a"), "resourceVersion=0"), Plan::Get { min_rv: None });
     assert_eq!(plan(&format!("{CMS}/a"), "resourceVersion=7"), Plan::Get { min_rv: Some(Rv(7)) });
     assert_eq!(plan(&format!("{CMS}/a"), "watch=1&resourceVersion=7"), Plan::Get { min_rv: Some(Rv(7)) });
-    assert_eq!(plan(&format!("{CMS}/a"), "resourceVersion=0&resourceVersionMatch=Bogus"), Plan::Get { min_rv: None });
+    assert_eq!(
+        plan(&format!("{CMS}/a"), "resourceVersion=0&resourceVersionMatch=Bogus"),
+        Plan::Get { min_rv: None }
+    );
     // Non-numeric RV on GET: the cacher's raw 500.
     let (code, msg) = reject(&format!("{CMS}/a"), "resourceVersion=abc");
     assert_eq!(code, 500);
-    assert_eq!(msg, r#"resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax"#);
+    assert_eq!(
+        msg,
+        r#"resourceVersion: Invalid value: "abc": strconv.ParseUint: parsing "abc": invalid syntax"#
+    );
 }
 
 #[test]
@@ -126,7 +141,10 @@ fn list_plans() {
         plan(CMS, "resourceVersion=5&resourceVersionMatch=Exact"),
         Plan::ListExact { rv: Rv(5), limit: None, start: None }
     );
-    assert_eq!(plan(CMS, "resourceVersion=5&limit=2"), Plan::ListExact { rv: Rv(5), limit: Some(2), start: None });
+    assert_eq!(
+        plan(CMS, "resourceVersion=5&limit=2"),
+        Plan::ListExact { rv: Rv(5), limit: Some(2), start: None }
+    );
     // Most Recent.
     assert_eq!(plan(CMS, ""), Plan::ListMostRecent { limit: None, start: None });
     assert_eq!(plan(CMS, "limit=500"), Plan::ListMostRecent { limit: Some(500), start: None });
@@ -151,14 +169,23 @@ fn list_errors_in_the_apiserver_order() {
     assert!(msg.starts_with("invalid resource version: resourceVersion: Invalid value: \"abc\""), "{msg}");
     // Validation before continue checks.
     let t = ContinueToken::after(198, "cm-2").encode();
-    assert_eq!(reject(CMS, &format!("continue={t}&resourceVersionMatch=NotOlderThan&resourceVersion=5")).0, 422);
+    assert_eq!(
+        reject(CMS, &format!("continue={t}&resourceVersionMatch=NotOlderThan&resourceVersion=5")).0,
+        422
+    );
     assert_eq!(
         reject(CMS, &format!("continue={t}&resourceVersion=5")),
         (400, "specifying resource version is not allowed when using continue".into())
     );
-    assert_eq!(reject(CMS, "continue=abc!").1, "invalid continue token: continue key is not valid: illegal base64 data at input byte 3");
+    assert_eq!(
+        reject(CMS, "continue=abc!").1,
+        "invalid continue token: continue key is not valid: illegal base64 data at input byte 3"
+    );
     // Field labels: per-resource wording.
-    assert_eq!(reject("/api/v1/pods", "fieldSelector=spec.foo%3Dbar"), (400, "field label not supported: spec.foo".into()));
+    assert_eq!(
+        reject("/api/v1/pods", "fieldSelector=spec.foo%3Dbar"),
+        (400, "field label not supported: spec.foo".into())
+    );
     assert_eq!(
         reject("/api/v1/configmaps", "fieldSelector=data.x%3D1"),
         (400, r#""data.x" is not a known field selector: only "metadata.name", "metadata.namespace""#.into())
@@ -175,7 +202,10 @@ fn watch_plans() {
     // Legacy watch from N.
     assert_eq!(plan(CMS, "watch=1&resourceVersion=5"), Plan::WatchAfter { rv: Rv(5) });
     assert_eq!(plan(CMS, "watch=&resourceVersion=5"), Plan::WatchAfter { rv: Rv(5) });
-    assert_eq!(plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=5"), Plan::WatchAfter { rv: Rv(5) });
+    assert_eq!(
+        plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=5"),
+        Plan::WatchAfter { rv: Rv(5) }
+    );
     // 1.34+ defaulting: RV 0 / unset become watch-lists.
     assert_eq!(plan(CMS, "watch=1&resourceVersion=0"), Plan::WatchList { min_rv: None });
     assert_eq!(plan(CMS, "watch=1"), Plan::WatchMostRecent { initial: true });
@@ -195,7 +225,10 @@ fn watch_plans() {
     // Watches ignore limit and continue, even a malformed one.
     assert_eq!(plan(CMS, "watch=1&resourceVersion=5&limit=1&continue=abc!"), Plan::WatchAfter { rv: Rv(5) });
     // `watch=false` on a /watch/ path is still a watch.
-    assert_eq!(plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=0&watch=false"), Plan::WatchList { min_rv: None });
+    assert_eq!(
+        plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=0&watch=false"),
+        Plan::WatchList { min_rv: None }
+    );
     // Non-numeric RV on WATCH: 500.
     assert_eq!(reject(CMS, "watch=1&resourceVersion=abc").0, 500);
     // 422s.
