@@ -652,3 +652,47 @@ async fn generate_name_and_missing_name() {
         "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
     );
 }
+
+/// Load check (run by hand): `cargo test --release --lib sim::tests::seeds_100k -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn seeds_100k() {
+    let t0 = std::time::Instant::now();
+    let h = Sim::start(SimOptions { objects: 100_000, ..SimOptions::default() }).await.unwrap();
+    println!("seeded 100k in {:?}", t0.elapsed());
+    let t1 = std::time::Instant::now();
+    let resp = get(&h, "/api/v1/pods?resourceVersion=0").await;
+    println!("listed {} bytes of pods in {:?}", resp.body.len(), t1.elapsed());
+    assert_eq!(names(&resp.json()).len(), 50_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_from_a_future_rv_ends_with_a_504_error_event() {
+    let sim = Sim::new(SimOptions::default());
+    let future = sim.current_rv().0 + 100;
+    let cms = sim.store().kinds.by_name("configmaps").unwrap();
+    let t = super::route::Target { res: cms, namespace: None, name: None, sub: None, force_watch: false };
+    let q = super::query::Query::parse(&format!(
+        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={future}&allowWatchBookmarks=true"
+    ));
+    let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
+    let t0 = tokio::time::Instant::now();
+    let ev: Value = serde_json::from_slice(&rx.recv().await.unwrap()).unwrap();
+    assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    assert_eq!(ev["type"], "ERROR");
+    assert_eq!(ev["object"]["code"], 504);
+    assert_eq!(ev["object"]["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert!(rx.recv().await.is_none());
+}
+
+#[tokio::test]
+async fn serves_h2c() {
+    let h = start().await;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    let req =
+        Request::get(format!("http://{}/api/v1/namespaces", h.addr)).body(Full::new(Bytes::new())).unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(names(&body), ["default", "kube-node-lease", "kube-public", "kube-system"]);
+}
