@@ -523,3 +523,176 @@ async fn seeded_sim_serves_objects_and_bounds_the_log() {
     assert!(h.sim.store().compacted().0 >= h.sim.current_rv().0 - 50);
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn object_url_with_watch_param_is_a_get_and_legacy_watch_path_watches_one_object() {
+    let h = start().await;
+    base_fixture(&h.sim);
+    let resp = get(&h, "/api/v1/namespaces/cap-base/configmaps/cm-2?watch=1").await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.json()["kind"], "ConfigMap");
+    let events =
+        watch(&h, "/api/v1/watch/namespaces/cap-base/configmaps/cm-2?resourceVersion=0&timeoutSeconds=1", 10)
+            .await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["object"]["metadata"]["name"], "cm-2", "{events:?}");
+}
+
+#[tokio::test]
+async fn pod_log_and_exec_upgrade_echo() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = start().await;
+    h.sim
+        .create(
+            "pods",
+            "default",
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        )
+        .unwrap();
+    let resp = get(&h, "/api/v1/namespaces/default/pods/p/log").await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.headers["content-type"], "text/plain");
+    assert_eq!(resp.body.iter().filter(|b| **b == b'\n').count(), 3);
+    assert_eq!(get(&h, "/api/v1/namespaces/default/pods/nope/log").await.status, 404);
+
+    let mut s = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"POST /api/v1/namespaces/default/pods/p/exec?command=sh HTTP/1.1\r\nHost: sim\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n").await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("upgrade: spdy/3.1"), "{head}");
+    s.write_all(b"hello").await.unwrap();
+    let mut echo = [0u8; 5];
+    s.read_exact(&mut echo).await.unwrap();
+    assert_eq!(&echo, b"hello");
+}
+
+#[tokio::test]
+async fn status_subresource_and_patch_types() {
+    let h = start().await;
+    h.sim
+        .create(
+            "pods",
+            "default",
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+        )
+        .unwrap();
+    // Main-resource writes keep status; the status subresource changes only status.
+    let body = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Running"}});
+    let resp = send(&h, Method::PUT, "/api/v1/namespaces/default/pods/p", &[], Some(body.clone())).await;
+    assert_eq!(resp.json()["status"]["phase"], "Pending");
+    let resp = send(&h, Method::PUT, "/api/v1/namespaces/default/pods/p/status", &[], Some(body)).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.json()["status"]["phase"], "Running");
+    let patch = json!([{"op": "add", "path": "/metadata/labels", "value": {"x": "1"}}]);
+    let resp = send(
+        &h,
+        Method::PATCH,
+        "/api/v1/namespaces/default/pods/p",
+        &[("content-type", "application/json-patch+json")],
+        Some(patch),
+    )
+    .await;
+    assert_eq!(resp.json()["metadata"]["labels"]["x"], "1");
+    let resp = send(
+        &h,
+        Method::PATCH,
+        "/api/v1/namespaces/default/pods/p",
+        &[("content-type", "application/strategic-merge-patch+json")],
+        Some(json!({"metadata": {"labels": {"y": "2"}}})),
+    )
+    .await;
+    assert_eq!(resp.json()["metadata"]["labels"], json!({"x": "1", "y": "2"}));
+    let resp = send(
+        &h,
+        Method::PATCH,
+        "/api/v1/namespaces/default/pods/p",
+        &[("content-type", "text/plain")],
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resp.status, 415);
+    // A no-op update takes no revision.
+    let rv = h.sim.current_rv();
+    let cur = get(&h, "/api/v1/namespaces/default/pods/p").await.json();
+    let resp = send(&h, Method::PUT, "/api/v1/namespaces/default/pods/p", &[], Some(cur)).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(h.sim.current_rv(), rv);
+    // DELETE answers the object at the deletion revision.
+    let resp = send(&h, Method::DELETE, "/api/v1/namespaces/default/pods/p", &[], None).await;
+    assert_eq!(resp.json()["metadata"]["resourceVersion"], (rv.0 + 1).to_string());
+    assert_eq!(get(&h, "/api/v1/namespaces/default/pods/p").await.status, 404);
+}
+
+#[tokio::test]
+async fn generate_name_and_missing_name() {
+    let h = start().await;
+    let resp = send(
+        &h,
+        Method::POST,
+        "/api/v1/namespaces/default/configmaps",
+        &[],
+        Some(json!({"metadata": {"generateName": "gen-"}})),
+    )
+    .await;
+    assert_eq!(resp.status, 201);
+    let name = resp.json()["metadata"]["name"].as_str().unwrap().to_owned();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+    let resp =
+        send(&h, Method::POST, "/api/v1/namespaces/default/configmaps", &[], Some(json!({"metadata": {}})))
+            .await;
+    assert_eq!(resp.status, 422);
+    assert_eq!(
+        resp.json()["message"],
+        "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
+    );
+}
+
+/// Load check (run by hand): `cargo test --release --lib sim::tests::seeds_100k -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn seeds_100k() {
+    let t0 = std::time::Instant::now();
+    let h = Sim::start(SimOptions { objects: 100_000, ..SimOptions::default() }).await.unwrap();
+    println!("seeded 100k in {:?}", t0.elapsed());
+    let t1 = std::time::Instant::now();
+    let resp = get(&h, "/api/v1/pods?resourceVersion=0").await;
+    println!("listed {} bytes of pods in {:?}", resp.body.len(), t1.elapsed());
+    assert_eq!(names(&resp.json()).len(), 50_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_list_from_a_future_rv_ends_with_a_504_error_event() {
+    let sim = Sim::new(SimOptions::default());
+    let future = sim.current_rv().0 + 100;
+    let cms = sim.store().kinds.by_name("configmaps").unwrap();
+    let t = super::route::Target { res: cms, namespace: None, name: None, sub: None, force_watch: false };
+    let q = super::query::Query::parse(&format!(
+        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={future}&allowWatchBookmarks=true"
+    ));
+    let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
+    let t0 = tokio::time::Instant::now();
+    let ev: Value = serde_json::from_slice(&rx.recv().await.unwrap()).unwrap();
+    assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    assert_eq!(ev["type"], "ERROR");
+    assert_eq!(ev["object"]["code"], 504);
+    assert_eq!(ev["object"]["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    assert!(rx.recv().await.is_none());
+}
+
+#[tokio::test]
+async fn serves_h2c() {
+    let h = start().await;
+    let client = Client::builder(TokioExecutor::new()).http2_only(true).build_http::<Full<Bytes>>();
+    let req =
+        Request::get(format!("http://{}/api/v1/namespaces", h.addr)).body(Full::new(Bytes::new())).unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(names(&body), ["default", "kube-node-lease", "kube-public", "kube-system"]);
+}

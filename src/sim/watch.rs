@@ -42,7 +42,8 @@ pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body
 /// item and ends with the watch.
 pub fn spawn(sim: Sim, t: Target, q: Query) -> Result<mpsc::Receiver<Bytes>, Failure> {
     let kind = sim.store().kinds.kind(t.res).clone();
-    let q = q.defaulted();
+    // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
+    let q = Query { watch: true, ..q }.defaulted();
     q.validate()?;
     let filter = Filter::new(&kind, &t, &q)?;
     let rv = Rv::parse(q.rv_str()).map_err(Error::InternalRaw)?;

@@ -106,6 +106,18 @@ fn defaults(group: &str, resource: &str, obj: &mut Map<String, Value>) {
             obj.insert("status".into(), serde_json::json!({"phase": "Active"}));
         }
         ("", "pods") => {
+            // The defaults the apiserver and admission give a pod (the selectable ones matter).
+            if let Some(Value::Object(spec)) = obj.get_mut("spec") {
+                for (k, v) in [
+                    ("restartPolicy", Value::from("Always")),
+                    ("terminationGracePeriodSeconds", Value::from(30)),
+                    ("dnsPolicy", Value::from("ClusterFirst")),
+                    ("serviceAccountName", Value::from("default")),
+                    ("schedulerName", Value::from("default-scheduler")),
+                ] {
+                    spec.entry(k).or_insert(v);
+                }
+            }
             let status = obj.entry("status").or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(s) = status {
                 s.entry("phase").or_insert_with(|| Value::String("Pending".into()));
