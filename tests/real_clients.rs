@@ -150,6 +150,32 @@ async fn kubectl_get_watch_and_apply() {
     assert!(ok, "{err}");
     assert!(out.contains("ConfigMapList"), "{out}");
 
+    // Chunked lists (limit + continue), label and field selectors.
+    env.create_cm("ns", "second", json!({"app": "other"}));
+    let rv = env.create_cm("ns", "third", json!({"app": "k"}));
+    env.synced_to(rv).await;
+    let (ok, out, err) =
+        run(&kubectl, &kc, &["get", "configmaps", "--chunk-size=2", "-o", "name"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["configmap/from-upstream", "configmap/second", "configmap/third"]
+    );
+    let (ok, out, err) = run(&kubectl, &kc, &["get", "configmaps", "-l", "app=k", "-o", "name"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["configmap/from-upstream", "configmap/third"]);
+    let (ok, out, err) = run(
+        &kubectl,
+        &kc,
+        &["get", "configmaps", "--field-selector", "metadata.name=second", "-o", "name"],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "configmap/second");
+    let (ok, _, err) = run(&kubectl, &kc, &["get", "configmaps", "--field-selector", "data.x=1"], None).await;
+    assert!(!ok && err.contains("is not a known field selector"), "{err}");
+
     // apply: GET (404) then POST through the proxy; the cache sees it.
     let manifest = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied","namespace":"ns"},"data":{"k":"v"}}"#;
     let (ok, out, err) = run(&kubectl, &kc, &["apply", "--validate=false", "-f", "-"], Some(manifest)).await;

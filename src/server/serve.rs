@@ -261,3 +261,86 @@ fn json_response(code: StatusCode, body: Body) -> Response<Body> {
 fn watch_response(body: Body) -> Response<Body> {
     json_response(StatusCode::OK, body)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::cache::{self, CacheOptions};
+    use crate::resource::ResourceKind;
+    use crate::server::classify::{classify, Route};
+    use crate::upstream::{Upstream, UpstreamOptions};
+
+    fn kinds() -> Vec<Arc<ResourceKind>> {
+        vec![Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true))]
+    }
+
+    async fn run(reader: &Reader, path: &str, query: &str) -> Served {
+        let Route::Cache(cr) = classify(&http::Method::GET, path, Some(query), None, &kinds()[..]) else {
+            panic!("not for the cache")
+        };
+        let upstream = Upstream::new(&UpstreamOptions {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let prober = Prober::new(upstream, reader.kind().clone());
+        let opts = ServeOptions { freshness_wait: Duration::from_millis(200), ..Default::default() };
+        serve(&cr, Source { reader, prober: &prober }, &opts, Instant::now()).await
+    }
+
+    async fn body(s: Served) -> (u16, Option<String>, String) {
+        let Served::Response(r) = s else { panic!("forwarded") };
+        let code = r.status().as_u16();
+        let ra = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        let b = r.into_body().collect().await.unwrap().to_bytes();
+        (code, ra, String::from_utf8(b.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn not_synced_answers_429_or_forwards() {
+        let (_w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        let (code, ra, b) = body(run(&r, "/api/v1/configmaps", "resourceVersion=0").await).await;
+        assert_eq!(code, 429);
+        assert_eq!(ra.as_deref(), Some("1"));
+        assert_eq!(
+            b,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#
+        );
+        assert_eq!(body(run(&r, "/api/v1/configmaps", "watch=1&resourceVersion=5").await).await.0, 429);
+        // A plain paginated list and a GET go where the apiserver would send them: upstream.
+        assert!(matches!(
+            run(&r, "/api/v1/configmaps", "limit=500&resourceVersion=5").await,
+            Served::Forward(_)
+        ));
+        assert!(matches!(
+            run(&r, "/api/v1/namespaces/ns/configmaps/a", "resourceVersion=0").await,
+            Served::Forward(_)
+        ));
+        // With a selector, a paginated list is a 429 too.
+        let s = run(&r, "/api/v1/configmaps", "limit=500&resourceVersion=5&labelSelector=a%3Db").await;
+        assert_eq!(body(s).await.0, 429);
+    }
+
+    #[tokio::test]
+    async fn watch_list_that_cannot_catch_up_gets_a_504_error_event() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        let s = run(&r, "/api/v1/configmaps", "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=500").await;
+        let (code, _, b) = body(s).await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            b,
+            "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Timeout: Too large resource version: 500, current: 10\",\"reason\":\"Timeout\",\"details\":{\"causes\":[{\"reason\":\"ResourceVersionTooLarge\",\"message\":\"Too large resource version\"}],\"retryAfterSeconds\":1},\"code\":504}}\n"
+        );
+        // A watch-list from an RV older than the history is never a 410: it gets the state.
+        let s = run(&r, "/api/v1/configmaps", "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=3&timeoutSeconds=1").await;
+        let (code, _, b) = body(s).await;
+        assert_eq!(code, 200);
+        assert!(b.starts_with("{\"type\":\"BOOKMARK\""), "{b}");
+        assert!(b.contains("k8s.io/initial-events-end"));
+    }
+}
