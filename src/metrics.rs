@@ -16,6 +16,7 @@ pub struct Metrics {
     resource_version: IntGaugeVec,
     watchers: IntGaugeVec,
     terminated: IntGaugeVec,
+    offered: IntGaugeVec,
     ready: IntGaugeVec,
 }
 
@@ -80,6 +81,12 @@ impl Metrics {
                 "Watches closed so far because the client was too slow.",
                 &["resource"],
             ),
+            offered: gauge(
+                &r,
+                "watchcache_fanout_offered",
+                "(event, watcher) pairs examined by the fan-out so far.",
+                &["resource"],
+            ),
             ready: gauge(
                 &r,
                 "watchcache_cache_ready",
@@ -111,11 +118,12 @@ impl Metrics {
         for r in readers {
             let gr = r.kind().group_resource();
             let p = r.progress();
-            let (live, terminated) = r.watcher_counts();
+            let w = r.watcher_stats();
             self.objects.with_label_values(&[&gr]).set(r.len() as i64);
             self.resource_version.with_label_values(&[&gr]).set((p.rv.0 % 1_000_000_000_000_000) as i64);
-            self.watchers.with_label_values(&[&gr]).set(live as i64);
-            self.terminated.with_label_values(&[&gr]).set(terminated as i64);
+            self.watchers.with_label_values(&[&gr]).set(w.live as i64);
+            self.terminated.with_label_values(&[&gr]).set(w.terminated as i64);
+            self.offered.with_label_values(&[&gr]).set(w.offered as i64);
             self.ready.with_label_values(&[&gr]).set(i64::from(p.ready));
         }
     }

@@ -249,6 +249,15 @@ pub struct Reader {
     shared: Arc<Shared>,
 }
 
+/// Counters of one resource's watchers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatcherStats {
+    pub live: usize,
+    pub terminated: u64,
+    /// (event, watcher) pairs examined by the fan-out; grows with interested watchers only.
+    pub offered: u64,
+}
+
 /// A consistent view of the objects at one RV.
 #[derive(Clone)]
 pub struct Snapshot {
@@ -284,10 +293,14 @@ impl Reader {
         self.len() == 0
     }
 
-    /// Number of live watchers and of watchers closed for being slow.
-    pub fn watcher_counts(&self) -> (usize, u64) {
+    /// Live watchers, watchers closed for being slow, and the fan-out work done so far.
+    pub fn watcher_stats(&self) -> WatcherStats {
         let st = self.shared.state.lock();
-        (st.watchers.len(), st.watchers.terminated())
+        WatcherStats {
+            live: st.watchers.len(),
+            terminated: st.watchers.terminated(),
+            offered: st.watchers.offered(),
+        }
     }
 
     /// The oldest RV a watch may start from, and the cache RV.

@@ -176,7 +176,7 @@ async fn slow_watcher_is_closed_and_others_continue() {
         }
     }
     assert_eq!(got_fast, 200);
-    assert_eq!(r.watcher_counts().1, 1, "the slow watcher was terminated");
+    assert_eq!(r.watcher_stats().terminated, 1, "the slow watcher was terminated");
     let mut n = 0;
     while let Some(_f) = slow.next().await {
         n += 1;
@@ -255,4 +255,41 @@ async fn waits_for_freshness_then_times_out() {
     assert!(waiter.await.unwrap().is_ok());
     let e = r.wait_for(Rv(100), Duration::from_secs(3)).await.unwrap_err();
     assert_eq!(e.to_string(), "Timeout: Too large resource version: 100, current: 12");
+}
+
+fn pod(w: &Writer, name: &str, rv: u64, node: &str) -> Object {
+    let json = format!(
+        r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"{node}"}}}}"#
+    );
+    w.parse(Bytes::from(json)).unwrap()
+}
+
+#[tokio::test]
+async fn kubelet_watchers_are_found_by_node() {
+    let pods = ResourceKind::new("", "v1", "pods", "Pod", true, true);
+    let (mut w, r) = new(pods.clone(), CacheOptions::default());
+    w.replace(vec![pod(&w, "p", 5, "")], Rv(10));
+    let node = |n: &str| {
+        let f = Filter::new(
+            None,
+            None,
+            LabelSelector::default(),
+            FieldSelector::parse(&format!("spec.nodeName={n}"), &pods).unwrap(),
+        );
+        r.watch(req(f, WatchStart::After(Rv(10)), false)).unwrap()
+    };
+    let mut n1 = node("n1");
+    let mut n2 = node("n2");
+    // Binding to n1: ADDED for n1 only; moving away: DELETED for n1.
+    w.apply(EventType::Modified, pod(&w, "p", 11, "n1")).unwrap();
+    w.apply(EventType::Modified, pod(&w, "p", 12, "")).unwrap();
+    assert_eq!(
+        take(&mut n1, 2).await,
+        vec![("ADDED".into(), "p".into(), "11".into()), ("DELETED".into(), "p".into(), "12".into())]
+    );
+    assert!(tokio::time::timeout(Duration::from_millis(50), n2.next()).await.is_err(), "n2 saw nothing");
+    // The index means the n2 watcher was never even offered the events.
+    let st = r.shared.state.lock();
+    assert_eq!(st.watchers.len(), 2);
+    assert_eq!(st.watchers.offered(), 2, "one watcher examined per event");
 }

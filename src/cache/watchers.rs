@@ -4,7 +4,8 @@
 //! Owned by the cache state and only touched under its lock: the writer dispatches while it
 //! applies an event, and `Reader::watch` registers a watcher in the same critical section in
 //! which it reads the history, so a watcher sees every event exactly once. Watchers are found
-//! by namespace, so an event costs O(watchers of its namespace + cluster-wide watchers).
+//! by namespace, and pod watchers with an exact `spec.nodeName=X` selector (kubelets) by node,
+//! so an event costs O(interested watchers + unindexed cluster-wide watchers).
 //! A watcher whose queue is full is dropped at once (its stream ends after what it already
 //! has, like the apiserver's terminated slow watchers); nobody else waits.
 
@@ -31,23 +32,47 @@ struct Entry {
     tx: mpsc::Sender<Delivery>,
 }
 
-/// Registry of live watchers, indexed by namespace scope.
+/// The index a watcher is registered under.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Slot {
+    /// Every event is offered (cluster-wide requests without an indexed selector).
+    All,
+    /// Events of one namespace.
+    Namespace(String),
+    /// Pod events whose current or previous `spec.nodeName` is this node.
+    Node(String),
+}
+
+/// Registry of live watchers, indexed by namespace and by pods' `spec.nodeName`.
 #[derive(Default)]
 pub struct Watchers {
     next_id: u64,
     /// Watchers of every namespace (cluster-wide requests, cluster-scoped resources).
     all: HashMap<u64, Entry>,
-    /// Watchers of one namespace.
-    by_namespace: HashMap<String, HashMap<u64, Entry>>,
+    /// Watchers of one namespace, or of one node: only these are offered its events.
+    indexed: HashMap<Slot, HashMap<u64, Entry>>,
     /// Watchers dropped because their queue was full.
     terminated: u64,
+    /// How many (event, watcher) pairs were examined: the fan-out cost.
+    offered: u64,
 }
 
 /// Handle a watch keeps to unregister itself when it ends.
 #[derive(Clone, Debug)]
 pub struct WatcherId {
     pub(crate) id: u64,
-    pub(crate) namespace: Option<String>,
+    pub(crate) slot: Slot,
+}
+
+/// Where a watcher with this filter is registered.
+fn slot_of(filter: &Filter) -> Slot {
+    if let Some(node) = filter.fields.exact("spec.nodeName") {
+        return Slot::Node(node.to_owned());
+    }
+    match &filter.namespace {
+        Some(ns) => Slot::Namespace(ns.clone()),
+        None => Slot::All,
+    }
 }
 
 impl Watchers {
@@ -61,42 +86,47 @@ impl Watchers {
         let (tx, rx) = mpsc::channel(queue.max(1));
         self.next_id += 1;
         let id = self.next_id;
-        let namespace = filter.namespace.clone();
+        let slot = slot_of(&filter);
         let entry = Entry { filter, min_rv, tx };
-        match &namespace {
-            Some(ns) => {
-                self.by_namespace.entry(ns.clone()).or_default().insert(id, entry);
-            }
-            None => {
+        match &slot {
+            Slot::All => {
                 self.all.insert(id, entry);
             }
+            s => {
+                self.indexed.entry(s.clone()).or_default().insert(id, entry);
+            }
         }
-        (WatcherId { id, namespace }, rx)
+        (WatcherId { id, slot }, rx)
     }
 
     pub fn remove(&mut self, w: &WatcherId) {
-        match &w.namespace {
-            Some(ns) => {
-                if let Some(m) = self.by_namespace.get_mut(ns) {
+        match &w.slot {
+            Slot::All => {
+                self.all.remove(&w.id);
+            }
+            s => {
+                if let Some(m) = self.indexed.get_mut(s) {
                     m.remove(&w.id);
                     if m.is_empty() {
-                        self.by_namespace.remove(ns);
+                        self.indexed.remove(s);
                     }
                 }
-            }
-            None => {
-                self.all.remove(&w.id);
             }
         }
     }
 
     /// Number of registered watchers.
     pub fn len(&self) -> usize {
-        self.all.len() + self.by_namespace.values().map(HashMap::len).sum::<usize>()
+        self.all.len() + self.indexed.values().map(HashMap::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many (event, watcher) pairs dispatch has examined so far.
+    pub fn offered(&self) -> u64 {
+        self.offered
     }
 
     /// Watchers dropped so far for being too slow.
@@ -107,34 +137,54 @@ impl Watchers {
     /// Drops every watcher: their streams end after what they already have.
     pub fn clear(&mut self) {
         self.all.clear();
-        self.by_namespace.clear();
+        self.indexed.clear();
     }
 
     /// Sends `d` to every interested watcher without blocking; a full or closed queue drops
     /// that watcher. Returns how many watchers received the event.
     pub fn dispatch(&mut self, d: &Dispatched) -> usize {
-        let ns = &d.event.object.header.namespace;
-        let prev_ns = d.event.prev.as_ref().map(|p| &p.header.namespace);
         let mut sent = 0;
         let mut dropped = 0;
+        self.offered += self.all.len() as u64;
         sent += send_all(&mut self.all, d, &mut dropped);
-        if !ns.is_empty() {
-            if let Some(m) = self.by_namespace.get_mut(ns) {
-                sent += send_all(m, d, &mut dropped);
-            }
-        }
-        // An object never changes namespace, but be exact if a previous state differs.
-        if let Some(pns) = prev_ns.filter(|p| *p != ns && !p.is_empty()) {
-            if let Some(m) = self.by_namespace.get_mut(pns) {
-                sent += send_all(m, d, &mut dropped);
+        if !self.indexed.is_empty() {
+            for slot in slots_of(d) {
+                if let Some(m) = self.indexed.get_mut(&slot) {
+                    self.offered += m.len() as u64;
+                    sent += send_all(m, d, &mut dropped);
+                }
             }
         }
         if dropped > 0 {
-            self.by_namespace.retain(|_, m| !m.is_empty());
+            self.indexed.retain(|_, m| !m.is_empty());
             self.terminated += dropped;
         }
         sent
     }
+}
+
+/// The indexed slots an event concerns: its namespace, and the node of its current and
+/// previous state (a pod moving onto a node is ADDED for that node's watchers, one leaving it
+/// DELETED). Each slot once.
+fn slots_of(d: &Dispatched) -> Vec<Slot> {
+    let mut slots = Vec::with_capacity(3);
+    let objs = std::iter::once(&d.event.object).chain(d.event.prev.as_ref());
+    for o in objs {
+        let h = &o.header;
+        if !h.namespace.is_empty() {
+            let s = Slot::Namespace(h.namespace.clone());
+            if !slots.contains(&s) {
+                slots.push(s);
+            }
+        }
+        if let Some(node) = h.fields.get("spec.nodeName").filter(|n| !n.is_empty()) {
+            let s = Slot::Node(node.clone());
+            if !slots.contains(&s) {
+                slots.push(s);
+            }
+        }
+    }
+    slots
 }
 
 fn send_all(m: &mut HashMap<u64, Entry>, d: &Dispatched, dropped: &mut u64) -> usize {
