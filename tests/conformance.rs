@@ -31,21 +31,73 @@ const SKIPPED: &[(&str, Option<usize>, &str)] = &[
     ("restart-watch-cache-boundary", None, "needs an apiserver restart"),
     ("restart-watch-too-old-other-resources", None, "needs an apiserver restart"),
     ("restart-list-get-old-rv", None, "needs an apiserver restart"),
-    ("list-rv-nonnumeric", Some(1), "1.28: 500 when the cache serves a non-numeric RV; 1.36 answers 400 for every LIST"),
-    ("list-rv-nonnumeric", Some(2), "1.28: 500 when the cache serves a non-numeric RV; 1.36 answers 400 for every LIST"),
-    ("watch-sie-gate-off", None, "1.28 with the WatchList gate off (W2 for sendInitialEvents); 1.36 has it on"),
-    ("list-rvm-exact-future", None, "1.28: etcd answers 500 'required revision is a future revision' at once; 1.36 waits, then 504"),
-    ("watch-bookmark-periodic", None, "70 s of timing (bookmarks are not compared anyway); too slow for this suite"),
+    (
+        "list-rv-nonnumeric",
+        Some(1),
+        "1.28: 500 when the cache serves a non-numeric RV; 1.36 answers 400 for every LIST",
+    ),
+    (
+        "list-rv-nonnumeric",
+        Some(2),
+        "1.28: 500 when the cache serves a non-numeric RV; 1.36 answers 400 for every LIST",
+    ),
+    (
+        "watch-sie-gate-off",
+        None,
+        "1.28 with the WatchList gate off (W2 for sendInitialEvents); 1.36 has it on",
+    ),
+    (
+        "list-rvm-exact-future",
+        None,
+        "1.28: etcd answers 500 'required revision is a future revision' at once; 1.36 waits, then 504",
+    ),
+    ("watchlist-sie-rv-too-old", Some(2), "the RV is only too old after an apiserver restart"),
+    (
+        "watch-bookmark-periodic",
+        None,
+        "70 s of timing (bookmarks are not compared anyway); too slow for this suite",
+    ),
     ("crd-accept-protobuf", Some(1), "the 406 body is protobuf-encoded; the sim answers JSON"),
+    (
+        "accept-protobuf-list",
+        None,
+        "protobuf bodies: the sim cannot encode protobuf (the proxy forwards them)",
+    ),
+    (
+        "watch-ignores-list-params",
+        Some(2),
+        "1.28 gate off; with WatchList on (1.34+) the defaulted watch-list forbids continue (422)",
+    ),
+    (
+        "watch-ignores-list-params",
+        Some(3),
+        "1.28 gate off; with WatchList on (1.34+) the defaulted watch-list forbids continue (422)",
+    ),
 ];
 
 /// Differences of the PROXY from the recordings that the lead has to fix:
 /// (scenario, step, what differs). Matched by scenario and step.
-const KNOWN_PROXY_DIFFERENCES: &[(&str, usize, &str)] = &[];
+const KNOWN_PROXY_DIFFERENCES: &[(&str, usize, &str)] = &[
+    ("compaction-list-exact", 1, "LIST Exact at a compacted RV: proxy serves 200 from its history window; 1.28 (etcd) answers 410 'The resourceVersion for the provided list is too old.'"),
+    ("compaction-list-legacy-exact-limit", 1, "LIST limit=1&resourceVersion=<compacted>: proxy serves 200 from its window; 1.28 answers 410"),
+    ("compaction-continue-expired", 1, "continue token with a compacted RV: proxy serves the next page (200); 1.28 answers 410 with metadata.continue (rv -1)"),
+];
 
 /// Differences of the SIM (hence also of forwarded requests) not fixed yet:
 /// (scenario, step, what differs).
-const KNOWN_SIM_DIFFERENCES: &[(&str, usize, &str)] = &[];
+const KNOWN_SIM_DIFFERENCES: &[(&str, usize, &str)] = &[
+    ("accept-partial-object-metadata", 1, "the sim cannot produce PartialObjectMetadataList (406)"),
+    ("accept-partial-object-metadata", 2, "the sim cannot produce PartialObjectMetadata (406)"),
+    ("watch-namespaces", 1, "the sim deletes a namespace and its contents at once (DELETED); without a controller-manager it stays Terminating (MODIFIED)"),
+    ("watch-namespaces", 2, "same: the deleted namespace is gone (404) instead of Terminating"),
+];
+
+/// Recorded behaviour of the 1.28 watch CACHE that the sim (etcd and cache in one, one window)
+/// cannot show when asked directly; the proxy's cache is checked against them.
+const SKIPPED_SIM_ONLY: &[(&str, &str)] = &[(
+    "compaction-watch-old-in-cache-window",
+    "the sim's log is compacted with etcd; only a separate cache keeps the older window",
+)];
 
 fn dir() -> PathBuf {
     std::env::var_os("CONFORMANCE_DIR")
@@ -89,12 +141,35 @@ enum Side {
     Proxy,
 }
 
+/// Independent lanes (each its own sim, proxy and fixtures) keep the suite under a minute:
+/// most of the time is spent in deliberate waits (3 s before a 504, watch timeouts).
+const LANES: usize = 4;
+
 async fn run(side: Side) -> Tally {
-    let mut tally = Tally::default();
     let Some(all) = scenarios() else {
         eprintln!("conformance recordings not found in {}: skipped", dir().display());
-        return tally;
+        return Tally::default();
     };
+    let mut lanes = Vec::new();
+    for lane in 0..LANES {
+        // Phases stay in order inside a lane.
+        let mine: Vec<Value> = all.iter().skip(lane).step_by(LANES).cloned().collect();
+        lanes.push(tokio::spawn(run_lane(side, mine)));
+    }
+    let mut tally = Tally::default();
+    for l in lanes {
+        let t = l.await.expect("lane");
+        tally.passed.extend(t.passed);
+        tally.skipped.extend(t.skipped);
+        tally.known.extend(t.known);
+        tally.failed.extend(t.failed);
+        tally.fixed.extend(t.fixed);
+    }
+    tally
+}
+
+async fn run_lane(side: Side, all: Vec<Value>) -> Tally {
+    let mut tally = Tally::default();
     let handle = Sim::start(SimOptions::default()).await.expect("sim starts");
     let sim_base = format!("http://{}", handle.addr);
     let proxy = match side {
@@ -112,12 +187,15 @@ async fn run(side: Side) -> Tally {
     let base = proxy.as_ref().map(|p| format!("http://{}", p.addr)).unwrap_or_else(|| sim_base.clone());
     let client = common::client();
     let mut setup = fixtures::Setup::new(common::client(), sim_base.clone(), handle.sim.clone());
+    // An earlier scenario of the recording (list-empty-namespace) left `cap-empty`; cluster-wide
+    // namespace lists see it whatever lane that scenario runs in.
+    setup.namespace("cap-empty").await.expect("namespace");
     let target = replay::Target { client: &client, base, sim_base };
-    let known: &[(&str, usize, &str)] =
-        if side == Side::Proxy { KNOWN_PROXY_DIFFERENCES } else { &[] };
+    let known: &[(&str, usize, &str)] = if side == Side::Proxy { KNOWN_PROXY_DIFFERENCES } else { &[] };
     for sc in &all {
         let name = sc["name"].as_str().unwrap_or("?").to_owned();
-        if let Some(r) = skipped(&name, None) {
+        let sim_only = SKIPPED_SIM_ONLY.iter().find(|(n, _)| *n == name && side == Side::Sim);
+        if let Some(r) = skipped(&name, None).or(sim_only.map(|(_, r)| *r)) {
             tally.skipped.push(format!("{name}: {r}"));
             continue;
         }
@@ -138,7 +216,8 @@ async fn run(side: Side) -> Tally {
             if skipped(&name, step).is_some() {
                 continue;
             }
-            let is_known = |t: &[(&str, usize, &str)]| t.iter().any(|(n, s, _)| *n == name && Some(*s) == step);
+            let is_known =
+                |t: &[(&str, usize, &str)]| t.iter().any(|(n, s, _)| *n == name && Some(*s) == step);
             if is_known(known) || is_known(KNOWN_SIM_DIFFERENCES) {
                 expected.push(format!("{name} {d}"));
             } else {

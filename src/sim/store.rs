@@ -218,6 +218,30 @@ impl Store {
         Ok(object)
     }
 
+    /// Graceful deletion of a pod bound to a node, which no kubelet finishes here: sets
+    /// `deletionTimestamp` / `deletionGracePeriodSeconds` once, as a MODIFIED event
+    /// (watch-pod-graceful-delete.json). Marking an already marked pod changes nothing.
+    pub fn mark_deleting(&self, res: usize, key: &ObjectKey, grace: i64) -> Result<Arc<Object>, Error> {
+        let kind = self.kinds.kind(res).clone();
+        let mut st = self.state.lock();
+        let Some(old) = st.objects[res].get(key).cloned() else {
+            return Err(Error::not_found(&kind, key.as_str().rsplit('/').next().unwrap_or("")));
+        };
+        let mut v: Map<String, Value> =
+            serde_json::from_slice(&old.typed_bytes()).map_err(|e| Error::Internal(e.to_string()))?;
+        let meta = meta_mut(&mut v);
+        // A shorter grace period re-marks the pod (one more MODIFIED); the same one is a no-op.
+        if meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).is_some_and(|g| g <= grace) {
+            return Ok(old);
+        }
+        meta.insert("deletionTimestamp".into(), Value::String(encode::now_rfc3339()));
+        meta.insert("deletionGracePeriodSeconds".into(), Value::from(grace));
+        let object = self.commit(&mut st, res, EventType::Modified, v, Some(old))?;
+        drop(st);
+        self.notify();
+        Ok(object)
+    }
+
     /// Deletes an object (immediately: no finalizers, no graceful pod termination). Deleting a
     /// namespace deletes its contents first, as the namespace controller would. Returns the
     /// object carrying the deletion revision.

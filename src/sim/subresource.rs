@@ -37,6 +37,7 @@ pub async fn handle(
         }
         ("status", Method::PUT) => write::put(&sim, &t, req).await,
         ("status", Method::PATCH) => write::patch(&sim, &t, req).await,
+        ("binding", Method::POST) if exists => write::bind(&sim, &t, req).await,
         ("log", Method::GET) if exists => Ok(log(&name, follow(raw_query))),
         ("exec" | "attach", Method::GET | Method::POST) if exists => Ok(upgrade(req)),
         (_, _) if !exists => Err(Error::not_found(&served.kind, &name)),

@@ -116,9 +116,14 @@ impl Watch {
         } else {
             let compacted = store.compacted();
             if self.rv < compacted {
-                return self
-                    .error(Error::TooOldResourceVersion { requested: self.rv, oldest: compacted })
-                    .await;
+                // Uncached kinds are etcd watches: etcd's wording
+                // (compaction-watch-uncached-too-old.json).
+                let e = if is_cached(&self.kind) {
+                    Error::TooOldResourceVersion { requested: self.rv, oldest: compacted }
+                } else {
+                    Error::Expired("The resourceVersion for the provided watch is too old.".into())
+                };
+                return self.error(e).await;
             }
             pos = self.rv;
         }

@@ -231,10 +231,50 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
     Ok(respond(StatusCode::OK, &o))
 }
 
-pub fn delete(sim: &Sim, t: &Target) -> Result<Response<Body>, Error> {
-    let o =
-        sim.store().delete(t.res, t.namespace.as_deref().unwrap_or(""), t.name.as_deref().unwrap_or(""))?;
+/// DELETE. A pod bound to a node is deleted gracefully, as without a kubelet: first a MODIFIED
+/// with `deletionTimestamp`; with a grace period of 0 it is then removed (DELETED), otherwise it
+/// stays (watch-pod-graceful-delete.json, watch-field-selector-nodename.json).
+pub fn delete(sim: &Sim, t: &Target, raw_query: &str) -> Result<Response<Body>, Error> {
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let name = t.name.as_deref().unwrap_or("");
+    let kind = sim.store().kinds.kind(t.res);
+    if kind.group.is_empty() && kind.resource == "pods" {
+        let key = ObjectKey::new(ns, name);
+        if let Some(cur) = sim.store().get(t.res, &key) {
+            let v = to_value(&cur);
+            if v.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+                let grace = form_urlencoded::parse(raw_query.as_bytes())
+                    .find(|(k, _)| k == "gracePeriodSeconds")
+                    .and_then(|(_, v)| v.parse::<i64>().ok())
+                    .or_else(|| v.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+                    .unwrap_or(30);
+                let marked = sim.store().mark_deleting(t.res, &key, grace)?;
+                if grace > 0 {
+                    return Ok(respond(StatusCode::OK, &marked));
+                }
+            }
+        }
+    }
+    let o = sim.store().delete(t.res, ns, name)?;
     Ok(respond(StatusCode::OK, &o))
+}
+
+/// `pods/<name>/binding`: schedules an unscheduled pod (the scheduler's write), 201 + Status.
+pub async fn bind(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    let binding = parse_body(&body_bytes(req).await?)?;
+    let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_owned();
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let name = t.name.as_deref().unwrap_or("");
+    let kind = sim.store().kinds.kind(t.res).clone();
+    let cur =
+        sim.store().get(t.res, &ObjectKey::new(ns, name)).ok_or_else(|| Error::not_found(&kind, name))?;
+    let mut v = to_value(&cur);
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("nodeName".into(), Value::String(node));
+    }
+    update(sim, t.res, ns, name, v, false)?;
+    let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}"#;
+    Ok(json(StatusCode::CREATED, full(status)))
 }
 
 /// RFC 7386 JSON merge patch.

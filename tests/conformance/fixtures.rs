@@ -95,7 +95,13 @@ impl Setup {
         Setup { client, sim_base, sim, done: HashSet::new(), rvs: HashMap::new(), tokens: HashMap::new() }
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<Value>, ct: Option<&str>) -> Result<Value, String> {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        ct: Option<&str>,
+    ) -> Result<Value, String> {
         let url = format!("{}{path}", self.sim_base);
         let h: Vec<(&str, &str)> = ct.map(|c| vec![("Content-Type", c)]).unwrap_or_default();
         let r = send(&self.client, method.clone(), &url, body, &h).await;
@@ -106,6 +112,9 @@ impl Setup {
     }
 
     async fn create(&mut self, path: &str, body: Value, line: &str) -> Result<(), String> {
+        if let Some(ns) = path.split("/namespaces/").nth(1).and_then(|r| r.split('/').next()) {
+            self.namespace(ns).await?;
+        }
         let v = self.call(Method::POST, path, Some(body), None).await?;
         if let Some(rec) = recorded_rv(line) {
             self.rvs.insert(rec, rv_of(&v));
@@ -113,15 +122,20 @@ impl Setup {
         Ok(())
     }
 
-    async fn namespace(&mut self, ns: &str) -> Result<(), String> {
-        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    pub async fn namespace(&mut self, ns: &str) -> Result<(), String> {
+        // The recorder labelled everything it created `capture=yes`.
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"capture": "yes"}}});
         self.call(Method::POST, "/api/v1/namespaces", Some(body), None).await.map(|_| ())
     }
 
     /// Runs the setup lines of `sc` that have not run yet; `Err` is a reason to skip the scenario.
     pub async fn prepare(&mut self, sc: &Value) -> Result<Vars, String> {
-        let lines: Vec<String> =
-            sc["setup"].as_array().into_iter().flatten().filter_map(|l| l.as_str().map(str::to_owned)).collect();
+        let lines: Vec<String> = sc["setup"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.as_str().map(str::to_owned))
+            .collect();
         let mut fixtures: Vec<&str> = Vec::new();
         for l in &lines {
             if let Some(tag) = l.strip_prefix("[fixture ").and_then(|r| r.split(']').next()) {
@@ -182,7 +196,9 @@ impl Setup {
             }
             ["patch", "configmap", key, ..] => {
                 let (ns, name) = key.split_once('/').unwrap_or(("", key));
-                let data = after(l, " data k=").map(str::to_owned).unwrap_or_else(|| format!("{}-updated", default_data(name)));
+                let data = after(l, " data k=")
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{}-updated", default_data(name)));
                 let v = self
                     .call(
                         Method::PATCH,
@@ -197,7 +213,7 @@ impl Setup {
                 Ok(())
             }
             ["create", "node", name, ..] => {
-                let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+                let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"capture": "yes"}}});
                 self.create("/api/v1/nodes", body, l).await
             }
             ["create", "pod", key, ..] => {
@@ -215,7 +231,8 @@ impl Setup {
             ["POST", path, "(pod", name, ..] => {
                 let name = name.trim_end_matches(',');
                 let node = l.contains(" on n1").then_some("cap-n1");
-                let grace = after(l, "terminationGracePeriodSeconds ").and_then(|g| g.trim_end_matches(')').parse().ok());
+                let grace = after(l, "terminationGracePeriodSeconds ")
+                    .and_then(|g| g.trim_end_matches(')').parse().ok());
                 self.create(path, pod(name, node, json!({"app": "web"}), grace), l).await
             }
             ["POST", path, "(event", name, ..] => {
@@ -234,7 +251,12 @@ impl Setup {
             ["POST", _, "(serviceaccount", ..] | ["create", "serviceaccount", ..] => Ok(()),
             ["PATCH", path, ..] => {
                 let v = self
-                    .call(Method::PATCH, path, Some(json!({"data": {"k": "patched"}})), Some("application/merge-patch+json"))
+                    .call(
+                        Method::PATCH,
+                        path,
+                        Some(json!({"data": {"k": "patched"}})),
+                        Some("application/merge-patch+json"),
+                    )
                     .await?;
                 if let Some(rec) = recorded_rv(l) {
                     self.rvs.insert(rec, rv_of(&v));
@@ -248,8 +270,12 @@ impl Setup {
                 let _ = var;
                 let tok = v["metadata"]["continue"].as_str().unwrap_or("").to_owned();
                 // The recorded token is the only one with `"rv":<recorded list RV>` in this fixture.
-                let rec_rv: u64 = after(l, "list resourceVersion ").and_then(|s| s.trim_end_matches(',').parse().ok()).unwrap_or(0);
-                let rec = kube_watchcache::params::ContinueToken { rv: rec_rv as i64, start: "c1\u{0}".into() }.encode();
+                let rec_rv: u64 = after(l, "list resourceVersion ")
+                    .and_then(|s| s.trim_end_matches(',').parse().ok())
+                    .unwrap_or(0);
+                let rec =
+                    kube_watchcache::params::ContinueToken { rv: rec_rv as i64, start: "c1\u{0}".into() }
+                        .encode();
                 self.tokens.insert(rec, tok);
                 Ok(())
             }
