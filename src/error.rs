@@ -26,6 +26,15 @@ impl Cause {
         Cause { reason: "FieldValueForbidden", message: format!("Forbidden: {detail}"), field: field.into() }
     }
 
+    /// `FieldValueRequired` (`Required value: …`), e.g. a create without name or generateName.
+    pub fn required(field: &str, detail: &str) -> Cause {
+        Cause {
+            reason: "FieldValueRequired",
+            message: format!("Required value: {detail}"),
+            field: field.into(),
+        }
+    }
+
     pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
         let list: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
         Cause {
@@ -57,6 +66,25 @@ pub enum Error {
     /// 410 Expired with a literal message (e.g. list too old).
     #[error("{0}")]
     Expired(String),
+    /// 410 Expired for a continue token whose revision was compacted; `continue_token` (rv −1,
+    /// same start) goes into the Status `metadata.continue` (compaction-continue-expired).
+    #[error("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")]
+    ExpiredContinue { continue_token: String },
+    /// 409 on create: `configmaps "x" already exists`.
+    #[error("{} {} already exists", group_resource(.resource, .group), go_quote(.name))]
+    AlreadyExists { resource: String, group: String, name: String },
+    /// 409 on update with a stale `metadata.resourceVersion`.
+    #[error("Operation cannot be fulfilled on {} {}: the object has been modified; please apply your changes to the latest version and try again", group_resource(.resource, .group), go_quote(.name))]
+    Conflict { resource: String, group: String, name: String },
+    /// 422 on an object (`ConfigMap "x" is invalid: …`); `kind` is the Kind (`ConfigMap`).
+    #[error("{} {} is invalid: {}", .kind, go_quote(.name), join_causes(.causes))]
+    Invalid { kind: String, group: String, name: String, causes: Vec<Cause> },
+    /// 405 for a verb the resource does not serve.
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    /// 415 for a PATCH with a content type that is not a patch type.
+    #[error("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json")]
+    UnsupportedMediaType,
     /// 504 `Timeout: Too large resource version: N, current: C` with `Retry-After: 1`.
     #[error("Timeout: Too large resource version: {requested}, current: {current}")]
     TooLargeResourceVersion { requested: Rv, current: Rv },
@@ -72,9 +100,37 @@ pub enum Error {
     /// 503 when the upstream cannot be reached.
     #[error("{0}")]
     ServiceUnavailable(String),
-    /// 406 NotAcceptable.
+    /// 406 NotAcceptable from content negotiation (`406: Not Acceptable\n\nAvailable
+    /// representations: …`), rendered with `"details":{}` like the apiserver.
     #[error("{0}")]
     NotAcceptable(String),
+    /// 406 NotAcceptable from the serializer (`only the following media types are accepted:
+    /// …`), rendered without `details` (accept-unsupported.json, step 2).
+    #[error("only the following media types are accepted: {0}")]
+    MediaTypesNotAccepted(String),
+}
+
+/// `configmaps` or `widgets.example.com`.
+fn group_resource(resource: &str, group: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+/// `field: message`, or `[a: x, b: y]` for several causes (Go's `ErrorList.ToAggregate`).
+fn join_causes(causes: &[Cause]) -> String {
+    let fields: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+    if fields.len() == 1 {
+        fields[0].clone()
+    } else {
+        format!("[{}]", fields.join(", "))
+    }
+}
+
+fn cause_json(causes: &[Cause]) -> Vec<CauseJson<'_>> {
+    causes.iter().map(|c| CauseJson { reason: c.reason, message: &c.message, field: &c.field }).collect()
 }
 
 #[derive(Serialize)]
@@ -82,7 +138,7 @@ struct StatusJson<'a> {
     kind: &'static str,
     #[serde(rename = "apiVersion")]
     api_version: &'static str,
-    metadata: Empty,
+    metadata: Meta<'a>,
     status: &'static str,
     message: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
@@ -92,8 +148,12 @@ struct StatusJson<'a> {
     code: u16,
 }
 
-#[derive(Serialize)]
-struct Empty {}
+/// The Status `metadata`: empty but for the expired-continue Status.
+#[derive(Serialize, Default)]
+struct Meta<'a> {
+    #[serde(rename = "continue", skip_serializing_if = "str::is_empty")]
+    continue_token: &'a str,
+}
 
 #[derive(Serialize, Default)]
 struct Details<'a> {
@@ -140,21 +200,34 @@ impl Error {
         let msg = self.to_string();
         let (code, reason, details, retry_after): (u16, &str, Option<Details>, Option<u32>) = match self {
             Error::InvalidListOptions { causes } => {
-                let fields: Vec<String> =
-                    causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
-                let joined =
-                    if fields.len() == 1 { fields[0].clone() } else { format!("[{}]", fields.join(", ")) };
-                let message = format!("ListOptions.meta.k8s.io \"\" is invalid: {joined}");
+                let message = format!("ListOptions.meta.k8s.io \"\" is invalid: {}", join_causes(causes));
                 let details = Details {
                     group: "meta.k8s.io",
                     kind: "ListOptions",
-                    causes: causes
-                        .iter()
-                        .map(|c| CauseJson { reason: c.reason, message: &c.message, field: &c.field })
-                        .collect(),
+                    causes: cause_json(causes),
                     ..Default::default()
                 };
                 return render(422, "Invalid", &message, Some(details), None);
+            }
+            Error::Invalid { kind, group, name, causes } => (
+                422,
+                "Invalid",
+                Some(Details { name, group, kind, causes: cause_json(causes), ..Default::default() }),
+                None,
+            ),
+            Error::AlreadyExists { resource, group, name } => (
+                409,
+                "AlreadyExists",
+                Some(Details { name, group, kind: resource, ..Default::default() }),
+                None,
+            ),
+            Error::Conflict { resource, group, name } => {
+                (409, "Conflict", Some(Details { name, group, kind: resource, ..Default::default() }), None)
+            }
+            Error::MethodNotAllowed => (405, "MethodNotAllowed", Some(Details::default()), None),
+            Error::UnsupportedMediaType => (415, "UnsupportedMediaType", Some(Details::default()), None),
+            Error::ExpiredContinue { continue_token } => {
+                return render_with_meta(410, "Expired", &msg, None, None, Meta { continue_token });
             }
             Error::BadRequest(_) => (400, "BadRequest", None, None),
             Error::NotFound { resource, group, name } => {
@@ -188,7 +261,8 @@ impl Error {
             Error::InternalRaw(_) => (500, "", None, None),
             Error::Internal(_) => (500, "InternalError", None, None),
             Error::ServiceUnavailable(_) => (503, "ServiceUnavailable", None, None),
-            Error::NotAcceptable(_) => (406, "NotAcceptable", None, None),
+            Error::NotAcceptable(_) => (406, "NotAcceptable", Some(Details::default()), None),
+            Error::MediaTypesNotAccepted(_) => (406, "NotAcceptable", None, None),
         };
         render(code, reason, &msg, details, retry_after)
     }
@@ -218,10 +292,21 @@ fn render(
     details: Option<Details>,
     retry_after: Option<u32>,
 ) -> Status {
+    render_with_meta(code, reason, message, details, retry_after, Meta::default())
+}
+
+fn render_with_meta(
+    code: u16,
+    reason: &str,
+    message: &str,
+    details: Option<Details>,
+    retry_after: Option<u32>,
+    metadata: Meta,
+) -> Status {
     let json = StatusJson {
         kind: "Status",
         api_version: "v1",
-        metadata: Empty {},
+        metadata,
         status: "Failure",
         message,
         reason,
@@ -316,6 +401,90 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(&st.body).unwrap(),
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":2},"code":429}"#
+        );
+    }
+
+    fn text(e: &Error) -> String {
+        String::from_utf8(e.to_status().body.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn already_exists_and_conflict() {
+        let e =
+            Error::AlreadyExists { resource: "configmaps".into(), group: String::new(), name: "dup".into() };
+        assert_eq!(e.to_status().code, 409);
+        assert_eq!(
+            text(&e),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"dup\" already exists","reason":"AlreadyExists","details":{"name":"dup","kind":"configmaps"},"code":409}"#
+        );
+        let e =
+            Error::Conflict { resource: "widgets".into(), group: "example.com".into(), name: "w1".into() };
+        assert_eq!(e.to_status().code, 409);
+        assert_eq!(
+            text(&e),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on widgets.example.com \"w1\": the object has been modified; please apply your changes to the latest version and try again","reason":"Conflict","details":{"name":"w1","group":"example.com","kind":"widgets"},"code":409}"#
+        );
+    }
+
+    #[test]
+    fn invalid_object() {
+        let e = Error::Invalid {
+            kind: "ConfigMap".into(),
+            group: String::new(),
+            name: String::new(),
+            causes: vec![Cause::required("metadata.name", "name or generateName is required")],
+        };
+        assert_eq!(e.to_status().code, 422);
+        assert_eq!(
+            text(&e),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required","reason":"Invalid","details":{"kind":"ConfigMap","causes":[{"reason":"FieldValueRequired","message":"Required value: name or generateName is required","field":"metadata.name"}]},"code":422}"#
+        );
+    }
+
+    #[test]
+    fn method_and_media_type() {
+        let st = Error::MethodNotAllowed.to_status();
+        assert_eq!(st.code, 405);
+        assert_eq!(
+            std::str::from_utf8(&st.body).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server does not allow this method on the requested resource","reason":"MethodNotAllowed","details":{},"code":405}"#
+        );
+        let v = json(&Error::UnsupportedMediaType);
+        assert_eq!(v["code"], 415);
+        assert_eq!(v["reason"], "UnsupportedMediaType");
+        assert!(v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the body of the request was in an unknown format"));
+    }
+
+    /// compaction-continue-expired.json, step 1.
+    #[test]
+    fn expired_continue_carries_the_new_token() {
+        let e = Error::ExpiredContinue {
+            continue_token: "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoiYzFcdTAwMDAifQ".into(),
+        };
+        assert_eq!(e.to_status().code, 410);
+        assert_eq!(
+            text(&e),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoiYzFcdTAwMDAifQ"},"status":"Failure","message":"The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.","reason":"Expired","code":410}"#
+        );
+    }
+
+    /// accept-unsupported.json, steps 1 and 2.
+    #[test]
+    fn not_acceptable_bodies() {
+        let e = Error::NotAcceptable("406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".into());
+        assert_eq!(
+            text(&e),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch","reason":"NotAcceptable","details":{},"code":406}"#
+        );
+        let e = Error::MediaTypesNotAccepted(
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf".into(),
+        );
+        assert_eq!(
+            text(&e),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf","reason":"NotAcceptable","code":406}"#
         );
     }
 }

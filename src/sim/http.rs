@@ -15,7 +15,6 @@ use tokio::net::TcpListener;
 
 use super::query::Query;
 use super::route::{route, Route, Target};
-use super::status::Failure;
 use super::{discovery, read, subresource, watch, write, RequestRecord, Sim};
 use crate::error::Error;
 
@@ -104,18 +103,19 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
         Route::Groups => discovery::groups(&sim.store().kinds),
         Route::Group(g) => discovery::group(&sim.store().kinds, &g),
         Route::Resources(g, v) => discovery::resources(&sim.store().kinds, &g, &v),
-        Route::Resource(t) => resource(sim, t, req).await.unwrap_or_else(Failure::into_response),
+        Route::Resource(t) => resource(sim, t, req).await.unwrap_or_else(error_response),
     }
 }
 
-async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Response<Body>, Failure> {
-    let q = Query::parse(req.uri().query().unwrap_or(""));
+async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    let raw = req.uri().query().unwrap_or("").to_owned();
     if let Some(sub) = t.sub.clone() {
-        return subresource::handle(sim, t, &sub, q, req).await;
+        return subresource::handle(sim, t, &sub, &raw, req).await;
     }
     let method = req.method().clone();
     match (method, t.name.is_some()) {
         (Method::GET, _) => {
+            let q = Query::from_query(&raw)?;
             let accept = negotiate(req.headers(), sim.store().kinds.kind(t.res).builtin)?;
             if t.force_watch || (q.watch && t.name.is_none()) {
                 watch::handle(sim, t, q).await
@@ -128,8 +128,8 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
         (Method::POST, false) => write::post(&sim, &t, req).await,
         (Method::PUT, true) => write::put(&sim, &t, req).await,
         (Method::PATCH, true) => write::patch(&sim, &t, req).await,
-        (Method::DELETE, true) => write::delete(&sim, &t),
-        _ => Err(Failure::MethodNotAllowed),
+        (Method::DELETE, true) => write::delete(&sim, &t, &raw),
+        _ => Err(Error::MethodNotAllowed),
     }
 }
 
@@ -142,7 +142,7 @@ pub enum Accept {
 
 /// Content negotiation: plain JSON when any media range allows it, a Table when that comes
 /// first, else 406 with the apiserver's texts (accept-unsupported.json, crd-accept-protobuf.json).
-pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Failure> {
+pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Error> {
     let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Accept::Json);
     };
@@ -164,24 +164,23 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Fai
             Some(_) => saw_unknown_as = true,
         }
     }
-    let message = if saw_unknown_as || !builtin {
-        if builtin {
-            "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf".to_owned()
+    if saw_unknown_as || !builtin {
+        let types = if builtin {
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
         } else {
-            "only the following media types are accepted: application/json, application/yaml".to_owned()
-        }
-    } else {
-        "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".to_owned()
-    };
-    Err(Error::NotAcceptable(message).into())
+            "application/json, application/yaml"
+        };
+        return Err(Error::MediaTypesNotAccepted(types.into()));
+    }
+    Err(Error::NotAcceptable("406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".into()))
 }
 
 /// Reads a request body (at most 3 MiB, the apiserver's limit).
-pub async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, Failure> {
+pub async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, Error> {
     let limited = http_body_util::Limited::new(req.into_body(), 3 * 1024 * 1024);
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
-        Err(e) => Err(Error::BadRequest(format!("unable to read request body: {e}")).into()),
+        Err(e) => Err(Error::BadRequest(format!("unable to read request body: {e}"))),
     }
 }
 

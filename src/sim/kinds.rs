@@ -37,7 +37,17 @@ impl Kinds {
         };
         Kinds {
             all: vec![
-                r("", "v1", "pods", "Pod", true, true, "pod", &["po"], &["log", "exec", "attach", "status"]),
+                r(
+                    "",
+                    "v1",
+                    "pods",
+                    "Pod",
+                    true,
+                    true,
+                    "pod",
+                    &["po"],
+                    &["log", "exec", "attach", "status", "binding"],
+                ),
                 r("", "v1", "nodes", "Node", false, true, "node", &["no"], &["status"]),
                 r("", "v1", "namespaces", "Namespace", false, true, "namespace", &["ns"], &["status"]),
                 r("", "v1", "configmaps", "ConfigMap", true, true, "configmap", &["cm"], &[]),

@@ -15,7 +15,7 @@
 //! | `kinds` | the served resources |
 //! | `store` | revisions, objects, the change log, compaction, writes |
 //! | `encode` | object / list / bookmark JSON in the apiserver's shapes |
-//! | `query` | ListOptions parsing, defaulting, validation, continue tokens |
+//! | `query` | the sim-specific bits of query parameters (the rest is `crate::params`) |
 //! | `route` | URL → discovery document or resource target |
 //! | `http` | accept loop, recording, negotiation, dispatch |
 //! | `read` | LIST and GET |
@@ -24,7 +24,6 @@
 //! | `subresource` | `log`, `exec` / `attach` (upgrade echo), `status` |
 //! | `discovery` | `/api`, `/apis`, `/version` … |
 //! | `seed` | sample objects and churn |
-//! | `status` | write-path Status codes `Error` has no variant for yet |
 
 mod discovery;
 mod encode;
@@ -34,7 +33,6 @@ mod query;
 mod read;
 mod route;
 mod seed;
-mod status;
 mod store;
 mod subresource;
 mod watch;

@@ -6,15 +6,13 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::json;
 
 use super::encode::{self, ListMeta};
 use super::http::{chunks_body, full, json as json_response, Accept, Body};
-use super::query::{decode_continue, encode_continue, Query};
+use super::query::{rv_of, ContinueToken, Query, RvMatch, RvParam};
 use super::route::Target;
-use super::status::Failure;
 use super::store::Objects;
 use super::Sim;
 use crate::error::Error;
@@ -35,8 +33,9 @@ impl Filter {
     /// Parses the selectors (400 texts from `crate::selector`) and narrows the scope with exact
     /// `metadata.namespace` / `metadata.name` requirements.
     pub fn new(kind: &ResourceKind, t: &Target, q: &Query) -> Result<Filter, Error> {
-        let label = q.label_selector.as_deref().map(LabelSelector::parse).transpose()?;
-        let field = q.field_selector.as_deref().map(|s| FieldSelector::parse(s, kind)).transpose()?;
+        let given = |s: &String| (!s.is_empty()).then(|| s.clone());
+        let label = given(&q.label_selector).map(|s| LabelSelector::parse(&s)).transpose()?;
+        let field = given(&q.field_selector).map(|s| FieldSelector::parse(&s, kind)).transpose()?;
         let mut f = Filter { namespace: t.namespace.clone(), name: t.name.clone(), label, field };
         if let Some(fs) = &f.field {
             if let (Some(url_name), Some(sel)) = (&t.name, fs.exact("metadata.name")) {
@@ -100,22 +99,17 @@ impl Filter {
 }
 
 /// LIST (reference §1.6, with the sim as both cache and etcd).
-pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Failure> {
+pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(t.res).clone();
     q.validate()?;
     let filter = Filter::new(&kind, t, q)?;
-    let token = q.continue_token.as_deref().map(decode_continue).transpose()?;
-    if token.is_some() && !matches!(q.rv_str(), "" | "0") {
-        return Err(Error::BadRequest(
-            "specifying resource version is not allowed when using continue".into(),
-        )
-        .into());
-    }
-    let rv =
-        Rv::parse(q.rv_str()).map_err(|d| Error::BadRequest(format!("invalid resource version: {d}")))?;
-    let unset = q.rv_str().is_empty();
-    let exact = q.rv_match.as_deref() == Some("Exact") || (q.rv_match.is_none() && q.limit > 0 && rv.0 > 0);
+    let token = q.continue_for_list()?;
+    let rv_param = q.rv_for_list()?;
+    let unset = rv_param == RvParam::Unset;
+    let rv = rv_of(rv_param);
+    let limit = q.limit().unwrap_or(0) as u64;
+    let exact = q.rv_match() == Some(RvMatch::Exact) || (q.rv_match().is_none() && limit > 0 && rv.0 > 0);
 
     // Where the list starts (key relative to the list prefix) and at which revision.
     let ns_prefix = t.namespace.clone().map(|ns| format!("{ns}/")).unwrap_or_default();
@@ -123,40 +117,38 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
         let from = Some(ObjectKey(Arc::from(format!("{ns_prefix}{}", c.start))));
         if c.rv < 0 {
             let (cur, objs) = store.snapshot(t.res);
-            (cur, objs, from, q.limit)
+            (cur, objs, from, limit)
         } else {
             let at = Rv(c.rv as u64);
             if at > store.current_rv() {
                 store.wait_for(at).await?;
             }
             match store.snapshot_at(t.res, at) {
-                Ok(objs) => (at, objs, from, q.limit),
+                Ok(objs) => (at, objs, from, limit),
                 Err(_) => return Err(expired_continue(&c.start)),
             }
         }
     } else if unset {
         let (cur, objs) = store.snapshot(t.res);
-        (cur, objs, None, q.limit)
+        (cur, objs, None, limit)
     } else if rv.0 == 0 {
         // Any freshness: the watch cache ignores limit (events are not cached: etcd honours it).
         let (cur, objs) = store.snapshot(t.res);
-        (cur, objs, None, if is_cached(&kind) { 0 } else { q.limit })
+        (cur, objs, None, if is_cached(&kind) { 0 } else { limit })
     } else if exact {
         if rv > store.current_rv() {
             store.wait_for(rv).await?;
         }
         match store.snapshot_at(t.res, rv) {
-            Ok(objs) => (rv, objs, None, q.limit),
+            Ok(objs) => (rv, objs, None, limit),
             Err(_) => {
-                return Err(
-                    Error::Expired("The resourceVersion for the provided list is too old.".into()).into()
-                )
+                return Err(Error::Expired("The resourceVersion for the provided list is too old.".into()))
             }
         }
     } else {
         store.wait_for(rv).await?;
         let (cur, objs) = store.snapshot(t.res);
-        (cur, objs, None, q.limit)
+        (cur, objs, None, limit)
     };
 
     let mut items = Vec::new();
@@ -184,7 +176,7 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
     let continue_token = match (more, &last) {
         (true, Some(k)) => {
             let rel = k.as_str().strip_prefix(ns_prefix.as_str()).unwrap_or(k.as_str());
-            Some(encode_continue(list_rv.0 as i64, &format!("{rel}\u{0}")))
+            Some(ContinueToken::after(list_rv.0 as i64, rel).encode())
         }
         _ => None,
     };
@@ -204,28 +196,16 @@ pub fn is_cached(kind: &ResourceKind) -> bool {
 
 /// 410 for a continue token whose revision was compacted, carrying a token to continue at the
 /// latest revision (compaction-continue-expired.json).
-fn expired_continue(start: &str) -> Failure {
-    let token = encode_continue(-1, start);
-    let st = Error::Expired(
-        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list."
-            .into(),
-    )
-    .to_status();
-    // The one renderer writes `"metadata":{}`; put the new token in it.
-    let body = String::from_utf8_lossy(&st.body).replacen(
-        "\"metadata\":{}",
-        &format!("\"metadata\":{{\"continue\":{}}}", serde_json::Value::String(token)),
-        1,
-    );
-    Failure::Raw(st.code, Bytes::from(body))
+fn expired_continue(start: &str) -> Error {
+    Error::ExpiredContinue { continue_token: ContinueToken { rv: -1, start: start.to_owned() }.encode() }
 }
 
 /// GET one object (reference §1.5): RV unset / 0 → current; N → wait until the store reaches N
 /// (3 s, then 504).
-pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Failure> {
+pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(t.res);
-    let rv = Rv::parse(q.rv_str()).map_err(Error::InternalRaw)?;
+    let rv = rv_of(q.rv_for_get_or_watch()?);
     if rv > store.current_rv() {
         store.wait_for(rv).await?;
     }

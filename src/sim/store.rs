@@ -18,7 +18,6 @@ use serde_json::{Map, Value};
 
 use super::encode;
 use super::kinds::Kinds;
-use super::status::Failure;
 use crate::error::Error;
 use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, Rv};
 
@@ -144,7 +143,7 @@ impl Store {
 
     /// Stores a new object. `obj` has its final name/namespace; uid, creationTimestamp,
     /// resourceVersion and generation are filled in here.
-    pub fn create(&self, res: usize, mut obj: Map<String, Value>) -> Result<Arc<Object>, Failure> {
+    pub fn create(&self, res: usize, mut obj: Map<String, Value>) -> Result<Arc<Object>, Error> {
         let kind = self.kinds.kind(res).clone();
         let (ns, name) = names(&obj);
         let key = ObjectKey::new(&ns, &name);
@@ -162,11 +161,11 @@ impl Store {
             let ns_key = ObjectKey::new("", &ns);
             if !st.objects[self.kinds.namespaces()].contains_key(&ns_key) {
                 let nsk = self.kinds.kind(self.kinds.namespaces());
-                return Err(Error::not_found(nsk, &ns).into());
+                return Err(Error::not_found(nsk, &ns));
             }
         }
         if st.objects[res].contains_key(&key) {
-            return Err(Failure::AlreadyExists { kind: kind.into(), name });
+            return Err(Error::AlreadyExists { resource: kind.resource, group: kind.group, name });
         }
         let object = self.commit(&mut st, res, EventType::Added, obj, None)?;
         drop(st);
@@ -176,22 +175,22 @@ impl Store {
 
     /// Replaces an object. A stale `metadata.resourceVersion` is a 409 Conflict; an update that
     /// changes nothing takes no revision (like the apiserver).
-    pub fn update(&self, res: usize, mut obj: Map<String, Value>) -> Result<Arc<Object>, Failure> {
+    pub fn update(&self, res: usize, mut obj: Map<String, Value>) -> Result<Arc<Object>, Error> {
         let kind = self.kinds.kind(res).clone();
         let (ns, name) = names(&obj);
         let key = ObjectKey::new(&ns, &name);
         let mut st = self.state.lock();
         let Some(old) = st.objects[res].get(&key).cloned() else {
-            return Err(Error::not_found(&kind, &name).into());
+            return Err(Error::not_found(&kind, &name));
         };
-        let old_v: Map<String, Value> = serde_json::from_slice(&old.typed_bytes())
-            .map_err(|e| Failure::Api(Error::Internal(e.to_string())))?;
+        let old_v: Map<String, Value> =
+            serde_json::from_slice(&old.typed_bytes()).map_err(|e| Error::Internal(e.to_string()))?;
         let old_meta = old_v.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
         {
             let meta = meta_mut(&mut obj);
             match meta.get("resourceVersion").and_then(Value::as_str) {
                 Some(rv) if !rv.is_empty() && rv != old.header.rv.to_string() => {
-                    return Err(Failure::Conflict { kind: kind.into(), name });
+                    return Err(Error::Conflict { resource: kind.resource, group: kind.group, name });
                 }
                 _ => {}
             }
@@ -219,15 +218,39 @@ impl Store {
         Ok(object)
     }
 
+    /// Graceful deletion of a pod bound to a node, which no kubelet finishes here: sets
+    /// `deletionTimestamp` / `deletionGracePeriodSeconds` once, as a MODIFIED event
+    /// (watch-pod-graceful-delete.json). Marking an already marked pod changes nothing.
+    pub fn mark_deleting(&self, res: usize, key: &ObjectKey, grace: i64) -> Result<Arc<Object>, Error> {
+        let kind = self.kinds.kind(res).clone();
+        let mut st = self.state.lock();
+        let Some(old) = st.objects[res].get(key).cloned() else {
+            return Err(Error::not_found(&kind, key.as_str().rsplit('/').next().unwrap_or("")));
+        };
+        let mut v: Map<String, Value> =
+            serde_json::from_slice(&old.typed_bytes()).map_err(|e| Error::Internal(e.to_string()))?;
+        let meta = meta_mut(&mut v);
+        // A shorter grace period re-marks the pod (one more MODIFIED); the same one is a no-op.
+        if meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).is_some_and(|g| g <= grace) {
+            return Ok(old);
+        }
+        meta.insert("deletionTimestamp".into(), Value::String(encode::now_rfc3339()));
+        meta.insert("deletionGracePeriodSeconds".into(), Value::from(grace));
+        let object = self.commit(&mut st, res, EventType::Modified, v, Some(old))?;
+        drop(st);
+        self.notify();
+        Ok(object)
+    }
+
     /// Deletes an object (immediately: no finalizers, no graceful pod termination). Deleting a
     /// namespace deletes its contents first, as the namespace controller would. Returns the
     /// object carrying the deletion revision.
-    pub fn delete(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Object>, Failure> {
+    pub fn delete(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Object>, Error> {
         let kind = self.kinds.kind(res).clone();
         let key = ObjectKey::new(if kind.namespaced { ns } else { "" }, name);
         let mut st = self.state.lock();
         if !st.objects[res].contains_key(&key) {
-            return Err(Error::not_found(&kind, name).into());
+            return Err(Error::not_found(&kind, name));
         }
         if res == self.kinds.namespaces() {
             let prefix = format!("{name}/");
@@ -251,12 +274,12 @@ impl Store {
         Ok(object)
     }
 
-    fn delete_locked(&self, st: &mut State, res: usize, key: &ObjectKey) -> Result<Arc<Object>, Failure> {
+    fn delete_locked(&self, st: &mut State, res: usize, key: &ObjectKey) -> Result<Arc<Object>, Error> {
         let Some(old) = st.objects[res].get(key).cloned() else {
-            return Err(Failure::Api(Error::Internal(format!("{} vanished", key.as_str()))));
+            return Err(Error::Internal(format!("{} vanished", key.as_str())));
         };
-        let v: Map<String, Value> = serde_json::from_slice(&old.typed_bytes())
-            .map_err(|e| Failure::Api(Error::Internal(e.to_string())))?;
+        let v: Map<String, Value> =
+            serde_json::from_slice(&old.typed_bytes()).map_err(|e| Error::Internal(e.to_string()))?;
         self.commit(st, res, EventType::Deleted, v, Some(old))
     }
 
@@ -268,14 +291,14 @@ impl Store {
         t: EventType,
         mut obj: Map<String, Value>,
         prev: Option<Arc<Object>>,
-    ) -> Result<Arc<Object>, Failure> {
+    ) -> Result<Arc<Object>, Error> {
         let kind = self.kinds.kind(res);
         let rv = st.rev + 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
         let bytes = Bytes::from(encode::object(kind, &obj));
         let object = Object::parse(kind, &self.prefixes[res], bytes)
             .map(Arc::new)
-            .map_err(|e| Failure::Api(Error::Internal(e.to_string())))?;
+            .map_err(|e| Error::Internal(e.to_string()))?;
         st.rev = rv;
         let key = object.header.key.clone();
         if t == EventType::Deleted {

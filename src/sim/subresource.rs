@@ -10,9 +10,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::http::{channel_body, full, negotiate, Body};
-use super::query::Query;
+use super::query::{follow, Query};
 use super::route::Target;
-use super::status::Failure;
 use super::{read, write, Sim};
 use crate::error::Error;
 use crate::resource::ObjectKey;
@@ -21,12 +20,12 @@ pub async fn handle(
     sim: Sim,
     t: Target,
     sub: &str,
-    q: Query,
+    raw_query: &str,
     req: Request<Incoming>,
-) -> Result<Response<Body>, Failure> {
+) -> Result<Response<Body>, Error> {
     let served = &sim.store().kinds.all[t.res];
     if !served.subresources.contains(&sub) {
-        return Err(Error::NoSuchResource.into());
+        return Err(Error::NoSuchResource);
     }
     let name = t.name.clone().unwrap_or_default();
     let ns = t.namespace.clone().unwrap_or_default();
@@ -34,15 +33,15 @@ pub async fn handle(
     match (sub, req.method().clone()) {
         ("status", Method::GET) => {
             let accept = negotiate(req.headers(), served.kind.builtin)?;
-            read::get(&sim, &t, &Query { resource_version: q.resource_version, ..Query::default() }, accept)
-                .await
+            read::get(&sim, &t, &Query::from_query(raw_query)?, accept).await
         }
         ("status", Method::PUT) => write::put(&sim, &t, req).await,
         ("status", Method::PATCH) => write::patch(&sim, &t, req).await,
-        ("log", Method::GET) if exists => Ok(log(&name, q.follow)),
+        ("binding", Method::POST) if exists => write::bind(&sim, &t, req).await,
+        ("log", Method::GET) if exists => Ok(log(&name, follow(raw_query))),
         ("exec" | "attach", Method::GET | Method::POST) if exists => Ok(upgrade(req)),
-        (_, _) if !exists => Err(Error::not_found(&served.kind, &name).into()),
-        _ => Err(Failure::MethodNotAllowed),
+        (_, _) if !exists => Err(Error::not_found(&served.kind, &name)),
+        _ => Err(Error::MethodNotAllowed),
     }
 }
 

@@ -448,9 +448,10 @@ async fn periodic_bookmarks_with_paused_time() {
         sub: None,
         force_watch: false,
     };
-    let q = super::query::Query::parse(&format!(
+    let q = super::query::Query::from_query(&format!(
         "watch=1&resourceVersion={r}&allowWatchBookmarks=true&timeoutSeconds=70"
-    ));
+    ))
+    .unwrap();
     let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
     // An unrelated write (another namespace) moves the revision; it is not delivered.
     sim.create("configmaps", "kube-system", json!({"metadata": {"name": "other"}})).unwrap();
@@ -481,9 +482,10 @@ async fn bookmark_two_seconds_before_deadline() {
         sub: None,
         force_watch: false,
     };
-    let q = super::query::Query::parse(&format!(
+    let q = super::query::Query::from_query(&format!(
         "watch=1&resourceVersion={r}&allowWatchBookmarks=true&timeoutSeconds=5"
-    ));
+    ))
+    .unwrap();
     let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
     sim.create("configmaps", "kube-system", json!({"metadata": {"name": "other"}})).unwrap();
     let t0 = tokio::time::Instant::now();
@@ -672,9 +674,9 @@ async fn watch_list_from_a_future_rv_ends_with_a_504_error_event() {
     let future = sim.current_rv().0 + 100;
     let cms = sim.store().kinds.by_name("configmaps").unwrap();
     let t = super::route::Target { res: cms, namespace: None, name: None, sub: None, force_watch: false };
-    let q = super::query::Query::parse(&format!(
+    let q = super::query::Query::from_query(&format!(
         "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={future}&allowWatchBookmarks=true"
-    ));
+    )).unwrap();
     let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
     let t0 = tokio::time::Instant::now();
     let ev: Value = serde_json::from_slice(&rx.recv().await.unwrap()).unwrap();

@@ -19,10 +19,9 @@ use tokio::time::Instant;
 
 use super::encode;
 use super::http::{channel_body, json, Body};
-use super::query::Query;
+use super::query::{rv_of, watch_query, Query};
 use super::read::{is_cached, Filter};
 use super::route::Target;
-use super::status::Failure;
 use super::store::{meta_mut, Entry, Since};
 use super::Sim;
 use crate::error::Error;
@@ -30,7 +29,7 @@ use crate::resource::{frame_event, EventType, ResourceKind, Rv};
 
 /// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
 /// ERROR events.
-pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body>, Failure> {
+pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body>, Error> {
     let rx = spawn(sim, t, q)?;
     let mut resp = json(StatusCode::OK, channel_body(rx));
     resp.headers_mut()
@@ -40,13 +39,13 @@ pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body
 
 /// Validates a watch request and starts its task; the receiver yields one framed event per
 /// item and ends with the watch.
-pub fn spawn(sim: Sim, t: Target, q: Query) -> Result<mpsc::Receiver<Bytes>, Failure> {
+pub fn spawn(sim: Sim, t: Target, q: Query) -> Result<mpsc::Receiver<Bytes>, Error> {
     let kind = sim.store().kinds.kind(t.res).clone();
     // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
-    let q = Query { watch: true, ..q }.defaulted();
+    let q = watch_query(q);
     q.validate()?;
     let filter = Filter::new(&kind, &t, &q)?;
-    let rv = Rv::parse(q.rv_str()).map_err(Error::InternalRaw)?;
+    let rv = rv_of(q.rv_for_get_or_watch()?);
     let timeout = match q.timeout_seconds {
         Some(s) if s > 0 => Duration::from_secs(s),
         // --min-request-timeout (1800 s) × uniform[1, 2).
@@ -88,7 +87,7 @@ impl Watch {
     async fn stream(&self) -> Result<(), Gone> {
         let store = self.sim.store();
         // The etcd watch of uncached kinds (events) sends no periodic bookmarks.
-        let bookmarks = self.q.allow_bookmarks;
+        let bookmarks = self.q.allow_watch_bookmarks;
         let periodic = bookmarks && is_cached(&self.kind);
         let mut rev_rx = store.subscribe();
         // `pos`: every revision ≤ pos has been looked at. `sent`: last RV the client has seen.
@@ -110,14 +109,21 @@ impl Watch {
                 self.send(frame_event(EventType::Bookmark, &[encode::bookmark(&self.kind, cur, true)]))
                     .await?;
             }
-        } else if self.q.send_initial_events == Some(false) && matches!(self.q.rv_str(), "" | "0") {
+        } else if self.q.send_initial_events == Some(false)
+            && matches!(self.q.resource_version.as_str(), "" | "0")
+        {
             pos = store.current_rv();
         } else {
             let compacted = store.compacted();
             if self.rv < compacted {
-                return self
-                    .error(Error::TooOldResourceVersion { requested: self.rv, oldest: compacted })
-                    .await;
+                // Uncached kinds are etcd watches: etcd's wording
+                // (compaction-watch-uncached-too-old.json).
+                let e = if is_cached(&self.kind) {
+                    Error::TooOldResourceVersion { requested: self.rv, oldest: compacted }
+                } else {
+                    Error::Expired("The resourceVersion for the provided watch is too old.".into())
+                };
+                return self.error(e).await;
             }
             pos = self.rv;
         }

@@ -11,10 +11,9 @@ use serde_json::{Map, Value};
 
 use super::http::{body_bytes, full, json, Body};
 use super::route::Target;
-use super::status::Failure;
 use super::store::meta_mut;
 use super::Sim;
-use crate::error::Error;
+use crate::error::{Cause, Error};
 use crate::resource::{Object, ObjectKey};
 
 /// The stored object as JSON (typed, with kind/apiVersion).
@@ -26,21 +25,21 @@ fn respond(code: StatusCode, o: &Object) -> Response<Body> {
     json(code, full(o.typed_bytes()))
 }
 
-fn parse_body(bytes: &[u8]) -> Result<Value, Failure> {
+fn parse_body(bytes: &[u8]) -> Result<Value, Error> {
     serde_json::from_slice(bytes)
-        .map_err(|e| Error::BadRequest(format!("the object provided is unrecognized: {e}")).into())
+        .map_err(|e| Error::BadRequest(format!("the object provided is unrecognized: {e}")))
 }
 
-fn as_object(v: Value) -> Result<Map<String, Value>, Failure> {
+fn as_object(v: Value) -> Result<Map<String, Value>, Error> {
     match v {
         Value::Object(m) => Ok(m),
-        _ => Err(Error::BadRequest("the object provided is unrecognized: not a JSON object".into()).into()),
+        _ => Err(Error::BadRequest("the object provided is unrecognized: not a JSON object".into())),
     }
 }
 
 /// Namespace handling shared by create and update: the URL namespace wins; a different one
 /// in the body is a 400; cluster-scoped objects have none.
-fn set_namespace(sim: &Sim, res: usize, obj: &mut Map<String, Value>, url_ns: &str) -> Result<(), Failure> {
+fn set_namespace(sim: &Sim, res: usize, obj: &mut Map<String, Value>, url_ns: &str) -> Result<(), Error> {
     let namespaced = sim.store().kinds.kind(res).namespaced;
     let meta = meta_mut(obj);
     if !namespaced {
@@ -49,9 +48,7 @@ fn set_namespace(sim: &Sim, res: usize, obj: &mut Map<String, Value>, url_ns: &s
     }
     let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_owned();
     let ns = match (url_ns, body_ns.as_str()) {
-        ("", "") => {
-            return Err(Error::BadRequest("the server could not find the requested resource".into()).into())
-        }
+        ("", "") => return Err(Error::BadRequest("the server could not find the requested resource".into())),
         ("", b) => b.to_owned(),
         (u, "") => u.to_owned(),
         (u, b) if u == b => u.to_owned(),
@@ -59,8 +56,7 @@ fn set_namespace(sim: &Sim, res: usize, obj: &mut Map<String, Value>, url_ns: &s
             return Err(Error::BadRequest(
                 "the namespace of the provided object does not match the namespace sent on the request"
                     .into(),
-            )
-            .into())
+            ))
         }
     };
     meta.insert("namespace".into(), Value::String(ns));
@@ -68,7 +64,7 @@ fn set_namespace(sim: &Sim, res: usize, obj: &mut Map<String, Value>, url_ns: &s
 }
 
 /// Creates an object (POST and the direct API).
-pub fn create(sim: &Sim, res: usize, url_ns: &str, obj: Value) -> Result<Arc<Object>, Failure> {
+pub fn create(sim: &Sim, res: usize, url_ns: &str, obj: Value) -> Result<Arc<Object>, Error> {
     let kind = sim.store().kinds.kind(res).clone();
     let mut obj = as_object(obj)?;
     set_namespace(sim, res, &mut obj, url_ns)?;
@@ -82,14 +78,11 @@ pub fn create(sim: &Sim, res: usize, url_ns: &str, obj: Value) -> Result<Arc<Obj
                 meta.insert("name".into(), Value::String(name));
             }
             None => {
-                return Err(Failure::Invalid {
-                    kind: kind.into(),
+                return Err(Error::Invalid {
+                    kind: kind.kind.clone(),
+                    group: kind.group.clone(),
                     name: String::new(),
-                    causes: vec![(
-                        "FieldValueRequired",
-                        "Required value: name or generateName is required".into(),
-                        "metadata.name".into(),
-                    )],
+                    causes: vec![Cause::required("metadata.name", "name or generateName is required")],
                 })
             }
         }
@@ -142,7 +135,7 @@ pub fn update(
     url_name: &str,
     obj: Value,
     status_only: bool,
-) -> Result<Arc<Object>, Failure> {
+) -> Result<Arc<Object>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(res).clone();
     let mut obj = as_object(obj)?;
@@ -155,8 +148,7 @@ pub fn update(
         Some(n) if n != url_name => {
             return Err(Error::BadRequest(format!(
                 "the name of the object ({n}) does not match the name on the URL ({url_name})"
-            ))
-            .into())
+            )))
         }
         _ => {}
     }
@@ -166,7 +158,7 @@ pub fn update(
         let key = ObjectKey::new(&ns, url_name);
         let current = store.get(res, &key).ok_or_else(|| Error::not_found(&kind, url_name))?;
         let Value::Object(mut cur) = to_value(&current) else {
-            return Err(Error::Internal("stored object is not an object".into()).into());
+            return Err(Error::Internal("stored object is not an object".into()));
         };
         if status_only {
             match obj.remove("status") {
@@ -187,13 +179,13 @@ pub fn update(
     store.update(res, obj)
 }
 
-pub async fn post(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Failure> {
+pub async fn post(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
     let body = parse_body(&body_bytes(req).await?)?;
     let o = create(sim, t.res, t.namespace.as_deref().unwrap_or(""), body)?;
     Ok(respond(StatusCode::CREATED, &o))
 }
 
-pub async fn put(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Failure> {
+pub async fn put(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
     let body = parse_body(&body_bytes(req).await?)?;
     let name = t.name.as_deref().unwrap_or("");
     let o = update(
@@ -207,7 +199,7 @@ pub async fn put(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Respon
     Ok(respond(StatusCode::OK, &o))
 }
 
-pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Failure> {
+pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
     let ct = req
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -232,17 +224,57 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
             merge_patch(&mut v, &patch)
         }
         "application/json-patch+json" => json_patch(&mut v, &patch)?,
-        _ => return Err(Failure::UnsupportedMediaType),
+        _ => return Err(Error::UnsupportedMediaType),
     }
     let status_only = t.sub.as_deref() == Some("status");
     let o = update(sim, t.res, ns, name, v, status_only)?;
     Ok(respond(StatusCode::OK, &o))
 }
 
-pub fn delete(sim: &Sim, t: &Target) -> Result<Response<Body>, Failure> {
-    let o =
-        sim.store().delete(t.res, t.namespace.as_deref().unwrap_or(""), t.name.as_deref().unwrap_or(""))?;
+/// DELETE. A pod bound to a node is deleted gracefully, as without a kubelet: first a MODIFIED
+/// with `deletionTimestamp`; with a grace period of 0 it is then removed (DELETED), otherwise it
+/// stays (watch-pod-graceful-delete.json, watch-field-selector-nodename.json).
+pub fn delete(sim: &Sim, t: &Target, raw_query: &str) -> Result<Response<Body>, Error> {
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let name = t.name.as_deref().unwrap_or("");
+    let kind = sim.store().kinds.kind(t.res);
+    if kind.group.is_empty() && kind.resource == "pods" {
+        let key = ObjectKey::new(ns, name);
+        if let Some(cur) = sim.store().get(t.res, &key) {
+            let v = to_value(&cur);
+            if v.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+                let grace = form_urlencoded::parse(raw_query.as_bytes())
+                    .find(|(k, _)| k == "gracePeriodSeconds")
+                    .and_then(|(_, v)| v.parse::<i64>().ok())
+                    .or_else(|| v.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+                    .unwrap_or(30);
+                let marked = sim.store().mark_deleting(t.res, &key, grace)?;
+                if grace > 0 {
+                    return Ok(respond(StatusCode::OK, &marked));
+                }
+            }
+        }
+    }
+    let o = sim.store().delete(t.res, ns, name)?;
     Ok(respond(StatusCode::OK, &o))
+}
+
+/// `pods/<name>/binding`: schedules an unscheduled pod (the scheduler's write), 201 + Status.
+pub async fn bind(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    let binding = parse_body(&body_bytes(req).await?)?;
+    let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_owned();
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let name = t.name.as_deref().unwrap_or("");
+    let kind = sim.store().kinds.kind(t.res).clone();
+    let cur =
+        sim.store().get(t.res, &ObjectKey::new(ns, name)).ok_or_else(|| Error::not_found(&kind, name))?;
+    let mut v = to_value(&cur);
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("nodeName".into(), Value::String(node));
+    }
+    update(sim, t.res, ns, name, v, false)?;
+    let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}"#;
+    Ok(json(StatusCode::CREATED, full(status)))
 }
 
 /// RFC 7386 JSON merge patch.
@@ -266,8 +298,8 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 }
 
 /// RFC 6902 JSON patch: `add`, `remove`, `replace`, `test`, `copy`, `move`.
-pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), Failure> {
-    let bad = |m: String| Failure::Api(Error::BadRequest(m));
+pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), Error> {
+    let bad = |m: String| Error::BadRequest(m);
     let ops = patch.as_array().ok_or_else(|| bad("json patch must be an array".into()))?;
     for op in ops {
         let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
