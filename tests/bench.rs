@@ -83,7 +83,11 @@ async fn watch_fanout_and_kubelet_tiny_runs_are_clean() {
     let r = bench::measure(&args).await.expect("watch-fanout runs");
     assert_clean(&r, 20);
     for t in &r.targets {
-        assert_eq!(t.watch.deliveries_expected, 20 * t.watch.changes_written, "every watcher sees every change");
+        assert_eq!(
+            t.watch.deliveries_expected,
+            20 * t.watch.changes_written,
+            "every watcher sees every change"
+        );
     }
 
     let mut args = tiny(Scenario::Kubelet);
@@ -91,7 +95,10 @@ async fn watch_fanout_and_kubelet_tiny_runs_are_clean() {
     let r = bench::measure(&args).await.expect("kubelet runs");
     assert_clean(&r, 20);
     for t in &r.targets {
-        assert_eq!(t.watch.deliveries_expected, t.watch.changes_written, "each change goes to its node's watcher");
+        assert_eq!(
+            t.watch.deliveries_expected, t.watch.changes_written,
+            "each change goes to its node's watcher"
+        );
     }
 }
 

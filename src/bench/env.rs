@@ -65,7 +65,12 @@ pub struct Target {
 
 impl Target {
     /// A request to `path_and_query` with `Accept: application/json` and the bearer token.
-    pub fn request(&self, method: Method, path_and_query: &str, body: Option<Bytes>) -> Option<Request<Full<Bytes>>> {
+    pub fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Option<Request<Full<Bytes>>> {
         let mut b = Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path_and_query))
@@ -86,7 +91,19 @@ pub enum Backend {
     /// The in-process sim: writes are function calls, RVs are read directly.
     Sim(Sim),
     /// An upstream reached over HTTP (`--direct`, the kubeconfig's cluster, or the proxy).
-    Http(Target, HttpClient),
+    Http(Arc<Remote>),
+}
+
+/// A target with the client to reach it.
+pub struct Remote {
+    pub target: Target,
+    pub client: HttpClient,
+}
+
+impl Remote {
+    pub fn new(target: Target, client: HttpClient) -> Arc<Remote> {
+        Arc::new(Remote { target, client })
+    }
 }
 
 /// Annotation keys the writer stamps on every change.
@@ -124,7 +141,8 @@ impl Backend {
     pub async fn current_rv(&self) -> Result<u64, String> {
         match self {
             Backend::Sim(sim) => Ok(sim.current_rv().0),
-            Backend::Http(t, c) => {
+            Backend::Http(r) => {
+                let (t, c) = (&r.target, &r.client);
                 let req = t.request(Method::GET, "/api/v1/pods?limit=1", None).ok_or("bad URL")?;
                 let body = send(c, req).await?;
                 #[derive(serde::Deserialize)]
@@ -148,7 +166,8 @@ impl Backend {
         match self {
             Backend::Sim(sim) if create => sim.create("pods", &ns, obj).map(drop).map_err(|e| e.to_string()),
             Backend::Sim(sim) => sim.update("pods", &ns, obj).map(drop).map_err(|e| e.to_string()),
-            Backend::Http(t, c) => {
+            Backend::Http(r) => {
+                let (t, c) = (&r.target, &r.client);
                 let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
                 let (method, path) = if create {
                     (Method::POST, format!("/api/v1/namespaces/{ns}/pods"))
@@ -165,14 +184,17 @@ impl Backend {
     /// second run against the same upstream reuses them).
     pub async fn seed(&self, plan: &Plan) -> Result<(), String> {
         for n in 0..NAMESPACES {
-            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("bench-{n}")}});
+            let ns =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("bench-{n}")}});
             // Already existing is fine.
             let _ = match self {
                 Backend::Sim(sim) => sim.create("namespaces", "", ns).map(drop).map_err(|e| e.to_string()),
-                Backend::Http(t, c) => match t.request(Method::POST, "/api/v1/namespaces", Some(ns.to_string().into())) {
-                    Some(req) => send(c, req).await.map(drop),
-                    None => Err("bad URL".into()),
-                },
+                Backend::Http(r) => {
+                    match r.target.request(Method::POST, "/api/v1/namespaces", Some(ns.to_string().into())) {
+                        Some(req) => send(&r.client, req).await.map(drop),
+                        None => Err("bad URL".into()),
+                    }
+                }
             };
         }
         let concurrency = match self {
@@ -231,7 +253,8 @@ impl Local {
     /// sync.
     pub async fn start(plan: &Plan) -> Result<Local, String> {
         let events = (plan.sizes.events_per_sec * plan.duration.as_secs_f64() * 4.0) as usize;
-        let opts = SimOptions { compaction_window: plan.sizes.objects + events + 10_000, ..SimOptions::default() };
+        let opts =
+            SimOptions { compaction_window: plan.sizes.objects + events + 10_000, ..SimOptions::default() };
         let sim = Sim::start(opts).await.map_err(|e| format!("sim: {e}"))?;
         Backend::Sim(sim.sim.clone()).seed(plan).await?;
         let proxy = app::start(&serve_args(sim.addr, events)).await?;

@@ -59,7 +59,8 @@ fn parse(text: &str) -> Result<(String, Option<String>), String> {
     let kc: Kubeconfig = serde_saphyr::from_str(text).map_err(|e| e.to_string())?;
     let ctx = find(&kc.contexts, &kc.current_context)
         .ok_or_else(|| format!("current context {:?} not found", kc.current_context))?;
-    let cluster = find(&kc.clusters, &ctx.cluster).ok_or_else(|| format!("cluster {:?} not found", ctx.cluster))?;
+    let cluster =
+        find(&kc.clusters, &ctx.cluster).ok_or_else(|| format!("cluster {:?} not found", ctx.cluster))?;
     if !cluster.server.starts_with("http://") {
         return Err(format!(
             "server {} is not plain http; run `kubectl proxy` and pass --direct http://127.0.0.1:8001",

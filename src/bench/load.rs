@@ -27,8 +27,13 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Ticks `rate` times a second until `stop`, running `one(n)` for tick `n` in a task.
-async fn open_loop<F, Fut>(rate: f64, kind: Kind, stats: Arc<PhaseStats>, mut stop: watch::Receiver<bool>, one: F)
-where
+async fn open_loop<F, Fut>(
+    rate: f64,
+    kind: Kind,
+    stats: Arc<PhaseStats>,
+    mut stop: watch::Receiver<bool>,
+    one: F,
+) where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
@@ -122,7 +127,13 @@ pub fn continue_token(body: &[u8]) -> Option<String> {
 
 /// LISTs of all pods at `rate`/s: even ticks `resourceVersion=0` (whole list), odd ticks
 /// paginated with `limit` (each page timed on its own), following continue tokens.
-pub async fn lists(plan: Plan, target: Target, client: HttpClient, stats: Arc<PhaseStats>, stop: watch::Receiver<bool>) {
+pub async fn lists(
+    plan: Plan,
+    target: Target,
+    client: HttpClient,
+    stats: Arc<PhaseStats>,
+    stop: watch::Receiver<bool>,
+) {
     let (st, t, c) = (stats.clone(), target, client);
     open_loop(plan.sizes.lists_per_sec, Kind::List, stats, stop, move |n| {
         let (stats, target, client, limit) = (st.clone(), t.clone(), c.clone(), plan.page_limit);
@@ -143,7 +154,13 @@ pub async fn lists(plan: Plan, target: Target, client: HttpClient, stats: Arc<Ph
 }
 
 /// GETs of random pods at `rate`/s with `resourceVersion=0`.
-pub async fn gets(plan: Plan, target: Target, client: HttpClient, stats: Arc<PhaseStats>, stop: watch::Receiver<bool>) {
+pub async fn gets(
+    plan: Plan,
+    target: Target,
+    client: HttpClient,
+    stats: Arc<PhaseStats>,
+    stop: watch::Receiver<bool>,
+) {
     let (st, t, c, objects) = (stats.clone(), target, client, plan.sizes.objects.max(1));
     open_loop(plan.sizes.gets_per_sec, Kind::Get, stats, stop, move |_| {
         let (stats, target, client) = (st.clone(), t.clone(), c.clone());

@@ -200,7 +200,7 @@ pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
         let token = direct.as_ref().and_then(|d| d.token.clone());
         let proxy = proxy.map(|p| Target { token: token.clone(), ..p });
         let write_to = direct.clone().or(proxy.clone()).ok_or("nothing to measure")?;
-        let backend = Backend::Http(write_to, env::Clients::new(false, 1).pick(0).clone());
+        let backend = Backend::Http(env::Remote::new(write_to, env::Clients::new(false, 1).pick(0).clone()));
         if !args.skip_seed {
             eprintln!("creating {} pods of ~{} bytes", plan.sizes.objects, plan.sizes.object_size);
             backend.seed(&plan).await?;
@@ -216,7 +216,10 @@ pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
             let phase = phase::Phase {
                 plan: &plan,
                 upstream: if is_proxy {
-                    phase::UpstreamCount::ProxyMetrics(target.clone(), metrics_client.clone())
+                    phase::UpstreamCount::ProxyMetrics(env::Remote::new(
+                        target.clone(),
+                        metrics_client.clone(),
+                    ))
                 } else {
                     phase::UpstreamCount::Unknown
                 },
@@ -230,7 +233,10 @@ pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
             report.targets.push(r);
         }
     } else {
-        eprintln!("starting a simulated apiserver with {} pods of ~{} bytes and a proxy", plan.sizes.objects, plan.sizes.object_size);
+        eprintln!(
+            "starting a simulated apiserver with {} pods of ~{} bytes and a proxy",
+            plan.sizes.objects, plan.sizes.object_size
+        );
         let local = Local::start(&plan).await?;
         report.process = match args.proxy_pid {
             Some(p) => format!("pid {p}"),

@@ -16,7 +16,7 @@ use http::Method;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Semaphore};
 
-use super::env::{send, Backend, Clients, HttpClient, Target};
+use super::env::{send, Backend, Clients, Remote, Target};
 use super::load::{self, WriteLog, MAX_IN_FLIGHT};
 use super::procstat;
 use super::report::{RequestReport, TargetReport, WatchReport};
@@ -39,7 +39,7 @@ pub enum UpstreamCount {
     /// The in-process sim's request log.
     Sim(Sim),
     /// The proxy's `watchcache_forwarded_requests_total` (summed over reasons).
-    ProxyMetrics(Target, HttpClient),
+    ProxyMetrics(Arc<Remote>),
     Unknown,
 }
 
@@ -47,8 +47,8 @@ impl UpstreamCount {
     async fn read(&self) -> Option<u64> {
         match self {
             UpstreamCount::Sim(sim) => Some(sim.request_count(|_| true) as u64),
-            UpstreamCount::ProxyMetrics(t, c) => {
-                let body = send(c, t.request(Method::GET, "/metrics", None)?).await.ok()?;
+            UpstreamCount::ProxyMetrics(r) => {
+                let body = send(&r.client, r.target.request(Method::GET, "/metrics", None)?).await.ok()?;
                 Some(forwarded_total(&String::from_utf8_lossy(&body)))
             }
             UpstreamCount::Unknown => None,
@@ -155,9 +155,22 @@ impl Phase<'_> {
         let load_start = Instant::now();
         let offset = load_start.duration_since(epoch).as_secs();
         let client = clients.pick(usize::MAX / 2).clone();
-        let lists = tokio::spawn(load::lists(plan.clone(), self.target.clone(), client.clone(), stats.clone(), stop_rx.clone()));
-        let gets = tokio::spawn(load::gets(plan.clone(), self.target.clone(), client, stats.clone(), stop_rx.clone()));
-        let writer = tokio::spawn(load::writer(plan.clone(), self.backend.clone(), self.seq_base, stop_rx.clone()));
+        let lists = tokio::spawn(load::lists(
+            plan.clone(),
+            self.target.clone(),
+            client.clone(),
+            stats.clone(),
+            stop_rx.clone(),
+        ));
+        let gets = tokio::spawn(load::gets(
+            plan.clone(),
+            self.target.clone(),
+            client,
+            stats.clone(),
+            stop_rx.clone(),
+        ));
+        let writer =
+            tokio::spawn(load::writer(plan.clone(), self.backend.clone(), self.seq_base, stop_rx.clone()));
         while load_start.elapsed() < plan.duration {
             let s = load_start.elapsed().as_secs();
             progress(&format!(
@@ -182,7 +195,8 @@ impl Phase<'_> {
         let expected = Expected::new(&log);
         let drain_deadline = Instant::now() + DRAIN_TIMEOUT;
         loop {
-            let missing: u64 = list.iter().filter(|w| !w.failed.load(Relaxed)).map(|w| expected.lost(w)).sum();
+            let missing: u64 =
+                list.iter().filter(|w| !w.failed.load(Relaxed)).map(|w| expected.lost(w)).sum();
             if missing == 0 || Instant::now() >= drain_deadline {
                 break;
             }
@@ -190,7 +204,10 @@ impl Phase<'_> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let _ = wstop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
         tasks.abort_all();
         if let Some(s) = sampler {
             let _ = s.await;

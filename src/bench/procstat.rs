@@ -89,7 +89,10 @@ mod tests {
 
     #[test]
     fn status_and_limits() {
-        assert_eq!(status_kb("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n", "VmRSS:"), Some(1024 * 1024));
+        assert_eq!(
+            status_kb("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n", "VmRSS:"),
+            Some(1024 * 1024)
+        );
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n";
         assert_eq!(parse_limits(limits), Some((1024, 524288)));
         assert_eq!(parse_limits("Max open files  unlimited unlimited files"), Some((u64::MAX, u64::MAX)));

@@ -92,7 +92,9 @@ impl Report {
     pub fn check(&mut self) {
         for t in &self.targets {
             let w = &t.watch;
-            for (n, what) in [(w.lost, "lost"), (w.duplicated, "duplicated"), (w.out_of_order, "out of order")] {
+            for (n, what) in
+                [(w.lost, "lost"), (w.duplicated, "duplicated"), (w.out_of_order, "out of order")]
+            {
                 if n > 0 {
                     self.problems.push(format!("{}: {n} watch events {what}", t.name));
                 }
@@ -167,7 +169,11 @@ impl Report {
         for (label, vals, d) in rows {
             let _ = write!(out, "{label:<32}");
             for v in &vals {
-                let _ = write!(out, "{:>14}", v.map(|v| format!("{v:.*}", d as usize)).unwrap_or_else(|| "-".into()));
+                let _ = write!(
+                    out,
+                    "{:>14}",
+                    v.map(|v| format!("{v:.*}", d as usize)).unwrap_or_else(|| "-".into())
+                );
             }
             if both {
                 let ratio = match (vals[0], vals[1]) {
@@ -192,10 +198,16 @@ mod tests {
     use super::*;
 
     fn target(name: &str, p50: f64, lost: u64) -> TargetReport {
-        let mut t = TargetReport { name: name.into(), url: "http://x".into(), seconds: 1.0, ..Default::default() };
+        let mut t =
+            TargetReport { name: name.into(), url: "http://x".into(), seconds: 1.0, ..Default::default() };
         t.requests.insert(
             "get rv=0".into(),
-            RequestReport { count: 10, per_sec: 10.0, latency: Summary { p50_ms: p50, ..Default::default() }, ..Default::default() },
+            RequestReport {
+                count: 10,
+                per_sec: 10.0,
+                latency: Summary { p50_ms: p50, ..Default::default() },
+                ..Default::default()
+            },
         );
         t.watch = WatchReport { watchers: 2, opened: 2, lost, ..Default::default() };
         t.statuses.insert("200".into(), 12);
@@ -217,7 +229,8 @@ mod tests {
 
     #[test]
     fn delivery_problems_fail_the_run() {
-        let mut r = Report { targets: vec![target("proxy", 1.0, 3), target("direct", 1.0, 0)], ..Default::default() };
+        let mut r =
+            Report { targets: vec![target("proxy", 1.0, 3), target("direct", 1.0, 0)], ..Default::default() };
         r.check();
         assert_eq!(r.problems, vec!["proxy: 3 watch events lost".to_owned()]);
         let mut ok = Report { targets: vec![target("proxy", 1.0, 0)], ..Default::default() };

@@ -26,18 +26,24 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Latency rows: (group label, percentile label, value per target).
-fn latency_groups(targets: &[&TargetReport]) -> Vec<(String, Vec<(&'static str, Vec<f64>)>)> {
+/// One bar group: its label and, per percentile, the value of each target.
+type Group = (String, Vec<(&'static str, Vec<f64>)>);
+
+/// Latency bar groups, one per request kind, plus the watch lag.
+fn latency_groups(targets: &[&TargetReport]) -> Vec<Group> {
     let mut kinds: Vec<String> = targets.iter().flat_map(|t| t.requests.keys().cloned()).collect();
     kinds.sort();
     kinds.dedup();
-    let mut groups: Vec<(String, Vec<(&'static str, Vec<f64>)>)> = kinds
+    let mut groups: Vec<Group> = kinds
         .iter()
         .map(|k| {
             let get = |f: fn(&super::stats::Summary) -> f64| {
                 targets.iter().map(|t| t.requests.get(k).map(|r| f(&r.latency)).unwrap_or(0.0)).collect()
             };
-            (k.clone(), vec![("p50", get(|s| s.p50_ms)), ("p90", get(|s| s.p90_ms)), ("p99", get(|s| s.p99_ms))])
+            (
+                k.clone(),
+                vec![("p50", get(|s| s.p50_ms)), ("p90", get(|s| s.p90_ms)), ("p99", get(|s| s.p99_ms))],
+            )
         })
         .collect();
     if targets.iter().any(|t| t.watch.lag.count > 0) {
@@ -74,7 +80,8 @@ pub fn render(report: &Report) -> String {
     );
     for (i, t) in targets.iter().enumerate() {
         let x = 10.0 + i as f64 * 110.0;
-        let _ = writeln!(s, r#"<rect x="{x}" y="32" width="12" height="12" fill="{}"/>"#, color(&t.name, true));
+        let _ =
+            writeln!(s, r#"<rect x="{x}" y="32" width="12" height="12" fill="{}"/>"#, color(&t.name, true));
         let _ = writeln!(s, r#"<text x="{}" y="42">{}</text>"#, x + 16.0, esc(&t.name));
     }
     let mut y = 60.0;
@@ -107,12 +114,10 @@ pub fn render(report: &Report) -> String {
         lag_top - 12.0
     );
     let (x0, x1, y0, y1) = (60.0, WIDTH - 20.0, lag_top + lag_h, lag_top);
-    let secs = targets.iter().flat_map(|t| t.watch.lag_timeline.iter().map(|p| p.0)).max().unwrap_or(0).max(1) as f64;
-    let ymax = targets
-        .iter()
-        .flat_map(|t| t.watch.lag_timeline.iter().map(|p| p.2))
-        .fold(0.0, f64::max)
-        .max(1.0);
+    let secs = targets.iter().flat_map(|t| t.watch.lag_timeline.iter().map(|p| p.0)).max().unwrap_or(0).max(1)
+        as f64;
+    let ymax =
+        targets.iter().flat_map(|t| t.watch.lag_timeline.iter().map(|p| p.2)).fold(0.0, f64::max).max(1.0);
     let _ = writeln!(
         s,
         r#"<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="black"/><line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="black"/>"#
@@ -128,7 +133,11 @@ pub fn render(report: &Report) -> String {
         );
         let sec = secs * i as f64 / 4.0;
         let xx = x0 + (x1 - x0) * i as f64 / 4.0;
-        let _ = writeln!(s, r#"<text x="{xx:.1}" y="{}" text-anchor="middle" font-size="9">{sec:.0}s</text>"#, y0 + 14.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{xx:.1}" y="{}" text-anchor="middle" font-size="9">{sec:.0}s</text>"#,
+            y0 + 14.0
+        );
     }
     for t in &targets {
         for (dash, pick) in [("", 1usize), (r#" stroke-dasharray="4 3""#, 2)] {
@@ -167,7 +176,11 @@ mod tests {
             let mut t = TargetReport { name: name.into(), ..Default::default() };
             t.requests.insert(
                 "get rv=0".into(),
-                RequestReport { count: 1, latency: Summary { p50_ms: p50, p90_ms: p50, p99_ms: p50, ..Default::default() }, ..Default::default() },
+                RequestReport {
+                    count: 1,
+                    latency: Summary { p50_ms: p50, p90_ms: p50, p99_ms: p50, ..Default::default() },
+                    ..Default::default()
+                },
             );
             t.watch = WatchReport {
                 lag: Summary { count: 2, p50_ms: 1.0, ..Default::default() },
@@ -176,7 +189,11 @@ mod tests {
             };
             t
         };
-        let r = Report { scenario: "a<b".into(), targets: vec![t("proxy", 1.0), t("direct", 2.0)], ..Default::default() };
+        let r = Report {
+            scenario: "a<b".into(),
+            targets: vec![t("proxy", 1.0), t("direct", 2.0)],
+            ..Default::default()
+        };
         let svg = render(&r);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("a&lt;b"));

@@ -109,7 +109,13 @@ fn now_nanos() -> u128 {
 }
 
 /// Runs one watch client until `stop` flips (or its watch fails for good).
-pub async fn run(shared: Arc<Shared>, me: Arc<Watcher>, index: usize, path: String, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    shared: Arc<Shared>,
+    me: Arc<Watcher>,
+    index: usize,
+    path: String,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut first = true;
     let mut buf: Vec<u8> = Vec::new();
     let mut lags: Vec<u64> = Vec::new();
@@ -185,7 +191,9 @@ pub async fn run(shared: Arc<Shared>, me: Arc<Watcher>, index: usize, path: Stri
                         Parsed::Event { rv, seq, sent_nanos } => {
                             if t.observe(rv, seq) != Seen::Duplicate {
                                 if let (Some(sent), Some(_)) = (sent_nanos, seq) {
-                                    lags.push(u64::try_from(now.saturating_sub(sent) / 1000).unwrap_or(u64::MAX));
+                                    lags.push(
+                                        u64::try_from(now.saturating_sub(sent) / 1000).unwrap_or(u64::MAX),
+                                    );
                                 }
                             }
                         }
