@@ -168,12 +168,25 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
 
 /// Runs the phases and returns the (checked) report without printing it.
 pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
-    let plan = args.plan();
+    let mut plan = args.plan();
     let external = args.target.is_some() || args.direct.is_some() || args.kubeconfig.is_some();
+    // In-process, both ends of every watch connection are in this process.
     let fds_per_watch = if external { 1 } else { 2 };
-    let needed = (plan.watch_clients() * fds_per_watch + 4 * load::MAX_IN_FLIGHT + 512) as u64;
+    let spare = (4 * load::MAX_IN_FLIGHT + 512) as u64;
+    let needed = plan.watch_clients() as u64 * fds_per_watch + spare;
     if let Some(soft) = procstat::raise_fd_limit(needed) {
-        if soft < needed {
+        if soft < needed && args.watchers.is_none() {
+            // A scenario default that does not fit: shrink it, and say so.
+            let fit = (soft.saturating_sub(spare) / fds_per_watch) as usize;
+            let total = plan.watch_clients().max(1);
+            plan.sizes.node_watchers = plan.sizes.node_watchers * fit / total;
+            plan.sizes.watchers = fit.saturating_sub(plan.sizes.node_watchers);
+            plan = Plan::new(plan.scenario, plan.sizes.clone(), plan.duration, plan.http2);
+            eprintln!(
+                "the open-file limit is {soft}: running {} watch clients instead of {total} (raise it with `ulimit -n {needed}`)",
+                plan.watch_clients()
+            );
+        } else if soft < needed {
             return Err(format!(
                 "{} watch clients need about {needed} open files but the limit is {soft}: raise it with `ulimit -n {needed}` or use fewer --watchers",
                 plan.watch_clients()
