@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod bench;
 pub mod cache;
 pub mod config;
 pub mod error;

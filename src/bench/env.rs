@@ -1,0 +1,319 @@
+//! Where the load goes: the targets (proxy, direct upstream) with their HTTP clients, and the
+//! backend the writer and the seeding talk to (the in-process sim, or the upstream over HTTP).
+//! In-process mode starts a `sim` and a proxy in front of it on `127.0.0.1:0`.
+//!
+//! Called by `bench::run` (setup and teardown) and by every driver (requests).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderValue, Method, Request};
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+
+use super::scenario::{Plan, NAMESPACES};
+use crate::app::{self, Running};
+use crate::config::{ServeArgs, UpstreamArgs};
+use crate::sim::{Sim, SimHandle, SimOptions};
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// HTTP/2 streams per connection before the next client (connection) is used.
+const H2_STREAMS_PER_CONN: usize = 100;
+
+/// Plain-HTTP clients for one target: one pooled HTTP/1.1 client (a connection per in-flight
+/// request), or with `--http2` enough prior-knowledge h2 clients that no connection carries more
+/// than [`H2_STREAMS_PER_CONN`] watches.
+#[derive(Clone)]
+pub struct Clients(Arc<Vec<HttpClient>>);
+
+impl Clients {
+    pub fn new(http2: bool, streams: usize) -> Clients {
+        let n = if http2 { streams.div_ceil(H2_STREAMS_PER_CONN).max(1) } else { 1 };
+        let clients = (0..n)
+            .map(|_| {
+                let mut c = HttpConnector::new();
+                c.set_nodelay(true);
+                let mut b = Client::builder(TokioExecutor::new());
+                b.pool_idle_timeout(Duration::from_secs(30)).http2_only(http2);
+                b.build(c)
+            })
+            .collect();
+        Clients(Arc::new(clients))
+    }
+
+    /// The client for stream `i` (watchers spread over the h2 connections).
+    pub fn pick(&self, i: usize) -> &HttpClient {
+        &self.0[i % self.0.len()]
+    }
+}
+
+/// One side of the comparison.
+#[derive(Clone)]
+pub struct Target {
+    /// `proxy` or `direct`.
+    pub name: &'static str,
+    /// Base URL without a trailing slash.
+    pub base: String,
+    pub token: Option<String>,
+}
+
+impl Target {
+    /// A request to `path_and_query` with `Accept: application/json` and the bearer token.
+    pub fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Option<Request<Full<Bytes>>> {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path_and_query))
+            .header(ACCEPT, HeaderValue::from_static("application/json"));
+        if body.is_some() {
+            b = b.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        if let Some(t) = &self.token {
+            b = b.header(AUTHORIZATION, format!("Bearer {t}"));
+        }
+        b.body(Full::new(body.unwrap_or_default())).ok()
+    }
+}
+
+/// What the writer and the seeding write to.
+#[derive(Clone)]
+pub enum Backend {
+    /// The in-process sim: writes are function calls, RVs are read directly.
+    Sim(Sim),
+    /// An upstream reached over HTTP (`--direct`, the kubeconfig's cluster, or the proxy).
+    Http(Arc<Remote>),
+}
+
+/// A target with the client to reach it.
+pub struct Remote {
+    pub target: Target,
+    pub client: HttpClient,
+}
+
+impl Remote {
+    pub fn new(target: Target, client: HttpClient) -> Arc<Remote> {
+        Arc::new(Remote { target, client })
+    }
+}
+
+/// Annotation keys the writer stamps on every change.
+pub const SENT_KEY: &str = "bench.kube-watchcache.io/sent-unix-nanos";
+pub const SEQ_KEY: &str = "bench.kube-watchcache.io/seq";
+const PAD_KEY: &str = "bench.kube-watchcache.io/pad";
+
+/// The pod the bench keeps at index `i`, padded to about `plan.sizes.object_size` bytes and
+/// stamped with the writer's `seq` and send time (0 when seeding).
+pub fn pod(plan: &Plan, i: usize, seq: u64, sent_nanos: u128) -> Value {
+    let (ns, name) = Plan::object_key(i);
+    let node = format!("node-{}", plan.node_of(i));
+    let mut v = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"app": "bench", "bench-index": (i % 100).to_string()},
+            "annotations": {PAD_KEY: "", SENT_KEY: sent_nanos.to_string(), SEQ_KEY: seq.to_string()},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]},
+        "status": {"phase": "Running"},
+    });
+    // uid, timestamps and the RV add ~150 bytes once stored.
+    let base = v.to_string().len() + 150;
+    if let Some(pad) = v.pointer_mut(&format!("/metadata/annotations/{}", PAD_KEY.replace('/', "~1"))) {
+        *pad = Value::String("x".repeat(plan.sizes.object_size.saturating_sub(base)));
+    }
+    v
+}
+
+impl Backend {
+    /// The upstream's current resourceVersion (a Most Recent LIST with `limit=1` over HTTP).
+    pub async fn current_rv(&self) -> Result<u64, String> {
+        match self {
+            Backend::Sim(sim) => Ok(sim.current_rv().0),
+            Backend::Http(r) => {
+                let (t, c) = (&r.target, &r.client);
+                let req = t.request(Method::GET, "/api/v1/pods?limit=1", None).ok_or("bad URL")?;
+                let body = send(c, req).await?;
+                #[derive(serde::Deserialize)]
+                struct L {
+                    metadata: M,
+                }
+                #[derive(serde::Deserialize)]
+                struct M {
+                    #[serde(rename = "resourceVersion")]
+                    rv: String,
+                }
+                let l: L = serde_json::from_slice(&body).map_err(|e| format!("list of pods: {e}"))?;
+                l.metadata.rv.parse().map_err(|e| format!("list resourceVersion {:?}: {e}", l.metadata.rv))
+            }
+        }
+    }
+
+    /// Creates (`create`) or replaces one pod.
+    pub async fn write(&self, obj: Value, create: bool) -> Result<(), String> {
+        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_owned();
+        match self {
+            Backend::Sim(sim) if create => sim.create("pods", &ns, obj).map(drop).map_err(|e| e.to_string()),
+            Backend::Sim(sim) => sim.update("pods", &ns, obj).map(drop).map_err(|e| e.to_string()),
+            Backend::Http(r) => {
+                let (t, c) = (&r.target, &r.client);
+                let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
+                let (method, path) = if create {
+                    (Method::POST, format!("/api/v1/namespaces/{ns}/pods"))
+                } else {
+                    (Method::PUT, format!("/api/v1/namespaces/{ns}/pods/{name}"))
+                };
+                let req = t.request(method, &path, Some(Bytes::from(obj.to_string()))).ok_or("bad URL")?;
+                send(c, req).await.map(drop)
+            }
+        }
+    }
+
+    /// Creates the namespaces and the `plan.sizes.objects` pods (creation or replacement, so a
+    /// second run against the same upstream reuses them).
+    pub async fn seed(&self, plan: &Plan) -> Result<(), String> {
+        for n in 0..NAMESPACES {
+            let ns =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("bench-{n}")}});
+            // Already existing is fine.
+            let _ = match self {
+                Backend::Sim(sim) => sim.create("namespaces", "", ns).map(drop).map_err(|e| e.to_string()),
+                Backend::Http(r) => {
+                    match r.target.request(Method::POST, "/api/v1/namespaces", Some(ns.to_string().into())) {
+                        Some(req) => send(&r.client, req).await.map(drop),
+                        None => Err("bad URL".into()),
+                    }
+                }
+            };
+        }
+        let concurrency = match self {
+            Backend::Sim(_) => 1,
+            Backend::Http(..) => 32,
+        };
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let (me, plan, next) = (self.clone(), plan.clone(), next.clone());
+            tasks.spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= plan.sizes.objects {
+                        return Ok::<(), String>(());
+                    }
+                    let obj = pod(&plan, i, 0, 0);
+                    if me.write(obj.clone(), true).await.is_err() {
+                        me.write(obj, false).await.map_err(|e| format!("seeding pod {i}: {e}"))?;
+                    }
+                }
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    }
+}
+
+/// Sends a request and reads the whole body; non-2xx is an error with the start of the body.
+pub async fn send(c: &HttpClient, req: Request<Full<Bytes>>) -> Result<Bytes, String> {
+    use http_body_util::BodyExt;
+    let what = format!("{} {}", req.method(), req.uri());
+    let fut = async {
+        let resp = c.request(req).await.map_err(|e| format!("{what}: {e}"))?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map_err(|e| format!("{what}: {e}"))?.to_bytes();
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+            return Err(format!("{what}: HTTP {status}: {text}"));
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(Duration::from_secs(60), fut).await.map_err(|_| "timed out after 60 s".to_owned())?
+}
+
+/// The simulated apiserver and the proxy, both in this process.
+pub struct Local {
+    pub sim: SimHandle,
+    pub proxy: Running,
+}
+
+impl Local {
+    /// Starts a sim, seeds it, starts a proxy caching pods in front of it and waits for it to
+    /// sync.
+    pub async fn start(plan: &Plan) -> Result<Local, String> {
+        let events = (plan.sizes.events_per_sec * plan.duration.as_secs_f64() * 4.0) as usize;
+        let opts =
+            SimOptions { compaction_window: plan.sizes.objects + events + 10_000, ..SimOptions::default() };
+        let sim = Sim::start(opts).await.map_err(|e| format!("sim: {e}"))?;
+        Backend::Sim(sim.sim.clone()).seed(plan).await?;
+        let proxy = app::start(&serve_args(sim.addr, events)).await?;
+        if !proxy.wait_ready(Duration::from_secs(120)).await {
+            return Err("the in-process proxy did not sync within 120 s".into());
+        }
+        Ok(Local { sim, proxy })
+    }
+
+    pub async fn shutdown(self) {
+        self.proxy.shutdown().await;
+        self.sim.shutdown().await;
+    }
+}
+
+fn serve_args(upstream: std::net::SocketAddr, events: usize) -> ServeArgs {
+    ServeArgs {
+        upstream: UpstreamArgs {
+            kubeconfig: None,
+            context: None,
+            upstream: Some(format!("http://{upstream}")),
+            token_file: None,
+            client_certificate: None,
+            client_key: None,
+            certificate_authority: None,
+            insecure_skip_tls_verify: false,
+        },
+        resources: vec!["pods".into()],
+        config: None,
+        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
+        secure_port: 0,
+        tls_cert_file: None,
+        tls_private_key_file: None,
+        insecure_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+        history_window: Duration::from_secs(600),
+        history_max_events: events.max(102_400),
+        min_request_timeout: Duration::from_secs(1800),
+        freshness_wait: Duration::from_secs(3),
+        consistent_reads: "cache".into(),
+        consistent_read_wait: Duration::from_secs(1),
+        shutdown_grace_period: Duration::from_secs(2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::scenario::Scenario;
+
+    #[test]
+    fn pods_are_padded_to_about_the_object_size() {
+        let mut sizes = Scenario::ListHeavy.defaults();
+        sizes.object_size = 2048;
+        let plan = Plan::new(Scenario::ListHeavy, sizes, Duration::from_secs(1), false);
+        let p = pod(&plan, 7, 42, 1234);
+        let len = p.to_string().len();
+        assert!((1800..=2048).contains(&len), "{len}");
+        assert_eq!(p["metadata"]["annotations"][SEQ_KEY], "42");
+        assert_eq!(p["metadata"]["annotations"][SENT_KEY], "1234");
+        assert_eq!(p["spec"]["nodeName"], "node-0", "list-heavy has one node");
+    }
+}

@@ -1,0 +1,120 @@
+//! Integration: the load harness run in-process (simulated apiserver + proxy + harness) at a
+//! tiny size; the report must show every watch event delivered once and in order, requests
+//! against both targets, and the JSON / SVG files must be written.
+//!
+//! `BENCH_SCENARIO=watch-fanout cargo test --release --test bench -- --ignored --nocapture`
+//! runs a full-size scenario and prints its table (see `full_scenario_from_env`).
+
+use std::time::Duration;
+
+use kube_watchcache::bench::{self, BenchArgs, Report, Scenario};
+
+fn tiny(scenario: Scenario) -> BenchArgs {
+    let mut a = BenchArgs::new(scenario, Duration::from_secs(2));
+    a.watchers = Some(20);
+    a.objects = Some(200);
+    a.object_size = Some(600);
+    a.events_per_sec = Some(20.0);
+    a.lists_per_sec = Some(4.0);
+    a.gets_per_sec = Some(20.0);
+    a
+}
+
+fn assert_clean(r: &Report, watchers: usize) {
+    assert!(r.problems.is_empty(), "{:?}\n{}", r.problems, r.table());
+    assert_eq!(r.targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["proxy", "direct"]);
+    for t in &r.targets {
+        let w = &t.watch;
+        assert_eq!((w.watchers, w.opened, w.failed), (watchers, watchers, 0), "{}", t.name);
+        assert_eq!((w.lost, w.duplicated, w.out_of_order), (0, 0, 0), "{}", t.name);
+        assert!(w.changes_written > 10, "{}: the writer ran: {}", t.name, w.changes_written);
+        assert_eq!(w.deliveries_received, w.deliveries_expected, "{}", t.name);
+        assert!(w.deliveries_expected > 0, "{}", t.name);
+        assert!(w.lag.count > 0 && w.lag.max_ms > 0.0, "{}: lag measured", t.name);
+        assert!(t.upstream_requests.is_some(), "{}", t.name);
+        assert!(t.cpu_seconds.is_some() && t.peak_rss_bytes.unwrap_or(0) > 0, "{}", t.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_tiny_run_is_clean_and_writes_json_and_svg() {
+    let dir = std::env::temp_dir().join(format!("kwc-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut args = tiny(Scenario::Mixed);
+    args.json = Some(dir.join("report.json"));
+    args.svg = Some(dir.join("chart.svg"));
+    let report = bench::measure(&args).await.expect("bench runs");
+    println!("{}", report.table());
+    // 20 watchers in mixed: 3 watch all pods, 17 one node each.
+    assert_clean(&report, 20);
+    for t in &report.targets {
+        for kind in ["list rv=0", "list limit page", "get rv=0", "watch open"] {
+            let r = t.requests.get(kind).unwrap_or_else(|| panic!("{}: no {kind}", t.name));
+            assert!(r.count > 0 && r.latency.p50_ms > 0.0, "{}: {kind}: {r:?}", t.name);
+            assert_eq!(r.errors, 0, "{}: {kind}", t.name);
+        }
+        assert!(t.requests["list rv=0"].bytes > 200 * 500, "{}: whole lists", t.name);
+    }
+    let (proxy, direct) = (&report.targets[0], &report.targets[1]);
+    assert!(
+        direct.upstream_requests.unwrap() > proxy.upstream_requests.unwrap(),
+        "the proxy spares the upstream: {:?} vs {:?}",
+        proxy.upstream_requests,
+        direct.upstream_requests
+    );
+
+    bench::run(args.clone()).await.expect("run succeeds and writes files");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).expect("JSON parses");
+    assert_eq!(json["scenario"], "mixed");
+    assert_eq!(json["targets"][0]["watch"]["lost"], 0);
+    let back: Report = serde_json::from_value(json).expect("JSON is a Report");
+    assert_eq!(back.targets.len(), 2);
+    let svg = std::fs::read_to_string(dir.join("chart.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "{svg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_fanout_and_kubelet_tiny_runs_are_clean() {
+    let mut args = tiny(Scenario::WatchFanout);
+    args.lists_per_sec = Some(0.0);
+    args.gets_per_sec = Some(0.0);
+    let r = bench::measure(&args).await.expect("watch-fanout runs");
+    assert_clean(&r, 20);
+    for t in &r.targets {
+        assert_eq!(
+            t.watch.deliveries_expected,
+            20 * t.watch.changes_written,
+            "every watcher sees every change"
+        );
+    }
+
+    let mut args = tiny(Scenario::Kubelet);
+    args.lists_per_sec = Some(0.0);
+    let r = bench::measure(&args).await.expect("kubelet runs");
+    assert_clean(&r, 20);
+    for t in &r.targets {
+        assert_eq!(
+            t.watch.deliveries_expected, t.watch.changes_written,
+            "each change goes to its node's watcher"
+        );
+    }
+}
+
+/// A full-size run of `BENCH_SCENARIO` (default mixed) with `BENCH_DURATION` seconds per
+/// target; prints the table and writes `BENCH_JSON` / `BENCH_SVG` when set.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn full_scenario_from_env() {
+    use clap::ValueEnum;
+    let scenario = std::env::var("BENCH_SCENARIO").unwrap_or_else(|_| "mixed".into());
+    let scenario = Scenario::from_str(&scenario, true).expect("scenario");
+    let secs = std::env::var("BENCH_DURATION").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let mut args = BenchArgs::new(scenario, Duration::from_secs(secs));
+    args.json = std::env::var("BENCH_JSON").ok().map(Into::into);
+    args.svg = std::env::var("BENCH_SVG").ok().map(Into::into);
+    args.watchers = std::env::var("BENCH_WATCHERS").ok().and_then(|s| s.parse().ok());
+    args.http2 = std::env::var("BENCH_HTTP2").is_ok();
+    bench::run(args).await.expect("clean run");
+}
