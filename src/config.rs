@@ -34,6 +34,9 @@ pub enum Command {
     /// Start a simulated apiserver with sample objects and the proxy in front of it, and print
     /// commands to try. Runs until Ctrl-C.
     Demo(DemoArgs),
+    /// Load-test the proxy against the direct upstream in one run (watchers, lists, gets and
+    /// upstream writes); prints a table and writes JSON and SVG reports.
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 /// Where the upstream apiserver is and how to authenticate to it.

@@ -23,6 +23,7 @@
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
 //! | [`metrics`] | Prometheus registry |
 //! | [`sim`] | the simulated apiserver (tests, demos, load) |
+//! | [`bench`] | the load-testing harness: proxy vs direct upstream in one run |
 //! | [`config`] | CLI flags → validated configuration |
 //! | [`app`] | wiring: builds everything and drains it on shutdown |
 #![forbid(unsafe_code)]

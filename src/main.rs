@@ -1,5 +1,5 @@
 //! The `kube-watchcache` binary: parses the command line, sets up logging and runs a
-//! subcommand (`serve`, `sim`, `demo`). A configuration error prints one line and exits 2.
+//! subcommand (`serve`, `sim`, `demo`, `bench`). A configuration error prints one line and exits 2.
 
 use clap::Parser;
 use kube_watchcache::app;
@@ -27,6 +27,7 @@ fn main() {
             },
             Command::Sim(args) => app::sim(args).await,
             Command::Demo(args) => app::demo(args).await,
+            Command::Bench(args) => kube_watchcache::bench::run(*args).await,
         }
     });
     if let Err(e) = result {
