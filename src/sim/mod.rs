@@ -24,6 +24,7 @@
 //! | `subresource` | `log`, `exec` / `attach` (upgrade echo), `status` |
 //! | `discovery` | `/api`, `/apis`, `/version` … |
 //! | `seed` | sample objects and churn |
+//! | `review` | TokenReview / SubjectAccessReview from a test script |
 //! | `status` | write-path Status codes `Error` has no variant for yet |
 
 mod discovery;
@@ -32,6 +33,7 @@ mod http;
 mod kinds;
 mod query;
 mod read;
+mod review;
 mod route;
 mod seed;
 mod status;
@@ -52,6 +54,7 @@ use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::resource::{ResourceKind, Rv};
+pub use review::{AuthScript, Rule, ScriptUser, Subject};
 use store::Store;
 
 /// How the simulated apiserver is set up.
@@ -97,6 +100,7 @@ struct Inner {
     store: Store,
     opts: SimOptions,
     requests: Mutex<VecDeque<RequestRecord>>,
+    auth: Mutex<review::AuthScript>,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -119,7 +123,14 @@ impl Sim {
     /// A sim with no listener and only the built-in namespaces (for unit tests of the store).
     pub fn new(opts: SimOptions) -> Sim {
         let store = Store::new(kinds::Kinds::builtin(), opts.compaction_window);
-        let sim = Sim { inner: Arc::new(Inner { store, opts, requests: Mutex::new(VecDeque::new()) }) };
+        let sim = Sim {
+            inner: Arc::new(Inner {
+                store,
+                opts,
+                requests: Mutex::new(VecDeque::new()),
+                auth: Mutex::default(),
+            }),
+        };
         seed::system(&sim);
         sim
     }

@@ -53,6 +53,7 @@ pub fn serve_args(upstream: SocketAddr, resources: &[&str]) -> ServeArgs {
         consistent_reads: "cache".into(),
         consistent_read_wait: Duration::from_secs(1),
         shutdown_grace_period: Duration::from_secs(2),
+        security: kube_watchcache::config::SecurityArgs::none(),
     }
 }
 
