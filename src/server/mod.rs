@@ -174,7 +174,8 @@ impl Server {
                         return resp;
                     }
                 }
-                let watch_slot = if cr.plan.verb() == "watch" {
+                // Per-user watch limits need users: none with --auth=none.
+                let watch_slot = if cr.plan.verb() == "watch" && self.auth.is_some() {
                     match self.limits.watch_slot(&caller.effective.name) {
                         Ok(g) => Some(g),
                         Err(resp) => {
