@@ -13,12 +13,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::cache::{self, CacheOptions, Reader};
-use crate::config::{DemoArgs, ServeArgs, UpstreamArgs};
+use crate::config::{DemoArgs, SecurityArgs, ServeArgs};
 use crate::metrics::Metrics;
 use crate::reflector::{self, ReflectorOptions};
-use crate::server::listener;
+use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
+use crate::server::limits::LimitOptions;
 use crate::server::serve::ServeOptions;
+use crate::server::tls::{self, TlsFiles};
 use crate::server::Server;
+use crate::server::{listener, Security};
 use crate::upstream::Upstream;
 
 /// A running proxy.
@@ -88,7 +91,12 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     tracing::info!(upstream = %upstream.describe(), "upstream configured");
     let kinds = upstream.discover(&args.resources).await.map_err(|e| format!("discovery: {e}"))?;
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
-        (None, Some(cert), Some(key)) => Some(listener::tls_config(cert, key)?),
+        (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.security.client_ca_file.clone(),
+            reload_interval: args.security.tls_reload_interval,
+        })?),
         _ => None,
     };
     let addr = args.insecure_listen.unwrap_or(SocketAddr::new(args.bind_address, args.secure_port));
@@ -122,10 +130,55 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         consistent_reads: args.consistent_reads == "cache",
         consistent_wait: args.consistent_read_wait,
     };
-    let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, shutdown_rx.clone()));
+    let security = security(&args.security, &upstream, addr);
+    let server =
+        Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, shutdown_rx.clone(), security));
+    let tls = tls.map(|(cfg, reloader)| {
+        tokio::spawn(tls::watch_files(reloader, args.security.tls_reload_interval, shutdown_rx.clone()));
+        cfg
+    });
     let server_task = tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period));
-    tracing::info!(%addr, tls = args.insecure_listen.is_none(), "serving");
+    tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");
     Ok(Running { addr, readers, shutdown, server_task, reflectors })
+}
+
+/// The server's authentication, authorization and limits from the flags.
+fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr) -> Security {
+    let auth = if args.enabled() {
+        Some(Auth::new(
+            upstream.clone(),
+            AuthOptions {
+                anonymous: args.anonymous_auth,
+                authn: AuthnOptions {
+                    success_ttl: args.authentication_cache_ttl,
+                    failure_ttl: args.authentication_failure_cache_ttl,
+                    capacity: args.auth_cache_size,
+                },
+                authz: AuthzOptions {
+                    allowed_ttl: args.authorization_allowed_cache_ttl,
+                    denied_ttl: args.authorization_denied_cache_ttl,
+                    capacity: args.auth_cache_size,
+                },
+            },
+        ))
+    } else {
+        tracing::warn!(
+            %addr,
+            "--auth=none: NO AUTHENTICATION AND NO AUTHORIZATION. Anyone who can reach this loopback \
+             listener reads every cached object. Only for a trusted sidecar."
+        );
+        None
+    };
+    Security {
+        auth,
+        limits: LimitOptions {
+            max_url_bytes: args.max_url_bytes,
+            max_header_bytes: args.max_header_bytes,
+            max_in_flight: args.max_requests_inflight,
+            max_watches_per_user: args.max_watches_per_user,
+            request_timeout: args.request_timeout,
+        },
+    }
 }
 
 /// `kube-watchcache serve`.
@@ -163,32 +216,12 @@ pub async fn demo(args: DemoArgs) -> Result<(), String> {
     };
     let sim =
         crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.sim_listen))?;
-    let serve_args = ServeArgs {
-        upstream: UpstreamArgs {
-            kubeconfig: None,
-            context: None,
-            upstream: Some(format!("http://{}", sim.addr)),
-            token_file: None,
-            client_certificate: None,
-            client_key: None,
-            certificate_authority: None,
-            insecure_skip_tls_verify: false,
-        },
-        resources: vec!["pods".into(), "configmaps".into(), "nodes".into(), "example.com/widgets".into()],
-        config: None,
-        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
-        secure_port: 0,
-        tls_cert_file: None,
-        tls_private_key_file: None,
-        insecure_listen: Some(args.listen),
-        history_window: Duration::from_secs(75),
-        history_max_events: 102_400,
-        min_request_timeout: Duration::from_secs(1800),
-        freshness_wait: Duration::from_secs(3),
-        consistent_reads: "cache".into(),
-        consistent_read_wait: Duration::from_secs(1),
-        shutdown_grace_period: Duration::from_secs(5),
-    };
+    let mut serve_args = ServeArgs::local(
+        &format!("http://{}", sim.addr),
+        &["pods", "configmaps", "nodes", "example.com/widgets"],
+        args.listen,
+    );
+    serve_args.shutdown_grace_period = Duration::from_secs(5);
     let proxy = start(&serve_args).await?;
     if !proxy.wait_ready(Duration::from_secs(30)).await {
         return Err("the proxy did not sync from the simulated apiserver within 30 s".into());

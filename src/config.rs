@@ -136,6 +136,88 @@ pub struct ServeArgs {
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
+    #[command(flatten)]
+    pub security: SecurityArgs,
+}
+
+/// Authentication, authorization, TLS reload and limits of `serve`.
+#[derive(Debug, Args, Clone)]
+pub struct SecurityArgs {
+    /// `upstream`: every caller is authenticated (client certificate, or bearer token by
+    /// TokenReview) and every read served from the cache is authorized (SubjectAccessReview),
+    /// both on the upstream. `none`: no checks at all, forwarded requests pass unchanged — only
+    /// for a trusted sidecar on a loopback listener (refused elsewhere).
+    #[arg(long, default_value = "upstream", value_parser = ["upstream", "none"])]
+    pub auth: String,
+    /// CA bundle (PEM) that signs client certificates; their CommonName is the user, their
+    /// Organizations the groups. Without it, client certificates are not asked for.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Requests without credentials act as `system:anonymous` (group
+    /// `system:unauthenticated`) instead of getting 401.
+    #[arg(long, default_value_t = false)]
+    pub anonymous_auth: bool,
+    /// How long a successful TokenReview is cached.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub authentication_cache_ttl: Duration,
+    /// How long a rejected token is cached.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub authentication_failure_cache_ttl: Duration,
+    /// How long an allowing SubjectAccessReview is cached.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub authorization_allowed_cache_ttl: Duration,
+    /// How long a denying SubjectAccessReview is cached.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub authorization_denied_cache_ttl: Duration,
+    /// Entries in each of the token and decision caches.
+    #[arg(long, default_value_t = 10_000)]
+    pub auth_cache_size: usize,
+    /// How often the serving certificate and key files are checked for changes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub tls_reload_interval: Duration,
+    /// Non-long-running requests served at once (watches, exec, logs excluded); 429 past it.
+    /// 0 = unlimited.
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+    /// Watches served from the cache at once per user; 429 past it. 0 = unlimited.
+    #[arg(long, default_value_t = 1000)]
+    pub max_watches_per_user: usize,
+    /// Longest request URL (path and query) in bytes; 414 past it.
+    #[arg(long, default_value_t = 32 * 1024)]
+    pub max_url_bytes: usize,
+    /// Largest request header block in bytes; 431 past it.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_header_bytes: usize,
+    /// Time limit for non-long-running requests (504 past it).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+}
+
+impl SecurityArgs {
+    /// `--auth=none` with default limits: what tests and `demo` use on loopback.
+    pub fn none() -> SecurityArgs {
+        SecurityArgs {
+            auth: "none".into(),
+            client_ca_file: None,
+            anonymous_auth: false,
+            authentication_cache_ttl: Duration::from_secs(120),
+            authentication_failure_cache_ttl: Duration::from_secs(10),
+            authorization_allowed_cache_ttl: Duration::from_secs(300),
+            authorization_denied_cache_ttl: Duration::from_secs(30),
+            auth_cache_size: 10_000,
+            tls_reload_interval: Duration::from_secs(10),
+            max_requests_inflight: 400,
+            max_watches_per_user: 1000,
+            max_url_bytes: 32 * 1024,
+            max_header_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Whether callers are checked (`--auth=upstream`).
+    pub fn enabled(&self) -> bool {
+        self.auth != "none"
+    }
 }
 
 /// The config file (`--config`). Every field is optional.
@@ -148,6 +230,29 @@ pub struct FileConfig {
 }
 
 impl ServeArgs {
+    /// A proxy for a trusted local setup (demo, bench, tests): plain HTTP on the loopback
+    /// `listen` address, no authentication (`--auth=none`), the given plain-HTTP upstream, every
+    /// other flag at its default — built by parsing flags, so the defaults live in one place.
+    pub fn local(upstream_url: &str, resources: &[&str], listen: SocketAddr) -> ServeArgs {
+        let resources = resources.join(",");
+        let listen = listen.to_string();
+        let argv = [
+            "kube-watchcache",
+            "serve",
+            "--upstream",
+            upstream_url,
+            "--resources",
+            resources.as_str(),
+            "--insecure-listen",
+            listen.as_str(),
+            "--auth=none",
+        ];
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Serve(args)) => *args,
+            other => unreachable!("the local flag set always parses: {other:?}"),
+        }
+    }
+
     /// Merges the config file under the flags and checks the result.
     pub fn validate(mut self) -> Result<ServeArgs, String> {
         if let Some(path) = &self.config {
@@ -190,6 +295,15 @@ impl ServeArgs {
             (None, _, _) => {
                 return Err("give --tls-cert-file and --tls-private-key-file, or --insecure-listen on a loopback address".into())
             }
+        }
+        let listen_ip = self.insecure_listen.map_or(self.bind_address, |a| a.ip());
+        if !self.security.enabled() && !listen_ip.is_loopback() {
+            return Err(format!(
+                "--auth=none: only allowed on a loopback listener (a trusted sidecar), not {listen_ip}"
+            ));
+        }
+        if self.security.client_ca_file.is_some() && self.insecure_listen.is_some() {
+            return Err("--client-ca-file needs the TLS listener, not --insecure-listen".into());
         }
         if self.history_max_events == 0 {
             return Err("--history-max-events must be positive".into());
@@ -296,6 +410,26 @@ mod tests {
         assert!(e.contains("loopback"), "{e}");
         let e = serve(&["--resources", "pods"]).unwrap_err();
         assert!(e.contains("--tls-cert-file"), "{e}");
+    }
+
+    #[test]
+    fn auth_none_only_on_loopback() {
+        let tls = ["--resources", "pods", "--tls-cert-file", "c", "--tls-private-key-file", "k"];
+        let mut v = tls.to_vec();
+        v.extend(["--auth", "none"]);
+        let e = serve(&v).unwrap_err();
+        assert!(e.contains("--auth=none") && e.contains("loopback"), "{e}");
+        v.extend(["--bind-address", "127.0.0.1"]);
+        assert!(serve(&v).is_ok());
+        let ok =
+            serve(&["--resources", "pods", "--insecure-listen", "127.0.0.1:1", "--auth", "none"]).unwrap();
+        assert!(!ok.security.enabled());
+        let ok = serve(&tls).unwrap();
+        assert!(ok.security.enabled(), "authentication is the default");
+        assert!(serve(&["--resources", "pods", "--insecure-listen", "127.0.0.1:1", "--auth", "off"]).is_err());
+        let e = serve(&["--resources", "pods", "--insecure-listen", "127.0.0.1:1", "--client-ca-file", "ca"])
+            .unwrap_err();
+        assert!(e.contains("--client-ca-file"), "{e}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::scenario::{Plan, NAMESPACES};
 use crate::app::{self, Running};
-use crate::config::{ServeArgs, UpstreamArgs};
+use crate::config::ServeArgs;
 use crate::sim::{Sim, SimHandle, SimOptions};
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -271,32 +271,15 @@ impl Local {
 }
 
 fn serve_args(upstream: std::net::SocketAddr, events: usize) -> ServeArgs {
-    ServeArgs {
-        upstream: UpstreamArgs {
-            kubeconfig: None,
-            context: None,
-            upstream: Some(format!("http://{upstream}")),
-            token_file: None,
-            client_certificate: None,
-            client_key: None,
-            certificate_authority: None,
-            insecure_skip_tls_verify: false,
-        },
-        resources: vec!["pods".into()],
-        config: None,
-        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
-        secure_port: 0,
-        tls_cert_file: None,
-        tls_private_key_file: None,
-        insecure_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
-        history_window: Duration::from_secs(600),
-        history_max_events: events.max(102_400),
-        min_request_timeout: Duration::from_secs(1800),
-        freshness_wait: Duration::from_secs(3),
-        consistent_reads: "cache".into(),
-        consistent_read_wait: Duration::from_secs(1),
-        shutdown_grace_period: Duration::from_secs(2),
-    }
+    let mut args = ServeArgs::local(
+        &format!("http://{upstream}"),
+        &["pods"],
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+    );
+    args.history_window = Duration::from_secs(600);
+    args.history_max_events = events.max(102_400);
+    args.shutdown_grace_period = Duration::from_secs(2);
+    args
 }
 
 #[cfg(test)]

@@ -1,46 +1,31 @@
 //! The listening socket: accepts TCP connections, terminates TLS (rustls, ALPN `h2` and
-//! `http/1.1`) when configured, and serves HTTP/1.1 (with upgrades, for `kubectl exec`) and
-//! HTTP/2 on each connection; drains connections gracefully on shutdown.
+//! `http/1.1`; config from `server::tls`) when configured, and serves HTTP/1.1 (with upgrades,
+//! for `kubectl exec`) and HTTP/2 on each connection; drains connections gracefully on shutdown.
+//! The user of a verified client certificate is attached to every request of its connection
+//! ([`PeerUser`]). HTTP/2 is hardened: bounded concurrent streams per connection, bounded
+//! pending-accept and locally-errored resets (rapid reset, CVE-2023-44487), bounded header
+//! lists; HTTP/1 heads are bounded too.
 //!
 //! Called by `app` with a bound listener and the shared `Server`.
 
 use std::convert::Infallible;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::auth::{x509, PeerUser};
 use super::Server;
 
-/// Builds the rustls server config from PEM files.
-pub fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| format!("--tls-cert-file {}: {e}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("--tls-cert-file {}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!("--tls-cert-file {}: no certificate found", cert.display()));
-    }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--tls-private-key-file {}: {e}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("TLS certificate/key: {e}"))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
-}
+/// Concurrent HTTP/2 streams per connection (each watch is one).
+pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// HTTP/2 header list / HTTP/1 head size bound, in bytes.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// Accepts connections until `shutdown` turns true, then waits up to `grace` for open
 /// connections to finish (watches are ended by the caches closing their watchers).
@@ -54,8 +39,17 @@ pub async fn run(
     let graceful = GracefulShutdown::new();
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(1000).max_header_list_size(1 << 20);
-    builder.http1().max_buf_size(1 << 20);
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_HEADER_BYTES as u32)
+        .max_pending_accept_reset_streams(Some(50))
+        .max_local_error_reset_streams(Some(256));
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(MAX_HEADER_BYTES)
+        .header_read_timeout(Duration::from_secs(30));
     let builder = Arc::new(builder);
     loop {
         let (stream, peer) = tokio::select! {
@@ -71,13 +65,10 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         let server = server.clone();
-        let svc = service_fn(move |req| {
-            let server = server.clone();
-            async move { Ok::<_, Infallible>(server.handle(req).await) }
-        });
         let builder = builder.clone();
         match &acceptor {
             None => {
+                let svc = service(server, None);
                 let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
@@ -99,6 +90,14 @@ pub async fn run(
                             }
                             Err(_) => return,
                         };
+                    let peer_user = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|leaf| x509::user(leaf))
+                        .map(|u| PeerUser(Arc::new(u)));
+                    let svc = service(server, peer_user);
                     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
                     if let Err(e) = watcher.watch(conn).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -111,6 +110,27 @@ pub async fn run(
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!("grace period over; closing remaining connections");
     }
+}
+
+/// The per-connection service: every request gets the connection's certificate user.
+fn service(
+    server: Arc<Server>,
+    peer_user: Option<PeerUser>,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = http::Response<super::Body>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Result<http::Response<super::Body>, Infallible>> + Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        let server = server.clone();
+        if let Some(p) = &peer_user {
+            req.extensions_mut().insert(p.clone());
+        }
+        async move { Ok::<_, Infallible>(server.handle(req).await) }
+    })
 }
 
 /// Resolves once the flag is true (or its sender is gone).

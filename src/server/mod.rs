@@ -1,17 +1,24 @@
 //! The front door: listener, per-request pipeline and health endpoints.
 //!
-//! Every request passes named phases: **classify** (pure, `classify`) → **serve from cache**
-//! (`serve`) | **forward upstream** (`proxy`). `/healthz`, `/livez`, `/readyz` and
-//! `/metrics` are answered here. Built by `app`, which hands it the caches' readers and the
-//! upstream client.
+//! Every request passes named phases: **limits** (URL / header size) → **authenticate** +
+//! **impersonate** (`auth`) → **admit** (in-flight limit, timeout) → **classify** (pure,
+//! `classify`) → **authorize** (`auth`, cache-served reads only) → **serve from cache**
+//! (`serve`) | **forward upstream** (`proxy`, with the caller's identity). `/healthz`, `/livez`
+//! and `/readyz` are answered first, without authentication; `/metrics` needs an authenticated
+//! caller allowed `get` on the non-resource URL `/metrics`, like the apiserver's. Built by
+//! `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
+//! with `--auth=none`: every caller trusted, forwarded requests unchanged).
 
+pub mod auth;
 pub mod body;
 pub mod classify;
 pub mod consistent;
 pub mod health;
+pub mod limits;
 pub mod listener;
 pub mod proxy;
 pub mod serve;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +26,10 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
+use auth::{Attributes, Auth, Caller};
 pub use body::Body;
-use classify::{ForwardReason, Route};
+use classify::{CacheRequest, ForwardReason, Route};
+use limits::{LimitOptions, Limits};
 use serve::{ServeOptions, Served};
 
 use crate::cache::Reader;
@@ -36,6 +45,15 @@ pub struct Server {
     serve: ServeOptions,
     metrics: Arc<Metrics>,
     shutting_down: tokio::sync::watch::Receiver<bool>,
+    auth: Option<Auth>,
+    limits: Limits,
+}
+
+/// What a server checks; the default (no auth, default limits) is `--auth=none`.
+#[derive(Default)]
+pub struct Security {
+    pub auth: Option<Auth>,
+    pub limits: LimitOptions,
 }
 
 impl Server {
@@ -45,6 +63,7 @@ impl Server {
         serve: ServeOptions,
         metrics: Arc<Metrics>,
         shutting_down: tokio::sync::watch::Receiver<bool>,
+        security: Security,
     ) -> Server {
         let kinds = readers.iter().map(|r| Arc::new(r.kind().clone())).collect();
         let readers = readers
@@ -55,15 +74,86 @@ impl Server {
                 ((k.group, k.version, k.resource), (r, prober))
             })
             .collect();
-        Server { kinds, readers, upstream, serve, metrics, shutting_down }
+        Server {
+            kinds,
+            readers,
+            upstream,
+            serve,
+            metrics,
+            shutting_down,
+            auth: security.auth,
+            limits: Limits::new(security.limits),
+        }
     }
 
-    /// Handles one request: health, then classify → serve | forward.
+    /// Handles one request (see the module doc for the phases).
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let arrived = tokio::time::Instant::now();
-        if let Some(resp) = health::handle(&self, &req) {
+        let path = req.uri().path();
+        if matches!(path, "/healthz" | "/livez" | "/readyz") {
+            if let Some(resp) = health::handle(&self, &req) {
+                return resp;
+            }
+        }
+        if let Err(resp) = self.limits.check_sizes(&req) {
+            self.metrics.request("reject", resp.status().as_u16());
             return resp;
         }
+        let caller = match self.authenticate(&req).await {
+            Ok(c) => c,
+            Err(resp) => {
+                self.metrics.request("reject", resp.status().as_u16());
+                return resp;
+            }
+        };
+        if req.uri().path() == "/metrics" {
+            if let Some(auth) = &self.auth {
+                let a =
+                    Attributes { verb: "get".into(), path: Some("/metrics".into()), ..Attributes::default() };
+                if let Err(resp) = auth.authorize(&caller.effective, &a).await {
+                    return resp;
+                }
+            }
+            if let Some(resp) = health::handle(&self, &req) {
+                return resp;
+            }
+        }
+        if limits::is_long_running(&req) {
+            return self.route(req, caller, arrived).await;
+        }
+        let _permit = match self.limits.admit() {
+            Ok(p) => p,
+            Err(resp) => {
+                self.metrics.request("reject", 429);
+                return resp;
+            }
+        };
+        let timeout = self.limits.opts.request_timeout;
+        match tokio::time::timeout(timeout, self.clone().route(req, caller, arrived)).await {
+            Ok(resp) => resp,
+            Err(_) => {
+                self.metrics.request("timeout", 504);
+                limits::timed_out()
+            }
+        }
+    }
+
+    /// Authentication and impersonation, or the trusted caller of `--auth=none`.
+    async fn authenticate(&self, req: &Request<Incoming>) -> Result<Caller, Response<Body>> {
+        let Some(auth) = &self.auth else {
+            return Ok(Caller::trusted());
+        };
+        let caller = auth.authenticate(req).await?;
+        auth.impersonate(caller, req.headers()).await
+    }
+
+    /// classify → authorize → serve | forward.
+    async fn route(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        caller: Caller,
+        arrived: tokio::time::Instant,
+    ) -> Response<Body> {
         let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
         let route =
             classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &self.kinds[..]);
@@ -72,28 +162,59 @@ impl Server {
                 self.metrics.request("reject", e.to_status().code.as_u16());
                 body::error(e)
             }
-            Route::Forward(reason) => self.forward(req, reason).await,
+            Route::Forward(reason) => self.forward(req, reason, &caller).await,
             Route::Cache(cr) => {
                 let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
                 let Some((reader, prober)) = self.readers.get(&key) else {
-                    return self.forward(req, ForwardReason::NotCached).await;
+                    return self.forward(req, ForwardReason::NotCached, &caller).await;
+                };
+                if let Some(auth) = &self.auth {
+                    if let Err(resp) = auth.authorize(&caller.effective, &attributes(&cr)).await {
+                        self.metrics.request(cr.plan.verb(), resp.status().as_u16());
+                        return resp;
+                    }
+                }
+                // Per-user watch limits need users: none with --auth=none.
+                let watch_slot = if cr.plan.verb() == "watch" && self.auth.is_some() {
+                    match self.limits.watch_slot(&caller.effective.name) {
+                        Ok(g) => Some(g),
+                        Err(resp) => {
+                            self.metrics.request("watch", 429);
+                            return resp;
+                        }
+                    }
+                } else {
+                    None
                 };
                 let src = serve::Source { reader, prober };
                 match serve::serve(&cr, src, &self.serve, arrived).await {
                     Served::Response(resp) => {
                         self.metrics.request(cr.plan.verb(), resp.status().as_u16());
-                        resp
+                        match watch_slot {
+                            Some(g) => limits::Guarded::wrap(resp, g),
+                            None => resp,
+                        }
                     }
-                    Served::Forward(reason) => self.forward(req, reason).await,
+                    Served::Forward(reason) => self.forward(req, reason, &caller).await,
                 }
             }
         }
     }
 
-    async fn forward(&self, req: Request<Incoming>, reason: ForwardReason) -> Response<Body> {
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        reason: ForwardReason,
+        caller: &Caller,
+    ) -> Response<Body> {
         self.metrics.forwarded(reason.as_str());
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
-        proxy::forward(&self.upstream, req).await
+        proxy::forward(&self.upstream, req, caller).await
+    }
+
+    /// Open cache-served watches of a user (tests, diagnostics).
+    pub fn watches_of(&self, user: &str) -> usize {
+        self.limits.watches_of(user)
     }
 
     /// Whether every cache has synced and the server is not shutting down.
@@ -122,5 +243,24 @@ impl Server {
 
     pub fn readers(&self) -> impl Iterator<Item = &Reader> {
         self.readers.values().map(|(r, _)| r)
+    }
+}
+
+/// The authorization attributes of a cache-served read (the apiserver's RequestInfo).
+pub fn attributes(cr: &CacheRequest) -> Attributes {
+    Attributes {
+        verb: cr.plan.verb().into(),
+        group: cr.kind.group.clone(),
+        version: cr.kind.version.clone(),
+        resource: cr.kind.resource.clone(),
+        subresource: String::new(),
+        namespace: cr.namespace.clone().unwrap_or_default(),
+        // Like the apiserver's RequestInfo: a list/watch of `metadata.name=X` is about X.
+        name: cr
+            .name
+            .clone()
+            .or_else(|| cr.fields.exact("metadata.name").map(str::to_owned))
+            .unwrap_or_default(),
+        path: None,
     }
 }

@@ -1,19 +1,33 @@
-//! Forward upstream: a request the cache does not serve goes to the apiserver unchanged and
-//! its answer comes back unchanged, streamed both ways (`upstream::Upstream::forward` does
-//! the work; this maps transport failures to a Status).
+//! Forward upstream: a request the cache does not serve goes to the apiserver and its answer
+//! comes back unchanged, streamed both ways (`upstream::Upstream::forward` does the work; this
+//! picks whose identity it carries and maps transport failures to a Status).
 //!
-//! Called by `Server::forward`.
+//! Identities stay apart: a token caller's request goes with its own `Authorization` unchanged;
+//! an anonymous caller's goes with no credentials; a certificate caller's goes with the proxy's
+//! credentials and `Impersonate-*` headers naming the (authorized) effective user. With
+//! `--auth=none` everything passes unchanged. Called by `Server::forward`.
 
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use super::auth::{impersonate, Caller, Credential};
 use super::body::{self, Body};
 use crate::error::Error;
 use crate::upstream::Upstream;
 
-pub async fn forward(upstream: &Upstream, req: Request<Incoming>) -> Response<Body> {
-    match upstream.forward(req).await {
+pub async fn forward(upstream: &Upstream, req: Request<Incoming>, caller: &Caller) -> Response<Body> {
+    let sent = match caller.credential {
+        Credential::Certificate => {
+            let mut imp = HeaderMap::new();
+            if let Err(e) = impersonate::set(&mut imp, &caller.effective) {
+                return body::error(Error::Internal(e));
+            }
+            upstream.forward_impersonating(req, imp).await
+        }
+        Credential::Trusted | Credential::Anonymous | Credential::Token(_) => upstream.forward(req).await,
+    };
+    match sent {
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),
         Err(e) => {
             tracing::warn!(error = %e, "forwarding upstream failed");

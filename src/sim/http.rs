@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use super::query::Query;
 use super::route::{route, Route, Target};
-use super::{discovery, read, subresource, watch, write, RequestRecord, Sim};
+use super::{discovery, read, review, subresource, watch, write, RequestRecord, Sim};
 use crate::error::Error;
 
 /// Every response body of the sim.
@@ -94,6 +94,9 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
         query: req.uri().query().unwrap_or("").to_owned(),
         headers: req.headers().clone(),
     });
+    if review::is_review(req.method(), req.uri().path()) {
+        return review::handle(sim, req).await;
+    }
     match route(&sim.store().kinds, req.uri().path()) {
         Route::PageNotFound => page_not_found(),
         Route::NoSuchResource => error_response(Error::NoSuchResource),

@@ -24,6 +24,7 @@
 //! | `subresource` | `log`, `exec` / `attach` (upgrade echo), `status` |
 //! | `discovery` | `/api`, `/apis`, `/version` … |
 //! | `seed` | sample objects and churn |
+//! | `review` | TokenReview / SubjectAccessReview from a test script |
 
 mod discovery;
 mod encode;
@@ -31,6 +32,7 @@ mod http;
 mod kinds;
 mod query;
 mod read;
+mod review;
 mod route;
 mod seed;
 mod store;
@@ -50,6 +52,7 @@ use parking_lot::Mutex;
 
 use crate::error::Error;
 use crate::resource::{ResourceKind, Rv};
+pub use review::{AuthScript, Rule, ScriptUser, Subject};
 use store::Store;
 
 /// How the simulated apiserver is set up.
@@ -95,6 +98,7 @@ struct Inner {
     store: Store,
     opts: SimOptions,
     requests: Mutex<VecDeque<RequestRecord>>,
+    auth: Mutex<review::AuthScript>,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -117,7 +121,14 @@ impl Sim {
     /// A sim with no listener and only the built-in namespaces (for unit tests of the store).
     pub fn new(opts: SimOptions) -> Sim {
         let store = Store::new(kinds::Kinds::builtin(), opts.compaction_window);
-        let sim = Sim { inner: Arc::new(Inner { store, opts, requests: Mutex::new(VecDeque::new()) }) };
+        let sim = Sim {
+            inner: Arc::new(Inner {
+                store,
+                opts,
+                requests: Mutex::new(VecDeque::new()),
+                auth: Mutex::default(),
+            }),
+        };
         seed::system(&sim);
         sim
     }

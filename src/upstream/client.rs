@@ -39,6 +39,10 @@ pub(crate) struct Inner {
     pub forward: Client<Connector, Incoming>,
     /// Pass-through of upgrade requests, no credentials, HTTP/1.1 only.
     pub upgrade: Client<Connector, Incoming>,
+    /// A caller's request sent with the proxy's identity and impersonation headers.
+    pub forward_own: Client<Connector, Incoming>,
+    /// The same for upgrades, HTTP/1.1 only.
+    pub upgrade_own: Client<Connector, Incoming>,
 }
 
 impl Inner {
@@ -46,6 +50,8 @@ impl Inner {
         let own = client(&r, Flavor::Own)?;
         let forward = client(&r, Flavor::Forward)?;
         let upgrade = client(&r, Flavor::Upgrade)?;
+        let forward_own = client(&r, Flavor::Own)?;
+        let upgrade_own = client(&r, Flavor::OwnUpgrade)?;
         Ok(Inner {
             base_url: r.base_url,
             origin: r.origin,
@@ -55,6 +61,8 @@ impl Inner {
             own,
             forward,
             upgrade,
+            forward_own,
+            upgrade_own,
         })
     }
 
@@ -94,6 +102,11 @@ impl Inner {
             h.insert(AUTHORIZATION, auth);
         }
         Ok(req)
+    }
+
+    /// The proxy's own `Authorization` header, if it has a bearer token.
+    pub fn own_authorization(&self) -> Option<HeaderValue> {
+        self.auth.header()
     }
 
     /// Sends an own request and waits (at most [`REQUEST_TIMEOUT`]) for the response headers.

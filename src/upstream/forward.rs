@@ -1,6 +1,9 @@
 //! Pass-through of a caller's request to the upstream, unchanged and streamed both ways, on a
 //! client that carries none of the proxy's credentials.
 //!
+//! With [`Upstream::forward_impersonating`] the proxy's own credentials are used instead, with
+//! impersonation headers naming the caller (certificate callers).
+//!
 //! Called by `server::proxy` for everything the cache does not serve. Hop-by-hop headers are
 //! dropped (RFC 9110 §7.6.1) and `Host` becomes the upstream's. Upgrades (`kubectl exec`,
 //! `attach`, `port-forward`: SPDY/3.1 or websocket) go over an HTTP/1.1-only client; on `101`
@@ -8,7 +11,7 @@
 //! caller. The server must serve its connections with upgrades enabled.
 
 use bytes::Bytes;
-use http::header::{HeaderName, CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::header::{HeaderName, AUTHORIZATION, CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -65,12 +68,42 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     debug_assert!(!headers.contains_key(TRANSFER_ENCODING));
 }
 
+/// Removes every `Impersonate-*` header a caller sent.
+pub(crate) fn strip_impersonation(headers: &mut HeaderMap) {
+    let names: Vec<HeaderName> =
+        headers.keys().filter(|n| n.as_str().starts_with("impersonate-")).cloned().collect();
+    for name in names {
+        headers.remove(name);
+    }
+}
+
 impl Upstream {
     /// Forwards a caller's request unchanged (method, path and query, end-to-end headers
     /// including the caller's own `Authorization`, streamed body) and returns the upstream's
     /// response unchanged, streamed. The proxy's token and client certificate are never used.
     /// Only a failure to get an answer is an error; a 4xx/5xx answer is returned as it is.
-    pub async fn forward(&self, mut req: Request<Incoming>) -> Result<Response<BoxBody>, UpstreamError> {
+    pub async fn forward(&self, req: Request<Incoming>) -> Result<Response<BoxBody>, UpstreamError> {
+        self.forward_with(req, None).await
+    }
+
+    /// Forwards a caller's request on its behalf with the proxy's own credentials (token and
+    /// client certificate): the caller's `Authorization` and `Impersonate-*` headers are
+    /// dropped and `impersonation` (the `Impersonate-*` headers naming the caller, built and
+    /// authorized by the server) is added. Used for callers authenticated by a client
+    /// certificate, which cannot be passed on.
+    pub async fn forward_impersonating(
+        &self,
+        req: Request<Incoming>,
+        impersonation: HeaderMap,
+    ) -> Result<Response<BoxBody>, UpstreamError> {
+        self.forward_with(req, Some(impersonation)).await
+    }
+
+    async fn forward_with(
+        &self,
+        mut req: Request<Incoming>,
+        impersonation: Option<HeaderMap>,
+    ) -> Result<Response<BoxBody>, UpstreamError> {
         let uri = self.forward_uri(req.uri())?;
         let upgrade = upgrade_protocol(req.headers());
         let caller_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
@@ -81,15 +114,29 @@ impl Upstream {
         *out.headers_mut() = parts.headers;
         strip_hop_by_hop(out.headers_mut());
         out.headers_mut().remove(HOST);
+        let own_identity = impersonation.is_some();
+        if let Some(imp) = impersonation {
+            let h = out.headers_mut();
+            h.remove(AUTHORIZATION);
+            strip_impersonation(h);
+            for (name, value) in &imp {
+                h.append(name.clone(), value.clone());
+            }
+            if let Some(auth) = self.inner.own_authorization() {
+                h.insert(AUTHORIZATION, auth);
+            }
+        }
         let what = format!("forward {} {}", out.method(), out.uri().path());
 
         let (Some(proto), Some(caller_side)) = (upgrade, caller_side) else {
-            let resp = self.inner.forward.request(out).await.map_err(|e| transport(&what, &e))?;
+            let client = if own_identity { &self.inner.forward_own } else { &self.inner.forward };
+            let resp = client.request(out).await.map_err(|e| transport(&what, &e))?;
             return Ok(passthrough(resp));
         };
         out.headers_mut().insert(CONNECTION, HeaderValue::from_static("Upgrade"));
         out.headers_mut().insert(UPGRADE, proto);
-        let mut resp = self.inner.upgrade.request(out).await.map_err(|e| transport(&what, &e))?;
+        let client = if own_identity { &self.inner.upgrade_own } else { &self.inner.upgrade };
+        let mut resp = client.request(out).await.map_err(|e| transport(&what, &e))?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             return Ok(passthrough(resp));
         }

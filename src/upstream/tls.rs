@@ -31,11 +31,14 @@ pub(crate) enum Flavor {
     Forward,
     /// Pass-through of upgrades: no client certificate, http/1.1 only.
     Upgrade,
+    /// Upgrades sent on a caller's behalf with the proxy's identity (impersonation): client
+    /// certificate (if any), http/1.1 only.
+    OwnUpgrade,
 }
 
 /// Builds the connector for one client.
 pub(crate) fn connector(tls: &TlsSettings, flavor: Flavor) -> Result<Connector, ConfigError> {
-    let config = client_config(tls, flavor == Flavor::Own)?;
+    let config = client_config(tls, matches!(flavor, Flavor::Own | Flavor::OwnUpgrade))?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -51,7 +54,7 @@ pub(crate) fn connector(tls: &TlsSettings, flavor: Flavor) -> Result<Connector, 
     let builder = builder.enable_http1();
     Ok(match flavor {
         Flavor::Own | Flavor::Forward => builder.enable_http2().wrap_connector(http),
-        Flavor::Upgrade => builder.wrap_connector(http),
+        Flavor::Upgrade | Flavor::OwnUpgrade => builder.wrap_connector(http),
     })
 }
 

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
-use kube_watchcache::config::{ServeArgs, UpstreamArgs};
+use kube_watchcache::config::ServeArgs;
 use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
 use serde_json::{json, Value};
 
@@ -28,32 +28,10 @@ pub struct Env {
 }
 
 pub fn serve_args(upstream: SocketAddr, resources: &[&str]) -> ServeArgs {
-    ServeArgs {
-        upstream: UpstreamArgs {
-            kubeconfig: None,
-            context: None,
-            upstream: Some(format!("http://{upstream}")),
-            token_file: None,
-            client_certificate: None,
-            client_key: None,
-            certificate_authority: None,
-            insecure_skip_tls_verify: false,
-        },
-        resources: resources.iter().map(|s| s.to_string()).collect(),
-        config: None,
-        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
-        secure_port: 0,
-        tls_cert_file: None,
-        tls_private_key_file: None,
-        insecure_listen: Some("127.0.0.1:0".parse().unwrap()),
-        history_window: Duration::from_secs(75),
-        history_max_events: 10_000,
-        min_request_timeout: Duration::from_secs(1800),
-        freshness_wait: Duration::from_secs(3),
-        consistent_reads: "cache".into(),
-        consistent_read_wait: Duration::from_secs(1),
-        shutdown_grace_period: Duration::from_secs(2),
-    }
+    let mut args = ServeArgs::local(&format!("http://{upstream}"), resources, "127.0.0.1:0".parse().unwrap());
+    args.history_max_events = 10_000;
+    args.shutdown_grace_period = Duration::from_secs(2);
+    args
 }
 
 /// Starts a sim with no seeded objects and a proxy caching configmaps, pods, nodes and widgets.

@@ -1,0 +1,16 @@
+//! `Object::parse` on arbitrary bytes, for a namespaced built-in and a cluster-scoped kind.
+#![no_main]
+
+use bytes::Bytes;
+use kube_watchcache::resource::{type_prefix, Object, ResourceKind};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    for kind in [
+        ResourceKind::new("", "v1", "pods", "Pod", true, true),
+        ResourceKind::new("", "v1", "nodes", "Node", false, true),
+    ] {
+        let prefix = type_prefix(&kind);
+        let _ = Object::parse(&kind, &prefix, Bytes::copy_from_slice(data));
+    }
+});

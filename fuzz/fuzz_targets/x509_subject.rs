@@ -1,0 +1,9 @@
+//! The client-certificate subject reader (CommonName / Organizations) on arbitrary DER.
+#![no_main]
+
+use kube_watchcache::server::auth::x509;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = x509::subject(data);
+});

@@ -1,0 +1,13 @@
+#!/bin/sh
+# Runs every fuzz target for N seconds (default 30) from its seed corpus, without sanitizers
+# (works on a stable toolchain). Needs cargo-fuzz: `cargo install cargo-fuzz --locked`.
+# A crash leaves its input under fuzz/artifacts/<target>/: turn it into a unit test next to the
+# code it broke, then fix. Usage: fuzz/smoke.sh [seconds]
+set -eu
+N="${1:-30}"
+cd "$(dirname "$0")"
+for t in classify selectors continue_token object x509_subject; do
+    mkdir -p "corpus/$t"
+    echo "== $t ($N s)"
+    cargo fuzz run "$t" -s none "corpus/$t" "seeds/$t" -- -max_total_time="$N" -max_len=4096
+done

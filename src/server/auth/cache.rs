@@ -1,0 +1,171 @@
+//! A bounded TTL cache whose misses are coalesced: concurrent lookups of one key share one
+//! fetch (one TokenReview / SubjectAccessReview upstream), and each answer lives for the TTL the
+//! fetch chose (success and failure differ). Failed fetches (upstream unreachable) are not
+//! cached. When full, expired entries go first, then the least recently used eighth.
+//!
+//! Used by `auth::authn` (token hash → user) and `auth::authz` (user + attributes → decision).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+struct Slot<V> {
+    cell: OnceCell<(V, Instant)>,
+    used: AtomicU64,
+}
+
+struct Map<K, V> {
+    entries: HashMap<K, Arc<Slot<V>>>,
+    tick: u64,
+}
+
+/// See the module doc.
+pub struct TtlCache<K, V> {
+    map: Mutex<Map<K, V>>,
+    capacity: usize,
+}
+
+/// Whether a lookup was answered from the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Hit,
+    Miss,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
+    pub fn new(capacity: usize) -> TtlCache<K, V> {
+        TtlCache { map: Mutex::new(Map { entries: HashMap::new(), tick: 0 }), capacity: capacity.max(1) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The cached value of `key`, or the result of `fetch` (shared with concurrent callers of
+    /// the same key), kept for the TTL `fetch` returns.
+    pub async fn get_or_fetch<F, Fut, E>(&self, key: K, fetch: F) -> Result<(V, Lookup), E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<(V, Duration), E>>,
+    {
+        let now = Instant::now();
+        let slot = {
+            let mut m = self.map.lock();
+            m.tick += 1;
+            let tick = m.tick;
+            match m.entries.get(&key) {
+                Some(s) if s.cell.get().is_none_or(|(_, exp)| *exp > now) => {
+                    s.used.store(tick, Ordering::Relaxed);
+                    s.clone()
+                }
+                _ => {
+                    m.make_room(self.capacity, now);
+                    let s = Arc::new(Slot { cell: OnceCell::new(), used: AtomicU64::new(tick) });
+                    m.entries.insert(key, s.clone());
+                    s
+                }
+            }
+        };
+        let fetched = AtomicBool::new(false);
+        let (v, _) = slot
+            .cell
+            .get_or_try_init(|| async {
+                fetched.store(true, Ordering::Relaxed);
+                let (v, ttl) = fetch().await?;
+                Ok((v, Instant::now() + ttl))
+            })
+            .await?;
+        let how = if fetched.load(Ordering::Relaxed) { Lookup::Miss } else { Lookup::Hit };
+        Ok((v.clone(), how))
+    }
+}
+
+impl<K: Hash + Eq + Clone, V> Map<K, V> {
+    fn make_room(&mut self, capacity: usize, now: Instant) {
+        if self.entries.len() < capacity {
+            return;
+        }
+        self.entries.retain(|_, s| s.cell.get().is_none_or(|(_, exp)| *exp > now));
+        if self.entries.len() < capacity {
+            return;
+        }
+        let mut by_use: Vec<(u64, K)> =
+            self.entries.iter().map(|(k, s)| (s.used.load(Ordering::Relaxed), k.clone())).collect();
+        by_use.sort_unstable_by_key(|(u, _)| *u);
+        let drop = (capacity / 8).max(1).max(self.entries.len() + 1 - capacity);
+        for (_, k) in by_use.into_iter().take(drop) {
+            self.entries.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[tokio::test(start_paused = true)]
+    async fn values_expire_after_their_ttl() {
+        let c: TtlCache<&str, u32> = TtlCache::new(10);
+        let ok = |v: u32, s: u64| async move { Ok::<_, ()>((v, Duration::from_secs(s))) };
+        assert_eq!(c.get_or_fetch("a", || ok(1, 10)).await, Ok((1, Lookup::Miss)));
+        assert_eq!(c.get_or_fetch("a", || ok(2, 10)).await, Ok((1, Lookup::Hit)));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(c.get_or_fetch("a", || ok(3, 10)).await, Ok((3, Lookup::Miss)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_are_not_cached() {
+        let c: TtlCache<&str, u32> = TtlCache::new(10);
+        assert_eq!(c.get_or_fetch("a", || async { Err::<(u32, Duration), _>("down") }).await, Err("down"));
+        let r = c.get_or_fetch("a", || async { Ok::<_, &str>((7, Duration::from_secs(1))) }).await;
+        assert_eq!(r, Ok((7, Lookup::Miss)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_misses_share_one_fetch() {
+        let c: Arc<TtlCache<&str, u32>> = Arc::new(TtlCache::new(10));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let (c, calls) = (c.clone(), calls.clone());
+            tasks.push(tokio::spawn(async move {
+                c.get_or_fetch("k", || async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok::<_, ()>((5, Duration::from_secs(60)))
+                })
+                .await
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap().unwrap().0, 5);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_and_least_recently_used_goes_first() {
+        let c: TtlCache<u32, u32> = TtlCache::new(8);
+        let ok = |v: u32| async move { Ok::<_, ()>((v, Duration::from_secs(60))) };
+        for k in 0..8 {
+            c.get_or_fetch(k, || ok(k)).await.unwrap();
+        }
+        c.get_or_fetch(0, || ok(0)).await.unwrap(); // 0 is now the most recent
+        c.get_or_fetch(100, || ok(100)).await.unwrap();
+        assert!(c.len() <= 8);
+        assert_eq!(c.get_or_fetch(0, || ok(99)).await.unwrap(), (0, Lookup::Hit));
+        assert_eq!(c.get_or_fetch(1, || ok(99)).await.unwrap(), (99, Lookup::Miss), "1 was evicted");
+    }
+}

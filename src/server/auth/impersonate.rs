@@ -1,0 +1,226 @@
+//! `Impersonate-*` headers, handled as the apiserver's impersonation filter does: parsed, each
+//! wanted value checked with a SubjectAccessReview for verb `impersonate` (users or
+//! serviceaccounts, groups, uids, userextras), and the request then acts as the impersonated
+//! user. Also writes the headers the proxy itself sends when it forwards a certificate caller.
+//!
+//! Called by `auth::Auth::impersonate` and `upstream` forwarding (through `server::proxy`).
+
+use std::collections::BTreeMap;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use super::authz::Attributes;
+use super::user::{UserInfo, ANONYMOUS};
+
+pub const USER: &str = "impersonate-user";
+pub const GROUP: &str = "impersonate-group";
+pub const UID: &str = "impersonate-uid";
+pub const EXTRA_PREFIX: &str = "impersonate-extra-";
+
+const SA_PREFIX: &str = "system:serviceaccount:";
+
+/// What the caller asks to act as.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub user: String,
+    pub groups: Vec<String>,
+    pub uid: Option<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+fn is_impersonation(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    n == USER || n == GROUP || n == UID || n.starts_with(EXTRA_PREFIX)
+}
+
+/// The wanted identity, `Ok(None)` without impersonation headers, `Err` for an invalid
+/// combination (groups, uid or extra without a user; non-UTF-8 values).
+pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
+    if !headers.keys().any(is_impersonation) {
+        return Ok(None);
+    }
+    let text = |v: &HeaderValue| {
+        v.to_str().map(str::to_owned).map_err(|_| "invalid impersonation header".to_string())
+    };
+    let mut w = Wanted::default();
+    let users: Vec<&HeaderValue> = headers.get_all(USER).iter().collect();
+    if users.len() > 1 {
+        return Err("only one Impersonate-User header is allowed".into());
+    }
+    for g in headers.get_all(GROUP) {
+        w.groups.push(text(g)?);
+    }
+    if let Some(u) = headers.get(UID) {
+        w.uid = Some(text(u)?);
+    }
+    for (name, v) in headers {
+        if let Some(key) = name.as_str().strip_prefix(EXTRA_PREFIX) {
+            let key = percent_decode_str(key)
+                .decode_utf8()
+                .map_err(|_| "invalid impersonation extra key".to_string())?;
+            w.extra.entry(key.to_lowercase()).or_default().push(text(v)?);
+        }
+    }
+    match users.first() {
+        Some(u) => w.user = text(u)?,
+        None => {
+            return Err(format!("requested {:?} without impersonating a user", (&w.groups, &w.uid, &w.extra)))
+        }
+    }
+    if w.user.is_empty() {
+        return Err("Impersonate-User is empty".into());
+    }
+    Ok(Some(w))
+}
+
+fn attrs(group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> Attributes {
+    Attributes {
+        verb: "impersonate".into(),
+        group: group.into(),
+        resource: resource.into(),
+        subresource: sub.into(),
+        namespace: ns.into(),
+        name: name.into(),
+        ..Attributes::default()
+    }
+}
+
+/// The checks the apiserver makes, in its order: the user (or service account), each group,
+/// each extra value, the uid.
+pub fn checks(w: &Wanted) -> Vec<Attributes> {
+    let mut out = Vec::new();
+    match w.user.strip_prefix(SA_PREFIX).and_then(|r| r.split_once(':')) {
+        Some((ns, name)) => out.push(attrs("", "serviceaccounts", "", ns, name)),
+        None => out.push(attrs("", "users", "", "", &w.user)),
+    }
+    for g in &w.groups {
+        out.push(attrs("", "groups", "", "", g));
+    }
+    for (k, vs) in &w.extra {
+        for v in vs {
+            out.push(attrs("authentication.k8s.io", "userextras", k, "", v));
+        }
+    }
+    if let Some(uid) = &w.uid {
+        out.push(attrs("authentication.k8s.io", "uids", "", "", uid));
+    }
+    out
+}
+
+/// The user the request acts as once every check passed.
+pub fn user(w: &Wanted) -> UserInfo {
+    let mut groups = w.groups.clone();
+    if let Some((ns, _)) = w.user.strip_prefix(SA_PREFIX).and_then(|r| r.split_once(':')) {
+        if groups.is_empty() {
+            groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{ns}")];
+        }
+    }
+    let u = UserInfo {
+        name: w.user.clone(),
+        uid: w.uid.clone().unwrap_or_default(),
+        groups,
+        extra: w.extra.clone(),
+    };
+    if w.user == ANONYMOUS {
+        u
+    } else {
+        u.with_authenticated_group()
+    }
+}
+
+/// Removes every `Impersonate-*` header.
+pub fn strip(headers: &mut HeaderMap) {
+    let names: Vec<HeaderName> = headers.keys().filter(|n| is_impersonation(n)).cloned().collect();
+    for n in names {
+        headers.remove(n);
+    }
+}
+
+const EXTRA_KEY: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+
+/// Sets the headers that make the upstream act as `u` (sent with the proxy's credentials).
+/// `system:authenticated` is left out: the apiserver adds it to impersonated users itself.
+pub fn set(headers: &mut HeaderMap, u: &UserInfo) -> Result<(), String> {
+    strip(headers);
+    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| format!("{s:?} cannot be sent in a header"));
+    headers.insert(USER, value(&u.name)?);
+    for g in u.groups.iter().filter(|g| *g != super::user::AUTHENTICATED) {
+        headers.append(GROUP, value(g)?);
+    }
+    if !u.uid.is_empty() {
+        headers.insert(UID, value(&u.uid)?);
+    }
+    for (k, vs) in &u.extra {
+        let name = format!("{EXTRA_PREFIX}{}", utf8_percent_encode(k, EXTRA_KEY));
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("extra key {k:?}"))?;
+        for v in vs {
+            headers.append(name.clone(), value(v)?);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn parses_and_checks_like_the_apiserver() {
+        assert_eq!(parse(&h(&[("accept", "x")])), Ok(None));
+        let w = parse(&h(&[
+            ("impersonate-user", "bob"),
+            ("impersonate-group", "g1"),
+            ("impersonate-extra-Scopes%2Fx", "s"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(w.extra["scopes/x"], ["s"]);
+        let c = checks(&w);
+        assert_eq!(c.len(), 3);
+        assert_eq!((c[0].resource.as_str(), c[0].name.as_str()), ("users", "bob"));
+        assert_eq!((c[1].resource.as_str(), c[1].name.as_str()), ("groups", "g1"));
+        assert_eq!((c[2].resource.as_str(), c[2].subresource.as_str()), ("userextras", "scopes/x"));
+        assert_eq!(user(&w).groups, ["g1", "system:authenticated"]);
+        assert!(parse(&h(&[("impersonate-group", "g1")])).is_err());
+    }
+
+    #[test]
+    fn service_accounts() {
+        let w = parse(&h(&[("impersonate-user", "system:serviceaccount:ns:sa")])).unwrap().unwrap();
+        let c = checks(&w);
+        assert_eq!(
+            (c[0].resource.as_str(), c[0].namespace.as_str(), c[0].name.as_str()),
+            ("serviceaccounts", "ns", "sa")
+        );
+        assert_eq!(
+            user(&w).groups,
+            ["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"]
+        );
+    }
+
+    #[test]
+    fn set_round_trips_through_parse() {
+        let u = UserInfo {
+            name: "alice".into(),
+            uid: "u".into(),
+            groups: vec!["devs".into(), "system:authenticated".into()],
+            extra: [("a/b".to_string(), vec!["1".to_string()])].into(),
+        };
+        let mut headers = h(&[("impersonate-user", "evil"), ("impersonate-group", "system:masters")]);
+        set(&mut headers, &u).unwrap();
+        let w = parse(&headers).unwrap().unwrap();
+        assert_eq!(w.user, "alice");
+        assert_eq!(w.groups, ["devs"]);
+        assert_eq!(w.uid.as_deref(), Some("u"));
+        assert_eq!(w.extra["a/b"], ["1"]);
+    }
+}

@@ -1,0 +1,130 @@
+//! Who may do what: authentication of every request (client certificate, bearer token by
+//! TokenReview, optional anonymous), impersonation, and authorization by SubjectAccessReview of
+//! every read served from the cache (DESIGN §5).
+//!
+//! `app` builds one [`Auth`] (or none for `--auth=none`); `Server::handle` calls
+//! [`Auth::authenticate`] → [`Auth::impersonate`] → (classify) → [`Auth::authorize`].
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `user` | [`UserInfo`], [`Caller`], [`Credential`], [`PeerUser`] |
+//! | `x509` | CN / O of a verified client certificate |
+//! | `authn` | TokenReview + cache |
+//! | `authz` | SubjectAccessReview + cache, [`Attributes`] |
+//! | `impersonate` | `Impersonate-*` headers |
+//! | `cache` | the bounded, coalescing TTL cache both use |
+//! | `status` | 401 / 403 bodies |
+
+pub mod authn;
+pub mod authz;
+pub mod cache;
+pub mod impersonate;
+pub mod status;
+pub mod user;
+pub mod x509;
+
+use std::sync::Arc;
+
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, Request, Response};
+
+pub use authn::AuthnOptions;
+pub use authz::{Attributes, AuthzOptions};
+pub use user::{Caller, Credential, PeerUser, UserInfo};
+
+use super::body::{self, Body};
+use crate::error::Error;
+use crate::upstream::Upstream;
+
+/// How callers are checked.
+#[derive(Clone, Debug, Default)]
+pub struct AuthOptions {
+    /// Requests without credentials act as `system:anonymous` instead of getting 401.
+    pub anonymous: bool,
+    pub authn: AuthnOptions,
+    pub authz: AuthzOptions,
+}
+
+/// Authentication and authorization against the upstream.
+pub struct Auth {
+    anonymous: bool,
+    tokens: authn::TokenAuthenticator,
+    authz: authz::Authorizer,
+}
+
+impl Auth {
+    pub fn new(upstream: Upstream, opts: AuthOptions) -> Auth {
+        Auth {
+            anonymous: opts.anonymous,
+            tokens: authn::TokenAuthenticator::new(upstream.clone(), opts.authn),
+            authz: authz::Authorizer::new(upstream, opts.authz),
+        }
+    }
+
+    /// The caller of `req`: its verified client certificate first, then its bearer token, then
+    /// anonymous when allowed. An invalid token is 401 even with anonymous access on (the
+    /// apiserver's `FailOnError` union).
+    pub async fn authenticate<B>(&self, req: &Request<B>) -> Result<Caller, Response<Body>> {
+        if let Some(PeerUser(u)) = req.extensions().get::<PeerUser>() {
+            return Ok(Caller::new((**u).clone(), Credential::Certificate));
+        }
+        let token = req.headers().get(AUTHORIZATION).and_then(|h| authn::bearer_token(h).map(|t| (h, t)));
+        if let Some((header, token)) = token {
+            return match self.tokens.review(token).await {
+                Ok((Some(u), how)) => {
+                    tracing::debug!(user = %u.name, cache = ?how, "token authenticated");
+                    Ok(Caller::new((*u).clone(), Credential::Token(header.clone())))
+                }
+                Ok((None, _)) => Err(status::unauthorized()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "TokenReview failed; answering 401");
+                    Err(status::unauthorized())
+                }
+            };
+        }
+        if self.anonymous {
+            return Ok(Caller::new(UserInfo::anonymous(), Credential::Anonymous));
+        }
+        Err(status::unauthorized())
+    }
+
+    /// Applies the caller's `Impersonate-*` headers: every wanted value must be allowed for
+    /// verb `impersonate`, else 403 like the apiserver.
+    pub async fn impersonate(
+        &self,
+        mut caller: Caller,
+        headers: &HeaderMap,
+    ) -> Result<Caller, Response<Body>> {
+        let wanted = match impersonate::parse(headers) {
+            Ok(None) => return Ok(caller),
+            Ok(Some(w)) => w,
+            Err(e) => return Err(body::error(Error::Internal(e))),
+        };
+        for a in impersonate::checks(&wanted) {
+            self.authorize(&caller.user, &a).await?;
+        }
+        tracing::debug!(user = %caller.user.name, as_user = %wanted.user, "impersonating");
+        caller.effective = Arc::new(impersonate::user(&wanted));
+        caller.impersonating = true;
+        Ok(caller)
+    }
+
+    /// Allows `user` to do `attrs`, or answers 403 (500 when the upstream cannot decide).
+    pub async fn authorize(&self, user: &Arc<UserInfo>, attrs: &Attributes) -> Result<(), Response<Body>> {
+        match self.authz.check(user, attrs).await {
+            Ok((d, how)) => {
+                tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource,
+                    namespace = %attrs.namespace, allowed = d.allowed, cache = ?how, "authorization");
+                if d.allowed {
+                    Ok(())
+                } else {
+                    Err(status::forbidden(&user.name, attrs, &d.reason))
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SubjectAccessReview failed");
+                Err(body::error(Error::Internal(format!("authorization check failed: {e}"))))
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Who is calling: the authenticated user (name, uid, groups, extra) and how the proxy learnt
+//! it, which decides how a forwarded request is sent upstream.
+//!
+//! Built by `auth::authn` (tokens), `auth::x509` (client certificates) and `auth::impersonate`;
+//! read by `auth::authz` and `server::handle`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::HeaderValue;
+
+pub const ANONYMOUS: &str = "system:anonymous";
+pub const UNAUTHENTICATED: &str = "system:unauthenticated";
+pub const AUTHENTICATED: &str = "system:authenticated";
+
+/// A user as the apiserver's `user.Info`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    pub fn anonymous() -> UserInfo {
+        UserInfo { name: ANONYMOUS.into(), groups: vec![UNAUTHENTICATED.into()], ..UserInfo::default() }
+    }
+
+    /// Adds `system:authenticated` like the apiserver's group adder (not for anonymous).
+    pub fn with_authenticated_group(mut self) -> UserInfo {
+        if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED) {
+            self.groups.push(AUTHENTICATED.into());
+        }
+        self
+    }
+}
+
+/// How the caller proved who they are.
+#[derive(Clone, Debug)]
+pub enum Credential {
+    /// `--auth=none`: nobody is checked; forwarded requests pass unchanged.
+    Trusted,
+    /// No credentials, `--anonymous-auth` on: forwarded unchanged, without any credentials.
+    Anonymous,
+    /// A bearer token (the caller's `Authorization` header, forwarded unchanged).
+    Token(HeaderValue),
+    /// A client certificate verified against `--client-ca-file`: forwarded with the proxy's
+    /// credentials and impersonation headers.
+    Certificate,
+}
+
+/// An authenticated request's caller.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// Who authenticated.
+    pub user: Arc<UserInfo>,
+    /// Who the request acts as: `user`, or the user it impersonates.
+    pub effective: Arc<UserInfo>,
+    /// Whether `effective` came from the caller's `Impersonate-*` headers.
+    pub impersonating: bool,
+    pub credential: Credential,
+}
+
+impl Caller {
+    pub fn new(user: UserInfo, credential: Credential) -> Caller {
+        let user = Arc::new(user);
+        Caller { effective: user.clone(), user, impersonating: false, credential }
+    }
+
+    pub fn trusted() -> Caller {
+        Caller::new(UserInfo { name: "system:unsecured".into(), ..UserInfo::default() }, Credential::Trusted)
+    }
+}
+
+/// The verified client certificate's user of a TLS connection, put into each request's
+/// extensions by the listener.
+#[derive(Clone, Debug)]
+pub struct PeerUser(pub Arc<UserInfo>);

@@ -1,0 +1,188 @@
+//! The serving TLS configuration: the certificate and key from PEM files, reloaded when their
+//! content changes (polled, default every 10 s) without dropping connections — new handshakes
+//! get the new certificate, open connections keep theirs; optional client-certificate
+//! verification against `--client-ca-file` (certificates optional, so token callers still
+//! connect); ALPN `h2` and `http/1.1`.
+//!
+//! Built by `app`; `listener` uses the config and reads the verified peer certificate.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::RootCertStore;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::watch;
+
+/// Where the serving material comes from.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    pub reload_interval: Duration,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The current certificate, swapped atomically on reload.
+#[derive(Debug)]
+pub struct CertReloader {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+    /// The bytes the current certificate was loaded from.
+    loaded_from: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ResolvesServerCert for CertReloader {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.read().clone())
+    }
+}
+
+fn read(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))
+}
+
+fn certified_key(cert_pem: &[u8], key_pem: &[u8], cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--tls-cert-file {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("--tls-cert-file {}: no certificate found", cert.display()));
+    }
+    let pk = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| format!("--tls-private-key-file {}: {e}", key.display()))?;
+    CertifiedKey::from_der(chain, pk, &provider()).map_err(|e| format!("TLS certificate/key: {e}"))
+}
+
+impl CertReloader {
+    pub fn load(cert: &Path, key: &Path) -> Result<CertReloader, String> {
+        let (c, k) = (read(cert, "--tls-cert-file")?, read(key, "--tls-private-key-file")?);
+        let ck = certified_key(&c, &k, cert, key)?;
+        Ok(CertReloader {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            current: RwLock::new(Arc::new(ck)),
+            loaded_from: Mutex::new((c, k)),
+        })
+    }
+
+    /// Reloads when either file's content changed. `Ok(true)` when the certificate was
+    /// swapped; a broken new pair is an error and the old certificate stays.
+    pub fn reload_if_changed(&self) -> Result<bool, String> {
+        let (c, k) = (read(&self.cert, "--tls-cert-file")?, read(&self.key, "--tls-private-key-file")?);
+        let mut from = self.loaded_from.lock();
+        if from.0 == c && from.1 == k {
+            return Ok(false);
+        }
+        let ck = certified_key(&c, &k, &self.cert, &self.key)?;
+        *self.current.write() = Arc::new(ck);
+        *from = (c, k);
+        Ok(true)
+    }
+
+    /// The leaf certificate now served.
+    pub fn current_leaf(&self) -> Option<CertificateDer<'static>> {
+        self.current.read().cert.first().cloned()
+    }
+}
+
+/// Builds the server config and the reloader behind it.
+pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc<CertReloader>), String> {
+    let reloader = Arc::new(CertReloader::load(&files.cert, &files.key)?);
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca)
+                .map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?
+            {
+                let c = c.map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
+                roots.add(c).map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("--client-ca-file {}: no certificate found", ca.display()));
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_cert_resolver(reloader.clone());
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok((Arc::new(cfg), reloader))
+}
+
+/// Polls the files every `interval` until `shutdown`, swapping the certificate on change.
+pub async fn watch_files(
+    reloader: Arc<CertReloader>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        match reloader.reload_if_changed() {
+            Ok(true) => tracing::info!(cert = %reloader.cert.display(), "serving certificate reloaded"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("keeping the current serving certificate: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn testdata(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)
+    }
+
+    #[test]
+    fn reloads_only_on_change_and_keeps_the_old_pair_on_error() {
+        let dir = std::env::temp_dir().join(format!("kwc-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+        std::fs::copy(testdata("server1.crt"), &cert).unwrap();
+        std::fs::copy(testdata("server1.key"), &key).unwrap();
+        let r = CertReloader::load(&cert, &key).unwrap();
+        let first = r.current_leaf().unwrap();
+        assert_eq!(r.reload_if_changed(), Ok(false));
+        std::fs::copy(testdata("server2.crt"), &cert).unwrap();
+        assert!(r.reload_if_changed().is_err(), "cert and key do not match yet");
+        assert_eq!(r.current_leaf().unwrap(), first);
+        std::fs::copy(testdata("server2.key"), &key).unwrap();
+        assert_eq!(r.reload_if_changed(), Ok(true));
+        assert_ne!(r.current_leaf().unwrap(), first);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn client_ca_config_builds() {
+        let files = TlsFiles {
+            cert: testdata("server1.crt"),
+            key: testdata("server1.key"),
+            client_ca: Some(testdata("client-ca.crt")),
+            reload_interval: Duration::from_secs(10),
+        };
+        let (cfg, _) = server_config(&files).unwrap();
+        assert_eq!(cfg.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        let bad = TlsFiles { client_ca: Some(testdata("README.md")), ..files };
+        assert!(server_config(&bad).is_err());
+    }
+}

@@ -1,0 +1,514 @@
+//! Security end to end: the sim plays TokenReview and SubjectAccessReview from a script; the
+//! proxy runs with `--auth=upstream`, on plain loopback HTTP (tokens) or on TLS (client
+//! certificates, HTTP/2 and HTTP/1.1, certificate reload).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{open_watch, send, serve_args, Resp};
+use http::{Method, Request, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use kube_watchcache::app::{self, Running};
+use kube_watchcache::config::{SecurityArgs, ServeArgs};
+use kube_watchcache::sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{json, Value};
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)
+}
+
+/// alice: everything on configmaps; bob: only list configmaps; dev: get/list/watch configmaps
+/// in ns-a only; admin: may impersonate users; metrics-reader: GET /metrics; group devs (the
+/// certificate user alice's O): list/watch configmaps.
+fn script() -> AuthScript {
+    AuthScript::default()
+        .token("alice-token", ScriptUser::new("alice", &[]))
+        .token("bob-token", ScriptUser::new("bob", &[]))
+        .token("dev-token", ScriptUser::new("dev-user", &[]))
+        .token("admin-token", ScriptUser::new("admin", &[]))
+        .token("metrics-token", ScriptUser::new("metrics-reader", &[]))
+        .rule(Rule::user("alice", &["get", "list", "watch"], "", &["configmaps"]))
+        .rule(Rule::user("bob", &["list"], "", &["configmaps"]))
+        .rule(Rule::user("dev-user", &["get", "list", "watch"], "", &["configmaps"]).in_namespace("ns-a"))
+        .rule(Rule::user("admin", &["impersonate"], "", &["users"]))
+        .rule(Rule::paths("metrics-reader", &["get"], &["/metrics"]))
+        .rule(Rule::group("devs", &["list", "watch"], "", &["configmaps"]))
+}
+
+struct Env {
+    sim: SimHandle,
+    proxy: Running,
+    client: common::HttpClient,
+}
+
+async fn start_sim() -> SimHandle {
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    sim.sim.set_auth(script());
+    for ns in ["ns-a", "ns-b"] {
+        let _ = sim.sim.create(
+            "namespaces",
+            "",
+            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":ns}}),
+        );
+        sim.sim
+            .create("configmaps", ns, json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm1"}}))
+            .expect("create");
+    }
+    sim
+}
+
+fn secure(mut args: ServeArgs, edit: impl FnOnce(&mut SecurityArgs)) -> ServeArgs {
+    args.security.auth = "upstream".into();
+    edit(&mut args.security);
+    args
+}
+
+async fn start_with(edit: impl FnOnce(&mut SecurityArgs)) -> Env {
+    let sim = start_sim().await;
+    let args = secure(serve_args(sim.addr, &["configmaps"]), edit);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    Env { sim, proxy, client: common::client() }
+}
+
+async fn start() -> Env {
+    start_with(|_| {}).await
+}
+
+impl Env {
+    async fn get_as(&self, token: Option<&str>, path: &str, extra: &[(&str, &str)]) -> Resp {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut headers: Vec<(&str, &str)> = extra.to_vec();
+        if let Some(a) = &auth {
+            headers.push(("authorization", a));
+        }
+        send(&self.client, Method::GET, &format!("http://{}{path}", self.proxy.addr), None, &headers).await
+    }
+
+    fn reviews(&self, path: &str) -> usize {
+        self.sim.sim.request_count(|r| r.path == path)
+    }
+}
+
+fn message(r: &Resp) -> String {
+    r.json()["message"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn allowed_and_denied_users_per_verb() {
+    let env = start().await;
+    let list = "/api/v1/namespaces/ns-a/configmaps?resourceVersion=0";
+    let get = "/api/v1/namespaces/ns-a/configmaps/cm1?resourceVersion=0";
+    let watch = "/api/v1/namespaces/ns-a/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1";
+    for path in [list, get, watch] {
+        let r = env.get_as(Some("alice-token"), path, &[]).await;
+        assert_eq!(r.status, StatusCode::OK, "alice {path}: {:?}", r.body);
+    }
+    assert_eq!(env.get_as(Some("bob-token"), list, &[]).await.status, StatusCode::OK);
+    let r = env.get_as(Some("bob-token"), get, &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json(),
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"configmaps \"cm1\" is forbidden: User \"bob\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"ns-a\"",
+               "reason":"Forbidden","details":{"name":"cm1","kind":"configmaps"},"code":403})
+    );
+    let r = env.get_as(Some("bob-token"), watch, &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        r#"configmaps is forbidden: User "bob" cannot watch resource "configmaps" in API group "" in the namespace "ns-a""#
+    );
+}
+
+#[tokio::test]
+async fn namespaced_user_lists_only_inside_its_namespace() {
+    let env = start().await;
+    let r = env.get_as(Some("dev-token"), "/api/v1/configmaps?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        r#"configmaps is forbidden: User "dev-user" cannot list resource "configmaps" in API group "" at the cluster scope"#
+    );
+    let r = env.get_as(Some("dev-token"), "/api/v1/namespaces/ns-a/configmaps?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.names(), ["cm1"]);
+    let r = env.get_as(Some("dev-token"), "/api/v1/namespaces/ns-b/configmaps?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn missing_or_invalid_credentials_are_401() {
+    let env = start().await;
+    let path = "/api/v1/configmaps?resourceVersion=0";
+    for token in [None, Some("expired-token")] {
+        let r = env.get_as(token, path, &[]).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            r.json(),
+            json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401})
+        );
+    }
+    // Forwarded requests need credentials too; health does not.
+    let r = env.get_as(None, "/api/v1/namespaces", &[]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(env.get_as(None, "/readyz", &[]).await.status, StatusCode::OK);
+    assert_eq!(env.get_as(None, "/livez", &[]).await.status, StatusCode::OK);
+    // /metrics: authenticated and authorized like the apiserver's.
+    assert_eq!(env.get_as(None, "/metrics", &[]).await.status, StatusCode::UNAUTHORIZED);
+    let r = env.get_as(Some("alice-token"), "/metrics", &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(message(&r), r#"forbidden: User "alice" cannot get path "/metrics""#);
+    assert_eq!(env.get_as(Some("metrics-token"), "/metrics", &[]).await.status, StatusCode::OK);
+    // The token never reaches the proxy's answers.
+    assert!(!String::from_utf8_lossy(&env.get_as(Some("alice-token"), "/metrics", &[]).await.body)
+        .contains("alice-token"));
+}
+
+#[tokio::test]
+async fn anonymous_access_when_enabled_but_invalid_tokens_stay_401() {
+    let env = start_with(|s| s.anonymous_auth = true).await;
+    let r = env.get_as(None, "/api/v1/configmaps?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(message(&r).contains(r#"User "system:anonymous" cannot list"#), "{}", message(&r));
+    let r = env.get_as(Some("expired-token"), "/api/v1/configmaps?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn decisions_and_tokens_are_cached_and_concurrent_checks_coalesced() {
+    let env = start().await;
+    let path = "/api/v1/namespaces/ns-a/configmaps?resourceVersion=0";
+    for _ in 0..3 {
+        assert_eq!(env.get_as(Some("alice-token"), path, &[]).await.status, StatusCode::OK);
+    }
+    assert_eq!(env.reviews(TOKEN_REVIEWS), 1, "one TokenReview for three requests");
+    assert_eq!(env.reviews(ACCESS_REVIEWS), 1, "one SubjectAccessReview for three requests");
+    // Another namespace is another decision; the token stays cached.
+    let other = "/api/v1/namespaces/ns-b/configmaps?resourceVersion=0";
+    assert_eq!(env.get_as(Some("alice-token"), other, &[]).await.status, StatusCode::OK);
+    assert_eq!((env.reviews(TOKEN_REVIEWS), env.reviews(ACCESS_REVIEWS)), (1, 2));
+    // Denials and rejected tokens are cached too.
+    for _ in 0..3 {
+        assert_eq!(
+            env.get_as(Some("bob-token"), other.replace("?", "/cm1?").as_str(), &[]).await.status,
+            403
+        );
+        assert_eq!(env.get_as(Some("nobody"), other, &[]).await.status, 401);
+    }
+    assert_eq!((env.reviews(TOKEN_REVIEWS), env.reviews(ACCESS_REVIEWS)), (3, 3));
+    // Twenty identical concurrent first requests: one review of each kind.
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (client, url) = (env.client.clone(), format!("http://{}{path}", env.proxy.addr));
+        tasks.push(tokio::spawn(async move {
+            send(&client, Method::GET, &url, None, &[("authorization", "Bearer dev-token")]).await.status
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!((env.reviews(TOKEN_REVIEWS), env.reviews(ACCESS_REVIEWS)), (4, 4));
+}
+
+#[tokio::test]
+async fn impersonation_needs_the_right_and_then_acts_as_the_target() {
+    let env = start().await;
+    let list = "/api/v1/namespaces/ns-a/configmaps?resourceVersion=0";
+    let r = env.get_as(Some("alice-token"), list, &[("impersonate-user", "bob")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        r#"users "bob" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the cluster scope"#
+    );
+    let r = env.get_as(Some("alice-token"), list, &[("impersonate-group", "system:masters")]).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "groups without a user");
+    // admin may impersonate users: as bob, bob's rights apply.
+    let r = env.get_as(Some("admin-token"), list, &[("impersonate-user", "bob")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = env
+        .get_as(
+            Some("admin-token"),
+            "/api/v1/namespaces/ns-a/configmaps/cm1?resourceVersion=0",
+            &[("impersonate-user", "bob")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(message(&r).contains(r#"User "bob" cannot get"#), "{}", message(&r));
+    // but not groups.
+    let r = env
+        .get_as(
+            Some("admin-token"),
+            list,
+            &[("impersonate-user", "bob"), ("impersonate-group", "system:masters")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(
+        message(&r).starts_with(r#"groups "system:masters" is forbidden: User "admin" cannot impersonate"#)
+    );
+}
+
+#[tokio::test]
+async fn forwarded_token_requests_carry_the_callers_token_only() {
+    let env = start().await;
+    let r = send(
+        &env.client,
+        Method::POST,
+        &format!("http://{}/api/v1/namespaces/ns-a/configmaps", env.proxy.addr),
+        Some(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fwd"}})),
+        &[("authorization", "Bearer alice-token"), ("content-type", "application/json")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    let seen = env.sim.sim.request_count(|r| {
+        r.method == "POST"
+            && r.path == "/api/v1/namespaces/ns-a/configmaps"
+            && r.headers.get("authorization").is_some_and(|v| v == "Bearer alice-token")
+            && !r.headers.contains_key("impersonate-user")
+    });
+    assert_eq!(seen, 1);
+}
+
+#[tokio::test]
+async fn watches_per_user_are_limited() {
+    let env = start_with(|s| s.max_watches_per_user = 2).await;
+    let url =
+        format!("http://{}/api/v1/namespaces/ns-a/configmaps?watch=1&resourceVersion=0", env.proxy.addr);
+    let watch = |c: common::HttpClient, url: String| async move {
+        let req = Request::builder()
+            .uri(url)
+            .header("authorization", "Bearer alice-token")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), c.request(req)).await.unwrap().unwrap()
+    };
+    let w1 = watch(env.client.clone(), url.clone()).await;
+    let w2 = watch(env.client.clone(), url.clone()).await;
+    assert_eq!((w1.status(), w2.status()), (StatusCode::OK, StatusCode::OK));
+    let w3 = watch(env.client.clone(), url.clone()).await;
+    assert_eq!(w3.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(w3.headers()["retry-after"], "1");
+    drop(w1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let w = watch(env.client.clone(), url.clone()).await;
+        if w.status() == StatusCode::OK {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "slot freed when a watch ends");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The unauthenticated never get a watch.
+    let w = open_watch(&env.client, &url).await;
+    assert_eq!(w.status, StatusCode::UNAUTHORIZED);
+}
+
+// ---- TLS ----
+
+fn certs(name: &str) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_file_iter(testdata(name)).unwrap().map(|c| c.unwrap()).collect()
+}
+
+fn client_tls(identity: Option<&str>) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs("server-ca.crt") {
+        roots.add(c).unwrap();
+    }
+    let b = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    match identity {
+        None => b.with_no_client_auth(),
+        Some(name) => {
+            let key = PrivateKeyDer::from_pem_file(testdata(&format!("{name}.key"))).unwrap();
+            b.with_client_auth_cert(certs(&format!("{name}.crt")), key).unwrap()
+        }
+    }
+}
+
+type TlsClient =
+    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+
+fn tls_client(identity: Option<&str>, h2: bool) -> TlsClient {
+    let b = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(client_tls(identity))
+        .https_only()
+        .enable_http1();
+    let conn = if h2 { b.enable_http2().build() } else { b.build() };
+    Client::builder(TokioExecutor::new()).build(conn)
+}
+
+async fn tls_get(
+    c: &TlsClient,
+    url: &str,
+    token: Option<&str>,
+) -> Result<(StatusCode, Version, Value), String> {
+    let mut b = Request::builder().uri(url);
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    let resp =
+        tokio::time::timeout(Duration::from_secs(10), c.request(b.body(Full::new(Bytes::new())).unwrap()))
+            .await
+            .map_err(|_| "timeout".to_string())?
+            .map_err(|e| format!("{e:?}"))?;
+    let (status, version) = (resp.status(), resp.version());
+    let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((status, version, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+}
+
+async fn start_tls(dir: &Path) -> (SimHandle, Running) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(testdata("server1.crt"), dir.join("tls.crt")).unwrap();
+    std::fs::copy(testdata("server1.key"), dir.join("tls.key")).unwrap();
+    let sim = start_sim().await;
+    let mut args = secure(serve_args(sim.addr, &["configmaps"]), |s| {
+        s.client_ca_file = Some(testdata("client-ca.crt"));
+        s.tls_reload_interval = Duration::from_millis(100);
+    });
+    args.insecure_listen = None;
+    args.tls_cert_file = Some(dir.join("tls.crt"));
+    args.tls_private_key_file = Some(dir.join("tls.key"));
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    (sim, proxy)
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kwc-security-{tag}-{}", std::process::id()))
+}
+
+#[tokio::test]
+async fn tls_with_http2_and_http1_tokens_and_client_certificates() {
+    let dir = temp_dir("alpn");
+    let (sim, proxy) = start_tls(&dir).await;
+    let url = format!(
+        "https://localhost:{}/api/v1/namespaces/ns-a/configmaps?resourceVersion=0",
+        proxy.addr.port()
+    );
+
+    let (s, v, _) = tls_get(&tls_client(None, true), &url, Some("alice-token")).await.unwrap();
+    assert_eq!((s, v), (StatusCode::OK, Version::HTTP_2));
+    let (s, v, _) = tls_get(&tls_client(None, false), &url, Some("alice-token")).await.unwrap();
+    assert_eq!((s, v), (StatusCode::OK, Version::HTTP_11));
+    let (s, _, _) = tls_get(&tls_client(None, true), &url, None).await.unwrap();
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // alice's certificate: user alice, groups devs + ops; devs may list, not get.
+    let alice = tls_client(Some("alice"), true);
+    let (s, v, body) = tls_get(&alice, &url, None).await.unwrap();
+    assert_eq!((s, v), (StatusCode::OK, Version::HTTP_2), "{body}");
+    let get = url.replace("configmaps?", "configmaps/cm1?");
+    assert_eq!(tls_get(&alice, &get, None).await.unwrap().0, StatusCode::OK, "alice's own rule allows get");
+    // Many watches over one HTTP/2 connection.
+    let watch = url.replace("?", "?watch=1&timeoutSeconds=1&");
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (c, w) = (alice.clone(), watch.clone());
+        tasks.push(tokio::spawn(async move { tls_get(&c, &w, None).await.map(|r| r.0) }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Ok(StatusCode::OK));
+    }
+
+    // A certificate caller's forwarded request goes with impersonation headers, never with
+    // the caller's own headers.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("https://localhost:{}/api/v1/namespaces/ns-a/configmaps", proxy.addr.port()))
+        .header("content-type", "application/json")
+        .header("impersonate-user", "system:admin")
+        .body(Full::new(Bytes::from(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"by-cert"}}"#,
+        )))
+        .unwrap();
+    let resp = alice.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "alice may not impersonate system:admin");
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("https://localhost:{}/api/v1/namespaces/ns-a/configmaps", proxy.addr.port()))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"by-cert"}}"#,
+        )))
+        .unwrap();
+    let resp = alice.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let seen = sim.sim.request_count(|r| {
+        let groups: Vec<_> = r.headers.get_all("impersonate-group").iter().collect();
+        r.method == "POST"
+            && r.path.ends_with("/configmaps")
+            && r.headers.get("impersonate-user").is_some_and(|v| v == "alice")
+            && groups == ["devs", "ops"]
+    });
+    assert_eq!(seen, 1);
+
+    // A certificate from an unknown CA fails the handshake.
+    assert!(tls_get(&tls_client(Some("mallory"), true), &url, None).await.is_err());
+    proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The leaf certificate a fresh handshake gets.
+async fn served_leaf(port: u16) -> CertificateDer<'static> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_tls(None)));
+    let tls = connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].clone().into_owned()
+}
+
+#[tokio::test]
+async fn certificate_swap_keeps_open_connections_and_serves_the_new_one() {
+    let dir = temp_dir("swap");
+    let (_sim, proxy) = start_tls(&dir).await;
+    let port = proxy.addr.port();
+    let url = format!("https://localhost:{port}/api/v1/namespaces/ns-a/configmaps?resourceVersion=0");
+    assert_eq!(served_leaf(port).await, certs("server1.crt")[0]);
+    let client = tls_client(None, true);
+    assert_eq!(tls_get(&client, &url, Some("alice-token")).await.unwrap().0, StatusCode::OK);
+    // An open watch on the old connection.
+    let watch_url = url.replace("?", "?watch=1&");
+    let req = Request::builder()
+        .uri(&watch_url)
+        .header("authorization", "Bearer alice-token")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut watch = client.request(req).await.unwrap().into_body();
+    let first = tokio::time::timeout(Duration::from_secs(5), watch.frame()).await.unwrap();
+    assert!(first.is_some(), "initial ADDED event");
+
+    std::fs::copy(testdata("server2.key"), dir.join("tls.key")).unwrap();
+    std::fs::copy(testdata("server2.crt"), dir.join("tls.crt")).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while served_leaf(port).await != certs("server2.crt")[0] {
+        assert!(tokio::time::Instant::now() < deadline, "the new certificate is served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The old connection still works: its watch gets new events, new requests succeed.
+    _sim.sim
+        .create(
+            "configmaps",
+            "ns-a",
+            json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"after-swap"}}),
+        )
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.frame()).await.unwrap().unwrap().unwrap();
+    let line = String::from_utf8_lossy(next.data_ref().unwrap()).into_owned();
+    assert!(line.contains("after-swap"), "{line}");
+    assert_eq!(tls_get(&client, &url, Some("alice-token")).await.unwrap().0, StatusCode::OK);
+    proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,120 @@
+//! The fuzz targets' functions on their seed corpora (fuzz/seeds/<target>/) and on cheap
+//! deterministic mutations of them (truncations, byte flips, splices), so stable CI exercises
+//! the same parsers without cargo-fuzz. A crash found by `fuzz/smoke.sh` is added to the seeds
+//! (and so becomes a regression test here) once fixed.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kube_watchcache::params::ContinueToken;
+use kube_watchcache::resource::{type_prefix, Object, ResourceKind};
+use kube_watchcache::selector::{FieldSelector, LabelSelector};
+use kube_watchcache::server::auth::x509;
+use kube_watchcache::server::classify::{classify, parse_path};
+
+fn seeds(target: &str) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds").join(target);
+    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(!out.is_empty(), "no seeds for {target}");
+    out.sort();
+    out
+}
+
+/// The seeds plus mutations of them.
+fn inputs(target: &str) -> Vec<Vec<u8>> {
+    let base = seeds(target);
+    let mut rng = fastrand::Rng::with_seed(5);
+    let mut out = base.clone();
+    for s in &base {
+        for n in 0..s.len() {
+            out.push(s[..n].to_vec());
+        }
+        for _ in 0..300 {
+            let mut m = s.clone();
+            for _ in 0..rng.usize(1..4) {
+                if m.is_empty() {
+                    break;
+                }
+                let i = rng.usize(..m.len());
+                match rng.u8(..3) {
+                    0 => m[i] = rng.u8(..),
+                    1 => {
+                        m.remove(i);
+                    }
+                    _ => {
+                        let other = &base[rng.usize(..base.len())];
+                        m.splice(i..i, other[..rng.usize(..=other.len())].iter().copied());
+                    }
+                }
+            }
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn kinds() -> Vec<Arc<ResourceKind>> {
+    vec![
+        Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true)),
+        Arc::new(ResourceKind::new("", "v1", "nodes", "Node", false, true)),
+        Arc::new(ResourceKind::new("", "v1", "pods", "Pod", true, true)),
+        Arc::new(ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false)),
+    ]
+}
+
+#[test]
+fn classify_never_panics() {
+    let kinds = kinds();
+    for input in inputs("classify") {
+        let text = String::from_utf8_lossy(&input);
+        let mut parts = text.splitn(4, '\n');
+        let method = parts.next().unwrap_or("GET");
+        let path = parts.next().unwrap_or("/");
+        let (query, accept) = (parts.next(), parts.next());
+        let Ok(method) = http::Method::from_bytes(method.as_bytes()) else { continue };
+        let _ = parse_path(path);
+        let _ = classify(&method, path, query, accept, &kinds[..]);
+    }
+}
+
+#[test]
+fn selectors_never_panic() {
+    let kinds = kinds();
+    for input in inputs("selectors") {
+        let s = String::from_utf8_lossy(&input);
+        let _ = LabelSelector::parse(&s);
+        for k in &kinds {
+            let _ = FieldSelector::parse(&s, k);
+        }
+    }
+}
+
+#[test]
+fn continue_tokens_never_panic() {
+    for input in inputs("continue_token") {
+        let _ = ContinueToken::decode(&String::from_utf8_lossy(&input));
+    }
+}
+
+#[test]
+fn objects_never_panic() {
+    let kinds = kinds();
+    for input in inputs("object") {
+        for k in &kinds {
+            let _ = Object::parse(k, &type_prefix(k), Bytes::from(input.clone()));
+        }
+    }
+}
+
+#[test]
+fn certificate_subjects_never_panic() {
+    let all = inputs("x509_subject");
+    assert_eq!(x509::subject(&seeds("x509_subject")[0]).map(|s| s.0), Some("alice".to_string()));
+    for input in all {
+        let _ = x509::subject(&input);
+    }
+}
