@@ -200,7 +200,7 @@ pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
     let handle =
         crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.listen))?;
     tracing::info!(addr = %handle.addr, "simulated apiserver serving (plain HTTP)");
-    println!("simulated apiserver on http://{}", handle.addr);
+    say(&format!("simulated apiserver on http://{}", handle.addr));
     wait_for_signal().await;
     handle.shutdown().await;
     Ok(())
@@ -226,11 +226,25 @@ pub async fn demo(args: DemoArgs) -> Result<(), String> {
     if !proxy.wait_ready(Duration::from_secs(30)).await {
         return Err("the proxy did not sync from the simulated apiserver within 30 s".into());
     }
+    if !args.bench.is_zero() {
+        say("A short benchmark: the same load against the proxy, then directly against the simulated apiserver.");
+        let mut b = crate::bench::BenchArgs::new(crate::bench::Scenario::Mixed, args.bench);
+        b.target = Some(format!("http://{}", proxy.addr));
+        b.direct = Some(format!("http://{}", sim.addr));
+        b.watchers = Some(120);
+        b.objects = Some(500);
+        b.lists_per_sec = Some(2.0);
+        b.gets_per_sec = Some(20.0);
+        b.events_per_sec = Some(10.0);
+        if let Err(e) = crate::bench::run(b).await {
+            eprintln!("benchmark: {e}");
+        }
+    }
     let kubeconfig =
         write_demo_kubeconfig(proxy.addr).map_err(|e| format!("writing the demo kubeconfig: {e}"))?;
     let p = proxy.addr;
     let objects: usize = proxy.readers.iter().map(Reader::len).sum();
-    println!(
+    say(&format!(
         r#"
 kube-watchcache demo
   simulated apiserver  http://{sim}   ({objects} objects, {churn} updates/s)
@@ -251,7 +265,7 @@ Stop with Ctrl-C."#,
         sim = sim.addr,
         churn = args.churn,
         kc = kubeconfig.display(),
-    );
+    ));
     match args.duration {
         Some(d) => tokio::select! {
             _ = tokio::time::sleep(d) => {},
@@ -275,4 +289,10 @@ fn write_demo_kubeconfig(addr: SocketAddr) -> std::io::Result<std::path::PathBuf
         ),
     )?;
     Ok(path)
+}
+
+/// Prints a line to stdout; a closed stdout (`| head`) is not an error worth a panic.
+pub fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
 }

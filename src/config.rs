@@ -347,6 +347,9 @@ pub struct DemoArgs {
     /// Stop after this long instead of waiting for Ctrl-C (e.g. `30s`).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// Length of the short benchmark (proxy vs direct, per side) run before the prompt; 0 skips it.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub bench: Duration,
 }
 
 /// Parses Go-style durations: `75s`, `2m`, `1h30m`, `500ms`, or plain seconds.

@@ -212,3 +212,57 @@ async fn kubectl_get_watch_and_apply() {
     }
     child.kill().await.ok();
 }
+
+/// A client whose resourceVersion is older than the proxy's history (here: it lands on a new
+/// replica that started after the changes) gets a 410, relists, and ends with the upstream's state.
+#[tokio::test]
+async fn kube_watcher_survives_a_proxy_side_410() {
+    let mut env = start().await;
+    env.create_cm("ns", "a", json!({}));
+    let rv = env.create_cm("ns", "b", json!({}));
+    env.synced_to(rv).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube_client(&env), "ns");
+    let (store, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).applied_objects();
+    let task = tokio::spawn(async move {
+        futures_util::pin_mut!(stream);
+        while let Some(_item) = stream.next().await {}
+    });
+    tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready()).await.expect("synced").unwrap();
+
+    // The replica goes away; the upstream changes; a new replica comes up at the same address
+    // with a history that starts after those changes.
+    let addr = env.proxy.addr;
+    let old = std::mem::replace(&mut env.proxy, {
+        let args = serve_args(env.sim.addr, &["configmaps"]);
+        // Bind the replacement only after the old one is gone: placeholder first.
+        let mut placeholder = args.clone();
+        placeholder.insecure_listen = Some("127.0.0.1:0".parse().unwrap());
+        kube_watchcache::app::start(&placeholder).await.unwrap()
+    });
+    old.shutdown().await;
+    env.delete_cm("ns", "a");
+    env.create_cm("ns", "c", json!({}));
+    let mut args = serve_args(env.sim.addr, &["configmaps"]);
+    args.insecure_listen = Some(addr);
+    let replica = kube_watchcache::app::start(&args).await.expect("the new replica binds the same address");
+    assert!(replica.wait_ready(Duration::from_secs(10)).await);
+    let (floor, _) = replica.readers[0].window();
+    assert!(floor.0 > rv, "the client's RV is older than the new replica's history");
+    let placeholder = std::mem::replace(&mut env.proxy, replica);
+    placeholder.shutdown().await;
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut names: Vec<String> = store.state().iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+        names.sort();
+        if names == ["b", "c"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "store never converged: {names:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // It relisted through the proxy after the 410 (a second initial LIST reached the sim, forwarded
+    // or as a consistent-read probe, and the proxy answered the stale watch with ERROR 410).
+    task.abort();
+}

@@ -151,7 +151,7 @@ impl BenchArgs {
 /// reporting) when any watch event was lost, duplicated or reordered.
 pub async fn run(args: BenchArgs) -> Result<(), String> {
     let report = measure(&args).await?;
-    println!("{}", report.table());
+    crate::app::say(&report.table());
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("--json {}: {e}", path.display()))?;
