@@ -54,6 +54,12 @@ pub enum Error {
     /// 400 BadRequest with an apiserver text (field labels, continue tokens, selectors …).
     #[error("{0}")]
     BadRequest(String),
+    /// 401 for missing or invalid credentials.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// 403 with the apiserver's full message (`pods is forbidden: User …`) and details.
+    #[error("{message}")]
+    Forbidden { message: String, name: String, group: String, kind: String },
     /// 404 for a missing object.
     #[error("{} {} not found", .resource, .name)]
     NotFound { resource: String, group: String, name: String },
@@ -230,6 +236,10 @@ impl Error {
                 return render_with_meta(410, "Expired", &msg, None, None, Meta { continue_token });
             }
             Error::BadRequest(_) => (400, "BadRequest", None, None),
+            Error::Unauthorized => (401, "Unauthorized", None, None),
+            Error::Forbidden { name, group, kind, .. } => {
+                (403, "Forbidden", Some(Details { name, group, kind, ..Default::default() }), None)
+            }
             Error::NotFound { resource, group, name } => {
                 let gr = if group.is_empty() { resource.clone() } else { format!("{resource}.{group}") };
                 let message = format!("{gr} {} not found", go_quote(name));

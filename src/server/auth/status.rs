@@ -1,32 +1,18 @@
 //! The `Status` answers of authentication and authorization, in the apiserver's exact shapes:
 //! 401 `Unauthorized` and 403 `Forbidden` (`responsewriters.Forbidden` + `apierrors.NewForbidden`).
 //!
-//! `crate::error::Error` has no variants for these yet; they are rendered here with the same
-//! field order. Called by `auth` and `server::handle`.
+//! The texts are built here; `crate::error::Error` renders them. Called by `auth` and
+//! `server::handle`.
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
-use serde_json::{json, Map, Value};
+use http::{HeaderValue, Response};
 
 use super::authz::Attributes;
+use crate::error::Error;
 use crate::server::body::{self, Body};
-
-fn response(code: StatusCode, v: Value) -> Response<Body> {
-    let mut resp = Response::new(body::full(Bytes::from(v.to_string())));
-    *resp.status_mut() = code;
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
-    resp
-}
 
 /// 401 for missing or invalid credentials.
 pub fn unauthorized() -> Response<Body> {
-    response(
-        StatusCode::UNAUTHORIZED,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-               "message":"Unauthorized","reason":"Unauthorized","code":401}),
-    )
+    body::error(Error::Unauthorized)
 }
 
 /// `forbiddenMessage` of the apiserver (k8s.io/apiserver endpoints/handlers/responsewriters).
@@ -76,21 +62,12 @@ pub fn forbidden(user: &str, a: &Attributes, reason: &str) -> Response<Body> {
     } else {
         format!("{gr} {} is forbidden: {err}", q(&a.name))
     };
-    let mut details = Map::new();
-    if !a.name.is_empty() {
-        details.insert("name".into(), a.name.clone().into());
-    }
-    if !a.group.is_empty() {
-        details.insert("group".into(), a.group.clone().into());
-    }
-    if !a.resource.is_empty() {
-        details.insert("kind".into(), a.resource.clone().into());
-    }
-    let mut resp = response(
-        StatusCode::FORBIDDEN,
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":message,
-               "reason":"Forbidden","details":details,"code":403}),
-    );
+    let mut resp = body::error(Error::Forbidden {
+        message,
+        name: a.name.clone(),
+        group: a.group.clone(),
+        kind: a.resource.clone(),
+    });
     resp.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     resp
 }
@@ -102,6 +79,8 @@ fn q(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
 
     fn attrs(verb: &str, group: &str, resource: &str, ns: &str, name: &str) -> Attributes {
@@ -148,6 +127,20 @@ mod tests {
         let v = message(forbidden("system:anonymous", &metrics, ""));
         assert_eq!(v["message"], r#"forbidden: User "system:anonymous" cannot get path "/metrics""#);
         assert_eq!(v["details"], json!({}));
+    }
+
+    #[test]
+    fn bodies_keep_the_apiserver_member_order() {
+        let b = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(
+            unauthorized().into_body(),
+        ))
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+        assert_eq!(
+            std::str::from_utf8(&b).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#
+        );
     }
 
     #[test]
