@@ -20,13 +20,11 @@ fn kube_client(env: &Env) -> Client {
     Client::try_from(cfg).unwrap()
 }
 
-/// The kube reflector syncs through the proxy and sees a change made upstream.
-async fn reflector_sees_upstream_changes(wc: watcher::Config) {
-    let env = start().await;
-    env.create_cm("ns", "a", json!({"app": "x"}));
-    let rv = env.create_cm("ns", "b", json!({"app": "x"}));
-    env.synced_to(rv).await;
-    let api: Api<ConfigMap> = Api::namespaced(kube_client(&env), "ns");
+/// Runs a kube reflector over a watcher; returns its store and task.
+fn spawn_reflector(
+    api: Api<ConfigMap>,
+    wc: watcher::Config,
+) -> (reflector::Store<ConfigMap>, tokio::task::JoinHandle<()>) {
     let (store, writer) = reflector::store();
     let stream = reflector(writer, watcher(api, wc)).applied_objects();
     let task = tokio::spawn(async move {
@@ -37,20 +35,36 @@ async fn reflector_sees_upstream_changes(wc: watcher::Config) {
             }
         }
     });
-    tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready()).await.expect("synced").unwrap();
-    assert_eq!(store.state().len(), 2);
-    env.create_cm("ns", "c", json!({"app": "x"}));
-    env.delete_cm("ns", "a");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    (store, task)
+}
+
+/// Waits until the store holds exactly `want` (names, sorted).
+async fn converges(store: &reflector::Store<ConfigMap>, want: &[&str], timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let mut names: Vec<String> = store.state().iter().map(|c| c.metadata.name.clone().unwrap()).collect();
         names.sort();
-        if names == ["b", "c"] {
-            break;
+        if names == want {
+            return;
         }
         assert!(tokio::time::Instant::now() < deadline, "store never converged: {names:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The kube reflector syncs through the proxy and sees a change made upstream.
+async fn reflector_sees_upstream_changes(wc: watcher::Config) {
+    let env = start().await;
+    env.create_cm("ns", "a", json!({"app": "x"}));
+    let rv = env.create_cm("ns", "b", json!({"app": "x"}));
+    env.synced_to(rv).await;
+    let api: Api<ConfigMap> = Api::namespaced(kube_client(&env), "ns");
+    let (store, task) = spawn_reflector(api, wc);
+    tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready()).await.expect("synced").unwrap();
+    assert_eq!(store.state().len(), 2);
+    env.create_cm("ns", "c", json!({"app": "x"}));
+    env.delete_cm("ns", "a");
+    converges(&store, &["b", "c"], Duration::from_secs(10)).await;
     task.abort();
 }
 
@@ -222,12 +236,7 @@ async fn kube_watcher_survives_a_proxy_side_410() {
     let rv = env.create_cm("ns", "b", json!({}));
     env.synced_to(rv).await;
     let api: Api<ConfigMap> = Api::namespaced(kube_client(&env), "ns");
-    let (store, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, watcher::Config::default())).applied_objects();
-    let task = tokio::spawn(async move {
-        futures_util::pin_mut!(stream);
-        while let Some(_item) = stream.next().await {}
-    });
+    let (store, task) = spawn_reflector(api, watcher::Config::default());
     tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready()).await.expect("synced").unwrap();
 
     // The replica goes away; the upstream changes; a new replica comes up at the same address
@@ -252,17 +261,7 @@ async fn kube_watcher_survives_a_proxy_side_410() {
     let placeholder = std::mem::replace(&mut env.proxy, replica);
     placeholder.shutdown().await;
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut names: Vec<String> = store.state().iter().map(|c| c.metadata.name.clone().unwrap()).collect();
-        names.sort();
-        if names == ["b", "c"] {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "store never converged: {names:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // It relisted through the proxy after the 410 (a second initial LIST reached the sim, forwarded
-    // or as a consistent-read probe, and the proxy answered the stale watch with ERROR 410).
+    // The new replica answers the old RV with ERROR 410; the client relists and converges.
+    converges(&store, &["b", "c"], Duration::from_secs(30)).await;
     task.abort();
 }
