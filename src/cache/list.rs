@@ -6,12 +6,13 @@
 //! re-encoded: the body is the concatenation of their bytes.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{Filter, Snapshot};
 use crate::params::ContinueToken;
-use crate::resource::{ObjectKey, ResourceKind, Rv};
+use crate::resource::{Object, ObjectKey, ResourceKind, Rv};
 
 /// Pagination of one LIST request.
 #[derive(Clone, Debug)]
@@ -23,17 +24,89 @@ pub struct Page {
     pub token_rv: i64,
 }
 
-/// A rendered list: body chunks ready to stream.
+/// Small objects are coalesced into buffers of about this size (one copy, far fewer frames).
+const CHUNK: usize = 64 * 1024;
+
+/// A rendered list: the envelope around the selected objects, streamed lazily in chunks of
+/// about `CHUNK` bytes (one copy into a buffer that the allocator recycles as soon as the chunk
+/// is written, so a large LIST never holds a second copy of itself).
 #[derive(Debug)]
 pub struct ListBody {
-    pub chunks: Vec<Bytes>,
+    head: Bytes,
+    objects: Vec<Arc<Object>>,
+    tail: Bytes,
+    /// Number of items.
     pub items: usize,
+    /// Total body length (for `Content-Length`).
     pub len: usize,
     pub continue_token: Option<String>,
 }
 
-/// Coalesce small objects into buffers of about this size (one copy, far fewer frames).
-const CHUNK: usize = 64 * 1024;
+impl ListBody {
+    /// The body as a sequence of chunks, produced on demand.
+    pub fn into_chunks(self) -> ListChunks {
+        ListChunks {
+            head: Some(self.head),
+            objects: self.objects.into_iter(),
+            first: true,
+            tail: Some(self.tail),
+            pending: None,
+        }
+    }
+
+    /// The whole body in one buffer (tests, small lists).
+    pub fn to_vec(self) -> Vec<u8> {
+        self.into_chunks().flat_map(|c| c.to_vec()).collect()
+    }
+}
+
+/// Iterator over the chunks of a `ListBody`.
+#[derive(Debug)]
+pub struct ListChunks {
+    head: Option<Bytes>,
+    objects: std::vec::IntoIter<Arc<Object>>,
+    first: bool,
+    tail: Option<Bytes>,
+    /// A large object's bytes to send as their own chunk after the current buffer.
+    pending: Option<Bytes>,
+}
+
+impl Iterator for ListChunks {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if let Some(p) = self.pending.take() {
+            return Some(p);
+        }
+        // Room for a full chunk plus the largest object that is copied (< CHUNK / 2).
+        let mut buf = BytesMut::with_capacity(CHUNK + CHUNK / 2);
+        if let Some(h) = self.head.take() {
+            buf.put_slice(&h);
+        }
+        for obj in self.objects.by_ref() {
+            if !self.first {
+                buf.put_u8(b',');
+            }
+            self.first = false;
+            let [a, b] = obj.item_chunks();
+            if b.len() >= CHUNK / 2 {
+                // A big object goes out as it is stored, without a copy.
+                buf.put_slice(&a);
+                self.pending = Some(b);
+                return Some(buf.freeze());
+            }
+            buf.put_slice(&a);
+            buf.put_slice(&b);
+            if buf.len() >= CHUNK - 4096 {
+                return Some(buf.freeze());
+            }
+        }
+        if let Some(t) = self.tail.take() {
+            buf.put_slice(&t);
+        }
+        (!buf.is_empty()).then(|| buf.freeze())
+    }
+}
 
 pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> ListBody {
     // The key prefix of the request: `ns/` for a namespaced request, nothing cluster-wide.
@@ -87,32 +160,14 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         _ => None,
     };
 
-    let mut chunks = Vec::with_capacity(items.len() / 16 + 4);
-    let mut buf = BytesMut::with_capacity(CHUNK);
     let rv = snap.rv;
-    buf.put_slice(&envelope_head(kind, rv, continue_token.as_deref(), remaining));
-    for (i, obj) in items.iter().enumerate() {
-        if i > 0 {
-            buf.put_u8(b',');
-        }
-        for c in obj.item_chunks() {
-            if c.len() >= CHUNK / 2 {
-                if !buf.is_empty() {
-                    chunks.push(buf.split().freeze());
-                }
-                chunks.push(c);
-            } else {
-                buf.put_slice(&c);
-                if buf.len() >= CHUNK {
-                    chunks.push(buf.split().freeze());
-                }
-            }
-        }
-    }
-    buf.put_slice(&envelope_tail(kind, rv, continue_token.as_deref(), remaining));
-    chunks.push(buf.freeze());
-    let len = chunks.iter().map(Bytes::len).sum();
-    ListBody { chunks, items: items.len(), len, continue_token }
+    let head = Bytes::from(envelope_head(kind, rv, continue_token.as_deref(), remaining));
+    let tail = Bytes::from(envelope_tail(kind, rv, continue_token.as_deref(), remaining));
+    let len = head.len()
+        + tail.len()
+        + items.iter().map(|o| o.item_len()).sum::<usize>()
+        + items.len().saturating_sub(1);
+    ListBody { head, items: items.len(), objects: items, tail, len, continue_token }
 }
 
 /// `{"kind":"PodList","apiVersion":"v1","metadata":{…},"items":[` for built-ins;

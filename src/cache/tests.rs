@@ -56,7 +56,7 @@ async fn lists_in_key_order_without_type_meta() {
     let (_w, r) = setup();
     let snap = r.snapshot();
     let body = r.list(&snap, &Filter::default(), None);
-    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["kind"], "ConfigMapList");
     assert_eq!(v["metadata"]["resourceVersion"], "10");
     let names: Vec<_> =
@@ -71,7 +71,7 @@ async fn pages_carry_tokens_and_remaining_counts() {
     let snap = r.snapshot();
     let page = Page { limit: 2, start: None, token_rv: 10 };
     let body = r.list(&snap, &Filter::default(), Some(page));
-    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 2);
     assert_eq!(v["metadata"]["remainingItemCount"], 1);
     let tok = crate::params::ContinueToken::decode(v["metadata"]["continue"].as_str().unwrap()).unwrap();
@@ -79,7 +79,7 @@ async fn pages_carry_tokens_and_remaining_counts() {
     assert_eq!(tok.start, "a/x\u{0}");
     let body =
         r.list(&snap, &Filter::default(), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
-    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"][0]["metadata"]["name"], "z");
     assert!(v["metadata"].get("continue").is_none());
     assert!(v["metadata"].get("remainingItemCount").is_none());
@@ -90,7 +90,7 @@ async fn namespace_scope_uses_relative_keys() {
     let (_w, r) = setup();
     let f = Filter::new(Some("a".into()), None, LabelSelector::default(), FieldSelector::default());
     let body = r.list(&r.snapshot(), &f, None);
-    let v: serde_json::Value = serde_json::from_slice(&body.chunks.concat()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 1, "a-b/y is not in namespace a");
     assert_eq!(v["items"][0]["metadata"]["name"], "x");
 }

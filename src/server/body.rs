@@ -21,6 +21,11 @@ pub fn chunks(chunks: Vec<Bytes>) -> Body {
     StreamBody::new(stream::iter(frames)).boxed_unsync()
 }
 
+/// A body whose chunks are produced on demand, as the connection takes them.
+pub fn lazy(chunks: impl Iterator<Item = Bytes> + Send + 'static) -> Body {
+    StreamBody::new(stream::iter(chunks.map(|c| Ok::<_, BoxError>(Frame::data(c))))).boxed_unsync()
+}
+
 /// A body holding one buffer.
 pub fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()

@@ -187,10 +187,9 @@ fn list(
     page: Option<Page>,
 ) -> Result<Served, Error> {
     let body = reader.list(&snap, &filter(req, false), page);
-    let mut resp = json_response(StatusCode::OK, body::chunks(body.chunks));
-    if let Ok(v) = HeaderValue::from_str(&body.len.to_string()) {
-        resp.headers_mut().insert(header::CONTENT_LENGTH, v);
-    }
+    let len = body.len;
+    let mut resp = json_response(StatusCode::OK, body::lazy(body.into_chunks()));
+    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(Served::Response(resp))
 }
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# LIST throughput end to end: 10 000 pods (~2 KiB each) listed at resourceVersion=0 by curl to
+# /dev/null, through the proxy (plain HTTP and TLS) and directly from the simulated apiserver.
+# Usage: benches/list-throughput.sh [runs]   (builds the release binary first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${1:-10}"
+cargo build --release --quiet
+BIN=target/release/kube-watchcache
+TLS=tests/testdata/security
+$BIN sim --listen 127.0.0.1:18101 --objects 20000 >/dev/null 2>&1 &
+SIM=$!
+trap 'kill $SIM ${PLAIN:-} ${SECURE:-} 2>/dev/null || true' EXIT
+until curl -sf http://127.0.0.1:18101/version >/dev/null; do sleep 0.5; done
+$BIN serve --upstream http://127.0.0.1:18101 --resources pods --insecure-listen 127.0.0.1:18102 --auth=none --log-level warn &
+PLAIN=$!
+$BIN serve --upstream http://127.0.0.1:18101 --resources pods --bind-address 127.0.0.1 --secure-port 18103 \
+    --tls-cert-file $TLS/server1.crt --tls-private-key-file $TLS/server1.key --auth=none --log-level warn &
+SECURE=$!
+until curl -sf http://127.0.0.1:18102/readyz >/dev/null && curl -skf https://127.0.0.1:18103/readyz >/dev/null; do sleep 0.5; done
+
+measure() { # name url [curl options]
+    local name=$1 url=$2; shift 2
+    local best=0 sum=0 bytes=0
+    for _ in $(seq "$RUNS"); do
+        read -r bytes secs < <(curl -s "$@" -o /dev/null -w '%{size_download} %{time_total}\n' "$url")
+        rate=$(python3 -c "print($bytes/$secs/1e9)")
+        sum=$(python3 -c "print($sum+$rate)")
+        best=$(python3 -c "print(max($best,$rate))")
+    done
+    printf '%-28s %10d bytes  mean %5.2f GB/s  best %5.2f GB/s\n' "$name" "$bytes" \
+        "$(python3 -c "print($sum/$RUNS)")" "$best"
+}
+Q='/api/v1/pods?resourceVersion=0'
+measure "proxy, plain HTTP/1.1" "http://127.0.0.1:18102$Q"
+measure "proxy, TLS HTTP/1.1" "https://127.0.0.1:18103$Q" -k --http1.1
+measure "proxy, TLS HTTP/2" "https://127.0.0.1:18103$Q" -k --http2
+measure "direct (sim), plain" "http://127.0.0.1:18101$Q"
