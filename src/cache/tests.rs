@@ -293,3 +293,30 @@ async fn kubelet_watchers_are_found_by_node() {
     assert_eq!(st.watchers.len(), 2);
     assert_eq!(st.watchers.offered(), 2, "one watcher examined per event");
 }
+
+#[tokio::test]
+async fn big_lists_stream_in_bounded_chunks_and_stay_valid_json() {
+    let (mut w, r) = new(cms(), CacheOptions::default());
+    let mut items = Vec::new();
+    for i in 0..300u64 {
+        // Every tenth object is larger than half a chunk and goes out without a copy.
+        let size = if i % 10 == 0 { 40_000 } else { 2_000 };
+        let json = format!(
+            r#"{{"metadata":{{"name":"c{i:03}","namespace":"ns","resourceVersion":"{}"}},"data":{{"k":"{}"}}}}"#,
+            i + 1,
+            "x".repeat(size)
+        );
+        items.push(w.parse(Bytes::from(json)).unwrap());
+    }
+    w.replace(items, Rv(1000));
+    let body = r.list(&r.snapshot(), &Filter::default(), None);
+    let len = body.len;
+    let chunks: Vec<Bytes> = body.into_chunks().collect();
+    assert!(chunks.len() > 10);
+    assert!(chunks.iter().all(|c| c.len() <= 64 * 1024 + 32 * 1024 + 64), "bounded chunks");
+    let all = chunks.concat();
+    assert_eq!(all.len(), len, "Content-Length matches the body");
+    let v: serde_json::Value = serde_json::from_slice(&all).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 300);
+    assert_eq!(v["items"][299]["metadata"]["name"], "c299");
+}
