@@ -1,0 +1,57 @@
+//! LIST assembly from the cache (issue 4, bench 2): `Reader::list` of every pod at RV=0 (the
+//! body is the concatenation of the stored bytes: throughput in bytes/s), and one page of 500
+//! with and without a label selector (`limit=500`, continue token minted).
+//!
+//! Run: `cargo bench --bench list`; smoke: `BENCH_SMOKE=1 cargo bench --bench list`.
+
+mod support;
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kube_watchcache::cache::{CacheOptions, Filter, Page};
+use kube_watchcache::selector::{FieldSelector, LabelSelector};
+
+fn list(c: &mut Criterion) {
+    let n = support::size(10_000, 200);
+    let (_w, reader) = support::filled_cache(n, 100, CacheOptions::default());
+    let everything = Filter::default();
+    let app3 = match LabelSelector::parse("app=app-3") {
+        Ok(s) => Filter::new(None, None, s, FieldSelector::default()),
+        Err(e) => panic!("{e}"),
+    };
+    let token_rv = reader.progress().rv.0 as i64;
+    let page = |limit: usize| Some(Page { limit, start: None, token_rv });
+
+    let mut g = c.benchmark_group("list");
+    let full = reader.list(&reader.snapshot(), &everything, None);
+    assert_eq!(full.items, n);
+    g.throughput(Throughput::Bytes(full.len as u64));
+    g.bench_function(format!("rv0_all_{n}_pods"), |b| {
+        b.iter(|| reader.list(&reader.snapshot(), black_box(&everything), None).len)
+    });
+
+    let limit = support::size(500, 20);
+    let one = reader.list(&reader.snapshot(), &everything, page(limit));
+    assert_eq!(one.items, limit);
+    assert!(one.continue_token.is_some());
+    g.throughput(Throughput::Bytes(one.len as u64));
+    g.bench_function(format!("page_{limit}_of_{n}"), |b| {
+        b.iter(|| reader.list(&reader.snapshot(), black_box(&everything), page(limit)).len)
+    });
+
+    let sel = reader.list(&reader.snapshot(), &app3, page(limit));
+    assert_eq!(sel.items, limit);
+    g.throughput(Throughput::Bytes(sel.len as u64));
+    g.bench_function(format!("page_{limit}_of_{n}_label_app_eq"), |b| {
+        b.iter(|| reader.list(&reader.snapshot(), black_box(&app3), page(limit)).len)
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = support::criterion();
+    targets = list
+}
+criterion_main!(benches);
