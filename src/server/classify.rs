@@ -45,8 +45,15 @@ pub enum ForwardReason {
     UnknownField,
     /// GET with resourceVersion unset: the apiserver reads etcd for it too.
     MostRecentGet,
-    /// Most Recent LIST or watch that the cache cannot prove fresh (no consistent reads).
+    /// Most Recent LIST or watch that the cache could not show fresh (consistent read failed
+    /// or `--consistent-reads=upstream`).
     MostRecent,
+    /// A NotOlderThan / Exact read whose RV the cache did not reach in `--freshness-wait`.
+    NotFresh,
+    /// An Exact read or continue token whose RV is outside the history window.
+    OutsideWindow,
+    /// The resource's cache has not synced yet (and the apiserver would read etcd).
+    NotSynced,
 }
 
 impl ForwardReason {
@@ -60,6 +67,9 @@ impl ForwardReason {
             ForwardReason::UnknownField => "unknown_field",
             ForwardReason::MostRecentGet => "most_recent_get",
             ForwardReason::MostRecent => "most_recent",
+            ForwardReason::NotFresh => "not_fresh",
+            ForwardReason::OutsideWindow => "outside_window",
+            ForwardReason::NotSynced => "not_synced",
         }
     }
 }
@@ -272,10 +282,7 @@ fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str) -> Result<Rou
         }
     }
     let plan = if opts.watch { watch_plan(&opts)? } else { list_plan(&opts)? };
-    Ok(match plan {
-        Some(plan) => cache(rp, kind, labels, fields, opts, plan),
-        None => Route::Forward(ForwardReason::MostRecent),
-    })
+    Ok(cache(rp, kind, labels, fields, opts, plan))
 }
 
 fn cache(
@@ -298,11 +305,11 @@ fn cache(
 }
 
 /// The LIST rows of reference §1.6.
-fn list_plan(opts: &ListOptions) -> Result<Option<Plan>, Error> {
+fn list_plan(opts: &ListOptions) -> Result<Plan, Error> {
     let token = opts.continue_for_list()?;
     let rv = opts.rv_for_list()?;
     let limit = opts.limit();
-    Ok(Some(match (token, rv, opts.rv_match()) {
+    Ok(match (token, rv, opts.rv_match()) {
         // A continue token pins the list RV; rv −1 continues at the latest state.
         (Some(ContinueToken { rv, start }), _, _) if rv > 0 => {
             Plan::ListExact { rv: Rv(rv as u64), limit, start: Some(start) }
@@ -316,13 +323,13 @@ fn list_plan(opts: &ListOptions) -> Result<Option<Plan>, Error> {
         // Legacy: N with a limit is an exact read; without one, not older than N.
         (None, RvParam::At(rv), None) if limit.is_some() => Plan::ListExact { rv, limit, start: None },
         (None, RvParam::At(rv), None) => Plan::ListNotOlderThan { min_rv: rv, limit: None },
-    }))
+    })
 }
 
 /// The WATCH rows of reference §1.7 (after defaulting).
-fn watch_plan(opts: &ListOptions) -> Result<Option<Plan>, Error> {
+fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
     let rv = opts.rv_for_get_or_watch()?;
-    Ok(Some(match (opts.send_initial_events, rv) {
+    Ok(match (opts.send_initial_events, rv) {
         (Some(true), RvParam::Unset) => Plan::WatchMostRecent { initial: true },
         (Some(true), RvParam::Zero) => Plan::WatchList { min_rv: None },
         (Some(true), RvParam::At(rv)) => Plan::WatchList { min_rv: Some(rv) },
@@ -332,7 +339,7 @@ fn watch_plan(opts: &ListOptions) -> Result<Option<Plan>, Error> {
         // Defaulting turned RV unset/0 without sendInitialEvents into a watch-list.
         (None, RvParam::Unset) => Plan::WatchMostRecent { initial: true },
         (None, RvParam::Zero) => Plan::WatchList { min_rv: None },
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ async fn serve_inner(
         Plan::Get { min_rv } => {
             if let Some(rv) = min_rv {
                 if reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
-                    return Ok(Served::Forward(ForwardReason::MostRecent));
+                    return Ok(Served::Forward(ForwardReason::NotFresh));
                 }
             }
             let ns = req.namespace.as_deref().unwrap_or("");
@@ -118,7 +118,7 @@ async fn serve_inner(
         Plan::ListAny => list(reader, req, reader.snapshot(), None),
         Plan::ListNotOlderThan { min_rv, limit } => {
             if reader.wait_for(*min_rv, opts.freshness_wait).await.is_err() {
-                return Ok(Served::Forward(ForwardReason::MostRecent));
+                return Ok(Served::Forward(ForwardReason::NotFresh));
             }
             let snap = reader.snapshot();
             let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
@@ -126,10 +126,10 @@ async fn serve_inner(
         }
         Plan::ListExact { rv, limit, start } => {
             if *rv > reader.progress().rv && reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
-                return Ok(Served::Forward(ForwardReason::MostRecent));
+                return Ok(Served::Forward(ForwardReason::NotFresh));
             }
             let Some(snap) = reader.snapshot_at(*rv) else {
-                return Ok(Served::Forward(ForwardReason::MostRecent));
+                return Ok(Served::Forward(ForwardReason::OutsideWindow));
             };
             let page = limit.map(|limit| Page { limit, start: start.clone(), token_rv: rv.0 as i64 });
             // A continue token without a limit still lists from its start key.
@@ -237,7 +237,7 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         _ => false,
     };
     if forward {
-        return Served::Forward(ForwardReason::MostRecent);
+        return Served::Forward(ForwardReason::NotSynced);
     }
     let secs = Instant::now().duration_since(p.since).as_secs_f64();
     let retry_after = (0.06 * secs).exp().clamp(1.0, 30.0) as u32;
