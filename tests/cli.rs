@@ -61,8 +61,7 @@ fn bad_configuration_exits_2_with_one_line() {
 
 #[test]
 fn help_lists_the_subcommands() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-watchcache")).arg("--help").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text, _) = exec(&["--help"]);
     for sub in ["serve", "sim", "demo", "bench"] {
         assert!(text.contains(sub), "{text}");
     }

@@ -440,19 +440,11 @@ async fn future_rv_list_waits_three_seconds_then_504() {
 async fn periodic_bookmarks_with_paused_time() {
     let sim = Sim::new(SimOptions::default());
     let r = sim.current_rv().0;
-    let cms = sim.store().kinds.by_name("configmaps").unwrap();
-    let t = super::route::Target {
-        res: cms,
-        namespace: Some("default".into()),
-        name: None,
-        sub: None,
-        force_watch: false,
-    };
-    let q = super::query::Query::from_query(&format!(
-        "watch=1&resourceVersion={r}&allowWatchBookmarks=true&timeoutSeconds=70"
-    ))
-    .unwrap();
-    let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
+    let mut rx = watch_configmaps(
+        &sim,
+        Some("default"),
+        &format!("watch=1&resourceVersion={r}&allowWatchBookmarks=true&timeoutSeconds=70"),
+    );
     // An unrelated write (another namespace) moves the revision; it is not delivered.
     sim.create("configmaps", "kube-system", json!({"metadata": {"name": "other"}})).unwrap();
     let moved = sim.current_rv().0;
@@ -474,19 +466,11 @@ async fn periodic_bookmarks_with_paused_time() {
 async fn bookmark_two_seconds_before_deadline() {
     let sim = Sim::new(SimOptions::default());
     let r = sim.current_rv().0;
-    let cms = sim.store().kinds.by_name("configmaps").unwrap();
-    let t = super::route::Target {
-        res: cms,
-        namespace: Some("default".into()),
-        name: None,
-        sub: None,
-        force_watch: false,
-    };
-    let q = super::query::Query::from_query(&format!(
-        "watch=1&resourceVersion={r}&allowWatchBookmarks=true&timeoutSeconds=5"
-    ))
-    .unwrap();
-    let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
+    let mut rx = watch_configmaps(
+        &sim,
+        Some("default"),
+        &format!("watch=1&resourceVersion={r}&allowWatchBookmarks=true&timeoutSeconds=5"),
+    );
     sim.create("configmaps", "kube-system", json!({"metadata": {"name": "other"}})).unwrap();
     let t0 = tokio::time::Instant::now();
     let first = rx.recv().await.unwrap();
@@ -672,12 +656,7 @@ async fn seeds_100k() {
 async fn watch_list_from_a_future_rv_ends_with_a_504_error_event() {
     let sim = Sim::new(SimOptions::default());
     let future = sim.current_rv().0 + 100;
-    let cms = sim.store().kinds.by_name("configmaps").unwrap();
-    let t = super::route::Target { res: cms, namespace: None, name: None, sub: None, force_watch: false };
-    let q = super::query::Query::from_query(&format!(
-        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={future}&allowWatchBookmarks=true"
-    )).unwrap();
-    let mut rx = super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap();
+    let mut rx = watch_configmaps(&sim, None, &format!("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={future}&allowWatchBookmarks=true"));
     let t0 = tokio::time::Instant::now();
     let ev: Value = serde_json::from_slice(&rx.recv().await.unwrap()).unwrap();
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
@@ -697,4 +676,22 @@ async fn serves_h2c() {
     assert_eq!(resp.version(), http::Version::HTTP_2);
     let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(names(&body), ["default", "kube-node-lease", "kube-public", "kube-system"]);
+}
+
+/// Starts a configmaps watch on the sim (no HTTP) and returns its frames.
+fn watch_configmaps(
+    sim: &Sim,
+    namespace: Option<&str>,
+    query: &str,
+) -> tokio::sync::mpsc::Receiver<bytes::Bytes> {
+    let res = sim.store().kinds.by_name("configmaps").unwrap();
+    let t = super::route::Target {
+        res,
+        namespace: namespace.map(Into::into),
+        name: None,
+        sub: None,
+        force_watch: false,
+    };
+    let q = super::query::Query::from_query(query).unwrap();
+    super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap()
 }
