@@ -2,13 +2,21 @@
 
 use std::process::Command;
 
-fn run(args: &[&str]) -> (i32, String) {
+/// Runs the binary; returns (exit code, stdout, stderr).
+fn exec(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_kube-watchcache"))
         .args(args)
         .env_remove("KUBECONFIG")
         .output()
         .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Exit code and stderr.
+fn run(args: &[&str]) -> (i32, String) {
+    let (code, _, err) = exec(args);
+    (code, err)
 }
 
 #[test]
