@@ -224,7 +224,8 @@ async fn watch_once(
                 Ok(obj) => {
                     let orv = obj.header.rv;
                     match writer.apply(ev.kind, obj) {
-                        Ok(()) => {
+                        Ok(dispatch) => {
+                            dispatch.finish().await;
                             rv = orv;
                             metrics.event(resource);
                         }

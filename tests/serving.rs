@@ -269,3 +269,68 @@ async fn paginated_lists_are_consistent_snapshots() {
     let up = env.get_sim(&format!("/api/v1/namespaces/ns/configmaps?limit=2&continue={token}")).await;
     assert_eq!(up.names(), vec!["cm-3", "cm-4"]);
 }
+
+/// Issue 4: a client that stops reading its watch never delays the others. Its queue fills,
+/// it gets the shared time budget, then the proxy closes it; the stream it got is a clean,
+/// gap-free prefix that ends with the chunked terminator. The healthy watcher gets every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = start().await;
+    let rv0 = env.create_cm("s", "big", json!({}));
+    env.synced_to(rv0).await;
+    let path = format!("/api/v1/namespaces/s/configmaps?watch=1&resourceVersion={rv0}");
+    // The stalled client: a tiny receive window, and it reads nothing until the end.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = sock.connect(env.proxy.addr).await.unwrap();
+    stalled.write_all(format!("GET {path} HTTP/1.1\r\nHost: proxy\r\n\r\n").as_bytes()).await.unwrap();
+    let mut healthy = open_watch(&env.client, &env.proxy_url(&path)).await;
+    let reader = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
+    while reader.watcher_stats().live < 2 {
+        tokio::task::yield_now().await;
+    }
+    // 2 000 events of 16 KiB: more than the queue (1 000) plus what the sockets hold.
+    let data = "x".repeat(16 * 1024);
+    let n = 2000;
+    let writer = {
+        let sim = env.sim.sim.clone();
+        tokio::task::spawn_blocking(move || {
+            for i in 0..n {
+                let cm = json!({"apiVersion":"v1","kind":"ConfigMap",
+                    "metadata":{"name":"big","namespace":"s"},"data":{"k":format!("{i}{data}")}});
+                sim.update("configmaps", "s", cm).expect("update");
+            }
+        })
+    };
+    let mut last = rv0;
+    for i in 0..n {
+        let e = healthy.next(Duration::from_secs(20)).await.unwrap_or_else(|| panic!("event {i} arrived"));
+        let rv = rv_of(&e["object"]);
+        assert!(rv > last, "in order, no duplicates");
+        last = rv;
+    }
+    writer.await.unwrap();
+    assert_eq!(reader.watcher_stats().terminated, 1, "the stalled watcher was closed");
+    assert_eq!(reader.watcher_stats().live, 1);
+    // What the stalled client got: a prefix of the events, in order, then a clean end.
+    // The connection stays open (keep-alive): read until the response's chunked terminator.
+    let mut raw = Vec::new();
+    let mut buf = vec![0; 64 * 1024];
+    while !raw.ends_with(b"\r\n0\r\n\r\n") {
+        let got = tokio::time::timeout(Duration::from_secs(20), stalled.read(&mut buf)).await;
+        let k = got.expect("the stream ends with the chunked terminator").unwrap();
+        assert!(k > 0, "connection closed before the terminator");
+        raw.extend_from_slice(&buf[..k]);
+    }
+    let text = String::from_utf8_lossy(&raw);
+    let rvs: Vec<u64> = text
+        .split("\"resourceVersion\":\"")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect();
+    assert!(!rvs.is_empty() && rvs.len() < n, "got {} of {n} events before being closed", rvs.len());
+    assert!(rvs.windows(2).all(|w| w[1] == w[0] + 1), "no gap, no duplicate, no reordering");
+    assert_eq!(rvs[0], rv0 + 1);
+    env.proxy.shutdown().await;
+}

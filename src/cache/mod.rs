@@ -6,12 +6,15 @@
 //! answers gets, lists and watches. Readers hold the lock only to take an O(1) snapshot of the
 //! persistent store or to register a watcher; never across I/O.
 
+mod budget;
+mod dispatch;
 mod filter;
 mod history;
 mod list;
 mod watch;
 mod watchers;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch as progress;
 use tokio::time::Instant;
 
+pub use dispatch::Dispatch;
 pub use filter::Filter;
 pub use history::History;
 pub use list::{ListBody, Page};
@@ -27,6 +31,7 @@ pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
 use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, ResourceKind, Rv};
+use budget::TimeBudget;
 use filter::{Dispatched, LazyFrames};
 use watchers::Watchers;
 
@@ -40,7 +45,8 @@ pub struct CacheOptions {
     pub history_window: Duration,
     /// At most this many events are kept (`--history-max-events`).
     pub history_max_events: usize,
-    /// Queue length per watcher; a watcher whose queue fills is closed.
+    /// Queue length per watcher; a watcher whose queue stays full for the shared time budget
+    /// (`cache::budget`) is closed.
     pub watcher_queue: usize,
     /// Period of BOOKMARKs to watchers that asked for them (60 s like the apiserver).
     pub bookmark_interval: Duration,
@@ -81,6 +87,10 @@ struct Shared {
     opts: CacheOptions,
     state: Mutex<State>,
     progress: progress::Sender<Progress>,
+    /// RV up to which every event is in its watchers' queues (or they were closed): the
+    /// newest RV a watcher's BOOKMARK may carry. Behind the cache RV only while a
+    /// `Dispatch` waits for slow watchers.
+    dispatched: AtomicU64,
 }
 
 /// Creates the cache of one resource.
@@ -98,13 +108,16 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         }),
         opts,
         progress: tx,
+        dispatched: AtomicU64::new(0),
     });
-    (Writer { shared: shared.clone() }, Reader { shared })
+    (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }
 
 /// The only way to change a cache. Held by the resource's reflector.
 pub struct Writer {
     shared: Arc<Shared>,
+    /// How long blocked deliveries may still wait (shared by all watchers).
+    budget: TimeBudget,
 }
 
 /// Why an upstream event was not applied.
@@ -146,11 +159,12 @@ impl Writer {
             let events = diff(&st.store, &next, list_rv);
             for ev in events {
                 let d = Dispatched { event: Arc::new(ev), lazy: LazyFrames::default() };
-                st.watchers.dispatch(&d);
+                st.watchers.dispatch(&d, None);
             }
         }
         st.store = next;
         st.rv = st.rv.max(list_rv);
+        self.shared.dispatched.store(st.rv.0, Ordering::Release);
         st.history.reset(list_rv);
         st.history.expire(now);
         let rv = st.rv;
@@ -159,8 +173,11 @@ impl Writer {
         tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
     }
 
-    /// Applies one upstream watch event (ADDED / MODIFIED / DELETED).
-    pub fn apply(&mut self, kind: EventType, obj: Object) -> Result<(), ApplyError> {
+    /// Applies one upstream watch event (ADDED / MODIFIED / DELETED): store, history, and a
+    /// non-blocking send to every interested watcher. Readers see the new state at once. Await
+    /// [`Dispatch::finish`] to give watchers whose queue was full the shared time budget;
+    /// dropping it closes them right away.
+    pub fn apply(&mut self, kind: EventType, obj: Object) -> Result<Dispatch<'_>, ApplyError> {
         let now = Instant::now();
         let mut st = self.shared.state.lock();
         let rv = obj.header.rv;
@@ -176,9 +193,11 @@ impl Writer {
         let event = Arc::new(Event::new(kind, rv, obj, prev));
         st.history.push(now, event.clone());
         st.rv = rv;
-        st.watchers.dispatch(&Dispatched { event, lazy: LazyFrames::default() });
+        let mut blocked = Vec::new();
+        st.watchers.dispatch(&Dispatched { event, lazy: LazyFrames::default() }, Some(&mut blocked));
         self.publish(rv, true, None);
-        Ok(())
+        drop(st);
+        Ok(Dispatch::new(self, rv, blocked))
     }
 
     /// An upstream BOOKMARK: everything up to `rv` has been applied.
@@ -187,6 +206,7 @@ impl Writer {
         if rv > st.rv {
             st.rv = rv;
             st.history.expire(Instant::now());
+            self.shared.dispatched.store(rv.0, Ordering::Release);
             self.publish(rv, true, None);
         }
     }

@@ -320,3 +320,98 @@ async fn big_lists_stream_in_bounded_chunks_and_stay_valid_json() {
     assert_eq!(v["items"].as_array().unwrap().len(), 300);
     assert_eq!(v["items"][299]["metadata"]["name"], "c299");
 }
+
+/// Fills `slow`'s queue (64) with events 11..=74; `fast` drains as it goes. Returns the next RV.
+async fn fill_queue(w: &mut Writer, fast: &mut Watch) -> u64 {
+    for rv in 11..75u64 {
+        w.apply(EventType::Modified, obj(w, "a", "x", rv, "a")).unwrap().finish().await;
+        assert_eq!(parse_frame(&fast.next().await.unwrap()).2, rv.to_string());
+    }
+    75
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_that_drains_within_the_budget_keeps_its_stream() {
+    let (mut w, r) = setup();
+    let mut slow = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut fast = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let rv = fill_queue(&mut w, &mut fast).await;
+    tokio::time::advance(Duration::from_secs(2)).await; // the budget refills to 100 ms
+    let t0 = Instant::now();
+    let d = w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap();
+    assert_eq!(d.blocked(), 1, "the slow watcher's queue is full");
+    let reader = async {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        slow.next().await.unwrap() // frees one slot within the budget
+    };
+    let ((), first) = tokio::join!(d.finish(), reader);
+    assert_eq!(parse_frame(&first).2, "11");
+    assert_eq!(Instant::now() - t0, Duration::from_millis(40), "the writer waited only until it drained");
+    assert_eq!(r.watcher_stats().terminated, 0);
+    // Every event, in order, including the one that had to wait.
+    let rest = take(&mut slow, 64).await;
+    let rvs: Vec<u64> = rest.iter().map(|e| e.2.parse().unwrap()).collect();
+    assert_eq!(rvs, (12..=rv).collect::<Vec<_>>());
+    assert_eq!(parse_frame(&fast.next().await.unwrap()).2, rv.to_string());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_watcher_costs_at_most_the_budget_then_is_closed() {
+    let (mut w, r) = setup();
+    let mut slow = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut fast = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let rv = fill_queue(&mut w, &mut fast).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap().finish().await;
+    assert_eq!(Instant::now() - t0, Duration::from_millis(100), "waited the whole budget, no more");
+    assert_eq!(r.watcher_stats().terminated, 1);
+    assert_eq!(r.watcher_stats().live, 1);
+    // The budget is spent: the next events cost nothing, and the fast watcher has them all.
+    let t1 = Instant::now();
+    for next in rv + 1..rv + 5 {
+        w.apply(EventType::Modified, obj(&w, "a", "x", next, "a")).unwrap().finish().await;
+    }
+    assert_eq!(Instant::now(), t1);
+    let got = take(&mut fast, 5).await;
+    let rvs: Vec<u64> = got.iter().map(|e| e.2.parse().unwrap()).collect();
+    assert_eq!(rvs, (rv..rv + 5).collect::<Vec<_>>());
+    // The closed watcher gets what it had queued, then its stream ends.
+    let mut n = 0;
+    while slow.next().await.is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bookmark_never_overtakes_a_delivery_still_waiting() {
+    let (mut w, r) = setup();
+    let long = |bookmarks| WatchRequest {
+        deadline: Instant::now() + Duration::from_secs(300),
+        ..req(Filter::default(), WatchStart::After(Rv(10)), bookmarks)
+    };
+    let mut slow = r.watch(long(true)).unwrap();
+    let mut fast = r.watch(long(false)).unwrap();
+    let rv = fill_queue(&mut w, &mut fast).await;
+    // Past the bookmark time: the slow watch emits a bookmark as soon as its queue is empty.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let d = w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap();
+    let reader = async {
+        let mut seen = Vec::new();
+        while seen.last().map(|(_, _, v): &(String, String, String)| v != &rv.to_string()).unwrap_or(true) {
+            seen.push(parse_frame(&slow.next().await.unwrap()));
+        }
+        seen
+    };
+    let ((), seen) = tokio::join!(d.finish(), reader);
+    let mut last = 10;
+    for (ty, _, v) in &seen {
+        let v: u64 = v.parse().unwrap();
+        assert!(v >= last, "{ty} at {v} after {last}: {seen:?}");
+        assert!(ty != "BOOKMARK" || v < rv, "bookmark at {v} before event {rv} was delivered");
+        last = v;
+    }
+    assert_eq!(seen.last().unwrap().0, "MODIFIED");
+    assert_eq!(r.watcher_stats().terminated, 0);
+}

@@ -190,12 +190,12 @@ impl Watch {
         }
     }
 
-    /// Queues a BOOKMARK at the cache RV, after whatever events are already queued for this
-    /// watcher: the cache RV is published after its events were dispatched, so draining the
-    /// queue first keeps RVs in order.
+    /// Queues a BOOKMARK at the dispatched RV, after whatever events are already queued for
+    /// this watcher: every event up to that RV is in the queue when it is read, so draining the
+    /// queue afterwards keeps RVs in order (even while a slow delivery is pending).
     fn bookmark(&mut self) {
         let now = Instant::now();
-        let cache_rv = self.shared.progress.borrow().rv;
+        let cache_rv = Rv(self.shared.dispatched.load(std::sync::atomic::Ordering::Acquire));
         while let Ok(d) = self.rx.try_recv() {
             self.last_rv = self.last_rv.max(d.rv);
             self.pending.push_back(d.frame);

@@ -6,8 +6,10 @@
 //! which it reads the history, so a watcher sees every event exactly once. Watchers are found
 //! by namespace, and pod watchers with an exact `spec.nodeName=X` selector (kubelets) by node,
 //! so an event costs O(interested watchers + unindexed cluster-wide watchers).
-//! A watcher whose queue is full is dropped at once (its stream ends after what it already
-//! has, like the apiserver's terminated slow watchers); nobody else waits.
+//! Sends never block: a watcher whose queue is full is either handed back to the writer as
+//! [`Blocked`] (a live event: `cache::dispatch` gives it the shared time budget outside the
+//! lock) or dropped at once (relist differences); a dropped watcher's stream ends after what
+//! it already has, like the apiserver's terminated slow watchers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -57,6 +59,14 @@ pub struct Watchers {
     offered: u64,
 }
 
+/// A delivery that did not fit its watcher's queue; the watcher stays registered until
+/// `cache::dispatch` delivers it or closes the watcher.
+pub struct Blocked {
+    pub(crate) id: WatcherId,
+    pub(crate) tx: mpsc::Sender<Delivery>,
+    pub(crate) delivery: Delivery,
+}
+
 /// Handle a watch keeps to unregister itself when it ends.
 #[derive(Clone, Debug)]
 pub struct WatcherId {
@@ -99,18 +109,28 @@ impl Watchers {
         (WatcherId { id, slot }, rx)
     }
 
-    pub fn remove(&mut self, w: &WatcherId) {
+    /// Unregisters a watcher; its stream ends after what is queued. Returns whether it was
+    /// still registered.
+    pub fn remove(&mut self, w: &WatcherId) -> bool {
         match &w.slot {
-            Slot::All => {
-                self.all.remove(&w.id);
-            }
+            Slot::All => self.all.remove(&w.id).is_some(),
             s => {
-                if let Some(m) = self.indexed.get_mut(s) {
-                    m.remove(&w.id);
-                    if m.is_empty() {
-                        self.indexed.remove(s);
-                    }
+                let Some(m) = self.indexed.get_mut(s) else { return false };
+                let found = m.remove(&w.id).is_some();
+                if m.is_empty() {
+                    self.indexed.remove(s);
                 }
+                found
+            }
+        }
+    }
+
+    /// Closes watchers that could not keep up (counted in `terminated`).
+    pub fn terminate(&mut self, ids: impl IntoIterator<Item = WatcherId>) {
+        for id in ids {
+            if self.remove(&id) {
+                self.terminated += 1;
+                tracing::warn!("closing a watcher that is too slow to keep up");
             }
         }
     }
@@ -140,18 +160,21 @@ impl Watchers {
         self.indexed.clear();
     }
 
-    /// Sends `d` to every interested watcher without blocking; a full or closed queue drops
-    /// that watcher. Returns how many watchers received the event.
-    pub fn dispatch(&mut self, d: &Dispatched) -> usize {
+    /// Sends `d` to every interested watcher without blocking. A closed queue drops its
+    /// watcher; a full one is pushed to `blocked` when given (the watcher stays registered),
+    /// else dropped. Returns how many watchers received the event.
+    pub fn dispatch(&mut self, d: &Dispatched, mut blocked: Option<&mut Vec<Blocked>>) -> usize {
         let mut sent = 0;
         let mut dropped = 0;
         self.offered += self.all.len() as u64;
-        sent += send_all(&mut self.all, d, &mut dropped);
+        let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped };
+        sent += send_all(&mut self.all, &Slot::All, d, &mut out);
         if !self.indexed.is_empty() {
             for slot in slots_of(d) {
                 if let Some(m) = self.indexed.get_mut(&slot) {
                     self.offered += m.len() as u64;
-                    sent += send_all(m, d, &mut dropped);
+                    let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped };
+                    sent += send_all(m, &slot, d, &mut out);
                 }
             }
         }
@@ -187,9 +210,15 @@ fn slots_of(d: &Dispatched) -> Vec<Slot> {
     slots
 }
 
-fn send_all(m: &mut HashMap<u64, Entry>, d: &Dispatched, dropped: &mut u64) -> usize {
+/// Where `send_all` puts watchers whose queue is full.
+struct Out<'a> {
+    blocked: Option<&'a mut Vec<Blocked>>,
+    dropped: &'a mut u64,
+}
+
+fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut Out<'_>) -> usize {
     let mut sent = 0;
-    m.retain(|_, e| {
+    m.retain(|id, e| {
         if d.event.rv <= e.min_rv {
             return !e.tx.is_closed();
         }
@@ -201,11 +230,18 @@ fn send_all(m: &mut HashMap<u64, Entry>, d: &Dispatched, dropped: &mut u64) -> u
                 sent += 1;
                 true
             }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                *dropped += 1;
-                tracing::warn!(rv = %d.event.rv, "closing a watcher that is too slow to keep up");
-                false
-            }
+            Err(mpsc::error::TrySendError::Full(delivery)) => match out.blocked.as_deref_mut() {
+                Some(b) => {
+                    let id = WatcherId { id: *id, slot: slot.clone() };
+                    b.push(Blocked { id, tx: e.tx.clone(), delivery });
+                    true
+                }
+                None => {
+                    *out.dropped += 1;
+                    tracing::warn!(rv = %d.event.rv, "closing a watcher that is too slow to keep up");
+                    false
+                }
+            },
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         }
     });
