@@ -58,7 +58,7 @@ pub fn accepts_gzip(req_headers: &HeaderMap) -> bool {
 pub fn maybe_compress(req_headers: &HeaderMap, resp: Response<Body>) -> Response<Body> {
     if resp.status() != StatusCode::OK
         || resp.headers().contains_key(CONTENT_ENCODING)
-        || !content_length(resp.headers()).is_some_and(|n| n > THRESHOLD_BYTES)
+        || content_length(resp.headers()).is_none_or(|n| n <= THRESHOLD_BYTES)
         || !accepts_gzip(req_headers)
     {
         return resp;
