@@ -3,9 +3,10 @@
 //! Every request passes named phases: **limits** (URL / header size) → **authenticate** +
 //! **impersonate** (`auth`) → **admit** (in-flight limit, timeout) → **classify** (pure,
 //! `classify`) → **authorize** (`auth`, cache-served reads only) → **serve from cache**
-//! (`serve`) | **forward upstream** (`proxy`, with the caller's identity). `/healthz`, `/livez`
-//! and `/readyz` are answered first, without authentication; `/metrics` needs an authenticated
-//! caller allowed `get` on the non-resource URL `/metrics`, like the apiserver's. Built by
+//! (`serve`; large bodies `gzip`'d when asked) | **forward upstream** (`proxy`, with the
+//! caller's identity; encoding left to the upstream). `/healthz`, `/livez` and `/readyz` are
+//! answered first, without authentication; `/metrics` needs an authenticated caller allowed
+//! `get` on the non-resource URL `/metrics`, like the apiserver's. Built by
 //! `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
 //! with `--auth=none`: every caller trusted, forwarded requests unchanged).
 
@@ -13,6 +14,7 @@ pub mod auth;
 pub mod body;
 pub mod classify;
 pub mod consistent;
+pub mod gzip;
 pub mod health;
 pub mod limits;
 pub mod listener;
@@ -190,6 +192,7 @@ impl Server {
                 match serve::serve(&cr, src, &self.serve, arrived).await {
                     Served::Response(resp) => {
                         self.metrics.request(cr.plan.verb(), resp.status().as_u16());
+                        let resp = gzip::maybe_compress(req.headers(), resp);
                         match watch_slot {
                             Some(g) => limits::Guarded::wrap(resp, g),
                             None => resp,
