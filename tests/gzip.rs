@@ -157,5 +157,15 @@ async fn forwarded_responses_are_passed_through() {
     assert!(!is_gzip(&r));
     assert!(r.body.len() > THRESHOLD);
     assert_eq!(r.json()["metadata"]["name"], "one");
+    // The same object from the cache (resourceVersion=0) is gzip'd like the apiserver's GET.
+    let rv = env.sim.sim.current_rv().0;
+    env.synced_to(rv).await;
+    let cached = "/api/v1/namespaces/huge/configmaps/one?resourceVersion=0";
+    let z = get_with(&env, cached, "gzip").await;
+    assert_eq!(env.upstream_requests("/api/v1/namespaces/huge/configmaps/one", ""), before + 1, "cached");
+    assert!(is_gzip(&z), "{:?}", z.headers);
+    let plain = get_with(&env, cached, "identity").await;
+    assert_eq!(plain.headers.get("content-length").unwrap(), &plain.body.len().to_string());
+    assert_eq!(gunzip(&z.body), plain.body.to_vec());
     env.proxy.shutdown().await;
 }

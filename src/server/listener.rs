@@ -129,7 +129,9 @@ fn service(
         if let Some(p) = &peer_user {
             req.extensions_mut().insert(p.clone());
         }
-        async move { Ok::<_, Infallible>(server.handle(req).await) }
+        // Boxed: hyper keeps the service future's slot for the whole connection (HTTP/1) or
+        // stream (HTTP/2); unboxed, its ~5 KiB would stay allocated for every open watch.
+        Box::pin(async move { Ok::<_, Infallible>(server.handle(req).await) })
     })
 }
 

@@ -108,10 +108,14 @@ async fn serve_inner(
             let ns = req.namespace.as_deref().unwrap_or("");
             let name = req.name.as_deref().unwrap_or("");
             match reader.get(ns, name) {
-                Some(obj) => Ok(Served::Response(json_response(
-                    StatusCode::OK,
-                    body::chunks(obj.typed_chunks().to_vec()),
-                ))),
+                Some(obj) => {
+                    let chunks = obj.typed_chunks().to_vec();
+                    let len: usize = chunks.iter().map(|c| c.len()).sum();
+                    let mut resp = json_response(StatusCode::OK, body::chunks(chunks));
+                    // Known length: lets a large object be gzip'd like the apiserver's (> 128 KiB).
+                    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+                    Ok(Served::Response(resp))
+                }
                 None => Err(Error::not_found(kind, name)),
             }
         }
