@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # LIST throughput end to end: 10 000 pods (~2 KiB each) listed at resourceVersion=0 by curl to
-# /dev/null, through the proxy (plain HTTP and TLS) and directly from the simulated apiserver.
+# /dev/null, through the proxy (plain HTTP and TLS) and directly from the simulated apiserver,
+# next to the ceiling measured in the same run: a trivial server that writes a body of the same
+# size from one prebuilt buffer (one sendall; no HTTP framework, no copies of its own).
 # Usage: benches/list-throughput.sh [runs]   (builds the release binary first)
 #        GZIP=1 benches/list-throughput.sh [runs]: the same with `curl --compressed` (the proxy
 #        gzips lists > 128 KiB); rates are of the uncompressed JSON, the bytes column is what
@@ -13,7 +15,7 @@ BIN=target/release/kube-watchcache
 TLS=tests/testdata/security
 $BIN sim --listen 127.0.0.1:18101 --objects 20000 >/dev/null 2>&1 &
 SIM=$!
-trap 'kill $SIM ${PLAIN:-} ${SECURE:-} 2>/dev/null || true' EXIT
+trap 'kill $SIM ${PLAIN:-} ${SECURE:-} ${CEIL:-} 2>/dev/null || true' EXIT
 until curl -sf http://127.0.0.1:18101/version >/dev/null; do sleep 0.5; done
 $BIN serve --upstream http://127.0.0.1:18101 --resources pods --insecure-listen 127.0.0.1:18102 --auth=none --log-level warn &
 PLAIN=$!
@@ -21,23 +23,46 @@ $BIN serve --upstream http://127.0.0.1:18101 --resources pods --bind-address 127
     --tls-cert-file $TLS/server1.crt --tls-private-key-file $TLS/server1.key --auth=none --log-level warn &
 SECURE=$!
 until curl -sf http://127.0.0.1:18102/readyz >/dev/null && curl -skf https://127.0.0.1:18103/readyz >/dev/null; do sleep 0.5; done
+Q='/api/v1/pods?resourceVersion=0'
+SIZE=$(curl -s -o /dev/null -w '%{size_download}' "http://127.0.0.1:18102$Q")
+python3 - "$SIZE" <<'PY' &
+import socket, sys
+body = b"x" * int(sys.argv[1])
+head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 18104)); s.listen(16)
+while True:
+    c, _ = s.accept()
+    req = b""
+    while b"\r\n\r\n" not in req:
+        d = c.recv(65536)
+        if not d:
+            break
+        req += d
+    if req:
+        c.sendall(head + body)
+    c.close()
+PY
+CEIL=$!
+until curl -sf -o /dev/null http://127.0.0.1:18104/; do sleep 0.2; done
 
 GZ=()
 [ "${GZIP:-0}" = 1 ] && GZ=(--compressed)
 measure() { # name url [curl options]
     local name=$1 url=$2; shift 2
-    local best=0 sum=0 bytes=0 json
+    local json bytes secs rates=()
     json=$(curl -s "$@" -o /dev/null -w '%{size_download}' "$url") # identity size
     for _ in $(seq "$RUNS"); do
         read -r bytes secs < <(curl -s "${GZ[@]}" "$@" -o /dev/null -w '%{size_download} %{time_total}\n' "$url")
-        rate=$(python3 -c "print($json/$secs/1e9)")
-        sum=$(python3 -c "print($sum+$rate)")
-        best=$(python3 -c "print(max($best,$rate))")
+        rates+=("$(python3 -c "print($json/$secs/1e9)")")
     done
-    printf '%-28s %10d bytes  mean %5.2f GB/s  best %5.2f GB/s\n' "$name" "$bytes" \
-        "$(python3 -c "print($sum/$RUNS)")" "$best"
+    python3 -c '
+import statistics as st, sys
+name, b = sys.argv[1], int(sys.argv[2]); r = [float(x) for x in sys.argv[3:]]
+print(f"{name:<30} {b:>10} bytes  median {st.median(r):5.2f}  mean {st.mean(r):5.2f}  best {max(r):5.2f} GB/s")' \
+        "$name" "$bytes" "${rates[@]}"
 }
-Q='/api/v1/pods?resourceVersion=0'
+measure "ceiling (one prebuilt buffer)" "http://127.0.0.1:18104/"
 measure "proxy, plain HTTP/1.1" "http://127.0.0.1:18102$Q"
 measure "proxy, TLS HTTP/1.1" "https://127.0.0.1:18103$Q" -k --http1.1
 measure "proxy, TLS HTTP/2" "https://127.0.0.1:18103$Q" -k --http2
