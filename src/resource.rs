@@ -296,10 +296,20 @@ struct RawMeta<'a> {
     labels: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
 
-/// A flat bag of the scalar members of `spec`, `status`, `involvedObject` or `source`:
-/// strings, booleans and numbers kept as their field-selector text. Other members are skipped.
+/// A flat bag of the scalar members of `spec`, `status`, `involvedObject` or `source`, borrowed
+/// from the input where possible (strings without escapes); other members are skipped. Only
+/// the selectable ones are rendered, by [`RawFields::get`].
 #[derive(Default)]
-struct RawFields<'a>(BTreeMap<Cow<'a, str>, String>);
+struct RawFields<'a>(Vec<(Cow<'a, str>, Scalar<'a>)>);
+
+impl RawFields<'_> {
+    /// The member's field-selector text (strings as they are, booleans and numbers as Go
+    /// formats them), if it is present and a scalar.
+    fn get(&self, name: &str) -> Option<String> {
+        // The last occurrence wins, as in Go's decoder.
+        self.0.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.render())
+    }
+}
 
 impl<'de: 'a, 'a> Deserialize<'de> for RawFields<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -310,11 +320,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFields<'a> {
                 f.write_str("an object")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-                let mut out = BTreeMap::new();
+                let mut out = Vec::new();
                 while let Some(k) = m.next_key::<Cow<'de, str>>()? {
                     let v: Scalar<'de> = m.next_value()?;
-                    if let Some(s) = v.0 {
-                        out.insert(k, s);
+                    if !matches!(v, Scalar::None) {
+                        out.push((k, v));
                     }
                 }
                 Ok(RawFields(out))
@@ -327,45 +337,69 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFields<'a> {
     }
 }
 
-/// A JSON value kept only if it is a scalar, rendered as a field selector compares it.
-struct Scalar<'a>(Option<String>, std::marker::PhantomData<&'a ()>);
+/// A JSON value kept only if it is a scalar; rendered as a field selector compares it only
+/// when asked, so unselectable members cost no allocation.
+enum Scalar<'a> {
+    None,
+    Str(Cow<'a, str>),
+    Bool(bool),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+}
+
+impl Scalar<'_> {
+    fn render(&self) -> String {
+        match self {
+            Scalar::None => String::new(),
+            Scalar::Str(s) => s.to_string(),
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::I64(n) => n.to_string(),
+            Scalar::U64(n) => n.to_string(),
+            Scalar::F64(n) => n.to_string(),
+        }
+    }
+}
 
 impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Option<String>;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Scalar<'a>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any JSON value")
             }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
             fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Some(v.to_owned()))
+                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
             }
             fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-                Ok(Some(v.to_string()))
+                Ok(Scalar::Bool(v))
             }
             fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(Some(v.to_string()))
+                Ok(Scalar::I64(v))
             }
             fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(Some(v.to_string()))
+                Ok(Scalar::U64(v))
             }
             fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(Some(v.to_string()))
+                Ok(Scalar::F64(v))
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(None)
+                Ok(Scalar::None)
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
                 while m.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
-                Ok(None)
+                Ok(Scalar::None)
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
                 while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(None)
+                Ok(Scalar::None)
             }
         }
-        Ok(Scalar(d.deserialize_any(V)?, std::marker::PhantomData))
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -383,14 +417,14 @@ impl Object {
         let (known, _) = kind.field_labels();
         for &label in known {
             let value = match label.split_once('.') {
-                Some(("spec", f)) => raw.spec.as_ref().and_then(|s| s.0.get(f)).cloned(),
-                Some(("status", f)) => raw.status.as_ref().and_then(|s| s.0.get(f)).cloned(),
-                Some(("involvedObject", f)) => raw.involved_object.as_ref().and_then(|s| s.0.get(f)).cloned(),
+                Some(("spec", f)) => raw.spec.as_ref().and_then(|s| s.get(f)),
+                Some(("status", f)) => raw.status.as_ref().and_then(|s| s.get(f)),
+                Some(("involvedObject", f)) => raw.involved_object.as_ref().and_then(|s| s.get(f)),
                 _ => match label {
                     "type" => raw.type_.as_deref().map(str::to_owned),
                     "reason" => raw.reason.as_deref().map(str::to_owned),
                     "reportingComponent" => raw.reporting_component.as_deref().map(str::to_owned),
-                    "source" => raw.source.as_ref().and_then(|s| s.0.get("component")).cloned(),
+                    "source" => raw.source.as_ref().and_then(|s| s.get("component")),
                     _ => None,
                 },
             };

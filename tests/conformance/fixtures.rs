@@ -51,6 +51,9 @@ pub struct Setup {
     pub client: HttpClient,
     pub sim_base: String,
     pub sim: Sim,
+    /// The proxy's caches when the proxy is under test: fixtures that compact wait for them,
+    /// as the recording's watch cache had every event before `etcdctl compact`.
+    pub proxy_caches: Vec<kube_watchcache::cache::Reader>,
     done: HashSet<String>,
     rvs: HashMap<u64, u64>,
     tokens: HashMap<String, String>,
@@ -92,7 +95,15 @@ fn pod(name: &str, node: Option<&str>, labels: Value, grace: Option<u64>) -> Val
 
 impl Setup {
     pub fn new(client: HttpClient, sim_base: String, sim: Sim) -> Setup {
-        Setup { client, sim_base, sim, done: HashSet::new(), rvs: HashMap::new(), tokens: HashMap::new() }
+        Setup {
+            client,
+            sim_base,
+            sim,
+            proxy_caches: Vec::new(),
+            done: HashSet::new(),
+            rvs: HashMap::new(),
+            tokens: HashMap::new(),
+        }
     }
 
     async fn call(
@@ -280,6 +291,15 @@ impl Setup {
                 Ok(())
             }
             ["etcdctl", "compact", ..] => {
+                // The last write before the compaction was a configmap's: the proxy's configmaps
+                // cache must hold it first, or its upstream watch may meet the compaction (410,
+                // relist) and lose the window this fixture is about.
+                let rv = self.sim.current_rv();
+                for c in self.proxy_caches.iter().filter(|c| c.kind().resource == "configmaps") {
+                    c.wait_for(rv, std::time::Duration::from_secs(10))
+                        .await
+                        .map_err(|e| format!("proxy cache did not catch up before compaction: {e}"))?;
+                }
                 self.sim.compact();
                 Ok(())
             }
