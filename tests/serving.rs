@@ -334,3 +334,38 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     assert_eq!(rvs[0], rv0 + 1);
     env.proxy.shutdown().await;
 }
+
+/// HTTP/2 with prior knowledge (the preface is detected; such connections coalesce their
+/// streams' writes): many watches on one connection each get every event, in order, and a
+/// LIST on the same connection equals the HTTP/1.1 one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_watches_share_a_connection_and_each_get_every_event() {
+    let env = start().await;
+    let rv0 = env.create_cm("h2", "a", json!({}));
+    env.synced_to(rv0).await;
+    let h2: HttpClient = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let url = env.proxy_url(&format!("/api/v1/namespaces/h2/configmaps?watch=1&resourceVersion={rv0}"));
+    let mut watches = Vec::new();
+    for _ in 0..50 {
+        let w = open_watch(&h2, &url).await;
+        assert_eq!(w.status, 200);
+        watches.push(w);
+    }
+    let mut want = Vec::new();
+    for i in 0..3 {
+        want.push(env.update_cm("h2", "a", json!({}), &format!("v{i}")));
+    }
+    for (n, w) in watches.iter_mut().enumerate() {
+        for rv in &want {
+            let e = w.next(Duration::from_secs(10)).await.unwrap_or_else(|| panic!("watch {n}: event {rv}"));
+            assert_eq!(rv_of(&e["object"]), *rv, "watch {n}");
+        }
+    }
+    let list = "/api/v1/namespaces/h2/configmaps?resourceVersion=0";
+    let over_h2 = send(&h2, http::Method::GET, &env.proxy_url(list), None, &[]).await;
+    assert_eq!(over_h2.status, 200);
+    assert_eq!(over_h2.body, env.get(list).await.body);
+    env.proxy.shutdown().await;
+}

@@ -68,13 +68,12 @@ pub async fn run(
         let builder = builder.clone();
         match &acceptor {
             None => {
-                let svc = service(server, None);
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                let conn = graceful.watch(conn);
+                let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
+                    let h2 = starts_with_h2_preface(&stream).await;
+                    let svc = service(server, None);
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+                    drive(watcher.watch(conn), h2, peer).await;
                 });
             }
             Some(acceptor) => {
@@ -97,11 +96,10 @@ pub async fn run(
                         .and_then(|c| c.first())
                         .and_then(|leaf| x509::user(leaf))
                         .map(|u| PeerUser(Arc::new(u)));
+                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let svc = service(server, peer_user);
                     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
+                    drive(watcher.watch(conn), h2, peer).await;
                 });
             }
         }
@@ -109,6 +107,29 @@ pub async fn run(
     drop(listener);
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
         tracing::warn!("grace period over; closing remaining connections");
+    }
+}
+
+/// Runs one connection to its end; HTTP/2 ones coalesce their streams' writes (`coalesce`).
+async fn drive<F, E>(conn: F, h2: bool, peer: std::net::SocketAddr)
+where
+    F: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let res = if h2 { super::coalesce::Coalesce::new(conn).await } else { conn.await };
+    if let Err(e) = res {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Whether a plain connection opens with the HTTP/2 preface (prior knowledge); looks at what
+/// has arrived without consuming it, and says no when in doubt (a partial or late preface: the
+/// connection is then served without write coalescing, nothing else changes).
+async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 3];
+    match tokio::time::timeout(Duration::from_secs(10), stream.peek(&mut buf)).await {
+        Ok(Ok(3)) => &buf == b"PRI",
+        _ => false,
     }
 }
 
@@ -138,4 +159,33 @@ fn service(
 /// Resolves once the flag is true (or its sender is gone).
 pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await.map(|_| ());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn first_bytes(sent: &'static [u8]) -> bool {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        c.write_all(sent).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let h2 = starts_with_h2_preface(&s).await;
+        // Nothing was consumed: the connection still starts with what the client sent.
+        let mut buf = vec![0; sent.len()];
+        let mut got = 0;
+        while got < buf.len() {
+            s.readable().await.unwrap();
+            got += s.try_read(&mut buf[got..]).unwrap_or(0);
+        }
+        assert_eq!(buf, sent);
+        h2
+    }
+
+    #[tokio::test]
+    async fn the_h2_preface_is_recognised_without_consuming_it() {
+        assert!(first_bytes(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await);
+        assert!(!first_bytes(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n").await);
+    }
 }

@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod body;
 pub mod classify;
+pub mod coalesce;
 pub mod consistent;
 pub mod gzip;
 pub mod health;
