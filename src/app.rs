@@ -181,8 +181,15 @@ fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr) -> Secur
     }
 }
 
+/// Every watch is a socket: start with the soft open-files limit at the hard one.
+fn raise_open_files() {
+    let (soft, hard) = crate::rlimit::raise_nofile();
+    tracing::info!(soft, hard, "open files limit");
+}
+
 /// `kube-watchcache serve`.
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
+    raise_open_files();
     let running = start(&args).await?;
     running.run_until_signal().await;
     Ok(())
@@ -190,6 +197,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// `kube-watchcache sim`.
 pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
+    raise_open_files();
     let opts = crate::sim::SimOptions {
         listen: args.listen,
         objects: args.objects,

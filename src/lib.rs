@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod params;
 pub mod reflector;
 pub mod resource;
+pub mod rlimit;
 pub mod selector;
 pub mod server;
 pub mod sim;

@@ -60,19 +60,13 @@ fn parse_limits(limits: &str) -> Option<(u64, u64)> {
 }
 
 /// Makes sure at least `needed` files can be open: raises the soft limit up to the hard one
-/// with util-linux `prlimit` when that is installed (no unsafe code here). Returns the soft
-/// limit in force afterwards.
+/// (`crate::rlimit`). Returns the soft limit in force afterwards.
 pub fn raise_fd_limit(needed: u64) -> Option<u64> {
     let (soft, hard) = fd_limits()?;
     if soft >= needed || hard <= soft {
         return Some(soft);
     }
-    let pid = std::process::id().to_string();
-    let _ = std::process::Command::new("prlimit")
-        .args(["--pid", &pid, &format!("--nofile={hard}:{hard}")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+    crate::rlimit::raise_nofile();
     fd_limits().map(|(s, _)| s)
 }
 
