@@ -321,21 +321,34 @@ async fn big_lists_stream_in_bounded_chunks_and_stay_valid_json() {
     assert_eq!(v["items"][299]["metadata"]["name"], "c299");
 }
 
-/// Fills `slow`'s queue (64) with events 11..=74; `fast` drains as it goes. Returns the next RV.
-async fn fill_queue(w: &mut Writer, fast: &mut Watch) -> u64 {
+/// A cache with two watchers from RV 10: `slow` (bookmarks as asked) never reads, so its queue
+/// (64) holds events 11..=74; `fast` took each as it came. `rv` is the next event's RV.
+struct SlowAndFast {
+    w: Writer,
+    r: Reader,
+    slow: Watch,
+    fast: Watch,
+    rv: u64,
+}
+
+async fn slow_and_fast(bookmarks: bool) -> SlowAndFast {
+    let (mut w, r) = setup();
+    let long = |bookmarks| WatchRequest {
+        deadline: Instant::now() + Duration::from_secs(300),
+        ..req(Filter::default(), WatchStart::After(Rv(10)), bookmarks)
+    };
+    let slow = r.watch(long(bookmarks)).unwrap();
+    let mut fast = r.watch(long(false)).unwrap();
     for rv in 11..75u64 {
-        w.apply(EventType::Modified, obj(w, "a", "x", rv, "a")).unwrap().finish().await;
+        w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap().finish().await;
         assert_eq!(parse_frame(&fast.next().await.unwrap()).2, rv.to_string());
     }
-    75
+    SlowAndFast { w, r, slow, fast, rv: 75 }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_watcher_that_drains_within_the_budget_keeps_its_stream() {
-    let (mut w, r) = setup();
-    let mut slow = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
-    let mut fast = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
-    let rv = fill_queue(&mut w, &mut fast).await;
+    let SlowAndFast { mut w, r, mut slow, mut fast, rv } = slow_and_fast(false).await;
     tokio::time::advance(Duration::from_secs(2)).await; // the budget refills to 100 ms
     let t0 = Instant::now();
     let d = w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap();
@@ -357,10 +370,7 @@ async fn a_watcher_that_drains_within_the_budget_keeps_its_stream() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_watcher_costs_at_most_the_budget_then_is_closed() {
-    let (mut w, r) = setup();
-    let mut slow = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
-    let mut fast = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
-    let rv = fill_queue(&mut w, &mut fast).await;
+    let SlowAndFast { mut w, r, mut slow, mut fast, rv } = slow_and_fast(false).await;
     tokio::time::advance(Duration::from_secs(2)).await;
     let t0 = Instant::now();
     w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap().finish().await;
@@ -386,14 +396,7 @@ async fn a_stalled_watcher_costs_at_most_the_budget_then_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_bookmark_never_overtakes_a_delivery_still_waiting() {
-    let (mut w, r) = setup();
-    let long = |bookmarks| WatchRequest {
-        deadline: Instant::now() + Duration::from_secs(300),
-        ..req(Filter::default(), WatchStart::After(Rv(10)), bookmarks)
-    };
-    let mut slow = r.watch(long(true)).unwrap();
-    let mut fast = r.watch(long(false)).unwrap();
-    let rv = fill_queue(&mut w, &mut fast).await;
+    let SlowAndFast { mut w, r, mut slow, fast: _fast, rv } = slow_and_fast(true).await;
     // Past the bookmark time: the slow watch emits a bookmark as soon as its queue is empty.
     tokio::time::advance(Duration::from_secs(61)).await;
     let d = w.apply(EventType::Modified, obj(&w, "a", "x", rv, "a")).unwrap();
