@@ -335,9 +335,9 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     env.proxy.shutdown().await;
 }
 
-/// HTTP/2 with prior knowledge (the preface is detected; such connections coalesce their
-/// streams' writes): many watches on one connection each get every event, in order, and a
-/// LIST on the same connection equals the HTTP/1.1 one.
+/// HTTP/2 with prior knowledge (the preface is detected; such connections defer their wake-ups
+/// behind the runnable tasks): many watches on one connection each get every event, in order,
+/// and a LIST on the same connection equals the HTTP/1.1 one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_watches_share_a_connection_and_each_get_every_event() {
     let env = start().await;

@@ -1,11 +1,14 @@
-//! Write coalescing for multiplexed connections: a connection task that is woken runs only
-//! after the tasks already runnable on its worker (a `yield_now` first), so when one event
-//! wakes the many HTTP/2 streams of a connection, they all queue their DATA frames before the
-//! connection writes, and one `writev` carries them instead of one per stream.
+//! Deferred wake-ups for multiplexed connections: a connection task that is woken runs only
+//! after the tasks already runnable on its worker (a `yield_now` first). When one event wakes
+//! the many HTTP/2 streams of a connection, they all queue their DATA frames before the
+//! connection task runs once for all of them, instead of once per stream.
 //!
 //! Without it, tokio runs a task woken by the running task next (the LIFO slot): each stream's
-//! send wakes the connection, which then writes that one frame. Used by `server::listener` for
-//! HTTP/2 connections only (HTTP/1 has one response per connection: nothing to coalesce).
+//! send woke its connection, which ran a full poll (stream store, flow control, flush) for that
+//! one frame. Measured with 10 000 watches on 100 connections: 12 % less CPU and p99 delivery
+//! lag 655 → 176 ms in a paired run (the number of `writev`s is the same: the h2 crate writes
+//! each DATA payload of 256 bytes or more with its own). Used by `server::listener` for HTTP/2
+//! connections only (HTTP/1 has one response per connection: nothing to share).
 
 use std::future::Future;
 use std::pin::Pin;

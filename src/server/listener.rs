@@ -110,7 +110,8 @@ pub async fn run(
     }
 }
 
-/// Runs one connection to its end; HTTP/2 ones coalesce their streams' writes (`coalesce`).
+/// Runs one connection to its end; HTTP/2 ones defer their wake-ups behind the runnable tasks
+/// (`coalesce`), so one connection poll serves all the streams that sent.
 async fn drive<F, E>(conn: F, h2: bool, peer: std::net::SocketAddr)
 where
     F: std::future::Future<Output = Result<(), E>>,
