@@ -202,6 +202,7 @@ pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
         listen: args.listen,
         objects: args.objects,
         churn_per_sec: args.churn,
+        lease_churn_per_sec: args.lease_churn,
         compaction_window: args.compaction_window,
         ..Default::default()
     };
@@ -220,6 +221,7 @@ pub async fn demo(args: DemoArgs) -> Result<(), String> {
         listen: args.sim_listen,
         objects: args.objects,
         churn_per_sec: args.churn,
+        lease_churn_per_sec: args.lease_churn,
         ..Default::default()
     };
     let sim =
@@ -255,7 +257,7 @@ pub async fn demo(args: DemoArgs) -> Result<(), String> {
     say(&format!(
         r#"
 kube-watchcache demo
-  simulated apiserver  http://{sim}   ({objects} objects, {churn} updates/s)
+  simulated apiserver  http://{sim}   ({objects} objects, {churn} updates/s, {leases} lease renewals/s)
   proxy                http://{p}    caching pods, configmaps, nodes, example.com/widgets
 
 Try (served from the cache):
@@ -272,6 +274,7 @@ Health and metrics:
 Stop with Ctrl-C."#,
         sim = sim.addr,
         churn = args.churn,
+        leases = args.lease_churn,
         kc = kubeconfig.display(),
     ));
     match args.duration {

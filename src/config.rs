@@ -125,13 +125,14 @@ pub struct ServeArgs {
     /// How long a NotOlderThan read waits for the cache before going upstream.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub freshness_wait: Duration,
-    /// Most Recent reads (resourceVersion unset): `cache` serves them from the cache after a
-    /// consistent-read probe upstream (falling back to the upstream when the cache cannot catch
-    /// up in --consistent-read-wait); `upstream` always forwards them.
+    /// Most Recent reads (resourceVersion unset): `cache` serves LISTs from the cache when a
+    /// probe upstream proves it fresh (else forwards them at once) and watches always from the
+    /// cache; `upstream` always forwards them.
     #[arg(long, default_value = "cache", value_parser = ["cache", "upstream"])]
     pub consistent_reads: String,
-    /// How long a consistent read waits for the cache to reach the upstream's RV.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// How long a Most Recent LIST may wait for the cache to reach the probed upstream RV
+    /// before it is forwarded (0: never wait).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub consistent_read_wait: Duration,
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -324,6 +325,10 @@ pub struct SimArgs {
     /// Random updates per second to the sample objects.
     #[arg(long, default_value_t = 0.0)]
     pub churn: f64,
+    /// Node-heartbeat Lease renewals per second (a resource the proxy does not cache that
+    /// moves the global revision, as in every live cluster); 0 turns them off.
+    #[arg(long, default_value_t = 20.0)]
+    pub lease_churn: f64,
     /// How many revisions the simulated etcd keeps before compacting.
     #[arg(long, default_value_t = 10_000)]
     pub compaction_window: usize,
@@ -344,6 +349,9 @@ pub struct DemoArgs {
     /// Random updates per second in the simulated apiserver.
     #[arg(long, default_value_t = 2.0)]
     pub churn: f64,
+    /// Lease renewals per second in the simulated apiserver (node heartbeats, not cached).
+    #[arg(long, default_value_t = 20.0)]
+    pub lease_churn: f64,
     /// Stop after this long instead of waiting for Ctrl-C (e.g. `30s`).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,

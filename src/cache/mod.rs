@@ -304,6 +304,11 @@ impl Reader {
         self.shared.progress.subscribe()
     }
 
+    /// Parses an upstream object of this resource (as the writer does).
+    pub fn parse(&self, bytes: Bytes) -> Result<Object, crate::resource::ParseError> {
+        Object::parse(&self.shared.kind, &self.shared.type_prefix, bytes)
+    }
+
     /// Number of objects currently cached.
     pub fn len(&self) -> usize {
         self.shared.state.lock().store.len()

@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::resource::{frame_event, EventType, Object, ResourceKind, Rv};
 
 /// Where a watch starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum WatchStart {
     /// Events with RV > N (legacy watch, or `sendInitialEvents=false`). Older than the history
     /// → one ERROR 410 event; newer than the cache → waits silently.
@@ -29,6 +29,12 @@ pub enum WatchStart {
     /// Synthetic ADDED for the current state, then (with bookmarks) the
     /// `k8s.io/initial-events-end` BOOKMARK, then live events (watch-list).
     InitialEvents,
+    /// A watch-list whose initial state the upstream listed at `rv` (the cache had not proven
+    /// that fresh yet): ADDED for `items` (already in key order), the end BOOKMARK at `rv`, then
+    /// live events after `rv`; events ≤ `rv` are skipped and no BOOKMARK goes out until the
+    /// cache passes `rv`. If the cache has reached `rv` by the time the watch registers, this
+    /// is `InitialEvents` from the cache's own (as fresh) state.
+    Listed { rv: Rv, items: Arc<Vec<Arc<Object>>> },
 }
 
 /// What a watch asks for.
@@ -97,7 +103,14 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             WatchStart::Now => {
                 last_rv = st.rv;
             }
-            WatchStart::InitialEvents => {
+            WatchStart::Listed { rv, items } if rv > st.rv => {
+                last_rv = rv;
+                initial = items.iter().filter(|o| filter.matches(o)).cloned().collect();
+                if req.bookmarks {
+                    end_bookmark = Some(rv);
+                }
+            }
+            WatchStart::InitialEvents | WatchStart::Listed { .. } => {
                 last_rv = st.rv;
                 initial = collect(&st.store, &filter, shared.kind.namespaced);
                 if req.bookmarks {

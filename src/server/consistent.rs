@@ -1,70 +1,164 @@
-//! Consistent reads from the cache (KEP-2340 for a proxy): a Most Recent LIST or watch may be
-//! served from the cache once the cache has caught up with what the upstream had when the
-//! request arrived.
+//! Most Recent reads (resourceVersion unset) from the cache, for a proxy whose upstream offers
+//! no way to ask "has my watch stream delivered everything up to revision R?".
 //!
-//! One upstream probe (`LIST ?limit=1`, a consistent read upstream) per resource is in flight
-//! at a time; its RV R is an upper bound of every write finished before it was sent. A request
-//! that arrived before a probe was sent may use that probe's R: once the cache RV ≥ R (waiting
-//! at most a short bound) the cache holds every such write, so read-your-writes holds. Used by
-//! `server::serve`; the only place in `server` that asks the upstream on its own behalf.
+//! The apiserver's own cache proves freshness by asking etcd for a progress notification on its
+//! watch. The proxy cannot: other resources (Leases, Events) move the revision many times a
+//! second, and the cached resource's stream reaches that revision only on its own next event or
+//! an upstream BOOKMARK (about once a minute). So the proxy proves what it can, and never waits
+//! blindly:
+//!
+//! - **Probe** (Most Recent LIST, and a watch without initial events): one coalesced upstream
+//!   `LIST ?limit=1` gives a revision R sent after the request arrived. A LIST is served from
+//!   the cache when the cache RV is already ≥ R (or reaches it within `--consistent-read-wait`,
+//!   0 by default); otherwise it is forwarded at once. After three probes in a row that could
+//!   not prove freshness, only one LIST in eight probes; the others are forwarded without one,
+//!   so a busy cluster pays for at most a few useless probes. A watch needs no proof: it
+//!   starts after R (events ≤ R skipped, bookmarks held until the cache passes R).
+//! - **Initial lists** (watch-list, `sendInitialEvents=true` with RV unset, what client-go ≥
+//!   1.34 informers send): one coalesced, paginated upstream consistent LIST of the watch's own
+//!   namespace and selectors gives the initial state at its RV L; the live stream is the
+//!   cache's, from L (`WatchStart::Listed`). If the cache has already reached L when the first
+//!   page lands, the rest is not fetched and the cache's own state is sent. The long-lived watch
+//!   never goes upstream.
+//!
+//! Reads are shared through [`Flights`]: a request only shares a read sent after it arrived.
+//! Used by `server::serve`; with `flights`, the only place in `server` that asks the upstream
+//! on its own behalf.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::resource::{ResourceKind, Rv};
-use crate::upstream::Upstream;
+use super::flights::Flights;
+use crate::cache::Reader;
+use crate::resource::{Object, Rv};
+use crate::upstream::{Selection, Upstream};
 
-/// One probe: when it was sent, and its result once known.
-struct Probe {
-    sent: Instant,
-    result: watch::Receiver<Option<Result<Rv, String>>>,
+/// Probes that could not prove freshness, in a row, before probing is thinned out.
+const MISSES_BEFORE_THINNING: u32 = 3;
+/// While thinned out, one Most Recent LIST in this many is probed.
+const THINNED_PROBE_EVERY: u32 = 8;
+/// Page size of initial lists (client-go's pager and the reflector use 500 too).
+const INITIAL_PAGE: u32 = 500;
+/// An upstream read that takes longer than this is given up (then: forward).
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The initial state of a watch-list, from one upstream consistent LIST.
+#[derive(Clone, Debug)]
+pub enum Initial {
+    /// The cache had reached the list's RV when its first page landed: its own state is fresh.
+    Cache,
+    /// The state at `rv` as the upstream listed it, in key order.
+    Listed { rv: Rv, items: Arc<Vec<Arc<Object>>> },
 }
 
-/// The coalescing prober of one resource.
+/// The consistent-read machinery of one resource.
 pub struct Prober {
     upstream: Upstream,
-    kind: ResourceKind,
-    last: Mutex<Option<Probe>>,
+    reader: Reader,
+    probes: Arc<Flights<(), Result<Rv, String>>>,
+    initial: Arc<Flights<Selection, Result<Initial, String>>>,
+    /// Probes in a row whose RV the cache had not reached.
+    misses: AtomicU32,
+    /// Most Recent LISTs seen while thinned out (every `THINNED_PROBE_EVERY`th probes).
+    thinned: AtomicU32,
 }
 
 impl Prober {
-    pub fn new(upstream: Upstream, kind: ResourceKind) -> Arc<Prober> {
-        Arc::new(Prober { upstream, kind, last: Mutex::new(None) })
+    pub fn new(upstream: Upstream, reader: Reader) -> Arc<Prober> {
+        Arc::new(Prober {
+            upstream,
+            reader,
+            probes: Arc::default(),
+            initial: Arc::default(),
+            misses: AtomicU32::new(0),
+            thinned: AtomicU32::new(0),
+        })
     }
 
-    /// A fresh upstream RV for a request that arrived at `arrived`: joins the newest probe if it
-    /// was sent at or after `arrived`, else sends a new one.
+    /// A revision the upstream issued after `arrived` (a coalesced `LIST ?limit=1`).
     pub async fn fresh_rv(&self, arrived: Instant) -> Result<Rv, String> {
-        let mut rx = {
-            let mut last = self.last.lock();
-            match &*last {
-                Some(p) if p.sent >= arrived => p.result.clone(),
-                _ => {
-                    let (tx, rx) = watch::channel(None);
-                    *last = Some(Probe { sent: Instant::now(), result: rx.clone() });
-                    let upstream = self.upstream.clone();
-                    let kind = self.kind.clone();
-                    tokio::spawn(async move {
-                        let r = upstream
-                            .list_page(&kind, 1, None, None)
-                            .await
-                            .map(|p| p.rv)
-                            .map_err(|e| e.to_string());
-                        let _ = tx.send(Some(r));
-                    });
-                    rx
+        let upstream = self.upstream.clone();
+        let kind = self.reader.kind().clone();
+        let fetch = move || {
+            let (upstream, kind) = (upstream.clone(), kind.clone());
+            async move {
+                match tokio::time::timeout(READ_TIMEOUT, upstream.list_page(&kind, 1, None, None)).await {
+                    Ok(r) => r.map(|p| p.rv).map_err(|e| e.to_string()),
+                    Err(_) => Err("probe timed out".to_owned()),
                 }
             }
         };
-        let res = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(Option::is_some)).await;
-        match res {
-            Ok(Ok(v)) => v.clone().unwrap_or_else(|| Err("probe vanished".into())),
-            Ok(Err(_)) => Err("probe task ended".into()),
-            Err(_) => Err("probe timed out".into()),
+        self.probes.join((), arrived, fetch).await.unwrap_or_else(|| Err("probe task ended".into()))
+    }
+
+    /// Whether this Most Recent LIST should be probed, or forwarded at once because recent
+    /// probes kept finding the cache behind (other resources moving the revision).
+    pub fn should_probe(&self) -> bool {
+        self.misses.load(Ordering::Relaxed) < MISSES_BEFORE_THINNING
+            || self.thinned.fetch_add(1, Ordering::Relaxed) % THINNED_PROBE_EVERY == 0
+    }
+
+    /// Records whether a probe proved the cache fresh.
+    pub fn record(&self, proven: bool) {
+        if proven {
+            self.misses.store(0, Ordering::Relaxed);
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
         }
     }
+
+    /// The initial state of a watch-list of `sel` that arrived at `arrived`.
+    pub async fn initial(&self, sel: Selection, arrived: Instant) -> Result<Initial, String> {
+        let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
+        let key = sel.clone();
+        let fetch = move || {
+            let (upstream, reader, sel) = (upstream.clone(), reader.clone(), sel.clone());
+            async move {
+                match tokio::time::timeout(READ_TIMEOUT, list_initial(&upstream, &reader, &sel)).await {
+                    Ok(r) => r,
+                    Err(_) => Err("initial list timed out".to_owned()),
+                }
+            }
+        };
+        self.initial.join(key, arrived, fetch).await.unwrap_or_else(|| Err("initial list task ended".into()))
+    }
+}
+
+/// Lists `sel` upstream page by page (RV unset: a consistent read), stopping after the first
+/// page when the cache has already reached that page's RV.
+async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> Result<Initial, String> {
+    let kind = reader.kind();
+    let mut token: Option<String> = None;
+    let mut rv = None;
+    let mut items = Vec::new();
+    loop {
+        let page = upstream
+            .list_selected(kind, sel, INITIAL_PAGE, token.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
+        let list_rv = *rv.get_or_insert(page.rv);
+        if token.is_none() {
+            let p = reader.progress();
+            if p.ready && p.rv >= list_rv {
+                return Ok(Initial::Cache);
+            }
+        }
+        for raw in page.items {
+            match reader.parse(raw) {
+                Ok(o) => items.push(Arc::new(o)),
+                Err(e) => {
+                    tracing::warn!(resource = %kind.group_resource(), error = %e, "skipping an upstream object that cannot be parsed")
+                }
+            }
+        }
+        match page.continue_token {
+            Some(t) if !t.is_empty() => token = Some(t),
+            _ => break,
+        }
+    }
+    items.sort_by(|a, b| a.header.key.cmp(&b.header.key));
+    Ok(Initial::Listed { rv: rv.unwrap_or_default(), items: Arc::new(items) })
 }

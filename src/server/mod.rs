@@ -15,6 +15,7 @@ pub mod body;
 pub mod classify;
 pub mod coalesce;
 pub mod consistent;
+pub mod flights;
 pub mod gzip;
 pub mod health;
 pub mod limits;
@@ -73,7 +74,7 @@ impl Server {
             .into_iter()
             .map(|r| {
                 let k = r.kind().clone();
-                let prober = consistent::Prober::new(upstream.clone(), k.clone());
+                let prober = consistent::Prober::new(upstream.clone(), r.clone());
                 ((k.group, k.version, k.resource), (r, prober))
             })
             .collect();

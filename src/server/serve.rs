@@ -12,10 +12,11 @@ use tokio::time::Instant;
 
 use super::body::{self, Body};
 use super::classify::{CacheRequest, ForwardReason, Plan};
-use super::consistent::Prober;
+use super::consistent::{Initial, Prober};
 use crate::cache::{Filter, Page, Reader, WatchRequest, WatchStart};
 use crate::error::Error;
-use crate::resource::{frame_event, EventType, Rv};
+use crate::resource::{frame_event, EventType};
+use crate::upstream::Selection;
 
 /// Tunables of cache serving.
 #[derive(Clone, Debug)]
@@ -27,7 +28,8 @@ pub struct ServeOptions {
     /// Serve Most Recent reads from the cache after a consistent-read probe
     /// (`--consistent-reads=cache`), or always forward them (`upstream`).
     pub consistent_reads: bool,
-    /// How long a consistent read waits for the cache to reach the probed RV before going upstream.
+    /// How long a Most Recent LIST waits for the cache to reach the probed RV before going
+    /// upstream (0: serve only what is already proven, forward the rest at once).
     pub consistent_wait: Duration,
 }
 
@@ -37,7 +39,7 @@ impl Default for ServeOptions {
             freshness_wait: Duration::from_secs(3),
             min_request_timeout: Duration::from_secs(1800),
             consistent_reads: true,
-            consistent_wait: Duration::from_secs(1),
+            consistent_wait: Duration::ZERO,
         }
     }
 }
@@ -69,21 +71,44 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
     }
 }
 
-/// A consistent read: the cache RV once it holds every write the upstream had finished when
-/// the request arrived, or `None` when that cannot be shown in time (then: forward).
-async fn consistent_rv(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -> Option<Rv> {
-    if !opts.consistent_reads {
-        return None;
+/// A Most Recent LIST's proof of freshness: the cache RV is at least a revision the upstream
+/// issued after the request arrived (waiting at most `--consistent-read-wait`, 0 by default).
+/// `false` means forward it now (see `server::consistent`).
+async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -> bool {
+    if !opts.consistent_reads || !src.prober.should_probe() {
+        return false;
     }
     let r = match src.prober.fresh_rv(arrived).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
-            return None;
+            return false;
         }
     };
-    src.reader.wait_for(r, opts.consistent_wait).await.ok()?;
-    Some(r)
+    let proven = if opts.consistent_wait.is_zero() {
+        let p = src.reader.progress();
+        p.ready && p.rv >= r
+    } else {
+        src.reader.wait_for(r, opts.consistent_wait).await.is_ok()
+    };
+    src.prober.record(proven);
+    proven
+}
+
+/// The upstream selection of a watch: its namespace and selectors, a name as `metadata.name`.
+fn selection(req: &CacheRequest) -> Selection {
+    let mut fields = req.opts.field_selector.clone();
+    if let Some(name) = &req.name {
+        if !fields.is_empty() {
+            fields.push(',');
+        }
+        fields.push_str(&format!("metadata.name={name}"));
+    }
+    Selection {
+        namespace: req.namespace.clone(),
+        label_selector: req.opts.label_selector.clone(),
+        field_selector: fields,
+    }
 }
 
 async fn serve_inner(
@@ -143,7 +168,7 @@ async fn serve_inner(
             list(reader, req, snap, page)
         }
         Plan::ListMostRecent { limit, start } => {
-            if consistent_rv(src, opts, arrived).await.is_none() {
+            if !proven_fresh(src, opts, arrived).await {
                 return Ok(Served::Forward(ForwardReason::MostRecent));
             }
             let snap = reader.snapshot();
@@ -155,13 +180,28 @@ async fn serve_inner(
             };
             list(reader, req, snap, page)
         }
-        Plan::WatchMostRecent { initial } => {
-            let Some(r) = consistent_rv(src, opts, arrived).await else {
-                return Ok(Served::Forward(ForwardReason::MostRecent));
-            };
-            let start = if *initial { WatchStart::InitialEvents } else { WatchStart::After(r) };
-            watch(reader, req, opts, start)
+        Plan::WatchMostRecent { .. } if !opts.consistent_reads => {
+            Ok(Served::Forward(ForwardReason::MostRecent))
         }
+        // Events after a revision issued after the request arrived; no proof needed: events up
+        // to it are skipped and bookmarks held until the cache passes it.
+        Plan::WatchMostRecent { initial: false } => match src.prober.fresh_rv(arrived).await {
+            Ok(r) => watch(reader, req, opts, WatchStart::After(r)),
+            Err(e) => {
+                tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
+                Ok(Served::Forward(ForwardReason::MostRecent))
+            }
+        },
+        // Watch-list: the initial state from one upstream consistent LIST (shared), the live
+        // stream from the cache.
+        Plan::WatchMostRecent { initial: true } => match src.prober.initial(selection(req), arrived).await {
+            Ok(Initial::Cache) => watch(reader, req, opts, WatchStart::InitialEvents),
+            Ok(Initial::Listed { rv, items }) => watch(reader, req, opts, WatchStart::Listed { rv, items }),
+            Err(e) => {
+                tracing::debug!(error = %e, "initial list failed; forwarding the watch");
+                Ok(Served::Forward(ForwardReason::MostRecent))
+            }
+        },
         Plan::WatchAfter { rv } => watch(reader, req, opts, WatchStart::After(*rv)),
         Plan::WatchNow => watch(reader, req, opts, WatchStart::Now),
         Plan::WatchList { min_rv } => {
@@ -203,9 +243,12 @@ fn watch(
     opts: &ServeOptions,
     start: WatchStart,
 ) -> Result<Served, Error> {
+    // `--min-request-timeout` × [1, 2) without `timeoutSeconds`, and at most that with it: the
+    // watch was authorized when it started, and its life is bounded (documented in the README).
+    let cap = opts.min_request_timeout.mul_f64(1.0 + fastrand::f64());
     let timeout = match req.opts.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s),
-        _ => opts.min_request_timeout.mul_f64(1.0 + fastrand::f64()),
+        Some(s) if s > 0 => Duration::from_secs(s).min(cap),
+        _ => cap,
     };
     let wr = WatchRequest {
         filter: filter(req, true),
@@ -273,7 +316,7 @@ mod tests {
 
     use super::*;
     use crate::cache::{self, CacheOptions};
-    use crate::resource::ResourceKind;
+    use crate::resource::{ResourceKind, Rv};
     use crate::server::classify::{classify, Route};
     use crate::upstream::{Upstream, UpstreamOptions};
 
@@ -290,7 +333,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let prober = Prober::new(upstream, reader.kind().clone());
+        let prober = Prober::new(upstream, reader.clone());
         let opts = ServeOptions { freshness_wait: Duration::from_millis(200), ..Default::default() };
         serve(&cr, Source { reader, prober: &prober }, &opts, Instant::now()).await
     }

@@ -25,6 +25,9 @@ pub struct Kinds {
 /// The widget CRD's group (a `CustomResourceDefinition` would be `widgets.example.com`).
 pub const WIDGET_GROUP: &str = "example.com";
 
+/// Gateway API's group: custom resources although the group ends in `.k8s.io`.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
 impl Kinds {
     pub fn builtin() -> Kinds {
         let r = |group, version, resource, kind, namespaced, builtin, singular, short_names, subresources| {
@@ -66,7 +69,10 @@ impl Kinds {
                     &["status"],
                 ),
                 r("batch", "v1", "jobs", "Job", true, true, "job", &[], &["status"]),
+                r("coordination.k8s.io", "v1", "leases", "Lease", true, true, "lease", &[], &[]),
                 r(WIDGET_GROUP, "v1", "widgets", "Widget", true, false, "widget", &[], &["status"]),
+                // A custom resource in a `*.k8s.io` group (Gateway API is a CRD).
+                r(GATEWAY_GROUP, "v1", "gateways", "Gateway", true, false, "gateway", &["gtw"], &["status"]),
             ],
         }
     }
@@ -125,6 +131,15 @@ mod tests {
         assert_eq!(k.kind(k.by_name("example.com/widgets").unwrap()).kind, "Widget");
         assert!(k.by_name("nosuch").is_none());
         assert_eq!(k.find("batch", "v1", "jobs"), k.by_name("batch/jobs"));
-        assert_eq!(k.groups(), vec![("apps", "v1"), ("batch", "v1"), ("example.com", "v1")]);
+        assert_eq!(
+            k.groups(),
+            vec![
+                ("apps", "v1"),
+                ("batch", "v1"),
+                ("coordination.k8s.io", "v1"),
+                ("example.com", "v1"),
+                (GATEWAY_GROUP, "v1")
+            ]
+        );
     }
 }

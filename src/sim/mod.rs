@@ -64,6 +64,9 @@ pub struct SimOptions {
     pub objects: usize,
     /// Seeded updates per second (0 = none).
     pub churn_per_sec: f64,
+    /// Node-heartbeat Lease renewals per second in `kube-node-lease` (0 = none): a resource
+    /// the proxy does not cache moving the global revision, as in every live cluster.
+    pub lease_churn_per_sec: f64,
     /// How many revisions the log keeps (older ones are compacted).
     pub compaction_window: usize,
     /// Periodic watch bookmark interval (60 s like the apiserver).
@@ -76,6 +79,7 @@ impl Default for SimOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             objects: 0,
             churn_per_sec: 0.0,
+            lease_churn_per_sec: 0.0,
             compaction_window: 10_000,
             bookmark_interval: Duration::from_secs(60),
         }
@@ -115,6 +119,7 @@ pub struct SimHandle {
     stop: tokio::sync::watch::Sender<bool>,
     server: Option<tokio::task::JoinHandle<()>>,
     churn: Option<tokio::task::JoinHandle<()>>,
+    leases: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Sim {
@@ -141,9 +146,11 @@ impl Sim {
         seed::objects(&sim, opts.objects);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(http::serve(listener, sim.clone(), stop_rx.clone()));
-        let churn = (opts.churn_per_sec > 0.0).then(|| tokio::spawn(seed::churn(sim.clone(), stop_rx)));
+        let churn =
+            (opts.churn_per_sec > 0.0).then(|| tokio::spawn(seed::churn(sim.clone(), stop_rx.clone())));
+        let leases = (opts.lease_churn_per_sec > 0.0).then(|| tokio::spawn(seed::lease_churn(sim.clone())));
         tracing::info!(%addr, objects = opts.objects, "simulated apiserver listening");
-        Ok(SimHandle { addr, sim, stop, server: Some(server), churn })
+        Ok(SimHandle { addr, sim, stop, server: Some(server), churn, leases })
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -223,8 +230,8 @@ impl SimHandle {
     /// Stops accepting, closes every connection and waits for the listener task.
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
-        if let Some(c) = self.churn.take() {
-            c.abort();
+        for t in [self.churn.take(), self.leases.take()].into_iter().flatten() {
+            t.abort();
         }
         if let Some(s) = self.server.take() {
             let _ = s.await;
@@ -235,7 +242,7 @@ impl SimHandle {
 impl Drop for SimHandle {
     fn drop(&mut self) {
         self.stop.send_replace(true);
-        for t in [self.server.take(), self.churn.take()].into_iter().flatten() {
+        for t in [self.server.take(), self.churn.take(), self.leases.take()].into_iter().flatten() {
             t.abort();
         }
     }

@@ -1,7 +1,8 @@
 //! Sample objects and churn: the namespaces every cluster has, then `objects` configmaps and
 //! pods (~2 KiB each, labelled `app=…`, pods on `node-i` with a `status.phase`) spread over
-//! namespaces `ns-0..`, nodes `node-0..`; and a background task that updates random seeded
-//! objects at `churn_per_sec`. Called by `Sim::new` / `Sim::start`.
+//! namespaces `ns-0..`, nodes `node-0..`; a background task that updates random seeded
+//! objects at `churn_per_sec`; and one that renews node heartbeat Leases at
+//! `lease_churn_per_sec`. Called by `Sim::new` / `Sim::start`.
 
 use std::time::Duration;
 
@@ -124,4 +125,53 @@ pub async fn churn(sim: Sim, _stop: tokio::sync::watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// Node heartbeat Leases renewed by the lease churn (one per simulated kubelet).
+const HEARTBEAT_LEASES: usize = 50;
+
+/// Renews Leases `node-i` in `kube-node-lease` round robin at `lease_churn_per_sec`, as
+/// kubelets do (every 10 s each in a real cluster): writes to a resource nobody caches that move
+/// the global revision. Runs until the task is aborted.
+pub async fn lease_churn(sim: Sim) {
+    let rate = sim.opts().lease_churn_per_sec;
+    let lease_res = res(&sim, "coordination.k8s.io/leases");
+    let ns = "kube-node-lease";
+    let count = HEARTBEAT_LEASES.min(rate.ceil().max(1.0) as usize);
+    for i in 0..count {
+        let lease = json!({
+            "metadata": {"name": format!("node-{i}")},
+            "spec": {"holderIdentity": format!("node-{i}"), "leaseDurationSeconds": 40, "renewTime": micro_time()},
+        });
+        if let Err(e) = write::create(&sim, lease_res, ns, lease) {
+            tracing::debug!(error = ?e, "lease create failed");
+        }
+    }
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let mut tick = tokio::time::interval(period.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut i = 0usize;
+    loop {
+        tick.tick().await;
+        i = (i + 1) % count;
+        let name = format!("node-{i}");
+        let Some(o) = sim.store().get(lease_res, &ObjectKey::new(ns, &name)) else { continue };
+        let mut v = write::to_value(&o);
+        if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("renewTime".into(), json!(micro_time()));
+        }
+        if let Err(e) = write::update(&sim, lease_res, ns, &name, v, false) {
+            tracing::debug!(error = ?e, "lease renewal failed");
+        }
+    }
+}
+
+/// Now as a `metav1.MicroTime` (`2026-11-23T10:31:28.123456Z`), as Lease renewals carry it.
+fn micro_time() -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_micros())
+        .unwrap_or(0);
+    let secs = super::encode::now_rfc3339();
+    format!("{}.{micros:06}Z", secs.trim_end_matches('Z'))
 }

@@ -64,10 +64,25 @@ pub(crate) fn split_wanted(wanted: &str) -> Result<(&str, &str), UpstreamError> 
     Ok((group, resource))
 }
 
-/// Built-in kinds are encoded typed by the apiserver; custom resources must have a dot in their
-/// group, so a dotless group (or `*.k8s.io`) is built in.
+/// Custom resources must have a dot in their group, so a dotless group is built in. A dotted
+/// group may be either (`networking.k8s.io` is built in, `gateway.networking.k8s.io` a CRD):
+/// [`Upstream::discover`] asks the upstream's own list encoding ([`list_is_typed`]).
 pub(crate) fn is_builtin(group: &str) -> bool {
-    group.is_empty() || !group.contains('.') || group.ends_with(".k8s.io")
+    !group.contains('.')
+}
+
+/// Whether a LIST body is in the typed encoding of built-in (and aggregated) APIs, which starts
+/// with `"kind"`, rather than the unstructured encoding of custom resources, whose keys are
+/// sorted (`"apiVersion"` first). `None` when the body is neither.
+pub(crate) fn list_is_typed(body: &[u8]) -> Option<bool> {
+    let rest = std::str::from_utf8(body).ok()?.trim_start().strip_prefix('{')?.trim_start();
+    if rest.starts_with("\"kind\"") {
+        Some(true)
+    } else if rest.starts_with("\"apiVersion\"") {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// The versions to look in for `group`: the preferred one first, then the others as listed.
@@ -144,6 +159,9 @@ impl Upstream {
                     break;
                 }
             }
+            if let Some(kind) = found.as_mut().filter(|_| !is_builtin(group)) {
+                kind.builtin = self.typed_encoding(kind).await?;
+            }
             out.push(found.ok_or_else(|| {
                 UpstreamError::Discovery(format!(
                     "resource \"{w}\" not found on the upstream (looked in {})",
@@ -156,6 +174,18 @@ impl Upstream {
             })?);
         }
         Ok(out)
+    }
+
+    /// Whether the upstream encodes `kind` typed (built in) or unstructured (a custom resource),
+    /// from the shape of a one-item LIST.
+    async fn typed_encoding(&self, kind: &ResourceKind) -> Result<bool, UpstreamError> {
+        let body = self.get_json(&format!("{}?limit=1", kind.collection_path(None))).await?;
+        list_is_typed(&body).ok_or_else(|| {
+            UpstreamError::Decode(format!(
+                "the list of {} is neither a typed nor an unstructured list",
+                kind.group_resource()
+            ))
+        })
     }
 
     async fn get_doc<T: for<'de> Deserialize<'de>>(&self, path: &str) -> Result<T, UpstreamError> {
@@ -180,12 +210,26 @@ mod tests {
     }
 
     #[test]
-    fn builtin_groups() {
-        for g in ["", "apps", "batch", "networking.k8s.io", "rbac.authorization.k8s.io"] {
+    fn dotless_groups_are_built_in_dotted_ones_are_asked() {
+        for g in ["", "apps", "batch"] {
             assert!(is_builtin(g), "{g}");
         }
-        for g in ["example.com", "cert-manager.io", "capture.example.com"] {
+        // Dotted groups are decided by the upstream's list encoding, not their name.
+        for g in ["networking.k8s.io", "gateway.networking.k8s.io", "example.com"] {
             assert!(!is_builtin(g), "{g}");
+        }
+    }
+
+    #[test]
+    fn list_encoding_tells_built_in_from_custom() {
+        // Typed (recorded from a real apiserver: networking.k8s.io ingresses).
+        let typed = br#"{"kind":"IngressList","apiVersion":"networking.k8s.io/v1","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        assert_eq!(list_is_typed(typed), Some(true));
+        // Unstructured (a CRD's list: keys sorted).
+        let custom = br#" {"apiVersion":"gateway.networking.k8s.io/v1","items":[],"kind":"GatewayList","metadata":{"continue":"","resourceVersion":"5"}}"#;
+        assert_eq!(list_is_typed(custom), Some(false));
+        for bad in [&b""[..], b"[]", b"{}", br#"{"items":[]}"#, b"\xff"] {
+            assert_eq!(list_is_typed(bad), None);
         }
     }
 

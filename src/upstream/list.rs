@@ -1,6 +1,8 @@
 //! One LIST page from the upstream, with the items kept as the exact bytes received.
 //!
-//! Called by `reflector` (initial list and relists, page by page). The body is buffered once;
+//! Called by `reflector` (initial list and relists, page by page) and by
+//! `server::consistent` (the initial state of a watch-list that the cache cannot yet prove
+//! fresh, with the watch's own namespace and selectors). The body is buffered once;
 //! each item is a zero-copy slice of it (`Bytes::slice_ref` of a borrowed `RawValue`), so the
 //! cache stores the upstream's own encoding without a decode/encode round trip.
 
@@ -76,7 +78,45 @@ pub(crate) fn list_query(limit: u32, continue_token: Option<&str>, rv: Option<Rv
     q.finish()
 }
 
+/// What a LIST selects: a namespace (of a namespaced resource) and raw selectors.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Selection {
+    pub namespace: Option<String>,
+    pub label_selector: String,
+    pub field_selector: String,
+}
+
+/// `?limit=<limit>[&continue=<c>][&labelSelector=…][&fieldSelector=…]`: a consistent
+/// (resourceVersion unset) page of a selection.
+pub(crate) fn selected_query(limit: u32, continue_token: Option<&str>, sel: &Selection) -> String {
+    let mut q = form_urlencoded::Serializer::new(list_query(limit, continue_token, None));
+    if !sel.label_selector.is_empty() {
+        q.append_pair("labelSelector", &sel.label_selector);
+    }
+    if !sel.field_selector.is_empty() {
+        q.append_pair("fieldSelector", &sel.field_selector);
+    }
+    q.finish()
+}
+
 impl Upstream {
+    /// One consistent LIST page of a selection with the proxy's own credentials.
+    pub async fn list_selected(
+        &self,
+        kind: &ResourceKind,
+        sel: &Selection,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<ListPage, UpstreamError> {
+        let path = format!(
+            "{}?{}",
+            kind.collection_path(sel.namespace.as_deref()),
+            selected_query(limit, continue_token, sel)
+        );
+        let body = self.inner.request_bytes(Method::GET, &path, None).await?;
+        ListPage::parse(&body)
+    }
+
     /// One LIST page with the proxy's own credentials:
     /// `GET <collection>?limit=<limit>[&continue=<c>][&resourceVersion=<rv>]`.
     pub async fn list_page(
@@ -162,5 +202,15 @@ mod tests {
             list_query(2, Some("eyJ2Ijoi+/="), Some(Rv(198))),
             "limit=2&continue=eyJ2Ijoi%2B%2F%3D&resourceVersion=198"
         );
+        let sel = Selection {
+            namespace: Some("ns".into()),
+            label_selector: "app in (a,b)".into(),
+            field_selector: "metadata.name=x".into(),
+        };
+        assert_eq!(
+            selected_query(500, Some("tok"), &sel),
+            "limit=500&continue=tok&labelSelector=app+in+%28a%2Cb%29&fieldSelector=metadata.name%3Dx"
+        );
+        assert_eq!(selected_query(500, None, &Selection::default()), "limit=500");
     }
 }

@@ -331,6 +331,10 @@ fn discovery_route(s: &Seen) -> (StatusCode, String) {
         "/apis/authorization.k8s.io/v1" => AUTHZ_V1,
         "/apis/capture.example.com/v1" => CAPTURE_V1,
         "/apis/capture.example.com/v1beta1" => CAPTURE_V1BETA1,
+        // A dotted group: built in or not is read from the upstream's list encoding.
+        "/apis/capture.example.com/v1beta1/widgets?limit=1" => {
+            r#"{"apiVersion":"capture.example.com/v1beta1","items":[],"kind":"WidgetList","metadata":{"continue":"","resourceVersion":"9"}}"#
+        }
         _ => return (StatusCode::NOT_FOUND, "404 page not found\n".into()),
     };
     (StatusCode::OK, doc.into())
@@ -363,9 +367,10 @@ async fn discovery_finds_kinds_scopes_and_builtin() {
             "/apis",
             "/apis/apps/v1",
             "/apis/capture.example.com/v1",
-            "/apis/capture.example.com/v1beta1"
+            "/apis/capture.example.com/v1beta1",
+            "/apis/capture.example.com/v1beta1/widgets?limit=1"
         ],
-        "each document fetched once"
+        "each document fetched once, one list to tell a dotted group's encoding"
     );
     for s in &seen {
         assert_eq!(s.headers["accept"], "application/json");
