@@ -253,8 +253,12 @@ impl Local {
     /// sync.
     pub async fn start(plan: &Plan) -> Result<Local, String> {
         let events = (plan.sizes.events_per_sec * plan.duration.as_secs_f64() * 4.0) as usize;
-        let opts =
-            SimOptions { compaction_window: plan.sizes.objects + events + 10_000, ..SimOptions::default() };
+        let leases = (plan.sizes.lease_churn_per_sec * plan.duration.as_secs_f64() * 4.0) as usize;
+        let opts = SimOptions {
+            compaction_window: plan.sizes.objects + events + leases + 10_000,
+            lease_churn_per_sec: plan.sizes.lease_churn_per_sec,
+            ..SimOptions::default()
+        };
         let sim = Sim::start(opts).await.map_err(|e| format!("sim: {e}"))?;
         Backend::Sim(sim.sim.clone()).seed(plan).await?;
         let proxy = app::start(&serve_args(sim.addr, events)).await?;

@@ -82,6 +82,10 @@ pub struct BenchArgs {
     /// Pod updates per second made by the writer upstream.
     #[arg(long)]
     pub events_per_sec: Option<f64>,
+    /// Lease renewals per second in the in-process simulated apiserver (default 20; 0 = a quiet
+    /// cluster).
+    #[arg(long)]
+    pub lease_churn: Option<f64>,
     /// Pods created before the run (in 10 namespaces `bench-0..9`).
     #[arg(long)]
     pub objects: Option<usize>,
@@ -118,6 +122,7 @@ impl BenchArgs {
             lists_per_sec: None,
             gets_per_sec: None,
             events_per_sec: None,
+            lease_churn: None,
             objects: None,
             object_size: None,
             http2: false,
@@ -141,6 +146,7 @@ impl BenchArgs {
         s.lists_per_sec = self.lists_per_sec.unwrap_or(s.lists_per_sec);
         s.gets_per_sec = self.gets_per_sec.unwrap_or(s.gets_per_sec);
         s.events_per_sec = self.events_per_sec.unwrap_or(s.events_per_sec);
+        s.lease_churn_per_sec = self.lease_churn.unwrap_or(s.lease_churn_per_sec);
         s.objects = self.objects.unwrap_or(s.objects);
         s.object_size = self.object_size.unwrap_or(s.object_size);
         Plan::new(self.scenario, s, self.duration, self.http2)

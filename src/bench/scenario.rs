@@ -41,6 +41,7 @@ impl Scenario {
                 lists_per_sec: 4.0,
                 gets_per_sec: 50.0,
                 events_per_sec: 5.0,
+                lease_churn_per_sec: LEASE_CHURN,
             },
             Scenario::WatchFanout => Sizes {
                 objects: 1_000,
@@ -50,6 +51,7 @@ impl Scenario {
                 lists_per_sec: 0.0,
                 gets_per_sec: 0.0,
                 events_per_sec: 5.0,
+                lease_churn_per_sec: LEASE_CHURN,
             },
             Scenario::Kubelet => Sizes {
                 objects: 10_000,
@@ -59,6 +61,7 @@ impl Scenario {
                 lists_per_sec: 0.0,
                 gets_per_sec: 20.0,
                 events_per_sec: 50.0,
+                lease_churn_per_sec: LEASE_CHURN,
             },
             Scenario::Mixed => Sizes {
                 objects: 5_000,
@@ -68,6 +71,7 @@ impl Scenario {
                 lists_per_sec: 1.0,
                 gets_per_sec: 50.0,
                 events_per_sec: 20.0,
+                lease_churn_per_sec: LEASE_CHURN,
             },
         }
     }
@@ -84,7 +88,13 @@ pub struct Sizes {
     pub lists_per_sec: f64,
     pub gets_per_sec: f64,
     pub events_per_sec: f64,
+    /// Lease renewals per second in the in-process sim (node heartbeats: a resource the proxy
+    /// does not cache moving the revision, as in any live cluster).
+    pub lease_churn_per_sec: f64,
 }
+
+/// Default Lease renewals per second: ~200 nodes renewing every 10 s.
+pub const LEASE_CHURN: f64 = 20.0;
 
 /// Everything a phase needs to know, after defaults and overrides.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -98,7 +98,7 @@ impl Prober {
     /// probes kept finding the cache behind (other resources moving the revision).
     pub fn should_probe(&self) -> bool {
         self.misses.load(Ordering::Relaxed) < MISSES_BEFORE_THINNING
-            || self.thinned.fetch_add(1, Ordering::Relaxed) % THINNED_PROBE_EVERY == 0
+            || self.thinned.fetch_add(1, Ordering::Relaxed).is_multiple_of(THINNED_PROBE_EVERY)
     }
 
     /// Records whether a probe proved the cache fresh.
