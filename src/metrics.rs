@@ -1,7 +1,7 @@
 //! Prometheus metrics: one registry, created by `app`, updated by `server` and the
 //! reflectors, rendered at `/metrics`. Label values come from `as_str()` of outcome enums.
 
-use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use crate::cache::Reader;
 
@@ -18,6 +18,9 @@ pub struct Metrics {
     terminated: IntGaugeVec,
     offered: IntGaugeVec,
     ready: IntGaugeVec,
+    staleness: GaugeVec,
+    reflector_errors: IntCounterVec,
+    unparseable: IntCounterVec,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -93,8 +96,40 @@ impl Metrics {
                 "1 when the resource's cache is synced.",
                 &["resource"],
             ),
+            staleness: {
+                let g = GaugeVec::new(
+                    Opts::new(
+                        "watchcache_cache_staleness_seconds",
+                        "Seconds since the cache last had proof that it was current (an event, a bookmark, a list, an upstream watch that started).",
+                    ),
+                    &["resource"],
+                )
+                .unwrap_or_else(|e| panic!("metric staleness: {e}"));
+                r.register(Box::new(g.clone())).unwrap_or_else(|e| panic!("metric staleness: {e}"));
+                g
+            },
+            reflector_errors: counter(
+                &r,
+                "watchcache_reflector_errors_total",
+                "Failures of a resource's upstream list/watch loop, by reason (list_/watch_ + unreachable, http_<code>, decode; error_event_<code>; expired = 410, relisted).",
+                &["resource", "reason"],
+            ),
+            unparseable: counter(
+                &r,
+                "watchcache_unparseable_objects_total",
+                "Upstream objects (list items, watch events) that could not be parsed and were skipped.",
+                &["resource"],
+            ),
             registry: r,
         }
+    }
+
+    pub fn reflector_error(&self, resource: &str, reason: &str) {
+        self.reflector_errors.with_label_values(&[resource, reason]).inc();
+    }
+
+    pub fn unparseable(&self, resource: &str) {
+        self.unparseable.with_label_values(&[resource]).inc();
     }
 
     pub fn request(&self, verb: &str, code: u16) {
@@ -125,6 +160,9 @@ impl Metrics {
             self.terminated.with_label_values(&[&gr]).set(w.terminated as i64);
             self.offered.with_label_values(&[&gr]).set(w.offered as i64);
             self.ready.with_label_values(&[&gr]).set(i64::from(p.ready));
+            if let Some(s) = r.staleness() {
+                self.staleness.with_label_values(&[&gr]).set(s.as_secs_f64());
+            }
         }
     }
 

@@ -52,8 +52,48 @@ enum WatchEnd {
     Closed,
     /// The upstream no longer has our RV (410): relist.
     Gone,
-    /// Transport or decode failure: back off, then re-watch.
-    Failed(String),
+    /// A failure (metric reason, message): back off, then re-watch.
+    Failed(String, String),
+}
+
+/// Failures of one reflector: counted by reason in `watchcache_reflector_errors_total`, and
+/// logged at warn at most once per [`WARN_EVERY`] (with how many were not logged since).
+struct Failures {
+    resource: String,
+    last_warn: Option<tokio::time::Instant>,
+    unlogged: u64,
+}
+
+/// The least time between two warnings of one reflector.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+impl Failures {
+    fn new(resource: &str) -> Self {
+        Failures { resource: resource.to_owned(), last_warn: None, unlogged: 0 }
+    }
+
+    fn record(&mut self, metrics: &Metrics, reason: &str, rv: Rv, what: &str, error: &str) {
+        metrics.reflector_error(&self.resource, reason);
+        let now = tokio::time::Instant::now();
+        if self.last_warn.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
+            self.unlogged += 1;
+            tracing::debug!(resource = %self.resource, rv = %rv, reason, error, "{what}");
+            return;
+        }
+        tracing::warn!(resource = %self.resource, rv = %rv, reason, error, similar_since_last = self.unlogged, "{what}");
+        self.last_warn = Some(now);
+        self.unlogged = 0;
+    }
+}
+
+/// The metric reason of an upstream failure: `unreachable`, `http_<code>` or `decode`.
+fn reason(e: &UpstreamError) -> String {
+    match e {
+        UpstreamError::Transport(_) => "unreachable".into(),
+        UpstreamError::Status { code, .. } => format!("http_{code}"),
+        UpstreamError::Decode(_) => "decode".into(),
+        UpstreamError::Discovery(_) => "discovery".into(),
+    }
 }
 
 /// Exponential backoff with full jitter.
@@ -87,37 +127,53 @@ pub async fn run(
 ) {
     let resource = writer.kind().group_resource();
     let mut backoff = Backoff::new(&opts);
+    let mut failures = Failures::new(&resource);
     let mut state = State::Empty;
     loop {
         if *stop.borrow() {
             break;
         }
+        let mut ctx = Ctx { upstream: &upstream, opts: &opts, metrics: &metrics, resource: &resource };
         state = tokio::select! {
-            s = step(&upstream, &mut writer, &opts, &metrics, &resource, &mut backoff, state) => s,
+            s = step(&mut ctx, &mut writer, &mut backoff, &mut failures, state) => s,
             _ = crate::server::listener::until_true(&mut stop) => break,
         };
     }
     writer.close_watchers();
 }
 
+/// What every step reads.
+struct Ctx<'a> {
+    upstream: &'a Upstream,
+    opts: &'a ReflectorOptions,
+    metrics: &'a Metrics,
+    resource: &'a str,
+}
+
 async fn step(
-    upstream: &Upstream,
+    ctx: &mut Ctx<'_>,
     writer: &mut Writer,
-    opts: &ReflectorOptions,
-    metrics: &Metrics,
-    resource: &str,
     backoff: &mut Backoff,
+    failures: &mut Failures,
     state: State,
 ) -> State {
+    let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
     match state {
-        State::Empty => match list_all(upstream, writer, opts).await {
+        State::Empty => match list_all(upstream, writer, opts, metrics).await {
             Ok(rv) => {
                 metrics.relist(resource);
                 backoff.reset();
                 State::Synced { rv }
             }
             Err(e) => {
-                tracing::warn!(resource, error = %e, "upstream list failed; retrying");
+                let r = format!("list_{}", reason(&e));
+                failures.record(
+                    metrics,
+                    &r,
+                    writer.progress_rv(),
+                    "upstream list failed; retrying",
+                    &e.to_string(),
+                );
                 // Before the first sync there is nothing to serve; after it, keep serving the
                 // last known state (Any reads stay available while the upstream is away).
                 if writer.progress_rv() == Rv(0) {
@@ -135,11 +191,12 @@ async fn step(
                     State::Synced { rv }
                 }
                 WatchEnd::Gone => {
+                    metrics.reflector_error(resource, "expired");
                     tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
                     State::Empty
                 }
-                WatchEnd::Failed(e) => {
-                    tracing::warn!(resource, rv = %rv, error = %e, "upstream watch failed; re-watching");
+                WatchEnd::Failed(r, e) => {
+                    failures.record(metrics, &r, rv, "upstream watch failed; re-watching", &e);
                     backoff.wait().await;
                     State::Synced { rv }
                 }
@@ -153,6 +210,7 @@ async fn list_all(
     upstream: &Upstream,
     writer: &mut Writer,
     opts: &ReflectorOptions,
+    metrics: &Metrics,
 ) -> Result<Rv, UpstreamError> {
     let mut items = Vec::new();
     let mut token: Option<String> = None;
@@ -164,7 +222,9 @@ async fn list_all(
             match writer.parse(raw) {
                 Ok(o) => items.push(o),
                 Err(e) => {
-                    tracing::warn!(resource = %writer.kind().group_resource(), error = %e, "skipping an object that cannot be parsed")
+                    let resource = writer.kind().group_resource();
+                    metrics.unparseable(&resource);
+                    tracing::warn!(resource, error = %e, "skipping an object that cannot be parsed")
                 }
             }
         }
@@ -211,13 +271,15 @@ async fn watch_once(
     let mut stream = match upstream.watch(writer.kind(), rv, opts.watch_timeout_secs).await {
         Ok(s) => s,
         Err(e) if e.is_gone() => return (WatchEnd::Gone, rv),
-        Err(e) => return (WatchEnd::Failed(e.to_string()), rv),
+        Err(e) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
     };
+    // The upstream accepted a watch from our RV: proof that the cache is current.
+    writer.proven();
     loop {
         let ev: RawEvent = match stream.next().await {
             Ok(Some(ev)) => ev,
             Ok(None) => return (WatchEnd::Closed, rv),
-            Err(e) => return (WatchEnd::Failed(e.to_string()), rv),
+            Err(e) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
         };
         match ev.kind {
             EventType::Added | EventType::Modified | EventType::Deleted => match writer.parse(ev.object) {
@@ -232,7 +294,12 @@ async fn watch_once(
                         Err(e) => tracing::debug!(resource, error = %e, "ignoring upstream event"),
                     }
                 }
-                Err(e) => return (WatchEnd::Failed(format!("unparseable event object: {e}")), rv),
+                // Skipped like an unparseable list item (re-watching would get it again,
+                // forever); counted, and the next event or bookmark moves the RV on.
+                Err(e) => {
+                    metrics.unparseable(resource);
+                    tracing::warn!(resource, error = %e, "skipping an event whose object cannot be parsed");
+                }
             },
             EventType::Bookmark => {
                 if let Ok(b) = serde_json::from_slice::<BookmarkObject>(&ev.object) {
@@ -253,7 +320,8 @@ async fn watch_once(
                 if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
                     return (WatchEnd::Gone, rv);
                 }
-                return (WatchEnd::Failed(format!("ERROR event {}: {}", st.code, st.message)), rv);
+                let reason = format!("error_event_{}", st.code);
+                return (WatchEnd::Failed(reason, format!("ERROR event {}: {}", st.code, st.message)), rv);
             }
         }
     }

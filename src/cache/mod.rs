@@ -91,6 +91,10 @@ struct Shared {
     /// newest RV a watcher's BOOKMARK may carry. Behind the cache RV only while a
     /// `Dispatch` waits for slow watchers.
     dispatched: AtomicU64,
+    /// When the cache last had proof that it was current (an event, a bookmark, a list, an
+    /// upstream watch that started), in milliseconds after `born`.
+    proven_ms: AtomicU64,
+    born: Instant,
 }
 
 /// Creates the cache of one resource.
@@ -109,6 +113,8 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         opts,
         progress: tx,
         dispatched: AtomicU64::new(0),
+        proven_ms: AtomicU64::new(0),
+        born: Instant::now(),
     });
     (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }
@@ -170,6 +176,7 @@ impl Writer {
         let rv = st.rv;
         self.publish(rv, true, None);
         drop(st);
+        self.proven();
         tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
     }
 
@@ -197,11 +204,13 @@ impl Writer {
         st.watchers.dispatch(&Dispatched { event, lazy: LazyFrames::default() }, Some(&mut blocked));
         self.publish(rv, true, None);
         drop(st);
+        self.proven();
         Ok(Dispatch::new(self, rv, blocked))
     }
 
     /// An upstream BOOKMARK: everything up to `rv` has been applied.
     pub fn bookmark(&mut self, rv: Rv) {
+        self.proven();
         let mut st = self.shared.state.lock();
         if rv > st.rv {
             st.rv = rv;
@@ -209,6 +218,13 @@ impl Writer {
             self.shared.dispatched.store(rv.0, Ordering::Release);
             self.publish(rv, true, None);
         }
+    }
+
+    /// Records proof that the cache is current now: the upstream accepted a watch from its RV
+    /// (events, bookmarks and lists record it themselves).
+    pub fn proven(&self) {
+        let ms = Instant::now().duration_since(self.shared.born).as_millis() as u64;
+        self.shared.proven_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
     /// Marks the cache as not usable (upstream lost, relisting): reads answer 429 or are
@@ -332,6 +348,15 @@ impl Reader {
     pub fn window(&self) -> (Rv, Rv) {
         let st = self.shared.state.lock();
         (st.history.floor(), st.rv)
+    }
+
+    /// Time since the cache last had proof that it was current (`None` before its first sync).
+    pub fn staleness(&self) -> Option<Duration> {
+        if !self.progress().ready && self.progress().rv == Rv(0) {
+            return None;
+        }
+        let proven = self.shared.born + Duration::from_millis(self.shared.proven_ms.load(Ordering::Relaxed));
+        Some(Instant::now().saturating_duration_since(proven))
     }
 
     /// Waits until the cache RV is at least `rv` (and the cache is ready), at most `timeout`.

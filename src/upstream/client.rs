@@ -173,7 +173,10 @@ where
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
         .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-        .http2_keep_alive_while_idle(true);
+        .http2_keep_alive_while_idle(true)
+        // Large forwarded LISTs over an h2 (TLS) upstream: a BDP-sized window instead of the
+        // 64 KiB default, which stalls a multi-megabyte body on window updates.
+        .http2_adaptive_window(true);
     Ok(b.build(conn))
 }
 

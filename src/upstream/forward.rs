@@ -157,7 +157,7 @@ impl Upstream {
 fn passthrough(resp: Response<Incoming>) -> Response<BoxBody> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    Response::from_parts(parts, body.map_err(Into::into).boxed_unsync())
+    Response::from_parts(parts, super::rechunk::pumped(body).boxed_unsync())
 }
 
 /// Copies bytes both ways between the caller's and the upstream's upgraded connections until

@@ -19,6 +19,7 @@
 //! | `list.rs` | [`Upstream::list_page`] and zero-copy [`ListPage`] parsing |
 //! | `watch.rs` | [`Upstream::watch`] and the [`WatchStream`] line splitter |
 //! | `forward.rs` | [`Upstream::forward`]: pass-through without the proxy's credentials, upgrades |
+//! | `rechunk.rs` | joins a forwarded body's ready small chunks into fewer, larger writes |
 //!
 //! Three clients, one reason each: the *own* client carries the proxy's identity (bearer token,
 //! client certificate) and is only used for the proxy's own requests; the *forward* client
@@ -32,6 +33,7 @@ mod config;
 mod discovery;
 mod forward;
 mod list;
+mod rechunk;
 mod tls;
 mod watch;
 

@@ -1,0 +1,277 @@
+//! Re-chunking of forwarded bodies: consecutive DATA frames that are already available are
+//! joined (up to [`TARGET`] bytes) before they go on, so an upstream that streams a LIST as
+//! hundreds of small chunks (one per item) costs the caller's connection a few large writes
+//! instead of one write per chunk. Bytes and their order are unchanged; data is never held back
+//! waiting for the upstream (only what is ready now is joined). Trailers pass through.
+//!
+//! Used by `upstream::forward` for every forwarded response.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+
+/// Joined frames grow up to about this many bytes.
+pub const TARGET: usize = 64 * 1024;
+
+/// Frames a pump may read ahead of the caller's connection.
+const PUMP_FRAMES: usize = 64;
+
+/// The boxed error of pumped bodies.
+pub type PumpError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A forwarded body read ahead by a task of its own (at most [`PUMP_FRAMES`] frames), then
+/// re-chunked. hyper's client hands a body over one chunk at a time and decodes the next only
+/// when the previous one was taken, so without the pump no two chunks are ever ready together.
+/// The pump ends when the body ends or the caller goes away.
+pub fn pumped<B>(mut body: B) -> Rechunk<impl Body<Data = Bytes, Error = PumpError> + Unpin>
+where
+    B: Body + Unpin + Send + 'static,
+    B::Data: Buf + Send,
+    B::Error: Into<PumpError> + Send,
+{
+    use http_body_util::BodyExt;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, PumpError>>(PUMP_FRAMES);
+    tokio::spawn(async move {
+        while let Some(f) = body.frame().await {
+            let f = f.map_err(Into::into).map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())));
+            let end = f.is_err();
+            if tx.send(f).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    let frames = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    Rechunk::new(http_body_util::StreamBody::new(frames))
+}
+
+/// A body whose ready DATA frames are joined.
+pub struct Rechunk<B: Body> {
+    inner: B,
+    /// Data read and not yet passed on: one frame as it came, or several joined.
+    single: Option<Bytes>,
+    joined: BytesMut,
+    /// A frame read past the pending data (trailers, or data that would overflow `TARGET`).
+    held: Option<Frame<Bytes>>,
+    /// An error read after pending data: returned after it, so a truncated body still ends in
+    /// an error, never cleanly.
+    failed: Option<B::Error>,
+    done: bool,
+}
+
+impl<B: Body> Rechunk<B> {
+    pub fn new(inner: B) -> Self {
+        Rechunk { inner, single: None, joined: BytesMut::new(), held: None, failed: None, done: false }
+    }
+
+    fn pending_len(&self) -> usize {
+        self.single.as_ref().map_or(0, Bytes::len) + self.joined.len()
+    }
+
+    fn push(&mut self, d: Bytes) {
+        if self.pending_len() == 0 {
+            self.single = Some(d);
+            return;
+        }
+        if let Some(first) = self.single.take() {
+            self.joined.reserve(TARGET);
+            self.joined.extend_from_slice(&first);
+        }
+        self.joined.extend_from_slice(&d);
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        match self.single.take() {
+            Some(d) => Some(d),
+            None if !self.joined.is_empty() => Some(self.joined.split().freeze()),
+            None => None,
+        }
+    }
+}
+
+// Nothing is pinned structurally: `inner` is `Unpin`, the rest is plain data.
+impl<B: Body + Unpin> Unpin for Rechunk<B> {}
+
+impl<B> Body for Rechunk<B>
+where
+    B: Body + Unpin,
+    B::Data: Buf,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(f) = this.held.take() {
+                if this.pending_len() > 0 {
+                    this.held = Some(f);
+                    break;
+                }
+                match f.into_data() {
+                    Ok(d) => this.push(d),
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                }
+                continue;
+            }
+            if let Some(e) = this.failed.take() {
+                if this.pending_len() > 0 {
+                    this.failed = Some(e);
+                    break;
+                }
+                return Poll::Ready(Some(Err(e)));
+            }
+            if this.done {
+                break;
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                    Ok(mut d) => {
+                        let d = d.copy_to_bytes(d.remaining());
+                        if d.is_empty() {
+                            continue;
+                        }
+                        if this.pending_len() > 0 && this.pending_len() + d.len() > TARGET {
+                            this.held = Some(Frame::data(d));
+                            break;
+                        }
+                        this.push(d);
+                        if this.pending_len() >= TARGET {
+                            break;
+                        }
+                    }
+                    Err(other) => {
+                        // Not data: trailers (the only other kind of frame).
+                        if let Ok(t) = other.into_trailers() {
+                            this.held = Some(Frame::trailers(t));
+                        }
+                    }
+                },
+                Poll::Ready(Some(Err(e))) => {
+                    this.done = true;
+                    this.failed = Some(e);
+                }
+                Poll::Ready(None) => this.done = true,
+                Poll::Pending => {
+                    if this.pending_len() == 0 {
+                        return Poll::Pending;
+                    }
+                    break;
+                }
+            }
+        }
+        match this.take() {
+            Some(d) => Poll::Ready(Some(Ok(Frame::data(d)))),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.held.is_none() && self.failed.is_none() && self.pending_len() == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.held.is_some() || self.pending_len() > 0 {
+            return SizeHint::default();
+        }
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use futures_util::stream;
+    use http_body_util::{BodyExt, StreamBody};
+
+    use super::*;
+
+    type Frames = Vec<Result<Frame<Bytes>, Infallible>>;
+    type Framed = StreamBody<stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, Infallible>>>>;
+
+    fn body(frames: Frames) -> Rechunk<Framed> {
+        Rechunk::new(StreamBody::new(stream::iter(frames)))
+    }
+
+    async fn frames_of<B: Body<Data = Bytes> + Unpin>(mut b: B) -> Vec<Frame<Bytes>>
+    where
+        B::Error: std::fmt::Debug,
+    {
+        let mut out = Vec::new();
+        while let Some(f) = b.frame().await {
+            out.push(f.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn ready_small_frames_are_joined_in_order_up_to_the_target() {
+        let items: Frames = (0..1000).map(|i| Ok(Frame::data(Bytes::from(format!("{i:0100}"))))).collect();
+        let expected: Vec<u8> = (0..1000).flat_map(|i| format!("{i:0100}").into_bytes()).collect();
+        let frames = frames_of(body(items)).await;
+        assert!(frames.len() <= 3, "{} frames for 100 KB of ready data", frames.len());
+        assert!(frames.iter().all(|f| f.data_ref().unwrap().len() <= TARGET));
+        let got: Vec<u8> = frames.into_iter().flat_map(|f| f.into_data().unwrap().to_vec()).collect();
+        assert_eq!(got, expected);
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_passes_alone_and_trailers_come_last() {
+        let big = Bytes::from(vec![b'x'; TARGET + 10]);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        let frames = frames_of(body(vec![
+            Ok(Frame::data(Bytes::from_static(b"a"))),
+            Ok(Frame::data(big.clone())),
+            Ok(Frame::data(Bytes::from_static(b"b"))),
+            Ok(Frame::trailers(trailers.clone())),
+        ]))
+        .await;
+        assert_eq!(frames.len(), 4);
+        assert_eq!(frames[0].data_ref().unwrap(), &Bytes::from_static(b"a"));
+        assert_eq!(frames[1].data_ref().unwrap(), &big);
+        assert_eq!(frames[2].data_ref().unwrap(), &Bytes::from_static(b"b"));
+        assert_eq!(frames[3].trailers_ref().unwrap(), &trailers);
+    }
+
+    #[tokio::test]
+    async fn an_error_after_joined_data_still_ends_the_body_in_error() {
+        let frames: Vec<Result<Frame<Bytes>, &'static str>> = vec![
+            Ok(Frame::data(Bytes::from_static(b"a"))),
+            Ok(Frame::data(Bytes::from_static(b"b"))),
+            Err("upstream reset"),
+        ];
+        let mut b = Rechunk::new(StreamBody::new(stream::iter(frames)));
+        assert_eq!(b.frame().await.unwrap().unwrap().into_data().unwrap(), Bytes::from_static(b"ab"));
+        assert_eq!(b.frame().await.unwrap().unwrap_err(), "upstream reset");
+        assert!(b.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn what_is_ready_goes_at_once_without_waiting_for_more() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(8);
+        let mut b = Rechunk::new(StreamBody::new(tokio_stream_from(rx)));
+        tx.send(Ok(Frame::data(Bytes::from_static(b"one")))).await.unwrap();
+        tx.send(Ok(Frame::data(Bytes::from_static(b"two")))).await.unwrap();
+        let f = b.frame().await.unwrap().unwrap();
+        assert_eq!(f.into_data().unwrap(), Bytes::from_static(b"onetwo"));
+        // Nothing ready: the body waits (does not end, does not spin).
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(20), b.frame()).await;
+        assert!(pending.is_err(), "nothing was ready");
+        tx.send(Ok(Frame::data(Bytes::from_static(b"three")))).await.unwrap();
+        drop(tx);
+        assert_eq!(b.frame().await.unwrap().unwrap().into_data().unwrap(), Bytes::from_static(b"three"));
+        assert!(b.frame().await.is_none());
+    }
+
+    fn tokio_stream_from<T: Send + 'static>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> + Unpin {
+        Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+    }
+}
