@@ -409,3 +409,33 @@ fn long_running_comes_from_the_request_info() {
     assert!(!long(Method::POST, "/api/v1/namespaces/a/pods/p/exec", "command=ls"));
     assert!(!long(Method::GET, "/version", "watch=1"));
 }
+
+#[test]
+fn request_info_never_panics_on_odd_paths() {
+    for path in [
+        "",
+        "/",
+        "//",
+        "/api",
+        "/api/v1",
+        "/api/v1/watch",
+        "/apis/g/v1/proxy",
+        "/api/v1/namespaces",
+        "//api//v1//",
+        "/api/v1/%zz/%ff",
+        "/apis/g",
+        "/apis/g/v1",
+        "/api/v1/watch/namespaces",
+        "/api/v1/namespaces//pods",
+        "/api/v1/proxy/namespaces/ns/pods/p/a/b/c",
+    ] {
+        for method in [Method::GET, Method::DELETE, Method::OPTIONS] {
+            for query in [None, Some("watch"), Some("fieldSelector=metadata.name%3D%5C"), Some("%zz=%ff")] {
+                let info = request_info(&method, path, query);
+                let _ = is_long_running(&info, query);
+            }
+        }
+    }
+    let info = request_info(&Method::GET, "/api/v1/watch", None);
+    assert_eq!((info.verb.as_str(), info.resource.as_str()), ("get", ""), "no resource after the verb");
+}
