@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::upstream::UpstreamOptions;
@@ -42,9 +43,10 @@ pub enum Command {
 /// Where the upstream apiserver is and how to authenticate to it.
 #[derive(Debug, Args, Clone)]
 pub struct UpstreamArgs {
-    /// Path to a kubeconfig file. Default: $KUBECONFIG, then ~/.kube/config, then the in-cluster
-    /// service account.
-    #[arg(long, env = "KUBECONFIG")]
+    /// Path to a kubeconfig file. Default: $KUBECONFIG (a list of files separated by `:`, merged
+    /// like kubectl: the first file to set a value wins), then ~/.kube/config, then the
+    /// in-cluster service account.
+    #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context to use (default: the current context).
     #[arg(long)]
@@ -65,7 +67,8 @@ pub struct UpstreamArgs {
     #[arg(long)]
     pub certificate_authority: Option<PathBuf>,
     /// Do not verify the upstream's serving certificate. Insecure; for tests only.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = parse_bool_flag)]
     pub insecure_skip_tls_verify: bool,
 }
 
@@ -139,6 +142,56 @@ pub struct ServeArgs {
     pub shutdown_grace_period: Duration,
     #[command(flatten)]
     pub security: SecurityArgs,
+    /// Which of the flags the config file may also set were given explicitly (filled from the
+    /// parser's value sources by [`Cli::try_parse_args`]): those win over the file.
+    #[arg(skip)]
+    pub explicit: ExplicitFlags,
+}
+
+/// Flags given on the command line or through their environment variable, as opposed to
+/// their defaults.
+#[derive(Clone, Debug, Default)]
+pub struct ExplicitFlags {
+    pub history_window: bool,
+    pub history_max_events: bool,
+}
+
+impl Cli {
+    /// Parses `argv` (program name first) and records which flags were given explicitly.
+    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Cli::command().try_get_matches_from(argv)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        if let (Command::Serve(args), Some(m)) = (&mut cli.command, matches.subcommand_matches("serve")) {
+            args.explicit = ExplicitFlags {
+                history_window: explicit(m, "history_window"),
+                history_max_events: explicit(m, "history_max_events"),
+            };
+        }
+        Ok(cli)
+    }
+
+    /// The process's command line; a usage error prints clap's message and exits 2.
+    pub fn parse_args() -> Cli {
+        Cli::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+}
+
+fn explicit(m: &ArgMatches, id: &str) -> bool {
+    matches!(m.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable))
+}
+
+/// Boolean flag values as Go's `strconv.ParseBool` (kube-apiserver's flags): `1 t T TRUE true
+/// True` and `0 f F FALSE false False`.
+pub fn parse_bool_flag(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean {s:?}: use true or false")),
+    }
 }
 
 /// Authentication, authorization, TLS reload and limits of `serve`.
@@ -155,8 +208,9 @@ pub struct SecurityArgs {
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
     /// Requests without credentials act as `system:anonymous` (group
-    /// `system:unauthenticated`) instead of getting 401.
-    #[arg(long, default_value_t = false)]
+    /// `system:unauthenticated`) instead of getting 401. `--anonymous-auth=false` is accepted.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true", value_parser = parse_bool_flag)]
     pub anonymous_auth: bool,
     /// How long a successful TokenReview is cached.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
@@ -248,7 +302,7 @@ impl ServeArgs {
             listen.as_str(),
             "--auth=none",
         ];
-        match Cli::try_parse_from(argv).map(|c| c.command) {
+        match Cli::try_parse_args(argv).map(|c| c.command) {
             Ok(Command::Serve(args)) => *args,
             other => unreachable!("the local flag set always parses: {other:?}"),
         }
@@ -265,11 +319,15 @@ impl ServeArgs {
                 self.resources = file.resources.unwrap_or_default();
             }
             if let Some(w) = file.history_window {
-                self.history_window =
-                    parse_duration(&w).map_err(|e| format!("--config historyWindow: {e}"))?;
+                let w = parse_duration(&w).map_err(|e| format!("--config historyWindow: {e}"))?;
+                if !self.explicit.history_window {
+                    self.history_window = w;
+                }
             }
             if let Some(n) = file.history_max_events {
-                self.history_max_events = n;
+                if !self.explicit.history_max_events {
+                    self.history_max_events = n;
+                }
             }
         }
         self.resources =
@@ -360,34 +418,86 @@ pub struct DemoArgs {
     pub bench: Duration,
 }
 
-/// Parses Go-style durations: `75s`, `2m`, `1h30m`, `500ms`, or plain seconds.
+/// The longest duration Go's `time.ParseDuration` accepts (`math.MaxInt64` nanoseconds).
+const MAX_DURATION_NANOS: u128 = i64::MAX as u128;
+
+/// Parses durations like Go's `time.ParseDuration` (what kube-apiserver's flags use): a sequence
+/// of decimal numbers, each with an optional fraction and a unit (`ns`, `us`, `µs`, `μs`, `ms`,
+/// `s`, `m`, `h`), e.g. `75s`, `1h30m`, `1.5s`, `500ms`; `0` alone; and, beyond Go, a plain
+/// integer as seconds (`42`). Negative durations and anything above Go's limit
+/// (2562047h47m16.854775807s) are errors; nothing panics.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    if let Ok(n) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(n));
+    let invalid = |why: &str| format!("invalid duration {s:?}: {why}");
+    if s.is_empty() {
+        return Err("invalid duration \"\": empty".into());
     }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse::<u64>().map(Duration::from_secs).map_err(|_| invalid("too large"));
+    }
+    let rest = match s.as_bytes()[0] {
+        b'-' if s != "-0" => return Err(invalid("negative durations are not allowed")),
+        b'-' | b'+' => &s[1..],
+        _ => s,
+    };
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
     if rest.is_empty() {
-        return Err("empty duration".into());
+        return Err(invalid("no number"));
     }
+    let mut total: u128 = 0;
+    let mut rest = rest;
     while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (num, tail) = rest.split_at(num_end);
-        let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-        let unit_end = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_end);
-        let secs = match unit {
-            "ms" => n / 1000.0,
-            "s" => n,
-            "m" => n * 60.0,
-            "h" => n * 3600.0,
-            _ => return Err(format!("invalid duration {s:?}: unknown unit {unit:?}")),
+        let int_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let (int, tail) = rest.split_at(int_end);
+        let (frac, tail) = match tail.strip_prefix('.') {
+            Some(t) => {
+                let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+                t.split_at(end)
+            }
+            None => ("", tail),
         };
-        total += Duration::from_secs_f64(secs);
+        if int.is_empty() && frac.is_empty() {
+            return Err(invalid("expected a number"));
+        }
+        let unit_end = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let per_unit: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3600 * 1_000_000_000,
+            "" => return Err(invalid("missing unit (ns, us, ms, s, m, h)")),
+            other => return Err(invalid(&format!("unknown unit {other:?} (ns, us, ms, s, m, h)"))),
+        };
+        let too_large = || invalid("too large (at most 2562047h47m16.854775807s)");
+        // Integer part: digits accumulate in u128 and stop at the first one past the limit.
+        let mut whole: u128 = 0;
+        for d in int.bytes() {
+            whole = whole * 10 + u128::from(d - b'0');
+            if whole > MAX_DURATION_NANOS {
+                return Err(too_large());
+            }
+        }
+        let mut nanos =
+            whole.checked_mul(per_unit).filter(|n| *n <= MAX_DURATION_NANOS).ok_or_else(too_large)?;
+        // Fraction: only the digits that can matter at nanosecond precision (Go truncates too).
+        let mut scale = per_unit;
+        for d in frac.bytes() {
+            if scale < 10 {
+                break;
+            }
+            scale /= 10;
+            nanos += u128::from(d - b'0') * scale;
+        }
+        total = total.checked_add(nanos).filter(|n| *n <= MAX_DURATION_NANOS).ok_or_else(too_large)?;
         rest = tail;
     }
-    Ok(total)
+    // total ≤ i64::MAX, so it fits a u64 of nanoseconds.
+    Ok(Duration::from_nanos(total as u64))
 }
 
 #[cfg(test)]
@@ -404,10 +514,48 @@ mod tests {
         assert!(parse_duration("").is_err());
     }
 
+    #[test]
+    fn durations_follow_go_and_never_panic() {
+        let ok = |s: &str, d: Duration| assert_eq!(parse_duration(s), Ok(d), "{s}");
+        ok("1.5s", Duration::from_millis(1500));
+        ok(".5m", Duration::from_secs(30));
+        ok("1.s", Duration::from_secs(1));
+        ok("2h45m30.5s", Duration::from_millis((2 * 3600 + 45 * 60 + 30) * 1000 + 500));
+        ok("300ns", Duration::from_nanos(300));
+        ok("10us", Duration::from_micros(10));
+        ok("10\u{b5}s", Duration::from_micros(10));
+        ok("10\u{3bc}s", Duration::from_micros(10));
+        ok("0", Duration::ZERO);
+        ok("+5s", Duration::from_secs(5));
+        ok("0.000000001s", Duration::from_nanos(1));
+        ok("1.0000000019s", Duration::from_nanos(1_000_000_001));
+        ok("2562047h47m16.854775807s", Duration::from_nanos(i64::MAX as u64));
+        for bad in [
+            "100000000000000000000s",
+            "2562047h47m16.854775808s",
+            "2562048h",
+            "9223372036854775807h",
+            "99999999999999999999999999999999999999999",
+            "1e9s",
+            "1.5",
+            "-1s",
+            "s",
+            ".s",
+            "1..5s",
+            "1d",
+            "+",
+            "1h 30m",
+        ] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("invalid duration") && !e.contains('\n'), "{bad}: {e}");
+        }
+        assert!(parse_duration("100000000000000000000s").unwrap_err().contains("too large"));
+    }
+
     fn serve(args: &[&str]) -> Result<ServeArgs, String> {
         let mut v = vec!["kube-watchcache", "serve"];
         v.extend_from_slice(args);
-        let cli = Cli::try_parse_from(v).map_err(|e| e.to_string())?;
+        let cli = Cli::try_parse_args(v).map_err(|e| e.to_string())?;
         match cli.command {
             Command::Serve(s) => s.validate(),
             _ => unreachable!(),
@@ -465,5 +613,57 @@ mod tests {
         assert_eq!(ok.history_window, Duration::from_secs(120));
         std::fs::write(&f, "resourcez: [pods]\n").unwrap();
         assert!(serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).is_err());
+    }
+
+    #[test]
+    fn flags_win_over_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("kwc-cfg-win-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.yaml");
+        std::fs::write(&f, "resources: [pods]\nhistoryWindow: 2m\nhistoryMaxEvents: 7\n").unwrap();
+        let cfg = f.to_str().unwrap();
+        let base = ["--insecure-listen", "127.0.0.1:1", "--config", cfg];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            serve(&v).unwrap()
+        };
+        let ok = with(&["--history-window", "10s", "--history-max-events", "500", "--resources", "nodes"]);
+        assert_eq!(ok.history_window, Duration::from_secs(10), "the flag wins");
+        assert_eq!(ok.history_max_events, 500, "the flag wins");
+        assert_eq!(ok.resources, vec!["nodes"]);
+        // Even a flag equal to the default wins.
+        let ok = with(&["--history-window=75s", "--history-max-events=102400"]);
+        assert_eq!((ok.history_window, ok.history_max_events), (Duration::from_secs(75), 102_400));
+        // Without flags the file fills them in.
+        let ok = with(&[]);
+        assert_eq!((ok.history_window, ok.history_max_events), (Duration::from_secs(120), 7));
+        assert_eq!(ok.resources, vec!["pods"]);
+        // A bad duration in the file is an error even when the flag wins.
+        std::fs::write(&f, "historyWindow: 100000000000000000000s\n").unwrap();
+        let e =
+            serve(&["--insecure-listen", "127.0.0.1:1", "--config", cfg, "--resources", "pods"]).unwrap_err();
+        assert!(e.contains("historyWindow") && e.contains("too large"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn boolean_flags_take_an_optional_value() {
+        let base = ["--resources", "pods", "--insecure-listen", "127.0.0.1:1"];
+        let with = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            serve(&v)
+        };
+        assert!(!with(&[]).unwrap().security.anonymous_auth);
+        assert!(with(&["--anonymous-auth"]).unwrap().security.anonymous_auth);
+        assert!(with(&["--anonymous-auth=true"]).unwrap().security.anonymous_auth);
+        assert!(!with(&["--anonymous-auth=false"]).unwrap().security.anonymous_auth);
+        assert!(!with(&["--anonymous-auth=0"]).unwrap().security.anonymous_auth);
+        assert!(with(&["--anonymous-auth=maybe"]).is_err());
+        // `--flag false` is not `--flag=false` (as with Go's pflag): the stray word is an error.
+        assert!(with(&["--anonymous-auth", "false"]).is_err());
+        assert!(with(&["--insecure-skip-tls-verify"]).unwrap().upstream.insecure_skip_tls_verify);
+        assert!(!with(&["--insecure-skip-tls-verify=false"]).unwrap().upstream.insecure_skip_tls_verify);
     }
 }

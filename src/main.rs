@@ -1,12 +1,11 @@
 //! The `kube-watchcache` binary: parses the command line, sets up logging and runs a
 //! subcommand (`serve`, `sim`, `demo`, `bench`). A configuration error prints one line and exits 2.
 
-use clap::Parser;
 use kube_watchcache::app;
 use kube_watchcache::config::{Cli, Command};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

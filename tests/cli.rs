@@ -74,3 +74,61 @@ fn help_lists_the_subcommands() {
         assert!(text.contains(sub), "{text}");
     }
 }
+
+#[test]
+fn out_of_range_and_malformed_durations_exit_2_without_a_panic() {
+    for value in ["100000000000000000000s", "2562048h", "1.5", "-1s", "1d"] {
+        for flag in ["--history-window", "--request-timeout", "--min-request-timeout"] {
+            let arg = format!("{flag}={value}");
+            let (code, err) = run(&[
+                "serve",
+                "--resources",
+                "pods",
+                "--insecure-listen",
+                "127.0.0.1:0",
+                "--auth=none",
+                "--upstream",
+                "http://127.0.0.1:9",
+                &arg,
+            ]);
+            assert_eq!(code, 2, "{flag} {value}: {err}");
+            assert!(err.contains("invalid duration"), "{flag} {value}: {err}");
+            assert!(!err.contains("panicked"), "{flag} {value}: {err}");
+        }
+    }
+}
+
+/// `KUBECONFIG=a:b` is a list of files merged like kubectl's (the first to set a value wins),
+/// not one path: the context comes from the first file, the cluster and user from the second.
+#[test]
+fn kubeconfig_variable_lists_files_that_are_merged() {
+    let dir = std::env::temp_dir().join(format!("kwc-cli-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = dir.join("a.yaml");
+    let b = dir.join("b.yaml");
+    std::fs::write(
+        &a,
+        "apiVersion: v1\nkind: Config\ncurrent-context: ctx\ncontexts:\n- name: ctx\n  context: {cluster: c1, user: u1}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &b,
+        "apiVersion: v1\nkind: Config\ncurrent-context: other\nclusters:\n- name: c1\n  cluster: {server: 'http://127.0.0.1:9'}\nusers:\n- name: u1\n  user: {token: secret-token}\n",
+    )
+    .unwrap();
+    let list = std::env::join_paths([&a, &b]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kube-watchcache"))
+        .args(["serve", "--resources", "pods", "--insecure-listen", "127.0.0.1:0", "--auth=none"])
+        .env("KUBECONFIG", &list)
+        .env("HOME", &dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The merged config is usable: the proxy gets as far as discovery against the (closed)
+    // upstream of the second file, with the first file's context.
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("discovery"), "{err}");
+    assert!(err.contains("kubeconfig") && err.contains("context ctx"), "{err}");
+    assert!(!err.contains("secret-token"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

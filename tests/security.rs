@@ -44,6 +44,12 @@ fn script() -> AuthScript {
         .rule(Rule::user("admin", &["impersonate"], "", &["users"]))
         .rule(Rule::paths("metrics-reader", &["get"], &["/metrics"]))
         .rule(Rule::group("devs", &["list", "watch"], "", &["configmaps"]))
+        .token("ns-token", ScriptUser::new("ns-reader", &[]))
+        // A Role in ns-a: get on namespaces (the apiserver asks with namespace ns-a, name ns-a).
+        .rule(
+            Rule::user("ns-reader", &["get", "list", "watch"], "", &["namespaces", "configmaps"])
+                .in_namespace("ns-a"),
+        )
 }
 
 struct Env {
@@ -75,8 +81,12 @@ fn secure(mut args: ServeArgs, edit: impl FnOnce(&mut SecurityArgs)) -> ServeArg
 }
 
 async fn start_with(edit: impl FnOnce(&mut SecurityArgs)) -> Env {
+    start_caching(&["configmaps"], edit).await
+}
+
+async fn start_caching(resources: &[&str], edit: impl FnOnce(&mut SecurityArgs)) -> Env {
     let sim = start_sim().await;
-    let args = secure(serve_args(sim.addr, &["configmaps"]), edit);
+    let args = secure(serve_args(sim.addr, resources), edit);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     Env { sim, proxy, client: common::client() }
@@ -146,6 +156,52 @@ async fn namespaced_user_lists_only_inside_its_namespace() {
     assert_eq!(r.names(), ["cm1"]);
     let r = env.get_as(Some("dev-token"), "/api/v1/namespaces/ns-b/configmaps?resourceVersion=0", &[]).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+/// The attributes are the apiserver's RequestInfo: `GET /api/v1/namespaces/X` is about
+/// namespace X and name X, so a Role in X that allows `get namespaces` allows it, from the cache
+/// as from the apiserver; the denial names the namespace like the apiserver's.
+#[tokio::test]
+async fn a_namespace_is_authorized_inside_itself() {
+    let env = start_caching(&["configmaps", "namespaces"], |_| {}).await;
+    let r = env.get_as(Some("ns-token"), "/api/v1/namespaces/ns-a?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", message(&r));
+    assert_eq!(r.json()["metadata"]["name"], "ns-a");
+    let r = env.get_as(Some("ns-token"), "/api/v1/namespaces/ns-b?resourceVersion=0", &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.json(),
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"namespaces \"ns-b\" is forbidden: User \"ns-reader\" cannot get resource \"namespaces\" in API group \"\" in the namespace \"ns-b\"",
+               "reason":"Forbidden","details":{"name":"ns-b","kind":"namespaces"},"code":403})
+    );
+    // Listing namespaces is cluster-scoped, even with a name selector.
+    let r = env
+        .get_as(
+            Some("ns-token"),
+            "/api/v1/namespaces?resourceVersion=0&fieldSelector=metadata.name%3Dns-a",
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        r#"namespaces "ns-a" is forbidden: User "ns-reader" cannot list resource "namespaces" in API group "" at the cluster scope"#
+    );
+    // A watch through the legacy prefix gets no name from its field selector (the prefix sets
+    // the verb first), so a name-restricted rule does not cover it.
+    let r = env
+        .get_as(
+            Some("ns-token"),
+            "/api/v1/watch/namespaces/ns-b/configmaps?fieldSelector=metadata.name%3Dcm1&timeoutSeconds=1",
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        message(&r),
+        r#"configmaps is forbidden: User "ns-reader" cannot watch resource "configmaps" in API group "" in the namespace "ns-b""#
+    );
 }
 
 #[tokio::test]
@@ -279,6 +335,101 @@ async fn forwarded_token_requests_carry_the_callers_token_only() {
             && !r.headers.contains_key("impersonate-user")
     });
     assert_eq!(seen, 1);
+}
+
+/// A proxy whose own identity is a token file, with `--auth` as `edit` sets it.
+async fn start_with_own_token(dir: &Path, edit: impl FnOnce(&mut SecurityArgs)) -> Env {
+    std::fs::create_dir_all(dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "proxy-token\n").unwrap();
+    let sim = start_sim().await;
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    args.upstream.token_file = Some(token);
+    edit(&mut args.security);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    Env { sim, proxy, client: common::client() }
+}
+
+/// `--auth=none` is a trusted sidecar: like `kubectl proxy`, what it forwards goes with the
+/// proxy's own credentials (discovery, writes), never with a caller's token or impersonation.
+#[tokio::test]
+async fn a_sidecar_forwards_with_the_proxys_own_credentials() {
+    let dir = temp_dir("sidecar");
+    let env = start_with_own_token(&dir, |s| s.auth = "none".into()).await;
+    let with_proxy_token = |method: &'static str, path: &'static str| {
+        env.sim.sim.request_count(move |r| {
+            r.method == method
+                && r.path == path
+                && r.headers.get("authorization").is_some_and(|v| v == "Bearer proxy-token")
+                && !r.headers.contains_key("impersonate-user")
+        })
+    };
+    // (The proxy's own discovery at startup used /api/v1 too.)
+    let before = with_proxy_token("GET", "/api/v1");
+    assert_eq!(env.get_as(None, "/api/v1", &[]).await.status, StatusCode::OK);
+    assert_eq!(with_proxy_token("GET", "/api/v1"), before + 1, "discovery goes as the proxy");
+    let r = send(
+        &env.client,
+        Method::POST,
+        &format!("http://{}/api/v1/namespaces/ns-a/configmaps", env.proxy.addr),
+        Some(json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"via-sidecar"}})),
+        &[
+            ("content-type", "application/json"),
+            ("authorization", "Bearer caller-token"),
+            ("impersonate-user", "system:admin"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
+    assert_eq!(with_proxy_token("POST", "/api/v1/namespaces/ns-a/configmaps"), 1);
+    assert_eq!(env.sim.sim.request_count(|r| r.headers.contains_key("impersonate-user")), 0);
+    assert_eq!(
+        env.sim
+            .sim
+            .request_count(|r| r.headers.get("authorization").is_some_and(|v| v == "Bearer caller-token")),
+        0
+    );
+    env.proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With `--auth=upstream` a proxy with its own token still never lends it: token callers go
+/// with their own token, anonymous callers with none.
+#[tokio::test]
+async fn authenticated_mode_never_lends_the_proxys_token() {
+    let dir = temp_dir("no-lend");
+    let env = start_with_own_token(&dir, |s| {
+        s.auth = "upstream".into();
+        s.anonymous_auth = true;
+    })
+    .await;
+    let with_token = |path: &'static str, token: &'static str| {
+        env.sim.sim.request_count(move |r| {
+            r.path == path
+                && r.headers
+                    .get("authorization")
+                    .is_some_and(|v| v.as_bytes() == format!("Bearer {token}").as_bytes())
+        })
+    };
+    // (The proxy's own discovery at startup used /api/v1 and /apis with its token.)
+    let own = (with_token("/api/v1", "proxy-token"), with_token("/apis", "proxy-token"));
+    let r = env.get_as(None, "/api/v1", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = env.get_as(Some("alice-token"), "/apis", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        env.sim.sim.request_count(|r| r.path == "/api/v1" && !r.headers.contains_key("authorization")),
+        1
+    );
+    assert_eq!(with_token("/apis", "alice-token"), 1);
+    assert_eq!(
+        (with_token("/api/v1", "proxy-token"), with_token("/apis", "proxy-token")),
+        own,
+        "the callers' requests did not go with the proxy's token"
+    );
+    env.proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -1,6 +1,11 @@
 //! The cache-or-upstream decision for one request: a pure function of method, path, query,
 //! `Accept` and the set of cached resources (DESIGN §3, reference §1).
 //!
+//! Also the apiserver's `RequestInfo` of every request ([`request_info`]: verb, group, version,
+//! namespace, resource, subresource, name, as `k8s.io/apiserver/pkg/endpoints/request/
+//! requestinfo.go` computes them), which the authorization attributes and the limits
+//! ([`is_long_running`]) read instead of looking at the raw request again.
+//!
 //! Called by `server::handle` before anything is served or forwarded. No I/O; tested with a
 //! table. Validation errors come out of here with the apiserver's exact texts, in its order:
 //! label-selector parse (400) → ListOptions validation (422) → field labels (400) →
@@ -138,6 +143,212 @@ pub trait Resources {
 impl Resources for [Arc<ResourceKind>] {
     fn find(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceKind>> {
         self.iter().find(|k| k.group == group && k.version == version && k.resource == resource).cloned()
+    }
+}
+
+/// What the apiserver's `RequestInfoFactory.NewRequestInfo` makes of a request: the verb
+/// (`get`, `list`, `watch`, `create`, …; the lowercase HTTP method for non-resource requests)
+/// and the resource it is about. Authorization attributes are exactly these.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    pub is_resource_request: bool,
+    pub path: String,
+    pub verb: String,
+    pub api_group: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+}
+
+/// `RequestInfoFactory.NewRequestInfo` (API prefixes `api` (groupless) and `apis`):
+///
+/// - `/{watch|proxy}/…` sets the verb; otherwise it comes from the method;
+/// - `/namespaces/{ns}/…` sets the namespace — also for `/namespaces/{ns}` itself (the
+///   namespace object: namespace = name = ns) and its `status` / `finalize` subresources;
+/// - a GET without a name is a `watch` when the first `watch` parameter is not `0`/`false`
+///   (any case), else a `list`; its name is then the `metadata.name=X` of the field selector
+///   when the query decodes and X is a valid path segment name;
+/// - a DELETE without a name is a `deletecollection`.
+///
+/// Segments are percent-decoded one by one, like [`parse_path`], so the attributes always
+/// describe what the cache serves.
+pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+    let mut info = RequestInfo {
+        path: path.to_owned(),
+        verb: method.as_str().to_ascii_lowercase(),
+        ..RequestInfo::default()
+    };
+    let trimmed = path.trim_matches('/');
+    if trimmed.is_empty() {
+        return info;
+    }
+    let parts: Vec<String> = trimmed
+        .split('/')
+        .map(|seg| percent_encoding::percent_decode_str(seg).decode_utf8_lossy().into_owned())
+        .collect();
+    let (group, rest) = match parts[0].as_str() {
+        "api" if parts.len() >= 3 => ("", &parts[1..]),
+        "apis" if parts.len() >= 4 => (parts[1].as_str(), &parts[2..]),
+        _ => return info,
+    };
+    info.is_resource_request = true;
+    info.api_group = group.to_owned();
+    info.api_version = rest[0].clone();
+    let mut cur = &rest[1..];
+    if matches!(cur[0].as_str(), "watch" | "proxy") {
+        if cur.len() < 2 {
+            // The apiserver fails such a request ("unable to determine kind and namespace").
+            return info;
+        }
+        info.verb = cur[0].clone();
+        cur = &cur[1..];
+    } else {
+        info.verb = match *method {
+            Method::POST => "create",
+            Method::GET | Method::HEAD => "get",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "",
+        }
+        .into();
+    }
+    if cur[0] == "namespaces" && cur.len() > 1 {
+        info.namespace = cur[1].clone();
+        if cur.len() > 2 && !matches!(cur[2].as_str(), "status" | "finalize") {
+            cur = &cur[2..];
+        }
+    }
+    if cur.len() >= 3 && info.verb != "proxy" {
+        info.subresource = cur[2].clone();
+    }
+    if cur.len() >= 2 {
+        info.name = cur[1].clone();
+    }
+    info.resource = cur[0].clone();
+    if info.name.is_empty() && info.verb == "get" {
+        let query = query.unwrap_or("");
+        let first = |key: &str| {
+            form_urlencoded::parse(query.trim_start_matches('?').as_bytes())
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.into_owned())
+        };
+        info.verb = match first("watch") {
+            Some(v) if crate::params::parse_bool(&v) => "watch",
+            _ => "list",
+        }
+        .into();
+        // Go decodes all of ListOptions first; a query that does not decode names nothing.
+        let decoded =
+            ListOptions::from_query(query).ok().filter(|o| LabelSelector::parse(&o.label_selector).is_ok());
+        if let Some(Ok(Some(name))) = decoded.map(|o| exact_name(&o.field_selector)) {
+            if valid_path_segment_name(&name) {
+                info.name = name;
+            }
+        }
+    }
+    if info.name.is_empty() && info.verb == "delete" {
+        info.verb = "deletecollection".into();
+    }
+    info
+}
+
+/// `fields.ParseSelector(s).RequiresExactMatch("metadata.name")`: the syntax only (no field
+/// label conversion), terms in sorted order, the first `metadata.name=` / `==` term's
+/// unescaped value. `Err` when the selector does not parse.
+fn exact_name(selector: &str) -> Result<Option<String>, ()> {
+    if selector.is_empty() {
+        return Ok(None);
+    }
+    // splitTerms: commas not escaped by a backslash.
+    let mut terms = Vec::new();
+    let (mut start, mut escaped) = (0, false);
+    for (i, c) in selector.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ',' => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&selector[start..]);
+    terms.sort_unstable();
+    let mut found = None;
+    for term in terms.into_iter().filter(|t| !t.is_empty()) {
+        // splitTerm: the first position where `!=`, `==` or `=` starts.
+        let (lhs, op, rhs) = term
+            .char_indices()
+            .find_map(|(i, _)| {
+                ["!=", "==", "="]
+                    .into_iter()
+                    .find(|op| term[i..].starts_with(op))
+                    .map(|op| (&term[..i], op, &term[i + op.len()..]))
+            })
+            .ok_or(())?;
+        let value = unescape_field_value(rhs)?;
+        if found.is_none() && lhs == "metadata.name" && op != "!=" {
+            found = Some(value);
+        }
+    }
+    Ok(found)
+}
+
+/// `fields.UnescapeValue`: `\\`, `\,` and `\=` are escapes; a bare `,` / `=` or any other escape
+/// is an error.
+fn unescape_field_value(s: &str) -> Result<String, ()> {
+    let mut out = String::with_capacity(s.len());
+    let mut escaped = false;
+    for c in s.chars() {
+        match (escaped, c) {
+            (true, '\\' | ',' | '=') => {
+                out.push(c);
+                escaped = false;
+            }
+            (true, _) => return Err(()),
+            (false, '\\') => escaped = true,
+            (false, ',' | '=') => return Err(()),
+            (false, _) => out.push(c),
+        }
+    }
+    if escaped {
+        return Err(());
+    }
+    Ok(out)
+}
+
+/// `path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`.
+fn valid_path_segment_name(name: &str) -> bool {
+    name != "." && name != ".." && !name.contains(['/', '%'])
+}
+
+/// Whether a request may run for long and is therefore exempt from the in-flight limit and
+/// the request timeout: the apiserver's `BasicLongRunningRequestCheck` (verbs `watch` and
+/// `proxy`, subresource `proxy`) except that `pods/log` counts only with `follow=true` (a plain
+/// log read is short) and `exec` / `attach` / `portforward` only once they have upgraded (the
+/// wait for the upstream's `101` counts as a request like any other; the spliced connection
+/// then holds nothing). Everything comes from the [`RequestInfo`], never from raw query flags
+/// on other paths.
+pub fn is_long_running(info: &RequestInfo, query: Option<&str>) -> bool {
+    if matches!(info.verb.as_str(), "watch" | "proxy") {
+        return info.is_resource_request;
+    }
+    if !info.is_resource_request {
+        return false;
+    }
+    match info.subresource.as_str() {
+        "proxy" => true,
+        "log" if info.api_group.is_empty() && info.resource == "pods" => {
+            // PodLogOptions.follow: the first value, Go's bool conversion.
+            form_urlencoded::parse(query.unwrap_or("").trim_start_matches('?').as_bytes())
+                .find(|(k, _)| k == "follow")
+                .is_some_and(|(_, v)| crate::params::parse_bool(&v))
+        }
+        _ => false,
     }
 }
 

@@ -1,7 +1,11 @@
 //! Request limits: URL and header sizes (414 / 431), in-flight non-long-running requests and
 //! watches per user (429 + `Retry-After`), and the timeout of non-long-running requests (504).
 //!
-//! Called by `Server::handle` before and around the request's work.
+//! Called by `Server::handle` before and around the request's work; which requests are
+//! long-running is `classify::is_long_running` (from the request's `RequestInfo`). An in-flight
+//! permit is held until the response body ends ([`InFlight`]), but never past the request's
+//! deadline: then the body is cut (like the apiserver's timeout filter aborting a response
+//! already started) and the permit is freed even if the client stopped reading.
 
 // The `Err` of these checks is the refusal response itself, built once per refused request.
 #![allow(clippy::result_large_err)]
@@ -15,6 +19,8 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+use tokio::time::{Instant, Sleep};
 
 use super::body::{self, Body, BoxError};
 use crate::error::Error;
@@ -73,24 +79,6 @@ pub fn timed_out() -> Response<Body> {
     *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
-}
-
-/// Whether a request may run for long (watches, logs, exec/attach/port-forward, proxy): such
-/// requests are exempt from the in-flight limit and the request timeout, like the apiserver's.
-pub fn is_long_running<B>(req: &Request<B>) -> bool {
-    let path = req.uri().path();
-    let query = req.uri().query().unwrap_or("");
-    let watch_param = form_urlencoded::parse(query.as_bytes())
-        .any(|(k, v)| (k == "watch" || k == "follow") && (v == "true" || v == "1"));
-    let segs: Vec<&str> = path.split('/').collect();
-    let watch_prefix = match segs.get(1) {
-        Some(&"api") => segs.get(3) == Some(&"watch"),
-        Some(&"apis") => segs.get(4) == Some(&"watch"),
-        _ => false,
-    };
-    let long_sub = matches!(segs.last(), Some(&("exec" | "attach" | "portforward" | "proxy" | "log")))
-        || segs.contains(&"proxy");
-    watch_param || watch_prefix || long_sub || req.headers().contains_key(header::UPGRADE)
 }
 
 impl Limits {
@@ -187,23 +175,86 @@ impl<G: Unpin> HttpBody for Guarded<G> {
     }
 }
 
+/// A non-long-running request's response body: holds the in-flight permit until the body ends
+/// or is dropped, and ends the body with an error at the request's deadline. A watchdog task
+/// frees the permit at the deadline even when nobody polls the body (a client that stopped
+/// reading: hyper polls a body only when it can write).
+pub struct InFlight {
+    inner: Body,
+    permit: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    deadline: std::pin::Pin<Box<Sleep>>,
+    watchdog: AbortHandle,
+    done: bool,
+}
+
+impl InFlight {
+    pub fn wrap(resp: Response<Body>, permit: OwnedSemaphorePermit, deadline: Instant) -> Response<Body> {
+        let permit = Arc::new(Mutex::new(Some(permit)));
+        let held = permit.clone();
+        let watchdog = tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            held.lock().take();
+        })
+        .abort_handle();
+        let deadline = Box::pin(tokio::time::sleep_until(deadline));
+        resp.map(|inner| {
+            http_body_util::BodyExt::boxed_unsync(InFlight { inner, permit, deadline, watchdog, done: false })
+        })
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        self.permit.lock().take();
+        self.watchdog.abort();
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl HttpBody for InFlight {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.deadline.is_elapsed() || self.deadline.as_mut().poll(cx).is_ready() {
+            self.finish();
+            tracing::debug!("response body cut at the request timeout");
+            return Poll::Ready(Some(Err("the request timeout expired while sending the response".into())));
+        }
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.finish();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn req(uri: &str) -> Request<()> {
         Request::builder().uri(uri).body(()).unwrap()
-    }
-
-    #[test]
-    fn long_running_requests() {
-        assert!(is_long_running(&req("/api/v1/pods?watch=true")));
-        assert!(is_long_running(&req("/api/v1/watch/pods")));
-        assert!(is_long_running(&req("/apis/apps/v1/watch/namespaces/a/deployments")));
-        assert!(is_long_running(&req("/api/v1/namespaces/a/pods/p/exec?command=ls")));
-        assert!(is_long_running(&req("/api/v1/namespaces/a/pods/p/log?follow=true")));
-        assert!(!is_long_running(&req("/api/v1/pods?watch=false")));
-        assert!(!is_long_running(&req("/api/v1/namespaces/watch/pods")));
     }
 
     #[test]
@@ -236,5 +287,58 @@ mod tests {
         drop(a);
         assert_eq!(l.watches_of("u"), 1);
         assert!(l.watch_slot("u").is_ok());
+    }
+
+    fn one_permit() -> Limits {
+        Limits::new(LimitOptions { max_in_flight: 1, ..LimitOptions::default() })
+    }
+
+    /// A response whose body sends what the returned sender sends.
+    fn streaming() -> (tokio::sync::mpsc::Sender<Bytes>, Response<Body>) {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), rx))
+        });
+        let body = http_body_util::BodyExt::boxed_unsync(http_body_util::StreamBody::new(stream));
+        (tx, Response::new(body))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_permit_is_held_until_the_body_ends() {
+        use http_body_util::BodyExt;
+        let l = one_permit();
+        let (tx, resp) = streaming();
+        let resp = InFlight::wrap(resp, l.admit().unwrap(), Instant::now() + Duration::from_secs(60));
+        assert_eq!(l.admit().unwrap_err().status(), 429, "headers sent, body still running");
+        let mut body = resp.into_body();
+        tx.send(Bytes::from_static(b"a")).await.unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+        assert!(l.admit().is_err(), "still running");
+        drop(tx);
+        assert!(body.frame().await.is_none());
+        assert!(l.admit().is_ok(), "freed when the body ended");
+        // Dropping an unfinished body frees it too.
+        let (_tx, resp) = streaming();
+        let resp = InFlight::wrap(resp, l.admit().unwrap(), Instant::now() + Duration::from_secs(60));
+        assert!(l.admit().is_err());
+        drop(resp);
+        assert!(l.admit().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_deadline_the_body_is_cut_and_the_permit_freed_even_unpolled() {
+        use http_body_util::BodyExt;
+        let l = one_permit();
+        let (_tx, resp) = streaming();
+        let resp = InFlight::wrap(resp, l.admit().unwrap(), Instant::now() + Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        assert!(l.admit().is_err());
+        // Nobody polls the body (a client that stopped reading): the watchdog frees the permit.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(l.admit().is_ok(), "freed at the deadline");
+        let mut body = resp.into_body();
+        assert!(body.frame().await.unwrap().is_err(), "the body ends with an error");
+        assert!(body.frame().await.is_none());
     }
 }

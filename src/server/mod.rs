@@ -1,10 +1,13 @@
 //! The front door: listener, per-request pipeline and health endpoints.
 //!
 //! Every request passes named phases: **limits** (URL / header size) → **authenticate** +
-//! **impersonate** (`auth`) → **admit** (in-flight limit, timeout) → **classify** (pure,
-//! `classify`) → **authorize** (`auth`, cache-served reads only) → **serve from cache**
-//! (`serve`; large bodies `gzip`'d when asked) | **forward upstream** (`proxy`, with the
-//! caller's identity; encoding left to the upstream). `/healthz`, `/livez` and `/readyz` are
+//! **impersonate** (`auth`) → **request info** (`classify::request_info`, the apiserver's
+//! `RequestInfo`) → **admit** (non-long-running requests: in-flight permit held until the
+//! response body ends, timeout; watches: a per-user slot, whether served or forwarded) →
+//! **classify** (pure, `classify`) → **authorize** (`auth`, cache-served reads only, with the
+//! `RequestInfo`'s attributes) → **serve from cache** (`serve`; large bodies `gzip`'d when
+//! asked) | **forward upstream** (`proxy`, with the caller's identity, or the proxy's own with
+//! `--auth=none`; encoding left to the upstream). `/healthz`, `/livez` and `/readyz` are
 //! answered first, without authentication; `/metrics` needs an authenticated caller allowed
 //! `get` on the non-resource URL `/metrics`, like the apiserver's. Built by
 //! `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
@@ -32,7 +35,7 @@ use hyper::body::Incoming;
 
 use auth::{Attributes, Auth, Caller};
 pub use body::Body;
-use classify::{CacheRequest, ForwardReason, Route};
+use classify::{ForwardReason, RequestInfo, Route};
 use limits::{LimitOptions, Limits};
 use serve::{ServeOptions, Served};
 
@@ -122,19 +125,21 @@ impl Server {
                 return resp;
             }
         }
-        if limits::is_long_running(&req) {
-            return self.route(req, caller, arrived).await;
+        let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
+        if classify::is_long_running(&info, req.uri().query()) {
+            return self.route(req, caller, info, arrived).await;
         }
-        let _permit = match self.limits.admit() {
+        let permit = match self.limits.admit() {
             Ok(p) => p,
             Err(resp) => {
                 self.metrics.request("reject", 429);
                 return resp;
             }
         };
-        let timeout = self.limits.opts.request_timeout;
-        match tokio::time::timeout(timeout, self.clone().route(req, caller, arrived)).await {
-            Ok(resp) => resp,
+        let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
+        match tokio::time::timeout_at(deadline, self.clone().route(req, caller, info, arrived)).await {
+            // The permit stays taken until the body has been sent (or the deadline).
+            Ok(resp) => limits::InFlight::wrap(resp, permit, deadline),
             Err(_) => {
                 self.metrics.request("timeout", 504);
                 limits::timed_out()
@@ -151,11 +156,33 @@ impl Server {
         auth.impersonate(caller, req.headers()).await
     }
 
+    /// A slot for one more watch of the caller (served or forwarded), or 429. Per-user limits
+    /// need users: none with `--auth=none`.
+    // The `Err` is the refusal response itself, as in `limits`.
+    #[allow(clippy::result_large_err)]
+    fn watch_slot(
+        &self,
+        info: &RequestInfo,
+        caller: &Caller,
+    ) -> Result<Option<limits::WatchGuard>, Response<Body>> {
+        if info.verb != "watch" || self.auth.is_none() {
+            return Ok(None);
+        }
+        match self.limits.watch_slot(&caller.effective.name) {
+            Ok(g) => Ok(Some(g)),
+            Err(resp) => {
+                self.metrics.request("watch", 429);
+                Err(resp)
+            }
+        }
+    }
+
     /// classify → authorize → serve | forward.
     async fn route(
         self: Arc<Self>,
         req: Request<Incoming>,
         caller: Caller,
+        info: RequestInfo,
         arrived: tokio::time::Instant,
     ) -> Response<Body> {
         let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
@@ -166,41 +193,39 @@ impl Server {
                 self.metrics.request("reject", e.to_status().code.as_u16());
                 body::error(e)
             }
-            Route::Forward(reason) => self.forward(req, reason, &caller).await,
+            Route::Forward(reason) => {
+                let slot = match self.watch_slot(&info, &caller) {
+                    Ok(s) => s,
+                    Err(resp) => return resp,
+                };
+                hold(self.forward(req, reason, &caller).await, slot)
+            }
             Route::Cache(cr) => {
                 let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
                 let Some((reader, prober)) = self.readers.get(&key) else {
-                    return self.forward(req, ForwardReason::NotCached, &caller).await;
+                    let slot = match self.watch_slot(&info, &caller) {
+                        Ok(s) => s,
+                        Err(resp) => return resp,
+                    };
+                    return hold(self.forward(req, ForwardReason::NotCached, &caller).await, slot);
                 };
                 if let Some(auth) = &self.auth {
-                    if let Err(resp) = auth.authorize(&caller.effective, &attributes(&cr)).await {
+                    if let Err(resp) = auth.authorize(&caller.effective, &attributes(&info)).await {
                         self.metrics.request(cr.plan.verb(), resp.status().as_u16());
                         return resp;
                     }
                 }
-                // Per-user watch limits need users: none with --auth=none.
-                let watch_slot = if cr.plan.verb() == "watch" && self.auth.is_some() {
-                    match self.limits.watch_slot(&caller.effective.name) {
-                        Ok(g) => Some(g),
-                        Err(resp) => {
-                            self.metrics.request("watch", 429);
-                            return resp;
-                        }
-                    }
-                } else {
-                    None
+                let slot = match self.watch_slot(&info, &caller) {
+                    Ok(s) => s,
+                    Err(resp) => return resp,
                 };
                 let src = serve::Source { reader, prober };
                 match serve::serve(&cr, src, &self.serve, arrived).await {
                     Served::Response(resp) => {
                         self.metrics.request(cr.plan.verb(), resp.status().as_u16());
-                        let resp = gzip::maybe_compress(req.headers(), resp);
-                        match watch_slot {
-                            Some(g) => limits::Guarded::wrap(resp, g),
-                            None => resp,
-                        }
+                        hold(gzip::maybe_compress(req.headers(), resp), slot)
                     }
-                    Served::Forward(reason) => self.forward(req, reason, &caller).await,
+                    Served::Forward(reason) => hold(self.forward(req, reason, &caller).await, slot),
                 }
             }
         }
@@ -217,7 +242,7 @@ impl Server {
         proxy::forward(&self.upstream, req, caller).await
     }
 
-    /// Open cache-served watches of a user (tests, diagnostics).
+    /// Open watches of a user, served or forwarded (tests, diagnostics).
     pub fn watches_of(&self, user: &str) -> usize {
         self.limits.watches_of(user)
     }
@@ -251,21 +276,33 @@ impl Server {
     }
 }
 
-/// The authorization attributes of a cache-served read (the apiserver's RequestInfo).
-pub fn attributes(cr: &CacheRequest) -> Attributes {
+/// Keeps a watch slot (if any) until the response body is done.
+fn hold(resp: Response<Body>, slot: Option<limits::WatchGuard>) -> Response<Body> {
+    match slot {
+        Some(g) => limits::Guarded::wrap(resp, g),
+        None => resp,
+    }
+}
+
+/// The authorization attributes of a request: its `RequestInfo`, exactly as the apiserver's
+/// `WithAuthorization` filter builds them (`GetAuthorizerAttributes`), e.g. `GET
+/// /api/v1/namespaces/X` is about namespace X *and* name X.
+pub fn attributes(info: &RequestInfo) -> Attributes {
+    if !info.is_resource_request {
+        return Attributes {
+            verb: info.verb.clone(),
+            path: Some(info.path.clone()),
+            ..Attributes::default()
+        };
+    }
     Attributes {
-        verb: cr.plan.verb().into(),
-        group: cr.kind.group.clone(),
-        version: cr.kind.version.clone(),
-        resource: cr.kind.resource.clone(),
-        subresource: String::new(),
-        namespace: cr.namespace.clone().unwrap_or_default(),
-        // Like the apiserver's RequestInfo: a list/watch of `metadata.name=X` is about X.
-        name: cr
-            .name
-            .clone()
-            .or_else(|| cr.fields.exact("metadata.name").map(str::to_owned))
-            .unwrap_or_default(),
+        verb: info.verb.clone(),
+        group: info.api_group.clone(),
+        version: info.api_version.clone(),
+        resource: info.resource.clone(),
+        subresource: info.subresource.clone(),
+        namespace: info.namespace.clone(),
+        name: info.name.clone(),
         path: None,
     }
 }

@@ -5,7 +5,9 @@
 //! Identities stay apart: a token caller's request goes with its own `Authorization` unchanged;
 //! an anonymous caller's goes with no credentials; a certificate caller's goes with the proxy's
 //! credentials and `Impersonate-*` headers naming the (authorized) effective user. With
-//! `--auth=none` everything passes unchanged. Called by `Server::forward`.
+//! `--auth=none` (a trusted loopback sidecar) requests go as the proxy itself, like `kubectl
+//! proxy`: the proxy's credentials replace the caller's `Authorization`, and `Impersonate-*`
+//! headers are dropped. Called by `Server::forward`.
 
 use http::{HeaderMap, Request, Response};
 use http_body_util::BodyExt;
@@ -25,7 +27,9 @@ pub async fn forward(upstream: &Upstream, req: Request<Incoming>, caller: &Calle
             }
             upstream.forward_impersonating(req, imp).await
         }
-        Credential::Trusted | Credential::Anonymous | Credential::Token(_) => upstream.forward(req).await,
+        Credential::Trusted => upstream.forward_as_proxy(req).await,
+        // Never the proxy's credentials: the token caller's own header, or none at all.
+        Credential::Anonymous | Credential::Token(_) => upstream.forward(req).await,
     };
     match sent {
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),

@@ -136,7 +136,7 @@ pub(crate) fn resolve_with(opts: &UpstreamOptions, env: &Env) -> Result<Resolved
             auth: Auth::None,
         }
     } else if let Some(path) = &opts.kubeconfig {
-        let kc = Kubeconfig::read_from(path).map_err(|e| kube_err(e, &path.display().to_string(), None))?;
+        let kc = read_kubeconfig(path)?;
         from_kubeconfig(kc, &path.display().to_string(), opts.context.as_deref())?
     } else if let Some(var) = &env.kubeconfig_var {
         let label = var.to_string_lossy().into_owned();
@@ -145,7 +145,7 @@ pub(crate) fn resolve_with(opts: &UpstreamOptions, env: &Env) -> Result<Resolved
         env.home.as_ref().map(|h| h.join(".kube").join("config")).filter(|p| p.exists())
     {
         let label = path.display().to_string();
-        let kc = Kubeconfig::read_from(&path).map_err(|e| kube_err(e, &label, None))?;
+        let kc = read_kubeconfig(&path)?;
         from_kubeconfig(kc, &label, opts.context.as_deref())?
     } else if env.in_cluster {
         in_cluster()?
@@ -163,10 +163,26 @@ pub(crate) fn resolve_with(opts: &UpstreamOptions, env: &Env) -> Result<Resolved
 fn read_kubeconfig_list(var: &OsString, label: &str) -> Result<Kubeconfig, ConfigError> {
     let mut merged = Kubeconfig::default();
     for path in std::env::split_paths(var).filter(|p| !p.as_os_str().is_empty()) {
-        let kc = Kubeconfig::read_from(&path).map_err(|e| kube_err(e, &path.display().to_string(), None))?;
+        let kc = read_kubeconfig(&path)?;
         merged = merged.merge(kc).map_err(|e| kube_err(e, label, None))?;
     }
     Ok(merged)
+}
+
+/// One kubeconfig file, read by kube-client (which also makes its relative paths absolute).
+/// kube-client indexes UTF-16 text in pairs of bytes and panics on an odd length: such a file is
+/// refused here first.
+fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ConfigError> {
+    let label = path.display().to_string();
+    if let Ok(bytes) = std::fs::read(path) {
+        if matches!(bytes.as_slice(), [0xFF, 0xFE, ..] | [0xFE, 0xFF, ..]) && bytes.len() % 2 == 1 {
+            return Err(ConfigError::Kubeconfig {
+                path: label,
+                message: "invalid UTF-16 text (odd number of bytes)".into(),
+            });
+        }
+    }
+    Kubeconfig::read_from(path).map_err(|e| kube_err(e, &label, None))
 }
 
 fn from_kubeconfig(mut kc: Kubeconfig, label: &str, context: Option<&str>) -> Result<Resolved, ConfigError> {
@@ -386,5 +402,29 @@ fn kube_err(e: KubeconfigError, label: &str, context: Option<&str>) -> ConfigErr
         },
         KubeconfigError::ReadConfig(io, path) => ConfigError::read_file("kubeconfig", &path, io),
         other => ConfigError::Kubeconfig { path: label.into(), message: one_line(&other.to_string()) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::testutil::TempDir;
+
+    #[test]
+    fn odd_length_utf16_kubeconfig_is_an_error_not_a_panic() {
+        let dir = TempDir::new();
+        for bom in [[0xFF, 0xFE], [0xFE, 0xFF]] {
+            let path = dir.path().join("odd");
+            std::fs::write(&path, [bom[0], bom[1], b'a']).unwrap();
+            let e = read_kubeconfig(&path).err().unwrap().to_string();
+            assert!(e.contains("UTF-16"), "{e}");
+            let env = Env {
+                kubeconfig_var: Some(path.clone().into()),
+                home: None,
+                in_cluster: false,
+                ssl_cert_file: None,
+            };
+            assert!(resolve_with(&UpstreamOptions::default(), &env).is_err());
+        }
     }
 }

@@ -2,7 +2,9 @@
 //! client that carries none of the proxy's credentials.
 //!
 //! With [`Upstream::forward_impersonating`] the proxy's own credentials are used instead, with
-//! impersonation headers naming the caller (certificate callers).
+//! impersonation headers naming the caller (certificate callers); with
+//! [`Upstream::forward_as_proxy`] the request goes as the proxy itself, like `kubectl proxy`
+//! (`--auth=none`, a trusted loopback sidecar).
 //!
 //! Called by `server::proxy` for everything the cache does not serve. Hop-by-hop headers are
 //! dropped (RFC 9110 §7.6.1) and `Host` becomes the upstream's. Upgrades (`kubectl exec`,
@@ -97,6 +99,14 @@ impl Upstream {
         impersonation: HeaderMap,
     ) -> Result<Response<BoxBody>, UpstreamError> {
         self.forward_with(req, Some(impersonation)).await
+    }
+
+    /// Forwards a request as the proxy itself (its token and client certificate), like
+    /// `kubectl proxy`: for `--auth=none`, where the caller is trusted and has no identity of
+    /// its own here. The caller's `Authorization` and `Impersonate-*` headers are dropped (the
+    /// proxy's identity may impersonate; a sidecar caller must not be able to borrow that).
+    pub async fn forward_as_proxy(&self, req: Request<Incoming>) -> Result<Response<BoxBody>, UpstreamError> {
+        self.forward_with(req, Some(HeaderMap::new())).await
     }
 
     async fn forward_with(

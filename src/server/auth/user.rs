@@ -39,7 +39,7 @@ impl UserInfo {
 /// How the caller proved who they are.
 #[derive(Clone, Debug)]
 pub enum Credential {
-    /// `--auth=none`: nobody is checked; forwarded requests pass unchanged.
+    /// `--auth=none`: nobody is checked; forwarded requests go with the proxy's credentials.
     Trusted,
     /// No credentials, `--anonymous-auth` on: forwarded unchanged, without any credentials.
     Anonymous,

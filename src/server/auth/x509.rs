@@ -1,6 +1,10 @@
 //! The user of a verified client certificate, as the apiserver's x509 authenticator reads it:
-//! name = the subject's CommonName, groups = its Organization values. A minimal DER reader for
-//! the subject only (the chain itself was verified by rustls against `--client-ca-file`).
+//! name = the subject's CommonName, groups = its Organization values, read like Go's
+//! `pkix.Name.FillFromRDNSequence`: every RDN in order, so the LAST CommonName wins and the
+//! Organizations keep their order; attribute values are decoded like Go's `parseASN1String`
+//! (a value Go would refuse makes the whole subject unreadable). A minimal DER reader for the
+//! subject only (the chain itself was verified by rustls against `--client-ca-file`); no
+//! maintained X.509 parser is in the dependency tree (rustls-webpki does not expose subjects).
 //!
 //! Called by the listener once per TLS connection; must not panic on any input (fuzzed).
 
@@ -61,7 +65,8 @@ pub fn subject(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
             let (oid, value) = expect(atv, 0x06)?;
             let (tag, value, _) = tlv(value)?;
             let text = string(tag, value)?;
-            if oid == OID_CN && cn.is_none() {
+            if oid == OID_CN {
+                // Go overwrites: the last CommonName is the name.
                 cn = Some(text);
             } else if oid == OID_O {
                 orgs.push(text);
@@ -71,17 +76,36 @@ pub fn subject(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((cn.unwrap_or_default(), orgs))
 }
 
+/// Go's `parseASN1String` (crypto/x509/parser.go): the string types it knows, checked like it
+/// checks them; `None` where Go fails.
 fn string(tag: u8, v: &[u8]) -> Option<String> {
     match tag {
-        // UTF8String, PrintableString, T61String, IA5String
-        0x0c | 0x13 | 0x14 | 0x16 => String::from_utf8(v.to_vec()).ok(),
-        // BMPString: UTF-16BE
+        // UTF8String
+        0x0c => String::from_utf8(v.to_vec()).ok(),
+        // PrintableString, with Go's leniency for `*` and `&`.
+        0x13 => v.iter().all(|&b| printable(b)).then(|| v.iter().map(|&b| b as char).collect()),
+        // T61String: read as Latin-1, like Go and BoringSSL.
+        0x14 => Some(v.iter().map(|&b| b as char).collect()),
+        // IA5String: ASCII.
+        0x16 => v.is_ascii().then(|| v.iter().map(|&b| b as char).collect()),
+        // NumericString: digits and spaces.
+        0x12 => {
+            v.iter().all(|&b| b.is_ascii_digit() || b == b' ').then(|| v.iter().map(|&b| b as char).collect())
+        }
+        // BMPString: UTF-16BE, a trailing NUL pair dropped, bad surrogates replaced (Go's
+        // `utf16.Decode`).
         0x1e if v.len().is_multiple_of(2) => {
-            let units: Vec<u16> = v.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
-            String::from_utf16(&units).ok()
+            let v = v.strip_suffix(&[0, 0]).unwrap_or(v);
+            let units = v.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
+            Some(char::decode_utf16(units).map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER)).collect())
         }
         _ => None,
     }
+}
+
+/// Go's `isPrintable` for PrintableString.
+fn printable(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b" '()+,-./:=?*&".contains(&b)
 }
 
 /// The user of a client certificate; `None` when it has no CommonName (then the request is
@@ -110,6 +134,67 @@ mod tests {
         let u = user(&alice()).unwrap();
         assert_eq!(u.name, "alice");
         assert_eq!(u.groups, ["devs", "ops", "system:authenticated"]);
+    }
+
+    /// One DER element with a short or long length.
+    fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        match content.len() {
+            n @ 0..=127 => out.push(n as u8),
+            n @ 128..=255 => out.extend([0x81, n as u8]),
+            n => out.extend([0x82, (n >> 8) as u8, n as u8]),
+        }
+        out.extend_from_slice(content);
+        out
+    }
+
+    /// A certificate whose subject has these (OID, string tag, value) RDNs, one per SET.
+    fn cert_with_subject(rdns: &[(&[u8], u8, &[u8])]) -> Vec<u8> {
+        let mut name = Vec::new();
+        for (oid, tag, value) in rdns {
+            let atv = der(0x30, &[der(0x06, oid), der(*tag, value)].concat());
+            name.extend(der(0x31, &atv));
+        }
+        let tbs = [
+            der(0xa0, &der(0x02, &[2])), // version v3
+            der(0x02, &[1]),             // serialNumber
+            der(0x30, &der(0x06, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02])), // signature
+            der(0x30, &[]),              // issuer
+            der(0x30, &[]),              // validity (not read)
+            der(0x30, &name),            // subject
+        ]
+        .concat();
+        der(0x30, &der(0x30, &tbs))
+    }
+
+    #[test]
+    fn the_last_common_name_wins_and_organizations_keep_their_order() {
+        let cert = cert_with_subject(&[
+            (OID_O, 0x0c, b"first-org"),
+            (OID_CN, 0x0c, b"first"),
+            (OID_O, 0x13, b"second-org"),
+            (OID_CN, 0x13, b"second"),
+        ]);
+        let u = user(&cert).unwrap();
+        assert_eq!(u.name, "second", "Go's FillFromRDNSequence overwrites CommonName");
+        assert_eq!(u.groups, ["first-org", "second-org", "system:authenticated"]);
+    }
+
+    #[test]
+    fn attribute_values_are_decoded_like_go() {
+        let cn = |tag: u8, v: &[u8]| subject(&cert_with_subject(&[(OID_CN, tag, v)])).map(|s| s.0);
+        assert_eq!(cn(0x14, b"caf\xe9").as_deref(), Some("caf\u{e9}"), "T61String is Latin-1");
+        assert_eq!(cn(0x12, b"0123 45").as_deref(), Some("0123 45"));
+        assert_eq!(cn(0x12, b"12a"), None, "not a NumericString");
+        assert_eq!(cn(0x13, b"a_b"), None, "`_` is not printable");
+        assert_eq!(cn(0x13, b"a*b&c").as_deref(), Some("a*b&c"));
+        assert_eq!(cn(0x16, b"caf\xe9"), None, "IA5String is ASCII");
+        assert_eq!(cn(0x0c, b"\xff"), None, "invalid UTF-8");
+        assert_eq!(cn(0x1e, &[0, b'h', 0, b'i', 0, 0]).as_deref(), Some("hi"), "BMP terminator dropped");
+        assert_eq!(cn(0x1e, &[0xd8, 0x00]).as_deref(), Some("\u{fffd}"), "lone surrogate replaced");
+        assert_eq!(cn(0x02, &[1]), None, "not a string: Go refuses the subject");
+        // A certificate with no CommonName authenticates nobody.
+        assert!(user(&cert_with_subject(&[(OID_O, 0x0c, b"devs")])).is_none());
     }
 
     #[test]

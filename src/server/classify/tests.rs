@@ -234,3 +234,208 @@ fn watch_plans() {
     // 422s.
     assert_eq!(reject(CMS, "watch=1&sendInitialEvents=true").0, 422);
 }
+
+/// (method, path, query) → (verb, group, namespace, resource, subresource, name), each row
+/// checked against `RequestInfoFactory.NewRequestInfo` (k8s.io/apiserver
+/// pkg/endpoints/request/requestinfo.go).
+#[test]
+fn request_info_is_the_apiservers() {
+    type Row = (&'static str, &'static str, &'static str, [&'static str; 6]);
+    let rows: &[Row] = &[
+        // Namespaced collections and objects.
+        ("GET", CMS, "", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "resourceVersion=0&limit=5", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "watch=1", ["watch", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "watch=", ["watch", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "watch=yes", ["watch", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "watch=False", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "watch=0&watch=1", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", "/api/v1/namespaces/ns/configmaps/a", "", ["get", "", "ns", "configmaps", "", "a"]),
+        // `?watch=1` on an object URL is still a get.
+        ("GET", "/api/v1/namespaces/ns/configmaps/a", "watch=1", ["get", "", "ns", "configmaps", "", "a"]),
+        // All namespaces, cluster-scoped resources.
+        ("GET", "/api/v1/configmaps", "", ["list", "", "", "configmaps", "", ""]),
+        ("GET", "/api/v1/nodes", "watch=true", ["watch", "", "", "nodes", "", ""]),
+        ("GET", "/api/v1/nodes/n1", "", ["get", "", "", "nodes", "", "n1"]),
+        (
+            "GET",
+            "/apis/apps/v1/namespaces/ns/deployments/d",
+            "",
+            ["get", "apps", "ns", "deployments", "", "d"],
+        ),
+        // The namespaces resource: a namespace addressed by name is about itself.
+        ("GET", "/api/v1/namespaces/X", "resourceVersion=0", ["get", "", "X", "namespaces", "", "X"]),
+        ("GET", "/api/v1/namespaces/X/status", "", ["get", "", "X", "namespaces", "status", "X"]),
+        ("PUT", "/api/v1/namespaces/X/finalize", "", ["update", "", "X", "namespaces", "finalize", "X"]),
+        ("GET", "/api/v1/namespaces", "", ["list", "", "", "namespaces", "", ""]),
+        (
+            "GET",
+            "/api/v1/namespaces",
+            "fieldSelector=metadata.name%3DX",
+            ["list", "", "", "namespaces", "", "X"],
+        ),
+        ("GET", "/api/v1/watch/namespaces/X", "", ["watch", "", "X", "namespaces", "", "X"]),
+        // metadata.name field selectors name the object of a list or watch…
+        ("GET", CMS, "fieldSelector=metadata.name%3Da", ["list", "", "ns", "configmaps", "", "a"]),
+        (
+            "GET",
+            CMS,
+            "watch=1&fieldSelector=metadata.name%3D%3Da",
+            ["watch", "", "ns", "configmaps", "", "a"],
+        ),
+        (
+            "GET",
+            CMS,
+            "fieldSelector=metadata.namespace%3Dns,metadata.name%3Da",
+            ["list", "", "ns", "configmaps", "", "a"],
+        ),
+        // … unless not an exact match, not a valid path segment, or the query does not decode.
+        ("GET", CMS, "fieldSelector=metadata.name!%3Da", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "fieldSelector=metadata.name%3D..", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "fieldSelector=metadata.name%3Da%25b", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "fieldSelector=metadata.name%3Da&limit=x", ["list", "", "ns", "configmaps", "", ""]),
+        (
+            "GET",
+            CMS,
+            "fieldSelector=metadata.name%3Da&labelSelector=%3D%3D",
+            ["list", "", "ns", "configmaps", "", ""],
+        ),
+        ("GET", CMS, "fieldSelector=metadata.name%3Da,bogus", ["list", "", "ns", "configmaps", "", ""]),
+        ("GET", CMS, "fieldSelector=metadata.name%3Da%5C,b", ["list", "", "ns", "configmaps", "", "a,b"]),
+        // The legacy /watch/ prefix sets the verb before any name could come from a selector.
+        (
+            "GET",
+            "/api/v1/watch/namespaces/ns/configmaps",
+            "fieldSelector=metadata.name%3Da",
+            ["watch", "", "ns", "configmaps", "", ""],
+        ),
+        ("GET", "/api/v1/watch/namespaces/ns/configmaps/a", "", ["watch", "", "ns", "configmaps", "", "a"]),
+        ("GET", "/apis/apps/v1/watch/deployments", "", ["watch", "apps", "", "deployments", "", ""]),
+        // Writes and subresources.
+        ("POST", CMS, "", ["create", "", "ns", "configmaps", "", ""]),
+        ("DELETE", CMS, "", ["deletecollection", "", "ns", "configmaps", "", ""]),
+        ("DELETE", "/api/v1/namespaces/ns/configmaps/a", "", ["delete", "", "ns", "configmaps", "", "a"]),
+        ("PATCH", "/api/v1/namespaces/ns/pods/p/status", "", ["patch", "", "ns", "pods", "status", "p"]),
+        ("GET", "/api/v1/namespaces/ns/pods/p/log", "follow=true", ["get", "", "ns", "pods", "log", "p"]),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods/p/exec",
+            "command=ls",
+            ["create", "", "ns", "pods", "exec", "p"],
+        ),
+        ("GET", "/api/v1/proxy/namespaces/ns/services/s/a/b", "", ["proxy", "", "ns", "services", "", "s"]),
+    ];
+    for (method, path, query, [verb, group, ns, resource, sub, name]) in rows {
+        let m: Method = method.parse().unwrap();
+        let info = request_info(&m, path, Some(query));
+        let got = [
+            info.verb.as_str(),
+            info.api_group.as_str(),
+            info.namespace.as_str(),
+            info.resource.as_str(),
+            info.subresource.as_str(),
+            info.name.as_str(),
+        ];
+        assert_eq!(got, [*verb, *group, *ns, *resource, *sub, *name], "{method} {path}?{query}");
+        assert!(info.is_resource_request, "{path}");
+    }
+    // Non-resource requests: the lowercase method and the path.
+    for path in ["/api", "/api/v1", "/apis/apps/v1", "/version", "/metrics", "/"] {
+        let info = request_info(&Method::GET, path, None);
+        assert!(!info.is_resource_request, "{path}");
+        assert_eq!((info.verb.as_str(), info.path.as_str()), ("get", path));
+    }
+}
+
+/// Every request the cache serves is authorized as the apiserver would: the classified plan's
+/// verb is the RequestInfo's, and namespace and name are the RequestInfo's.
+#[test]
+fn cached_reads_agree_with_the_request_info() {
+    let cases = [
+        (CMS, "resourceVersion=0"),
+        (CMS, "limit=2"),
+        (CMS, "watch=1&resourceVersion=0"),
+        (CMS, "watch=1&fieldSelector=metadata.name%3Da"),
+        (CMS, "fieldSelector=metadata.name%3Da&resourceVersion=0"),
+        ("/api/v1/namespaces/ns/configmaps/a", "resourceVersion=0"),
+        ("/api/v1/configmaps", "resourceVersion=0"),
+        ("/api/v1/watch/namespaces/ns/configmaps", "fieldSelector=metadata.name%3Da"),
+        ("/api/v1/watch/namespaces/ns/configmaps/a", "resourceVersion=0"),
+        ("/api/v1/nodes/n1", "resourceVersion=0"),
+        ("/api/v1/nodes", "watch=1&fieldSelector=metadata.name%3Dn1"),
+        ("/api/v1/namespaces/X", "resourceVersion=0"),
+        ("/api/v1/namespaces", "resourceVersion=0&fieldSelector=metadata.name%3DX"),
+        ("/apis/apps/v1/deployments", "resourceVersion=0"),
+    ];
+    for (path, query) in cases {
+        let Route::Cache(cr) = route(Method::GET, path, query, None) else {
+            panic!("{path}?{query}: not served from the cache");
+        };
+        let info = request_info(&Method::GET, path, Some(query));
+        assert_eq!(info.verb, cr.plan.verb(), "{path}?{query}");
+        assert_eq!(info.resource, cr.kind.resource, "{path}?{query}");
+        assert_eq!(info.api_group, cr.kind.group, "{path}?{query}");
+    }
+}
+
+#[test]
+fn long_running_comes_from_the_request_info() {
+    let long = |method: Method, path: &str, query: &str| {
+        is_long_running(&request_info(&method, path, Some(query)), Some(query))
+    };
+    // Watches, served or forwarded, in every spelling the apiserver accepts.
+    assert!(long(Method::GET, CMS, "watch=true"));
+    assert!(long(Method::GET, CMS, "watch="));
+    assert!(long(Method::GET, "/api/v1/secrets", "watch=1"));
+    assert!(long(Method::GET, "/api/v1/watch/namespaces/ns/configmaps", ""));
+    assert!(long(Method::GET, "/apis/apps/v1/watch/namespaces/a/deployments", ""));
+    // Following a pod's log; proxies (as the apiserver).
+    assert!(long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=true"));
+    assert!(long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=1&container=c"));
+    assert!(long(Method::GET, "/api/v1/namespaces/a/services/s/proxy/x", ""));
+    // Raw flags on other requests do not make them long-running.
+    assert!(!long(Method::GET, CMS, "resourceVersion=0&follow=1"));
+    assert!(!long(Method::GET, CMS, "watch=false&follow=true"));
+    assert!(!long(Method::GET, CMS, "watch=0"));
+    assert!(!long(Method::GET, "/api/v1/namespaces/ns/configmaps/a", "watch=1"));
+    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/log", ""));
+    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=false"));
+    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=0&follow=1"));
+    assert!(!long(Method::GET, "/apis/example.com/v1/namespaces/a/widgets/w/log", "follow=true"));
+    assert!(!long(Method::GET, "/api/v1/namespaces/watch/pods", ""));
+    assert!(!long(Method::GET, "/api/v1/pods", "follow=true"));
+    // exec/attach/portforward are long-running only once upgraded (the server decides after
+    // the upstream's 101), not for their path.
+    assert!(!long(Method::POST, "/api/v1/namespaces/a/pods/p/exec", "command=ls"));
+    assert!(!long(Method::GET, "/version", "watch=1"));
+}
+
+#[test]
+fn request_info_never_panics_on_odd_paths() {
+    for path in [
+        "",
+        "/",
+        "//",
+        "/api",
+        "/api/v1",
+        "/api/v1/watch",
+        "/apis/g/v1/proxy",
+        "/api/v1/namespaces",
+        "//api//v1//",
+        "/api/v1/%zz/%ff",
+        "/apis/g",
+        "/apis/g/v1",
+        "/api/v1/watch/namespaces",
+        "/api/v1/namespaces//pods",
+        "/api/v1/proxy/namespaces/ns/pods/p/a/b/c",
+    ] {
+        for method in [Method::GET, Method::DELETE, Method::OPTIONS] {
+            for query in [None, Some("watch"), Some("fieldSelector=metadata.name%3D%5C"), Some("%zz=%ff")] {
+                let info = request_info(&method, path, query);
+                let _ = is_long_running(&info, query);
+            }
+        }
+    }
+    let info = request_info(&Method::GET, "/api/v1/watch", None);
+    assert_eq!((info.verb.as_str(), info.resource.as_str()), ("get", ""), "no resource after the verb");
+}
