@@ -1,0 +1,109 @@
+{{/* Names, labels and values derived once for every template of the chart. */}}
+
+{{- define "kwc.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kwc.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kwc.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kwc.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kwc.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kwc.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "kwc.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kwc.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kwc.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding tls.crt / tls.key (and ca.crt for certManager and selfSigned). */}}
+{{- define "kwc.tlsSecretName" -}}
+{{- if eq .Values.tls.mode "existingSecret" -}}
+{{- required "tls.existingSecret is required with tls.mode=existingSecret" .Values.tls.existingSecret -}}
+{{- else -}}
+{{- printf "%s-tls" (include "kwc.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The service's DNS names: the serving certificate's SANs. */}}
+{{- define "kwc.dnsNames" -}}
+{{- $full := include "kwc.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $names := list $full (printf "%s.%s" $full $ns) (printf "%s.%s.svc" $full $ns) (printf "%s.%s.svc.%s" $full $ns .Values.clusterDomain) -}}
+{{- concat $names .Values.tls.extraDNSNames | uniq | toJson -}}
+{{- end -}}
+
+{{/* "true" when client certificates are on (clientCA.configMap or clientCA.secret set). */}}
+{{- define "kwc.clientCAEnabled" -}}
+{{- if and .Values.clientCA.configMap .Values.clientCA.secret -}}
+{{- fail "clientCA: set configMap or secret, not both" -}}
+{{- end -}}
+{{- if or .Values.clientCA.configMap .Values.clientCA.secret -}}true{{- end -}}
+{{- end -}}
+
+{{/* Pod termination budget: shutdown delay + drain grace + 10 s, or the checked override. */}}
+{{- define "kwc.terminationGracePeriodSeconds" -}}
+{{- $need := add .Values.shutdown.delaySeconds .Values.shutdown.gracePeriodSeconds -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add $need 10 -}}
+{{- else if le (int .Values.terminationGracePeriodSeconds) (int $need) -}}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be larger than shutdown.delaySeconds + shutdown.gracePeriodSeconds (%v)" .Values.terminationGracePeriodSeconds $need) -}}
+{{- else -}}
+{{- .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ClusterRole rules for config.resources: get/list/watch, one rule per API group. */}}
+{{- define "kwc.resourceRules" -}}
+{{- $groups := list -}}
+{{- $byGroup := dict -}}
+{{- range .Values.config.resources -}}
+{{- $parts := splitList "/" . -}}
+{{- $group := "" -}}
+{{- $resource := . -}}
+{{- if eq (len $parts) 2 -}}
+{{- $group = index $parts 0 -}}
+{{- $resource = index $parts 1 -}}
+{{- end -}}
+{{- if not (hasKey $byGroup $group) -}}
+{{- $groups = append $groups $group -}}
+{{- $_ := set $byGroup $group (list) -}}
+{{- end -}}
+{{- $_ := set $byGroup $group (append (get $byGroup $group) $resource) -}}
+{{- end -}}
+{{- range $groups }}
+- apiGroups: [{{ . | quote }}]
+  resources: {{ get $byGroup . | toJson }}
+  verbs: ["get", "list", "watch"]
+{{- end -}}
+{{- end -}}
