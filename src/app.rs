@@ -16,22 +16,28 @@ use crate::cache::{self, CacheOptions, Reader};
 use crate::config::{DemoArgs, SecurityArgs, ServeArgs};
 use crate::metrics::Metrics;
 use crate::reflector::{self, ReflectorOptions};
+use crate::resource::ResourceKind;
 use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
+use crate::server::catalog::Missing;
 use crate::server::limits::LimitOptions;
 use crate::server::serve::ServeOptions;
 use crate::server::tls::{self, TlsFiles};
 use crate::server::Server;
 use crate::server::{listener, Security};
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamError};
 
 /// A running proxy.
 pub struct Running {
     /// Where it listens.
     pub addr: SocketAddr,
     pub readers: Vec<Reader>,
+    /// Turns `/readyz` to 500 (the first step of a shutdown).
+    unready: watch::Sender<bool>,
+    /// `--shutdown-delay-duration`: ready no more, yet still serving everything.
+    shutdown_delay: Duration,
     shutdown: watch::Sender<bool>,
     server_task: JoinHandle<()>,
-    reflectors: Vec<JoinHandle<()>>,
+    reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl Running {
@@ -46,20 +52,35 @@ impl Running {
         tokio::time::timeout(timeout, all).await.is_ok()
     }
 
-    /// Stops: not ready, stop accepting, end watches, drain within the grace period.
+    /// Stops: not ready, wait `--shutdown-delay-duration`, stop accepting, end watches (HTTP/2
+    /// GOAWAY), drain within the grace period.
     pub async fn shutdown(self) {
+        self.unready.send_replace(true);
+        if !self.shutdown_delay.is_zero() {
+            tracing::info!(delay = ?self.shutdown_delay, "not ready; still serving until the shutdown delay ends");
+            tokio::time::sleep(self.shutdown_delay).await;
+        }
+        tracing::info!("no new connections, ending watches, draining");
         let _ = self.shutdown.send(true);
-        for r in self.reflectors {
+        let reflectors = std::mem::take(&mut *self.reflectors.lock());
+        for r in reflectors {
             let _ = r.await;
         }
         let _ = self.server_task.await;
     }
 
-    /// Waits for SIGTERM or Ctrl-C, then shuts down.
+    /// Waits for SIGTERM or Ctrl-C, then shuts down; a second signal exits at once (status 1,
+    /// like kube-apiserver).
     pub async fn run_until_signal(self) {
         wait_for_signal().await;
-        tracing::info!("shutting down: not ready, no new connections, ending watches");
-        self.shutdown().await;
+        tracing::info!("shutting down (a second SIGTERM or Ctrl-C exits at once)");
+        tokio::select! {
+            _ = self.shutdown() => {}
+            _ = wait_for_signal() => {
+                tracing::warn!("second signal received, exiting at once");
+                std::process::exit(1);
+            }
+        }
     }
 }
 
@@ -89,7 +110,7 @@ async fn wait_for_signal() {
 pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let upstream = Upstream::new(&args.upstream.options()).map_err(|e| e.to_string())?;
     tracing::info!(upstream = %upstream.describe(), "upstream configured");
-    let kinds = upstream.discover(&args.resources).await.map_err(|e| format!("discovery: {e}"))?;
+    let (kinds, missing) = discover(&upstream, &args.resources).await?;
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
         (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
             cert: cert.clone(),
@@ -105,41 +126,156 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
 
     let metrics = Arc::new(Metrics::new());
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let (unready, unready_rx) = watch::channel(false);
     let cache_opts = CacheOptions {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
         ..CacheOptions::default()
     };
-    let mut readers = Vec::new();
-    let mut reflectors = Vec::new();
-    for kind in kinds {
-        tracing::info!(resource = %kind.group_resource(), version = %kind.version, namespaced = kind.namespaced, "caching");
-        let (writer, reader) = cache::new(kind, cache_opts.clone());
-        readers.push(reader);
-        reflectors.push(tokio::spawn(reflector::run(
-            upstream.clone(),
-            writer,
-            ReflectorOptions::default(),
-            metrics.clone(),
-            shutdown_rx.clone(),
-        )));
-    }
+    let caching = Caching {
+        upstream: upstream.clone(),
+        cache_opts,
+        metrics: metrics.clone(),
+        stop: shutdown_rx.clone(),
+        reflectors: Arc::default(),
+    };
+    let readers: Vec<Reader> = kinds.into_iter().map(|k| caching.spawn(k)).collect();
     let serve_opts = ServeOptions {
         freshness_wait: args.freshness_wait,
         min_request_timeout: args.min_request_timeout,
         consistent_reads: args.consistent_reads == "cache",
         consistent_wait: args.consistent_read_wait,
+        max_staleness: args.max_staleness,
     };
     let security = security(&args.security, &upstream, addr);
-    let server =
-        Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, shutdown_rx.clone(), security));
+    let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
     let tls = tls.map(|(cfg, reloader)| {
         tokio::spawn(tls::watch_files(reloader, args.security.tls_reload_interval, shutdown_rx.clone()));
         cfg
     });
+    for (name, m) in missing {
+        server.resources().set_missing(&name, m);
+        tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
+    }
     let server_task = tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period));
     tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");
-    Ok(Running { addr, readers, shutdown, server_task, reflectors })
+    Ok(Running {
+        addr,
+        readers,
+        unready,
+        shutdown_delay: args.shutdown_delay_duration,
+        shutdown,
+        server_task,
+        reflectors: caching.reflectors,
+    })
+}
+
+/// How long the first discovery may take before the proxy starts without it (and retries).
+const FIRST_DISCOVERY: Duration = Duration::from_secs(10);
+
+/// The configured resources the upstream describes, and the others with why they are missing.
+/// Only a resource the upstream shows cannot be cached (no list or watch verb) is an error; an
+/// unreachable upstream or a resource it does not serve (yet) is retried in the background.
+async fn discover(
+    upstream: &Upstream,
+    wanted: &[String],
+) -> Result<(Vec<ResourceKind>, Vec<(String, Missing)>), String> {
+    let all = tokio::time::timeout(FIRST_DISCOVERY, upstream.discover(wanted)).await;
+    let err = match all {
+        Ok(Ok(kinds)) => return Ok((kinds, Vec::new())),
+        Ok(Err(e)) => e,
+        Err(_) => UpstreamError::Transport(format!("no answer within {FIRST_DISCOVERY:?}")),
+    };
+    if !matches!(err, UpstreamError::Discovery(_)) {
+        // The upstream cannot be asked: every resource waits for it.
+        let m = missing(&err)?;
+        tracing::warn!(error = %err, "discovery failed; serving (not ready), retrying in the background");
+        return Ok((Vec::new(), wanted.iter().map(|w| (w.clone(), m.clone())).collect()));
+    }
+    let (mut found, mut absent) = (Vec::new(), Vec::new());
+    for w in wanted {
+        match upstream.discover(std::slice::from_ref(w)).await {
+            Ok(mut k) => found.append(&mut k),
+            Err(e) => {
+                tracing::warn!(resource = %w, error = %e, "not cached yet; forwarding its requests, retrying discovery");
+                absent.push((w.clone(), missing(&e)?));
+            }
+        }
+    }
+    Ok((found, absent))
+}
+
+/// Why a resource is missing, or the error that must stop the start.
+fn missing(e: &UpstreamError) -> Result<Missing, String> {
+    match e {
+        UpstreamError::Discovery(m) if m.contains("cannot be cached") => Err(format!("discovery: {e}")),
+        UpstreamError::Discovery(_) => Ok(Missing { reason: e.to_string(), blocks_readiness: false }),
+        _ => Ok(Missing { reason: e.to_string(), blocks_readiness: true }),
+    }
+}
+
+/// What it takes to start caching one more resource.
+#[derive(Clone)]
+struct Caching {
+    upstream: Upstream,
+    cache_opts: CacheOptions,
+    metrics: Arc<Metrics>,
+    stop: watch::Receiver<bool>,
+    reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Caching {
+    /// Creates the cache of `kind` and spawns its reflector.
+    fn spawn(&self, kind: ResourceKind) -> Reader {
+        tracing::info!(resource = %kind.group_resource(), version = %kind.version, namespaced = kind.namespaced, builtin = kind.builtin, "caching");
+        let (writer, reader) = cache::new(kind, self.cache_opts.clone());
+        self.reflectors.lock().push(tokio::spawn(reflector::run(
+            self.upstream.clone(),
+            writer,
+            ReflectorOptions::default(),
+            self.metrics.clone(),
+            self.stop.clone(),
+        )));
+        reader
+    }
+
+    /// Retries the discovery of `name` (1 s doubling to 30 s) until it is found, then caches
+    /// it; stops at shutdown.
+    async fn retry_discovery(self, name: String, server: Arc<Server>) {
+        let mut delay = Duration::from_secs(1);
+        let mut stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = listener::until_true(&mut stop) => return,
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
+            match self.upstream.discover(std::slice::from_ref(&name)).await {
+                Ok(kinds) => {
+                    for kind in kinds {
+                        let reader = self.spawn(kind);
+                        server.resources().add(&self.upstream, reader);
+                    }
+                    server.resources().clear_missing(&name);
+                    tracing::info!(resource = %name, "discovered; now cached");
+                    return;
+                }
+                Err(e) => match missing(&e) {
+                    Ok(m) => {
+                        tracing::debug!(resource = %name, error = %e, "still not discovered");
+                        server.resources().set_missing(&name, m);
+                    }
+                    Err(fatal) => {
+                        tracing::error!(resource = %name, "{fatal}; not cached");
+                        server
+                            .resources()
+                            .set_missing(&name, Missing { reason: fatal, blocks_readiness: false });
+                        return;
+                    }
+                },
+            }
+        }
+    }
 }
 
 /// The server's authentication, authorization and limits from the flags.

@@ -140,6 +140,17 @@ pub struct ServeArgs {
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
+    /// A cache with no proof of being current (an event, a bookmark, a list, an upstream watch
+    /// that started) for longer than this fails /readyz and has its reads forwarded; shorter
+    /// upstream outages keep being served from the cache. 0 disables. Upstream bookmarks arrive
+    /// about every 60 s on a quiet resource, hence the margin.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    pub max_staleness: Duration,
+    /// On SIGTERM, how long /readyz answers 500 while everything is still served, before the
+    /// listener stops accepting (as kube-apiserver's flag: time for Services and load balancers
+    /// to stop sending traffic).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay_duration: Duration,
     #[command(flatten)]
     pub security: SecurityArgs,
     /// Which of the flags the config file may also set were given explicitly (filled from the

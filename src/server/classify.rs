@@ -59,6 +59,8 @@ pub enum ForwardReason {
     OutsideWindow,
     /// The resource's cache has not synced yet (and the apiserver would read etcd).
     NotSynced,
+    /// The cache has had no proof of being current for longer than `--max-staleness`.
+    Stale,
 }
 
 impl ForwardReason {
@@ -75,6 +77,7 @@ impl ForwardReason {
             ForwardReason::NotFresh => "not_fresh",
             ForwardReason::OutsideWindow => "outside_window",
             ForwardReason::NotSynced => "not_synced",
+            ForwardReason::Stale => "stale",
         }
     }
 }

@@ -24,7 +24,7 @@ pub fn handle<B>(server: &Server, req: &Request<B>) -> Option<Response<Body>> {
             }
         },
         "/metrics" => {
-            server.metrics().observe_caches(server.readers());
+            server.metrics().observe_caches(server.readers().iter());
             (StatusCode::OK, "text/plain; version=0.0.4", server.metrics().render())
         }
         _ => return None,

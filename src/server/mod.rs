@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod catalog;
 pub mod classify;
 pub mod coalesce;
 pub mod consistent;
@@ -27,7 +28,6 @@ pub mod proxy;
 pub mod serve;
 pub mod tls;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use http::{Request, Response};
@@ -41,13 +41,11 @@ use serve::{ServeOptions, Served};
 
 use crate::cache::Reader;
 use crate::metrics::Metrics;
-use crate::resource::ResourceKind;
 use crate::upstream::Upstream;
 
 /// Everything a request handler needs; shared by all connections.
 pub struct Server {
-    kinds: Vec<Arc<ResourceKind>>,
-    readers: HashMap<(String, String, String), (Reader, Arc<consistent::Prober>)>,
+    resources: catalog::Resources,
     upstream: Upstream,
     serve: ServeOptions,
     metrics: Arc<Metrics>,
@@ -72,18 +70,12 @@ impl Server {
         shutting_down: tokio::sync::watch::Receiver<bool>,
         security: Security,
     ) -> Server {
-        let kinds = readers.iter().map(|r| Arc::new(r.kind().clone())).collect();
-        let readers = readers
-            .into_iter()
-            .map(|r| {
-                let k = r.kind().clone();
-                let prober = consistent::Prober::new(upstream.clone(), r.clone());
-                ((k.group, k.version, k.resource), (r, prober))
-            })
-            .collect();
+        let resources = catalog::Resources::default();
+        for r in readers {
+            resources.add(&upstream, r);
+        }
         Server {
-            kinds,
-            readers,
+            resources,
             upstream,
             serve,
             metrics,
@@ -186,8 +178,9 @@ impl Server {
         arrived: tokio::time::Instant,
     ) -> Response<Body> {
         let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        let cat = self.resources.snapshot();
         let route =
-            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &self.kinds[..]);
+            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &cat.kinds[..]);
         match route {
             Route::Reject(e) => {
                 self.metrics.request("reject", e.to_status().code.as_u16());
@@ -202,7 +195,7 @@ impl Server {
             }
             Route::Cache(cr) => {
                 let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
-                let Some((reader, prober)) = self.readers.get(&key) else {
+                let Some((reader, prober)) = cat.caches.get(&key) else {
                     let slot = match self.watch_slot(&info, &caller) {
                         Ok(s) => s,
                         Err(resp) => return resp,
@@ -247,15 +240,29 @@ impl Server {
         self.limits.watches_of(user)
     }
 
-    /// Whether every cache has synced and the server is not shutting down.
+    /// Whether every cache has synced, every configured resource the upstream can be asked
+    /// about is cached, and the server is not shutting down.
     pub fn ready(&self) -> Result<(), Vec<String>> {
         let mut not_ready: Vec<String> = self
-            .readers
-            .values()
-            .map(|(r, _)| r)
-            .filter(|r| !r.progress().ready)
-            .map(|r| format!("cache {} not synced", r.kind().group_resource()))
+            .readers()
+            .iter()
+            .filter_map(|r| {
+                let gr = r.kind().group_resource();
+                if !r.progress().ready {
+                    Some(format!("cache {gr} not synced"))
+                } else if serve::too_stale(r, &self.serve) {
+                    let s = r.staleness().unwrap_or_default();
+                    Some(format!("cache {gr} stale: no proof of being current for {}s", s.as_secs()))
+                } else {
+                    None
+                }
+            })
             .collect();
+        for (name, m) in self.resources.missing() {
+            if m.blocks_readiness {
+                not_ready.push(format!("resource {name} not cached yet: {}", m.reason));
+            }
+        }
         if *self.shutting_down.borrow() {
             not_ready.push("shutting down".into());
         }
@@ -271,8 +278,19 @@ impl Server {
         &self.metrics
     }
 
-    pub fn readers(&self) -> impl Iterator<Item = &Reader> {
-        self.readers.values().map(|(r, _)| r)
+    /// The caches now.
+    pub fn readers(&self) -> Vec<Reader> {
+        self.resources.snapshot().caches.values().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// The cached resources (grown by `app` as discovery retries find them).
+    pub fn resources(&self) -> &catalog::Resources {
+        &self.resources
+    }
+
+    /// The upstream client (for caches added later).
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
     }
 }
 

@@ -31,6 +31,9 @@ pub struct ServeOptions {
     /// How long a Most Recent LIST waits for the cache to reach the probed RV before going
     /// upstream (0: serve only what is already proven, forward the rest at once).
     pub consistent_wait: Duration,
+    /// Past this long without proof that the cache is current, its reads are forwarded
+    /// (`--max-staleness`; zero: never).
+    pub max_staleness: Duration,
 }
 
 impl Default for ServeOptions {
@@ -40,6 +43,7 @@ impl Default for ServeOptions {
             min_request_timeout: Duration::from_secs(1800),
             consistent_reads: true,
             consistent_wait: Duration::ZERO,
+            max_staleness: Duration::from_secs(180),
         }
     }
 }
@@ -121,6 +125,9 @@ async fn serve_inner(
     let progress = reader.progress();
     if !progress.ready {
         return Ok(not_ready(req, &progress));
+    }
+    if too_stale(reader, opts) {
+        return Ok(Served::Forward(ForwardReason::Stale));
     }
     let kind = reader.kind();
     match &req.plan {
@@ -213,6 +220,11 @@ async fn serve_inner(
             watch(reader, req, opts, WatchStart::InitialEvents)
         }
     }
+}
+
+/// Whether the cache has gone longer than `--max-staleness` without proof of being current.
+pub fn too_stale(reader: &Reader, opts: &ServeOptions) -> bool {
+    !opts.max_staleness.is_zero() && reader.staleness().is_some_and(|s| s > opts.max_staleness)
 }
 
 fn filter(req: &CacheRequest, watch_name: bool) -> Filter {

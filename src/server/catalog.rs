@@ -1,0 +1,79 @@
+//! The cached resources the server answers for. It grows while the proxy runs: a resource
+//! whose discovery failed at start (upstream not up yet, CRD not installed) is added once a
+//! retry finds it; until then its requests are forwarded and `/readyz` says why it is missing.
+//!
+//! Written by `app` (initial caches, then the discovery retries); read by `Server` on every
+//! request through a cheap `Arc` snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::consistent::Prober;
+use crate::cache::Reader;
+use crate::resource::ResourceKind;
+use crate::upstream::Upstream;
+
+/// (group, version, resource).
+pub type Key = (String, String, String);
+
+/// One snapshot of the cached resources.
+#[derive(Default)]
+pub struct Catalog {
+    pub kinds: Vec<Arc<ResourceKind>>,
+    pub caches: HashMap<Key, (Reader, Arc<Prober>)>,
+}
+
+/// A configured resource not cached yet.
+#[derive(Clone, Debug)]
+pub struct Missing {
+    pub reason: String,
+    /// Whether `/readyz` fails for it: yes while the upstream cannot be asked; no for a
+    /// resource the upstream says does not exist (a CRD not installed yet must not keep every
+    /// replica out of service).
+    pub blocks_readiness: bool,
+}
+
+/// The growing set of cached resources.
+#[derive(Default)]
+pub struct Resources {
+    current: RwLock<Arc<Catalog>>,
+    missing: Mutex<BTreeMap<String, Missing>>,
+}
+
+impl Resources {
+    /// The cached resources now.
+    pub fn snapshot(&self) -> Arc<Catalog> {
+        self.current.read().clone()
+    }
+
+    /// Starts answering for `reader`'s resource.
+    pub fn add(&self, upstream: &Upstream, reader: Reader) {
+        let kind = reader.kind().clone();
+        let prober = Prober::new(upstream.clone(), reader.clone());
+        let mut cur = self.current.write();
+        let mut next = Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone() };
+        let key = (kind.group.clone(), kind.version.clone(), kind.resource.clone());
+        next.kinds.retain(|k| {
+            (k.group.as_str(), k.version.as_str(), k.resource.as_str()) != (&key.0, &key.1, &key.2)
+        });
+        next.kinds.push(Arc::new(kind));
+        next.caches.insert(key, (reader, prober));
+        *cur = Arc::new(next);
+    }
+
+    /// Records why the configured resource `name` is not cached (yet).
+    pub fn set_missing(&self, name: &str, missing: Missing) {
+        self.missing.lock().insert(name.to_owned(), missing);
+    }
+
+    pub fn clear_missing(&self, name: &str) {
+        self.missing.lock().remove(name);
+    }
+
+    /// The configured resources not cached, by name.
+    pub fn missing(&self) -> BTreeMap<String, Missing> {
+        self.missing.lock().clone()
+    }
+}

@@ -1,0 +1,141 @@
+//! Integration: the proxy's life around its upstream — started before the upstream is up, a
+//! configured resource the upstream does not serve, a cache with no proof of being current
+//! for longer than `--max-staleness`, and the SIGTERM sequence with `--shutdown-delay-duration`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube_watchcache::app;
+use kube_watchcache::sim::{Sim, SimOptions};
+use serde_json::json;
+
+/// Polls `f` every 50 ms until it is true; fails after `secs` seconds.
+async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn status(client: &HttpClient, url: &str) -> (u16, String) {
+    let r = send(client, http::Method::GET, url, None, &[]).await;
+    (r.status.as_u16(), String::from_utf8_lossy(&r.body).into_owned())
+}
+
+#[tokio::test]
+async fn the_proxy_starts_before_its_upstream_and_syncs_once_it_is_up() {
+    // A port nothing listens on yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let upstream: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let proxy =
+        app::start(&serve_args(upstream, &["configmaps"])).await.expect("starts without its upstream");
+    let client = client();
+    let url = |p: &str| format!("http://{}{p}", proxy.addr);
+    assert_eq!(status(&client, &url("/livez")).await.0, 200);
+    let (code, text) = status(&client, &url("/readyz")).await;
+    assert_eq!(code, 500);
+    assert!(text.contains("resource configmaps not cached yet"), "{text}");
+    // Meanwhile its requests are forwarded (and fail like the upstream: unreachable).
+    assert_eq!(status(&client, &url("/api/v1/configmaps?resourceVersion=0")).await.0, 503);
+    let sim = Sim::start(SimOptions { listen: upstream, ..Default::default() }).await.unwrap();
+    sim.sim.create("configmaps", "default", json!({"metadata": {"name": "a"}})).unwrap();
+    eventually(20, "ready once the upstream is up", || async {
+        status(&client, &url("/readyz")).await.0 == 200
+    })
+    .await;
+    let lists =
+        sim.sim.request_count(|r| r.path == "/api/v1/configmaps" && r.query.contains("resourceVersion=0"));
+    let r = send(&client, http::Method::GET, &url("/api/v1/configmaps?resourceVersion=0"), None, &[]).await;
+    assert_eq!(r.names(), ["a"]);
+    let after =
+        sim.sim.request_count(|r| r.path == "/api/v1/configmaps" && r.query.contains("resourceVersion=0"));
+    assert_eq!(after, lists, "served from the cache");
+}
+
+#[tokio::test]
+async fn a_resource_the_upstream_does_not_serve_is_forwarded_and_does_not_block_readiness() {
+    let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .unwrap();
+    let proxy = app::start(&serve_args(sim.addr, &["configmaps", "example.org/things"])).await.unwrap();
+    let client = client();
+    let url = |p: &str| format!("http://{}{p}", proxy.addr);
+    eventually(10, "ready without the missing resource", || async {
+        status(&client, &url("/readyz")).await.0 == 200
+    })
+    .await;
+    let path = "/apis/example.org/v1/things";
+    let before = sim.sim.request_count(|r| r.path == path);
+    let (code, _) = status(&client, &url(&format!("{path}?resourceVersion=0"))).await;
+    assert_eq!(code, 404, "the upstream's answer");
+    assert_eq!(sim.sim.request_count(|r| r.path == path), before + 1, "forwarded");
+    // And discovery keeps asking for it.
+    let discovery = || sim.sim.request_count(|r| r.path == "/apis");
+    let asked = discovery();
+    eventually(10, "discovery retried", || async { discovery() > asked }).await;
+}
+
+#[tokio::test]
+async fn a_cache_without_proof_past_max_staleness_is_forwarded_and_not_ready() {
+    let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .unwrap();
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    args.max_staleness = Duration::from_millis(600);
+    let proxy = app::start(&args).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let client = client();
+    let url = |p: &str| format!("http://{}{p}", proxy.addr);
+    let list = "/api/v1/configmaps?resourceVersion=0";
+    let upstream_lists =
+        || sim.sim.request_count(|r| r.path == "/api/v1/configmaps" && r.query == "resourceVersion=0");
+    // No event, no bookmark (the sim's come every 60 s): the proof ages past the bound.
+    eventually(10, "stale", || async { status(&client, &url("/readyz")).await.0 == 500 }).await;
+    let (_, text) = status(&client, &url("/readyz")).await;
+    assert!(text.contains("cache configmaps stale"), "{text}");
+    let before = upstream_lists();
+    assert_eq!(status(&client, &url(list)).await.0, 200);
+    assert_eq!(upstream_lists(), before + 1, "a stale cache's read is forwarded");
+    // An event is proof again: ready, and served from the cache.
+    sim.sim.create("configmaps", "default", json!({"metadata": {"name": "fresh"}})).unwrap();
+    eventually(10, "served from the cache again", || {
+        let (client, url) = (&client, url(list));
+        async move {
+            let before = upstream_lists();
+            status(client, &url).await.0 == 200 && upstream_lists() == before
+        }
+    })
+    .await;
+    assert_eq!(status(&client, &url("/readyz")).await.0, 200);
+}
+
+#[tokio::test]
+async fn sigterm_sequence_turns_unready_first_and_keeps_serving_during_the_delay() {
+    let env_sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .unwrap();
+    let mut args = serve_args(env_sim.addr, &["configmaps"]);
+    args.shutdown_delay_duration = Duration::from_secs(2);
+    let proxy = app::start(&args).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let client = client();
+    let addr = proxy.addr;
+    let url = move |p: &str| format!("http://{addr}{p}");
+    let started = Instant::now();
+    let stopping = tokio::spawn(proxy.shutdown());
+    eventually(2, "not ready at once", || async { status(&client, &url("/readyz")).await.0 == 500 }).await;
+    // Still serving cached reads while the load balancers catch up.
+    assert_eq!(status(&client, &url("/api/v1/configmaps?resourceVersion=0")).await.0, 200);
+    assert!(started.elapsed() < Duration::from_secs(2), "checked inside the delay");
+    stopping.await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(2), "the listener waited for the delay");
+    let closed = client.get(url("/livez").parse().unwrap()).await;
+    assert!(closed.is_err(), "no longer accepting");
+}
