@@ -138,6 +138,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         metrics: metrics.clone(),
         stop: shutdown_rx.clone(),
         reflectors: Arc::default(),
+        reflector_opts: ReflectorOptions {
+            watch_idle_timeout: args.upstream_watch_idle_timeout,
+            ..ReflectorOptions::default()
+        },
     };
     let readers: Vec<Reader> = kinds.into_iter().map(|k| caching.spawn(k)).collect();
     let serve_opts = ServeOptions {
@@ -222,6 +226,7 @@ struct Caching {
     metrics: Arc<Metrics>,
     stop: watch::Receiver<bool>,
     reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
+    reflector_opts: ReflectorOptions,
 }
 
 impl Caching {
@@ -232,7 +237,7 @@ impl Caching {
         self.reflectors.lock().push(tokio::spawn(reflector::run(
             self.upstream.clone(),
             writer,
-            ReflectorOptions::default(),
+            self.reflector_opts.clone(),
             self.metrics.clone(),
             self.stop.clone(),
         )));

@@ -146,6 +146,10 @@ pub struct ServeArgs {
     /// about every 60 s on a quiet resource, hence the margin.
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     pub max_staleness: Duration,
+    /// An upstream watch that delivers nothing (no event, no bookmark) for this long is
+    /// renewed from the cache RV: a partitioned connection can stall without ever closing.
+    #[arg(long, default_value = "150s", value_parser = parse_duration)]
+    pub upstream_watch_idle_timeout: Duration,
     /// On SIGTERM, how long /readyz answers 500 while everything is still served, before the
     /// listener stops accepting (as kube-apiserver's flag: time for Services and load balancers
     /// to stop sending traffic).

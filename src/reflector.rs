@@ -23,6 +23,10 @@ pub struct ReflectorOptions {
     pub page_size: u32,
     /// Upstream watch timeout (seconds); the watch is renewed from the cache RV when it ends.
     pub watch_timeout_secs: u32,
+    /// A watch that delivers nothing (no event, no bookmark) for this long is given up and
+    /// renewed: the connection may be partitioned without a FIN (the apiserver sends a BOOKMARK
+    /// about every 60 s even on a quiet resource).
+    pub watch_idle_timeout: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
 }
@@ -32,6 +36,7 @@ impl Default for ReflectorOptions {
         ReflectorOptions {
             page_size: 500,
             watch_timeout_secs: 300,
+            watch_idle_timeout: Duration::from_secs(150),
             backoff_initial: Duration::from_millis(800),
             backoff_max: Duration::from_secs(30),
         }
@@ -276,7 +281,17 @@ async fn watch_once(
     // The upstream accepted a watch from our RV: proof that the cache is current.
     writer.proven();
     loop {
-        let ev: RawEvent = match stream.next().await {
+        let next = match tokio::time::timeout(opts.watch_idle_timeout, stream.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                let why = format!(
+                    "nothing received for {:?}; the connection may be partitioned",
+                    opts.watch_idle_timeout
+                );
+                return (WatchEnd::Failed("watch_stalled".into(), why), rv);
+            }
+        };
+        let ev: RawEvent = match next {
             Ok(Some(ev)) => ev,
             Ok(None) => return (WatchEnd::Closed, rv),
             Err(e) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
