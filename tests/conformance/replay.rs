@@ -1,4 +1,4 @@
-//! Replays one recorded scenario (`/work/shared/conformance/v1.28.7/<name>.json`) against a
+//! Replays one recorded scenario (`tests/recordings/v1.28.7/<name>.json`) against a
 //! target (the simulated apiserver directly, or the proxy in front of it) and compares the
 //! answers semantically, by the rules of the conformance README ("What may legitimately differ
 //! when a cache serves the request"). Used by `tests/conformance.rs`.
