@@ -17,7 +17,7 @@ async fn list_rv0_is_served_from_cache_in_key_order() {
     let rv = env.create_cm("a-b", "y", json!({"app": "a"}));
     env.synced_to(rv).await;
     let before = env.upstream_requests("/api/v1/configmaps", "");
-    let r = env.get("/api/v1/configmaps?resourceVersion=0").await;
+    let r = env.get_from_cache("/api/v1/configmaps?resourceVersion=0", false).await;
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["kind"], "ConfigMapList");
@@ -35,7 +35,7 @@ async fn list_rv0_is_served_from_cache_in_key_order() {
 #[tokio::test]
 async fn empty_list_has_items_array() {
     let env = start().await;
-    let r = env.get("/api/v1/namespaces/nothing-here/configmaps?resourceVersion=0").await;
+    let r = env.get_from_cache("/api/v1/namespaces/nothing-here/configmaps?resourceVersion=0", true).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["items"], json!([]));
     assert!(r.json()["metadata"]["resourceVersion"].is_string());
@@ -46,13 +46,14 @@ async fn get_from_cache_and_missing_object() {
     let env = start().await;
     let rv = env.create_cm("ns", "a", json!({}));
     env.synced_to(rv).await;
-    let r = env.get("/api/v1/namespaces/ns/configmaps/a?resourceVersion=0").await;
+    let r = env.get_from_cache("/api/v1/namespaces/ns/configmaps/a?resourceVersion=0", true).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["kind"], "ConfigMap", "GET carries kind/apiVersion");
     assert_eq!(r.json()["metadata"]["resourceVersion"], rv.to_string());
-    let r = env.get(&format!("/api/v1/namespaces/ns/configmaps/a?resourceVersion={rv}")).await;
+    let r =
+        env.get_from_cache(&format!("/api/v1/namespaces/ns/configmaps/a?resourceVersion={rv}"), true).await;
     assert_eq!(r.status, 200);
-    let r = env.get("/api/v1/namespaces/ns/configmaps/nope?resourceVersion=0").await;
+    let r = env.get_from_cache("/api/v1/namespaces/ns/configmaps/nope?resourceVersion=0", true).await;
     assert_eq!(r.status, 404);
     assert_eq!(
         r.json(),
@@ -67,19 +68,22 @@ async fn not_older_than_waits_then_forwards() {
     env.synced_to(rv).await;
     // Fresh enough: served from the cache.
     let before = env.upstream_requests("/api/v1/namespaces/ns/configmaps", "resourceVersion=");
-    let r = env.get(&format!("/api/v1/namespaces/ns/configmaps?resourceVersion={rv}")).await;
+    let r = env.get_from_cache(&format!("/api/v1/namespaces/ns/configmaps?resourceVersion={rv}"), true).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.names(), vec!["a"]);
     assert_eq!(env.upstream_requests("/api/v1/namespaces/ns/configmaps", "resourceVersion="), before);
     // Far in the future: the cache waits, then the request goes upstream, which answers 504.
     let future = rv + 100_000;
-    let r = env.get(&format!("/api/v1/namespaces/ns/configmaps?resourceVersion={future}")).await;
+    let future_list = format!("/api/v1/namespaces/ns/configmaps?resourceVersion={future}");
+    assert_eq!(env.upstream_exact(&future_list), 0);
+    let r = env.get(&future_list).await;
     assert_eq!(r.status, 504);
     assert_eq!(r.json()["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
     assert_eq!(
         env.upstream_requests("/api/v1/namespaces/ns/configmaps", &format!("resourceVersion={future}")),
         1
     );
+    assert_eq!(env.upstream_exact(&future_list), 1, "forwarded once, path and query unchanged");
 }
 
 #[tokio::test]
@@ -88,11 +92,9 @@ async fn watch_from_rv_replays_then_streams_live() {
     let r0 = env.create_cm("ns", "a", json!({}));
     let r1 = env.create_cm("ns", "b", json!({}));
     env.synced_to(r1).await;
-    let mut w = open_watch(
-        &env.client,
-        &env.proxy_url(&format!("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion={r0}")),
-    )
-    .await;
+    let path = "/api/v1/namespaces/ns/configmaps";
+    let mut w =
+        open_watch(&env.client, &env.proxy_url(&format!("{path}?watch=1&resourceVersion={r0}"))).await;
     assert_eq!(w.status, 200);
     assert_eq!(w.headers["content-type"], "application/json");
     let first = w.next(T).await.unwrap();
@@ -102,6 +104,7 @@ async fn watch_from_rv_replays_then_streams_live() {
     let d = env.delete_cm("ns", "b");
     assert_eq!(w.take(2, T).await, vec![("MODIFIED".into(), "a".into()), ("DELETED".into(), "b".into())]);
     let _ = d;
+    assert_eq!(env.upstream_path(path), 0, "replayed and streamed from the cache: nothing forwarded");
 }
 
 #[tokio::test]
@@ -118,6 +121,11 @@ async fn watch_rv0_sends_initial_state_in_key_order() {
     assert_eq!(w.take(2, T).await, vec![("ADDED".into(), "a".into()), ("ADDED".into(), "b".into())]);
     env.create_cm("ns", "c", json!({}));
     assert_eq!(w.take(1, T).await, vec![("ADDED".into(), "c".into())]);
+    assert_eq!(
+        env.upstream_path("/api/v1/namespaces/ns/configmaps"),
+        0,
+        "the cache's state: nothing forwarded"
+    );
 }
 
 #[tokio::test]
@@ -129,7 +137,11 @@ async fn too_old_watch_gets_one_error_event() {
     let (floor, _) = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().window();
     assert!(floor.0 >= 1);
     let old = floor.0 - 1;
-    let resp = env.get(&format!("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion={old}")).await;
+    // The proxy answers from its own window: the upstream (whose log reaches back further)
+    // is not asked.
+    let resp = env
+        .get_from_cache(&format!("/api/v1/namespaces/ns/configmaps?watch=1&resourceVersion={old}"), true)
+        .await;
     assert_eq!(resp.status, 200);
     let ev = resp.events();
     assert_eq!(ev.len(), 1);
@@ -143,7 +155,7 @@ async fn too_old_watch_gets_one_error_event() {
 async fn timeout_seconds_ends_the_watch() {
     let env = start().await;
     let start = std::time::Instant::now();
-    let r = env.get("/api/v1/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1").await;
+    let r = env.get_from_cache("/api/v1/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1", false).await;
     assert_eq!(r.status, 200);
     let took = start.elapsed();
     assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(4), "{took:?}");
@@ -167,6 +179,9 @@ async fn legacy_watch_paths_and_single_object_watch() {
         open_watch(&env.client, &env.proxy_url(&format!("/api/v1/watch/configmaps?resourceVersion={r0}")))
             .await;
     assert_eq!(all.take(3, T).await.len(), 3);
+    // Both served from the cache: nothing upstream on the legacy paths.
+    assert_eq!(env.upstream_path("/api/v1/watch/namespaces/ns/configmaps/a"), 0);
+    assert_eq!(env.upstream_path("/api/v1/watch/configmaps"), 0);
 }
 
 #[tokio::test]
@@ -187,11 +202,16 @@ async fn cluster_scoped_and_custom_resources() {
             json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":1}}),
         )
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let r = env.get(&format!("/api/v1/nodes?resourceVersion={}", rv_of(&n))).await;
+    env.cache_synced_to("nodes", rv_of(&n)).await;
+    env.cache_synced_to("widgets", rv_of(&w)).await;
+    let r = env.get_from_cache(&format!("/api/v1/nodes?resourceVersion={}", rv_of(&n)), false).await;
     assert_eq!(r.names(), vec!["n1"]);
-    let r =
-        env.get(&format!("/apis/example.com/v1/namespaces/ns/widgets?resourceVersion={}", rv_of(&w))).await;
+    let r = env
+        .get_from_cache(
+            &format!("/apis/example.com/v1/namespaces/ns/widgets?resourceVersion={}", rv_of(&w)),
+            true,
+        )
+        .await;
     let v = r.json();
     assert_eq!(v["kind"], "WidgetList");
     assert_eq!(v["items"][0]["kind"], "Widget", "custom resource items keep kind");
@@ -236,6 +256,7 @@ async fn most_recent_list_is_a_consistent_read_from_the_cache() {
         .sim
         .request_count(|r| r.path == "/api/v1/namespaces/ns/configmaps" && !r.query.contains("limit=1"));
     assert_eq!(full_lists, 0);
+    assert_eq!(env.upstream_exact("/api/v1/namespaces/ns/configmaps"), 0, "the list itself never forwarded");
     assert!(env.upstream_requests("/api/v1/configmaps", "limit=1") >= 1, "probes went upstream");
     let _ = last;
 }
@@ -248,10 +269,12 @@ async fn paginated_lists_are_consistent_snapshots() {
         rv = env.create_cm("ns", &format!("cm-{i}"), json!({"app": "a"}));
     }
     env.synced_to(rv).await;
+    // Both pages come from the cache (its history window keeps the first page's snapshot).
     let p1 = env
-        .get(&format!(
-            "/api/v1/namespaces/ns/configmaps?limit=2&resourceVersion={rv}&resourceVersionMatch=NotOlderThan"
-        ))
+        .get_from_cache(
+            &format!("/api/v1/namespaces/ns/configmaps?limit=2&resourceVersion={rv}&resourceVersionMatch=NotOlderThan"),
+            true,
+        )
         .await;
     assert_eq!(p1.names(), vec!["cm-1", "cm-2"]);
     let m = p1.json()["metadata"].clone();
@@ -261,7 +284,8 @@ async fn paginated_lists_are_consistent_snapshots() {
     env.create_cm("ns", "cm-2a", json!({}));
     let d = env.delete_cm("ns", "cm-4");
     env.synced_to(d).await;
-    let p2 = env.get(&format!("/api/v1/namespaces/ns/configmaps?limit=2&continue={token}")).await;
+    let p2 =
+        env.get_from_cache(&format!("/api/v1/namespaces/ns/configmaps?limit=2&continue={token}"), true).await;
     assert_eq!(p2.status, 200);
     assert_eq!(p2.names(), vec!["cm-3", "cm-4"]);
     assert_eq!(p2.json()["metadata"]["resourceVersion"], m["resourceVersion"]);
@@ -287,7 +311,9 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     stalled.write_all(format!("GET {path} HTTP/1.1\r\nHost: proxy\r\n\r\n").as_bytes()).await.unwrap();
     let mut healthy = open_watch(&env.client, &env.proxy_url(&path)).await;
     let reader = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while reader.watcher_stats().live < 2 {
+        assert!(std::time::Instant::now() < deadline, "both watches registered with the cache");
         tokio::task::yield_now().await;
     }
     // 2 000 events of 16 KiB: more than the queue (1 000) plus what the sockets hold.
@@ -332,6 +358,7 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     assert!(!rvs.is_empty() && rvs.len() < n, "got {} of {n} events before being closed", rvs.len());
     assert!(rvs.windows(2).all(|w| w[1] == w[0] + 1), "no gap, no duplicate, no reordering");
     assert_eq!(rvs[0], rv0 + 1);
+    assert_eq!(env.upstream_path("/api/v1/namespaces/s/configmaps"), 0, "both watches served from the cache");
     env.proxy.shutdown().await;
 }
 
@@ -367,5 +394,10 @@ async fn http2_watches_share_a_connection_and_each_get_every_event() {
     let over_h2 = send(&h2, http::Method::GET, &env.proxy_url(list), None, &[]).await;
     assert_eq!(over_h2.status, 200);
     assert_eq!(over_h2.body, env.get(list).await.body);
+    assert_eq!(
+        env.upstream_path("/api/v1/namespaces/h2/configmaps"),
+        0,
+        "watches and lists served from the cache"
+    );
     env.proxy.shutdown().await;
 }

@@ -108,6 +108,47 @@ impl Env {
     pub fn upstream_requests(&self, path: &str, query_part: &str) -> usize {
         self.sim.sim.request_count(|r| r.path.starts_with(path) && r.query.contains(query_part))
     }
+
+    /// Requests the sim saw for exactly this path and query (`/p?q`, the query as sent: the
+    /// proxy forwards it unchanged).
+    pub fn upstream_exact(&self, path_and_query: &str) -> usize {
+        let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+        self.sim.sim.request_count(|r| r.path == path && r.query == query)
+    }
+
+    /// Requests the sim saw for exactly this path, whatever their query. For paths the proxy's
+    /// own reflectors and probes never use (namespaced collections, objects, `/watch/` paths):
+    /// catches a forwarded request even if its query was rewritten.
+    pub fn upstream_path(&self, path: &str) -> usize {
+        self.sim.sim.request_count(|r| r.path == path)
+    }
+
+    /// Sends `GET path_and_query` through the proxy and asserts the sim did not see it (same
+    /// path and query; and nothing at all on that path when `path_untouched`).
+    pub async fn get_from_cache(&self, path_and_query: &str, path_untouched: bool) -> Resp {
+        let path = path_and_query.split('?').next().unwrap_or("");
+        let (exact, any) = (self.upstream_exact(path_and_query), self.upstream_path(path));
+        let r = self.get(path_and_query).await;
+        assert_eq!(
+            self.upstream_exact(path_and_query),
+            exact,
+            "served from the cache: {path_and_query} not forwarded"
+        );
+        if path_untouched {
+            assert_eq!(
+                self.upstream_path(path),
+                any,
+                "served from the cache: nothing sent upstream on {path}"
+            );
+        }
+        r
+    }
+
+    /// Waits until the proxy's cache of `resource` (plural) has reached `rv`.
+    pub async fn cache_synced_to(&self, resource: &str, rv: u64) {
+        let r = self.proxy.readers.iter().find(|r| r.kind().resource == resource).expect("cached resource");
+        r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.expect("cache caught up");
+    }
 }
 
 pub fn rv_of(o: &Value) -> u64 {

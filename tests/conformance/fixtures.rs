@@ -14,6 +14,11 @@ use crate::common::{send, HttpClient};
 pub struct Vars {
     pub rvs: HashMap<u64, u64>,
     pub tokens: HashMap<String, String>,
+    /// Recorded RVs of the writes made by this scenario's own setup lines (not the fixtures').
+    pub own: HashSet<u64>,
+    /// Recorded RVs mapped from `vars` that are not the RV of a write (`R_W`, `COMPACTED_AT`:
+    /// mapped to the sim's current RV); not object versions.
+    pub derived: HashSet<u64>,
     sim: Sim,
 }
 
@@ -57,6 +62,9 @@ pub struct Setup {
     done: HashSet<String>,
     rvs: HashMap<u64, u64>,
     tokens: HashMap<String, String>,
+    /// Resource (plural) → the sim's RV right after the last setup write to it: the proxy's
+    /// cache of that resource has seen the setup once it reaches this RV.
+    last_write: HashMap<String, u64>,
 }
 
 fn rv_of(v: &Value) -> u64 {
@@ -103,11 +111,12 @@ impl Setup {
             done: HashSet::new(),
             rvs: HashMap::new(),
             tokens: HashMap::new(),
+            last_write: HashMap::new(),
         }
     }
 
     async fn call(
-        &self,
+        &mut self,
         method: Method,
         path: &str,
         body: Option<Value>,
@@ -118,6 +127,10 @@ impl Setup {
         let r = send(&self.client, method.clone(), &url, body, &h).await;
         if !r.status.is_success() && r.status != 409 {
             return Err(format!("setup {method} {path}: {} {}", r.status, String::from_utf8_lossy(&r.body)));
+        }
+        if method != Method::GET && r.status.is_success() {
+            // One lane, one sim, sequential setup: the current RV is this write's (or later).
+            self.last_write.insert(resource_of(path), self.sim.current_rv().0);
         }
         Ok(serde_json::from_slice(&r.body).unwrap_or(Value::Null))
     }
@@ -168,13 +181,21 @@ impl Setup {
                 }
             }
         }
+        let fixture_rvs: HashSet<u64> = self.rvs.keys().copied().collect();
         for l in lines.iter().filter(|l| !l.starts_with("[fixture ")) {
             if l.starts_with("restart the apiserver") {
                 return Err("needs an apiserver restart".into());
             }
             self.line(l).await?;
         }
-        let mut vars = Vars { rvs: self.rvs.clone(), tokens: self.tokens.clone(), sim: self.sim.clone() };
+        let own = self.rvs.keys().filter(|r| !fixture_rvs.contains(r)).copied().collect();
+        let mut vars = Vars {
+            rvs: self.rvs.clone(),
+            tokens: self.tokens.clone(),
+            own,
+            derived: HashSet::new(),
+            sim: self.sim.clone(),
+        };
         let current = self.sim.current_rv().0;
         for (name, v) in sc["vars"].as_object().into_iter().flatten() {
             let Some(n) = v.as_str().and_then(|s| s.parse::<u64>().ok()) else { continue };
@@ -185,11 +206,23 @@ impl Setup {
                 // "list RV just before the watch" and the like.
                 "R_W" | "COMPACTED_AT" => {
                     vars.rvs.insert(n, current);
+                    vars.derived.insert(n);
                 }
                 _ => return Err(format!("cannot map var {name}={n}")),
             }
         }
         Ok(vars)
+    }
+
+    /// Waits (bounded) until every proxy cache has seen the setup writes to its resource.
+    pub async fn proxy_caught_up(&self) -> Result<(), String> {
+        for c in &self.proxy_caches {
+            let Some(rv) = self.last_write.get(c.kind().resource.as_str()) else { continue };
+            c.wait_for(kube_watchcache::resource::Rv(*rv), std::time::Duration::from_secs(10))
+                .await
+                .map_err(|e| format!("proxy cache of {} did not reach {rv}: {e}", c.kind().resource))?;
+        }
+        Ok(())
     }
 
     async fn line(&mut self, l: &str) -> Result<(), String> {
@@ -200,7 +233,9 @@ impl Setup {
         match words.as_slice() {
             ["create", "configmap", key, ..] => {
                 let (ns, name) = key.split_once('/').unwrap_or(("", key));
-                let lbl = after(l, " labels ").map(labels).unwrap_or(json!({}));
+                // The compaction fixture's lines omit the labels its recorded objects carry.
+                let unlisted = if ns == "cap-compact" { json!({"app": "c"}) } else { json!({}) };
+                let lbl = after(l, " labels ").map(labels).unwrap_or(unlisted);
                 let data = after(l, " data k=").map(str::to_owned).unwrap_or_else(|| default_data(name));
                 let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": lbl}, "data": {"k": data}});
                 self.create(&format!("/api/v1/namespaces/{ns}/configmaps"), body, l).await
@@ -231,7 +266,8 @@ impl Setup {
                 let (ns, name) = key.split_once('/').unwrap_or(("", key));
                 let node = after(l, "spec.nodeName=").filter(|n| !n.starts_with('('));
                 let lbl = after(l, " labels ").map(labels).unwrap_or(json!({}));
-                self.create(&format!("/api/v1/namespaces/{ns}/pods"), pod(name, node, lbl, None), l).await
+                // The recorded fixture pods have terminationGracePeriodSeconds 0 (not in the line).
+                self.create(&format!("/api/v1/namespaces/{ns}/pods"), pod(name, node, lbl, Some(0)), l).await
             }
             ["create", "widget", key, ..] => {
                 let (ns, name) = key.split_once('/').unwrap_or(("", key));
@@ -242,8 +278,10 @@ impl Setup {
             ["POST", path, "(pod", name, ..] => {
                 let name = name.trim_end_matches(',');
                 let node = l.contains(" on n1").then_some("cap-n1");
+                // Unless the line says otherwise the recorder's pods had a grace period of 0.
                 let grace = after(l, "terminationGracePeriodSeconds ")
-                    .and_then(|g| g.trim_end_matches(')').parse().ok());
+                    .and_then(|g| g.trim_end_matches(')').parse().ok())
+                    .or(Some(0));
                 self.create(path, pod(name, node, json!({"app": "web"}), grace), l).await
             }
             ["POST", path, "(event", name, ..] => {
@@ -251,7 +289,8 @@ impl Setup {
                 let ns = path.split('/').nth(4).unwrap_or("");
                 let body = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
                     "involvedObject": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns, "name": "x"},
-                    "reason": "Capture", "message": "recorded", "type": "Normal"});
+                    "reason": "Capture", "message": "recorded by capture.py", "type": "Normal",
+                    "source": {"component": "capture"}});
                 self.create(path, body, l).await
             }
             ["POST", path, "(widget", name, ..] => {
@@ -261,11 +300,12 @@ impl Setup {
             }
             ["POST", _, "(serviceaccount", ..] | ["create", "serviceaccount", ..] => Ok(()),
             ["PATCH", path, ..] => {
+                // The only such line (watch-rv-old-replay): its recorded result has data k=2.
                 let v = self
                     .call(
                         Method::PATCH,
                         path,
-                        Some(json!({"data": {"k": "patched"}})),
+                        Some(json!({"data": {"k": "2"}})),
                         Some("application/merge-patch+json"),
                     )
                     .await?;
@@ -306,6 +346,22 @@ impl Setup {
             ["create", "CustomResourceDefinition", ..] | ["vars:", ..] | ["wait", ..] => Ok(()),
             _ => Err(format!("setup line not understood: {l}")),
         }
+    }
+}
+
+/// `/api/v1/namespaces/ns/configmaps/a?x` → `configmaps`; `/api/v1/namespaces/ns` → `namespaces`.
+fn resource_of(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // api/v1/... or apis/group/version/...
+    let rest = match segs.first() {
+        Some(&"api") => segs.get(2..).unwrap_or(&[]),
+        _ => segs.get(3..).unwrap_or(&[]),
+    };
+    match rest {
+        ["namespaces", _, res, ..] => (*res).to_owned(),
+        [res, ..] => (*res).to_owned(),
+        [] => String::new(),
     }
 }
 
