@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 
 fn recordings() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/v1.28.7")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/recordings/v1.28.7")
 }
 
 fn query_of(req: &serde_json::Value) -> String {

@@ -30,7 +30,7 @@ struct Step {
 }
 
 fn recordings() -> Vec<Step> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/v1.28.7");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/recordings/v1.28.7");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())

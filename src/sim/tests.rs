@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::{Sim, SimHandle, SimOptions};
 
 fn recording(name: &str) -> Value {
-    let path = format!("{}/../shared/conformance/v1.28.7/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/recordings/v1.28.7/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap()
 }
