@@ -401,4 +401,15 @@ mod tests {
         assert!(b.starts_with("{\"type\":\"BOOKMARK\""), "{b}");
         assert!(b.contains("k8s.io/initial-events-end"));
     }
+
+    #[tokio::test]
+    async fn huge_timeout_seconds_is_capped_not_a_panic() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        for t in ["9223372036854775807", "9999999999999", "1"] {
+            let q = format!("watch=1&resourceVersion=10&timeoutSeconds={t}");
+            let Served::Response(resp) = run(&r, "/api/v1/configmaps", &q).await else { panic!("forwarded") };
+            assert_eq!(resp.status(), 200, "{t}");
+        }
+    }
 }
