@@ -52,38 +52,57 @@ fn upstream(env: &Env, path: &str, part: &str) -> usize {
 const WATCH_LIST: &str =
     "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
 
+/// Requests to exactly `path` that asked for metadata only (`PartialObjectMetadataList`).
+fn metadata_lists(env: &Env, path: &str) -> usize {
+    env.sim.sim.request_count(|r| {
+        r.path == path
+            && r.headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("PartialObjectMetadataList"))
+    })
+}
+
 #[tokio::test]
-async fn most_recent_list_under_lease_churn_is_forwarded_at_once_and_stays_consistent() {
+async fn most_recent_list_under_lease_churn_is_proven_by_metadata_and_served_from_the_cache() {
     let env = busy_cluster().await;
     let path = "/api/v1/namespaces/ns/configmaps";
-    let mut probes_before = upstream(&env, "/api/v1/configmaps", "limit=1");
+    let probes_before = upstream(&env, "/api/v1/configmaps", "limit=1");
     for i in 0..16 {
-        let written = env.create_cm("ns", &format!("c{i}"), json!({}));
+        let written = env.create_cm("ns", &format!("c{i}"), json!({"data": i.to_string()}));
+        env.synced_to(written).await;
         revision_moves_past(&env, env.sim.sim.current_rv().0).await;
         let arrived_rv = env.sim.sim.current_rv().0;
+        assert!(cache_rv(&env, "configmaps") < arrived_rv, "the cache is behind the revision");
         let t = Instant::now();
-        let r = env.get(path).await;
+        let r = env.get(&format!("{path}?limit=500")).await;
         let took = t.elapsed();
         assert_eq!(r.status, 200);
-        // Read-your-writes and never older than the upstream when the request arrived.
-        assert!(r.names().contains(&format!("c{i}")), "write {i} visible");
+        // Read-your-writes, and never older than the upstream when the request arrived: the
+        // list RV is the metadata list's, a revision the upstream issued after the arrival.
+        assert_eq!(r.names().len(), i + 1, "write {i} visible");
         let list_rv: u64 = r.json()["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
-        assert!(list_rv >= written && list_rv >= arrived_rv, "list RV {list_rv} older than {arrived_rv}");
-        // The cache cannot prove it holds everything up to the revision the leases moved: no
-        // waiting for it (the old behaviour waited --consistent-read-wait, 1 s, every time).
-        assert!(took < Duration::from_millis(500), "LIST {i} took {took:?}: a blind wait");
-        if i == 0 {
-            probes_before = upstream(&env, "/api/v1/configmaps", "limit=1").min(probes_before + 1);
-        }
+        assert!(list_rv >= arrived_rv && list_rv <= env.sim.sim.current_rv().0, "list RV {list_rv}");
+        // No blind wait (the old behaviour waited --consistent-read-wait, 1 s, every time).
+        assert!(took < Duration::from_millis(500), "LIST {i} took {took:?}");
     }
-    assert_eq!(upstream(&env, path, ""), 16, "every LIST was forwarded");
+    // Every LIST was proven by a metadata-only list and answered with the cache's bytes.
+    assert_eq!(metadata_lists(&env, path), 16);
+    assert_eq!(upstream(&env, path, "") - metadata_lists(&env, path), 0, "no full LIST went upstream");
     // Probes that keep failing are thinned out: at most 3 in a row, then one LIST in eight.
     let probes = upstream(&env, "/api/v1/configmaps", "limit=1") - probes_before;
-    assert!(probes <= 3 + 16 / 8, "{probes} probes for 15 LISTs");
-    // The cache never served an answer it could not prove fresh: /metrics says why each went.
+    assert!(probes <= 3 + 16 / 8 + 1, "{probes} probes for 16 LISTs");
     let metrics = env.get("/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body);
-    assert!(text.contains(r#"watchcache_forwarded_requests_total{reason="most_recent"} 16"#), "{text}");
+    assert!(!text.contains(r#"watchcache_forwarded_requests_total{reason="most_recent"}"#), "{text}");
+    // A page of it continues at the proven RV: the upstream serves that token at once.
+    let r = env.get(&format!("{path}?limit=5")).await;
+    let token = r.json()["metadata"]["continue"].as_str().unwrap().to_owned();
+    let t = Instant::now();
+    let next = env.get(&format!("{path}?limit=5&continue={token}")).await;
+    assert_eq!(next.status, 200);
+    assert_eq!(next.names(), ["c13", "c14", "c15", "c2", "c3"]);
+    assert!(t.elapsed() < Duration::from_millis(500), "not a wait for the cache");
 }
 
 #[tokio::test]

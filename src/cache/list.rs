@@ -40,9 +40,16 @@ pub struct ListBody {
     /// Total body length (for `Content-Length`).
     pub len: usize,
     pub continue_token: Option<String>,
+    /// `metadata.remainingItemCount`, when set.
+    pub remaining: Option<usize>,
 }
 
 impl ListBody {
+    /// (namespace, name, resourceVersion) of each item, in order.
+    pub fn versions(&self) -> impl Iterator<Item = (&str, &str, Rv)> {
+        self.objects.iter().map(|o| (o.header.namespace.as_str(), o.header.name.as_str(), o.header.rv))
+    }
+
     /// The body as a sequence of chunks, produced on demand.
     pub fn into_chunks(self) -> ListChunks {
         ListChunks {
@@ -167,7 +174,7 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         + tail.len()
         + items.iter().map(|o| o.item_len()).sum::<usize>()
         + items.len().saturating_sub(1);
-    ListBody { head, items: items.len(), objects: items, tail, len, continue_token }
+    ListBody { head, items: items.len(), objects: items, tail, len, continue_token, remaining }
 }
 
 /// `{"kind":"PodList","apiVersion":"v1","metadata":{…},"items":[` for built-ins;

@@ -14,6 +14,13 @@
 //!   not prove freshness, only one LIST in eight probes; the others are forwarded without one,
 //!   so a busy cluster pays for at most a few useless probes. A watch needs no proof: it
 //!   starts after R (events ≤ R skipped, bookmarks held until the cache passes R).
+//! - **Metadata proof** (a Most Recent LIST the probe could not prove): one upstream consistent
+//!   LIST of the request's own selection and limit as `PartialObjectMetadataList` (keys and
+//!   resourceVersions, no bodies) at revision R. If the cache's page has exactly the same
+//!   objects at the same versions (and the same continuation), the cache's state *is* the
+//!   state at R: the cache's bytes are served with list RV R (an RV the upstream issued; a
+//!   continue token at R is served by the upstream, tokens being interchangeable). Otherwise the
+//!   LIST is forwarded. Objects created and deleted again before R do not matter to a LIST.
 //! - **Initial lists** (watch-list, `sendInitialEvents=true` with RV unset, what client-go ≥
 //!   1.34 informers send): one coalesced, paginated upstream consistent LIST of the watch's own
 //!   namespace and selectors gives the initial state at its RV L; the live stream is the
@@ -34,7 +41,7 @@ use tokio::time::Instant;
 use super::flights::Flights;
 use crate::cache::Reader;
 use crate::resource::{Object, Rv};
-use crate::upstream::{Selection, Upstream};
+use crate::upstream::{MetadataPage, Selection, Upstream};
 
 /// Probes that could not prove freshness, in a row, before probing is thinned out.
 const MISSES_BEFORE_THINNING: u32 = 3;
@@ -60,6 +67,7 @@ pub struct Prober {
     reader: Reader,
     probes: Arc<Flights<(), Result<Rv, String>>>,
     initial: Arc<Flights<Selection, Result<Initial, String>>>,
+    metadata: Arc<Flights<(Selection, Option<u32>), Result<Arc<MetadataPage>, String>>>,
     /// Probes in a row whose RV the cache had not reached.
     misses: AtomicU32,
     /// Most Recent LISTs seen while thinned out (every `THINNED_PROBE_EVERY`th probes).
@@ -73,6 +81,7 @@ impl Prober {
             reader,
             probes: Arc::default(),
             initial: Arc::default(),
+            metadata: Arc::default(),
             misses: AtomicU32::new(0),
             thinned: AtomicU32::new(0),
         })
@@ -108,6 +117,31 @@ impl Prober {
         } else {
             self.misses.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// What the upstream has now (sent after `arrived`) in `sel`'s first `limit` items, metadata
+    /// only: keys and resourceVersions, to compare with the cache.
+    pub async fn metadata(
+        &self,
+        sel: Selection,
+        limit: Option<u32>,
+        arrived: Instant,
+    ) -> Result<Arc<MetadataPage>, String> {
+        let (upstream, kind) = (self.upstream.clone(), self.reader.kind().clone());
+        let key = (sel.clone(), limit);
+        let fetch = move || {
+            let (upstream, kind, sel) = (upstream.clone(), kind.clone(), sel.clone());
+            async move {
+                match tokio::time::timeout(READ_TIMEOUT, upstream.list_metadata(&kind, &sel, limit)).await {
+                    Ok(r) => r.map(Arc::new).map_err(|e| e.to_string()),
+                    Err(_) => Err("metadata list timed out".to_owned()),
+                }
+            }
+        };
+        self.metadata
+            .join(key, arrived, fetch)
+            .await
+            .unwrap_or_else(|| Err("metadata list task ended".into()))
     }
 
     /// The initial state of a watch-list of `sel` that arrived at `arrived`.

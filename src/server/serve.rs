@@ -16,7 +16,7 @@ use super::consistent::{Initial, Prober};
 use crate::cache::{Filter, Page, Reader, WatchRequest, WatchStart};
 use crate::error::Error;
 use crate::resource::{frame_event, EventType};
-use crate::upstream::Selection;
+use crate::upstream::{MetadataPage, Selection};
 
 /// Tunables of cache serving.
 #[derive(Clone, Debug)]
@@ -99,6 +99,49 @@ async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -
     proven
 }
 
+/// A Most Recent LIST the probe could not prove: served from the cache at the upstream's
+/// revision R when a metadata-only upstream LIST of the same selection shows the cache's page
+/// is exactly the state at R; else forwarded (see `server::consistent`).
+async fn proven_by_metadata(
+    src: &Source<'_>,
+    req: &CacheRequest,
+    limit: Option<usize>,
+    arrived: Instant,
+) -> Result<Served, Error> {
+    let reader = src.reader;
+    let upstream_limit = limit.map(|l| l.min(u32::MAX as usize) as u32);
+    let meta = match src.prober.metadata(selection(req), upstream_limit, arrived).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::debug!(error = %e, "metadata proof failed; forwarding");
+            return Ok(Served::Forward(ForwardReason::MostRecent));
+        }
+    };
+    let mut snap = reader.snapshot();
+    let caught_up = snap.rv >= meta.rv;
+    if !caught_up {
+        snap.rv = meta.rv;
+    }
+    let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
+    let body = reader.list(&snap, &filter(req, false), page);
+    // Caught up: fresh by RV alone. Else the cache's page must be exactly the upstream's at R.
+    if !caught_up && !same_page(&body, &meta) {
+        return Ok(Served::Forward(ForwardReason::MostRecent));
+    }
+    let len = body.len;
+    let mut resp = json_response(StatusCode::OK, body::lazy(body.into_chunks()));
+    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    Ok(Served::Response(resp))
+}
+
+/// Whether a page rendered from the cache holds exactly the objects (same keys, same
+/// versions, same order) and continuation of the upstream's metadata page.
+fn same_page(body: &crate::cache::ListBody, meta: &MetadataPage) -> bool {
+    body.versions().eq(meta.items.iter().map(|(ns, n, rv)| (ns.as_str(), n.as_str(), *rv)))
+        && body.continue_token.is_some() == meta.continue_token.is_some()
+        && body.remaining.map(|n| n as u64) == meta.remaining
+}
+
 /// The upstream selection of a watch: its namespace and selectors, a name as `metadata.name`.
 fn selection(req: &CacheRequest) -> Selection {
     let mut fields = req.opts.field_selector.clone();
@@ -161,6 +204,11 @@ async fn serve_inner(
             list(reader, req, snap, page)
         }
         Plan::ListExact { rv, limit, start } => {
+            // A continue token the cache has not reached (issued by the upstream, or by the
+            // metadata proof at the upstream's revision): the upstream serves it at once.
+            if *rv > reader.progress().rv && start.is_some() {
+                return Ok(Served::Forward(ForwardReason::NotFresh));
+            }
             if *rv > reader.progress().rv && reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
                 return Ok(Served::Forward(ForwardReason::NotFresh));
             }
@@ -173,6 +221,14 @@ async fn serve_inner(
                 start.clone().map(|s| Page { limit: usize::MAX, start: Some(s), token_rv: rv.0 as i64 })
             });
             list(reader, req, snap, page)
+        }
+        Plan::ListMostRecent { limit, start: None } if opts.consistent_reads => {
+            if proven_fresh(src, opts, arrived).await {
+                let snap = reader.snapshot();
+                let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
+                return list(reader, req, snap, page);
+            }
+            proven_by_metadata(src, req, *limit, arrived).await
         }
         Plan::ListMostRecent { limit, start } => {
             if !proven_fresh(src, opts, arrived).await {
@@ -411,5 +467,37 @@ mod tests {
             let Served::Response(resp) = run(&r, "/api/v1/configmaps", &q).await else { panic!("forwarded") };
             assert_eq!(resp.status(), 200, "{t}");
         }
+    }
+
+    #[test]
+    fn a_page_is_proven_only_by_the_same_objects_at_the_same_versions() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        let obj = |name: &str, rv: u64| {
+            let json =
+                format!(r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}}}}"#);
+            w.parse(bytes::Bytes::from(json)).unwrap()
+        };
+        let objs = vec![obj("a", 3), obj("b", 5), obj("c", 7)];
+        w.replace(objs, Rv(7));
+        let snap = r.snapshot();
+        let page = |limit| Some(Page { limit, start: None, token_rv: 20 });
+        let all = r.list(&snap, &Filter::default(), None);
+        let two = r.list(&snap, &Filter::default(), page(2));
+        let meta = |items: &[(&str, u64)], cont: bool, remaining: Option<u64>| MetadataPage {
+            rv: Rv(20),
+            continue_token: cont.then(|| "t".to_owned()),
+            remaining,
+            items: items.iter().map(|(n, rv)| ("ns".to_owned(), (*n).to_owned(), Rv(*rv))).collect(),
+        };
+        assert!(same_page(&all, &meta(&[("a", 3), ("b", 5), ("c", 7)], false, None)));
+        assert!(same_page(&two, &meta(&[("a", 3), ("b", 5)], true, Some(1))));
+        // Anything that differs is no proof: a newer version, one object more or less, another
+        // order, a different continuation or count.
+        assert!(!same_page(&all, &meta(&[("a", 3), ("b", 6), ("c", 7)], false, None)));
+        assert!(!same_page(&all, &meta(&[("a", 3), ("b", 5)], false, None)));
+        assert!(!same_page(&all, &meta(&[("a", 3), ("b", 5), ("c", 7), ("d", 9)], false, None)));
+        assert!(!same_page(&all, &meta(&[("b", 5), ("a", 3), ("c", 7)], false, None)));
+        assert!(!same_page(&two, &meta(&[("a", 3), ("b", 5)], false, None)));
+        assert!(!same_page(&two, &meta(&[("a", 3), ("b", 5)], true, Some(2))));
     }
 }

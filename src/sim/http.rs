@@ -141,6 +141,8 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
 pub enum Accept {
     Json,
     Table,
+    /// `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`: metadata only (GET and LIST).
+    Metadata,
 }
 
 /// Content negotiation: plain JSON when any media range allows it, a Table when that comes
@@ -164,6 +166,12 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Err
         match as_ {
             None => return Ok(Accept::Json),
             Some("Table") => return Ok(Accept::Table),
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+                if params.iter().any(|(k, v)| k == "g" && v == "meta.k8s.io")
+                    && params.iter().any(|(k, v)| k == "v" && v == "v1") =>
+            {
+                return Ok(Accept::Metadata)
+            }
             Some(_) => saw_unknown_as = true,
         }
     }
@@ -204,6 +212,13 @@ mod tests {
         assert_eq!(
             negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true).unwrap(),
             Accept::Table
+        );
+        assert_eq!(
+            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), true).unwrap(),
+            Accept::Metadata
+        );
+        assert!(
+            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2"), true).is_err()
         );
         assert!(negotiate(&h("application/vnd.kubernetes.protobuf"), false).is_err());
         assert!(negotiate(&h("text/html"), true).is_err());

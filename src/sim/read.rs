@@ -183,6 +183,9 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
     if accept == Accept::Table {
         return Ok(table(list_rv, continue_token, &items));
     }
+    if accept == Accept::Metadata {
+        return Ok(metadata_list(list_rv, continue_token, remaining, &items));
+    }
     let meta = ListMeta { rv: list_rv, continue_token, remaining };
     let chunks = encode::list_chunks(&kind, &meta, items.iter().map(|o| o.item_chunks()).collect());
     Ok(json_response(StatusCode::OK, chunks_body(chunks)))
@@ -215,7 +218,37 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
     if accept == Accept::Table {
         return Ok(table(store.current_rv(), None, &[o]));
     }
+    if accept == Accept::Metadata {
+        let body = serde_json::to_vec(&partial(&o)).unwrap_or_default();
+        return Ok(json_response(StatusCode::OK, full(body)));
+    }
     Ok(json_response(StatusCode::OK, full(o.typed_bytes())))
+}
+
+/// An object as `meta.k8s.io/v1` PartialObjectMetadata: kind, apiVersion and its metadata.
+fn partial(o: &Object) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap_or_default();
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]})
+}
+
+/// A `PartialObjectMetadataList` (what metadata informers and `kubectl get --show-kind`-less
+/// metadata clients ask for), with the list metadata of the JSON list.
+fn metadata_list(
+    rv: Rv,
+    token: Option<String>,
+    remaining: Option<u64>,
+    items: &[Arc<Object>],
+) -> Response<Body> {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(t) = token {
+        meta["continue"] = json!(t);
+    }
+    if let Some(n) = remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
+    let items: Vec<serde_json::Value> = items.iter().map(|o| partial(o)).collect();
+    let body = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
+    json_response(StatusCode::OK, full(serde_json::to_vec(&body).unwrap_or_default()))
 }
 
 /// A minimal `meta.k8s.io/v1` Table (Name, Age), rows carrying PartialObjectMetadata.

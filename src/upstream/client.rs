@@ -137,6 +137,21 @@ impl Inner {
         body: Option<Bytes>,
     ) -> Result<Bytes, UpstreamError> {
         let req = self.own_request(method, path_and_query, body)?;
+        self.send_bytes(req).await
+    }
+
+    /// Like `request_bytes` for a GET with another `Accept` (a metadata-only list).
+    pub async fn get_bytes_as(
+        &self,
+        path_and_query: &str,
+        accept: &'static str,
+    ) -> Result<Bytes, UpstreamError> {
+        let mut req = self.own_request(Method::GET, path_and_query, None)?;
+        req.headers_mut().insert(ACCEPT, HeaderValue::from_static(accept));
+        self.send_bytes(req).await
+    }
+
+    async fn send_bytes(&self, req: Request<Full<Bytes>>) -> Result<Bytes, UpstreamError> {
         let what = format!("{} {}", req.method(), req.uri().path());
         let fut = async {
             let resp = self.send_own(req).await?;

@@ -86,10 +86,16 @@ pub struct Selection {
     pub field_selector: String,
 }
 
-/// `?limit=<limit>[&continue=<c>][&labelSelector=…][&fieldSelector=…]`: a consistent
-/// (resourceVersion unset) page of a selection.
-pub(crate) fn selected_query(limit: u32, continue_token: Option<&str>, sel: &Selection) -> String {
-    let mut q = form_urlencoded::Serializer::new(list_query(limit, continue_token, None));
+/// `?[limit=<limit>][&continue=<c>][&labelSelector=…][&fieldSelector=…]`: a consistent
+/// (resourceVersion unset) page of a selection (all of it without a limit).
+pub(crate) fn selected_query(limit: Option<u32>, continue_token: Option<&str>, sel: &Selection) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    if let Some(l) = limit {
+        q.append_pair("limit", &l.to_string());
+    }
+    if let Some(c) = continue_token {
+        q.append_pair("continue", c);
+    }
     if !sel.label_selector.is_empty() {
         q.append_pair("labelSelector", &sel.label_selector);
     }
@@ -99,7 +105,98 @@ pub(crate) fn selected_query(limit: u32, continue_token: Option<&str>, sel: &Sel
     q.finish()
 }
 
+/// A consistent LIST page of a selection as `PartialObjectMetadataList`: what the upstream had
+/// (keys and resourceVersions) without the objects' bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataPage {
+    pub rv: Rv,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+    /// (namespace, name, resourceVersion) of each item, in the upstream's order.
+    pub items: Vec<(String, String, Rv)>,
+}
+
+#[derive(Deserialize)]
+struct RawMetaList<'a> {
+    #[serde(borrow, default)]
+    metadata: Option<RawMetaListMeta<'a>>,
+    #[serde(borrow, default)]
+    items: Option<Vec<RawMetaItem<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct RawMetaListMeta<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "continue")]
+    continue_token: Option<Cow<'a, str>>,
+    #[serde(default, rename = "remainingItemCount")]
+    remaining: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawMetaItem<'a> {
+    #[serde(borrow)]
+    metadata: RawItemMeta<'a>,
+}
+
+#[derive(Deserialize)]
+struct RawItemMeta<'a> {
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, rename = "resourceVersion")]
+    resource_version: Cow<'a, str>,
+}
+
+impl MetadataPage {
+    pub fn parse(body: &[u8]) -> Result<MetadataPage, UpstreamError> {
+        let raw: RawMetaList<'_> =
+            serde_json::from_slice(body).map_err(|e| UpstreamError::Decode(format!("metadata list: {e}")))?;
+        let meta =
+            raw.metadata.ok_or_else(|| UpstreamError::Decode("metadata list has no metadata".into()))?;
+        let rv = Rv::parse(meta.resource_version.as_deref().unwrap_or(""))
+            .map_err(|e| UpstreamError::Decode(format!("metadata list: {e}")))?;
+        let mut items = Vec::new();
+        for i in raw.items.unwrap_or_default() {
+            let irv = Rv::parse(&i.metadata.resource_version)
+                .map_err(|e| UpstreamError::Decode(format!("metadata list item: {e}")))?;
+            items.push((
+                i.metadata.namespace.unwrap_or_default().into_owned(),
+                i.metadata.name.into_owned(),
+                irv,
+            ));
+        }
+        Ok(MetadataPage {
+            rv,
+            continue_token: meta.continue_token.filter(|c| !c.is_empty()).map(Cow::into_owned),
+            remaining: meta.remaining,
+            items,
+        })
+    }
+}
+
+/// The `Accept` of a metadata-only list.
+const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
 impl Upstream {
+    /// A consistent LIST of a selection, metadata only (all of it without a limit).
+    pub async fn list_metadata(
+        &self,
+        kind: &ResourceKind,
+        sel: &Selection,
+        limit: Option<u32>,
+    ) -> Result<MetadataPage, UpstreamError> {
+        let mut path = kind.collection_path(sel.namespace.as_deref());
+        let q = selected_query(limit, None, sel);
+        if !q.is_empty() {
+            path = format!("{path}?{q}");
+        }
+        let body = self.inner.get_bytes_as(&path, METADATA_LIST).await?;
+        MetadataPage::parse(&body)
+    }
+
     /// One consistent LIST page of a selection with the proxy's own credentials.
     pub async fn list_selected(
         &self,
@@ -111,7 +208,7 @@ impl Upstream {
         let path = format!(
             "{}?{}",
             kind.collection_path(sel.namespace.as_deref()),
-            selected_query(limit, continue_token, sel)
+            selected_query(Some(limit), continue_token, sel)
         );
         let body = self.inner.request_bytes(Method::GET, &path, None).await?;
         ListPage::parse(&body)
@@ -196,6 +293,22 @@ mod tests {
     }
 
     #[test]
+    fn metadata_lists_give_keys_and_rvs() {
+        let body = br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"12","continue":"tok","remainingItemCount":3},"items":[{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"x":"y"}}},{"metadata":{"name":"n1","resourceVersion":"9"}}]}"#;
+        let p = MetadataPage::parse(body).unwrap();
+        assert_eq!(p.rv, Rv(12));
+        assert_eq!(p.continue_token.as_deref(), Some("tok"));
+        assert_eq!(p.remaining, Some(3));
+        assert_eq!(p.items, [("ns".into(), "a".into(), Rv(7)), (String::new(), "n1".into(), Rv(9))]);
+        for bad in [
+            &br#"{"items":[]}"#[..],
+            br#"{"metadata":{"resourceVersion":"1"},"items":[{"metadata":{"name":"a"}}]}"#,
+        ] {
+            assert!(MetadataPage::parse(bad).is_err());
+        }
+    }
+
+    #[test]
     fn query_is_percent_encoded_in_order() {
         assert_eq!(list_query(500, None, None), "limit=500");
         assert_eq!(
@@ -208,9 +321,10 @@ mod tests {
             field_selector: "metadata.name=x".into(),
         };
         assert_eq!(
-            selected_query(500, Some("tok"), &sel),
+            selected_query(Some(500), Some("tok"), &sel),
             "limit=500&continue=tok&labelSelector=app+in+%28a%2Cb%29&fieldSelector=metadata.name%3Dx"
         );
-        assert_eq!(selected_query(500, None, &Selection::default()), "limit=500");
+        assert_eq!(selected_query(Some(500), None, &Selection::default()), "limit=500");
+        assert_eq!(selected_query(None, None, &Selection::default()), "");
     }
 }

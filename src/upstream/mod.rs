@@ -47,7 +47,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use config::{ConfigError, UpstreamOptions};
-pub use list::{ListPage, Selection};
+pub use list::{ListPage, MetadataPage, Selection};
 pub use watch::{RawEvent, WatchStream};
 
 #[allow(unused_imports)] // used by the docs above
