@@ -52,6 +52,9 @@ const INITIAL_PAGE: u32 = 500;
 /// An upstream read that takes longer than this is given up (then: forward).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A metadata-only upstream page, or why there is none.
+type MetadataResult = Result<Arc<MetadataPage>, String>;
+
 /// The initial state of a watch-list, from one upstream consistent LIST.
 #[derive(Clone, Debug)]
 pub enum Initial {
@@ -67,7 +70,7 @@ pub struct Prober {
     reader: Reader,
     probes: Arc<Flights<(), Result<Rv, String>>>,
     initial: Arc<Flights<Selection, Result<Initial, String>>>,
-    metadata: Arc<Flights<(Selection, Option<u32>), Result<Arc<MetadataPage>, String>>>,
+    metadata: Arc<Flights<(Selection, Option<u32>), MetadataResult>>,
     /// Probes in a row whose RV the cache had not reached.
     misses: AtomicU32,
     /// Most Recent LISTs seen while thinned out (every `THINNED_PROBE_EVERY`th probes).
@@ -126,7 +129,7 @@ impl Prober {
         sel: Selection,
         limit: Option<u32>,
         arrived: Instant,
-    ) -> Result<Arc<MetadataPage>, String> {
+    ) -> MetadataResult {
         let (upstream, kind) = (self.upstream.clone(), self.reader.kind().clone());
         let key = (sel.clone(), limit);
         let fetch = move || {
