@@ -128,9 +128,9 @@ pub struct ServeArgs {
     /// How long a NotOlderThan read waits for the cache before going upstream.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub freshness_wait: Duration,
-    /// Most Recent reads (resourceVersion unset): `cache` serves LISTs from the cache when a
-    /// probe upstream proves it fresh (else forwards them at once) and watches always from the
-    /// cache; `upstream` always forwards them.
+    /// Most Recent reads (resourceVersion unset): `cache` serves LISTs from the cache when an
+    /// upstream probe or a metadata-only upstream LIST proves it fresh (else forwards them at
+    /// once) and watches always from the cache; `upstream` always forwards them.
     #[arg(long, default_value = "cache", value_parser = ["cache", "upstream"])]
     pub consistent_reads: String,
     /// How long a Most Recent LIST may wait for the cache to reach the probed upstream RV
