@@ -43,10 +43,37 @@ use crate::cache::Reader;
 use crate::resource::{Object, Rv};
 use crate::upstream::{MetadataPage, Selection, Upstream};
 
-/// Probes that could not prove freshness, in a row, before probing is thinned out.
+/// Proofs of one kind that failed in a row before that kind is thinned out.
 const MISSES_BEFORE_THINNING: u32 = 3;
-/// While thinned out, one Most Recent LIST in this many is probed.
+/// While thinned out, one Most Recent LIST in this many still tries that kind of proof.
 const THINNED_PROBE_EVERY: u32 = 8;
+
+/// How one kind of proof has fared lately: after [`MISSES_BEFORE_THINNING`] failures in a row
+/// only one request in [`THINNED_PROBE_EVERY`] tries it, so a kind that keeps failing (probes
+/// while other resources move the revision, metadata proofs while the resource itself churns)
+/// costs few useless upstream reads; one success restores it.
+#[derive(Default)]
+pub struct Streak {
+    misses: AtomicU32,
+    thinned: AtomicU32,
+}
+
+impl Streak {
+    /// Whether this request should try the proof.
+    pub fn should_try(&self) -> bool {
+        self.misses.load(Ordering::Relaxed) < MISSES_BEFORE_THINNING
+            || self.thinned.fetch_add(1, Ordering::Relaxed).is_multiple_of(THINNED_PROBE_EVERY)
+    }
+
+    /// Records whether the proof held.
+    pub fn record(&self, proven: bool) {
+        if proven {
+            self.misses.store(0, Ordering::Relaxed);
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 /// Page size of initial lists (client-go's pager and the reflector use 500 too).
 const INITIAL_PAGE: u32 = 500;
 /// An upstream read that takes longer than this is given up (then: forward).
@@ -71,10 +98,9 @@ pub struct Prober {
     probes: Arc<Flights<(), Result<Rv, String>>>,
     initial: Arc<Flights<Selection, Result<Initial, String>>>,
     metadata: Arc<Flights<(Selection, Option<u32>), MetadataResult>>,
-    /// Probes in a row whose RV the cache had not reached.
-    misses: AtomicU32,
-    /// Most Recent LISTs seen while thinned out (every `THINNED_PROBE_EVERY`th probes).
-    thinned: AtomicU32,
+    /// How probes (`LIST ?limit=1`) and metadata proofs have fared.
+    pub probes_streak: Streak,
+    pub metadata_streak: Streak,
 }
 
 impl Prober {
@@ -85,8 +111,8 @@ impl Prober {
             probes: Arc::default(),
             initial: Arc::default(),
             metadata: Arc::default(),
-            misses: AtomicU32::new(0),
-            thinned: AtomicU32::new(0),
+            probes_streak: Streak::default(),
+            metadata_streak: Streak::default(),
         })
     }
 
@@ -106,30 +132,9 @@ impl Prober {
         self.probes.join((), arrived, fetch).await.unwrap_or_else(|| Err("probe task ended".into()))
     }
 
-    /// Whether this Most Recent LIST should be probed, or forwarded at once because recent
-    /// probes kept finding the cache behind (other resources moving the revision).
-    pub fn should_probe(&self) -> bool {
-        self.misses.load(Ordering::Relaxed) < MISSES_BEFORE_THINNING
-            || self.thinned.fetch_add(1, Ordering::Relaxed).is_multiple_of(THINNED_PROBE_EVERY)
-    }
-
-    /// Records whether a probe proved the cache fresh.
-    pub fn record(&self, proven: bool) {
-        if proven {
-            self.misses.store(0, Ordering::Relaxed);
-        } else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     /// What the upstream has now (sent after `arrived`) in `sel`'s first `limit` items, metadata
     /// only: keys and resourceVersions, to compare with the cache.
-    pub async fn metadata(
-        &self,
-        sel: Selection,
-        limit: Option<u32>,
-        arrived: Instant,
-    ) -> MetadataResult {
+    pub async fn metadata(&self, sel: Selection, limit: Option<u32>, arrived: Instant) -> MetadataResult {
         let (upstream, kind) = (self.upstream.clone(), self.reader.kind().clone());
         let key = (sel.clone(), limit);
         let fetch = move || {
@@ -198,4 +203,22 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
     }
     items.sort_by(|a, b| a.header.key.cmp(&b.header.key));
     Ok(Initial::Listed { rv: rv.unwrap_or_default(), items: Arc::new(items) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_that_keeps_failing_is_thinned_out_and_one_success_restores_it() {
+        let s = Streak::default();
+        for _ in 0..MISSES_BEFORE_THINNING {
+            assert!(s.should_try());
+            s.record(false);
+        }
+        let tried: Vec<bool> = (0..16).map(|_| s.should_try()).collect();
+        assert_eq!(tried.iter().filter(|t| **t).count(), 2, "one in eight: {tried:?}");
+        s.record(true);
+        assert!((0..5).all(|_| s.should_try()), "restored");
+    }
 }

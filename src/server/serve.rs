@@ -79,7 +79,7 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
 /// issued after the request arrived (waiting at most `--consistent-read-wait`, 0 by default).
 /// `false` means forward it now (see `server::consistent`).
 async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -> bool {
-    if !opts.consistent_reads || !src.prober.should_probe() {
+    if !opts.consistent_reads || !src.prober.probes_streak.should_try() {
         return false;
     }
     let r = match src.prober.fresh_rv(arrived).await {
@@ -95,7 +95,7 @@ async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -
     } else {
         src.reader.wait_for(r, opts.consistent_wait).await.is_ok()
     };
-    src.prober.record(proven);
+    src.prober.probes_streak.record(proven);
     proven
 }
 
@@ -109,6 +109,9 @@ async fn proven_by_metadata(
     arrived: Instant,
 ) -> Result<Served, Error> {
     let reader = src.reader;
+    if !src.prober.metadata_streak.should_try() {
+        return Ok(Served::Forward(ForwardReason::MostRecent));
+    }
     let upstream_limit = limit.map(|l| l.min(u32::MAX as usize) as u32);
     let meta = match src.prober.metadata(selection(req), upstream_limit, arrived).await {
         Ok(m) => m,
@@ -125,7 +128,9 @@ async fn proven_by_metadata(
     let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
     let body = reader.list(&snap, &filter(req, false), page);
     // Caught up: fresh by RV alone. Else the cache's page must be exactly the upstream's at R.
-    if !caught_up && !same_page(&body, &meta) {
+    let proven = caught_up || same_page(&body, &meta);
+    src.prober.metadata_streak.record(proven);
+    if !proven {
         return Ok(Served::Forward(ForwardReason::MostRecent));
     }
     let len = body.len;
