@@ -219,16 +219,30 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
         return Ok(table(store.current_rv(), None, &[o]));
     }
     if accept == Accept::Metadata {
-        let body = serde_json::to_vec(&partial(&o)).unwrap_or_default();
-        return Ok(json_response(StatusCode::OK, full(body)));
+        return Ok(json_response(StatusCode::OK, full(partial(&o))));
     }
     Ok(json_response(StatusCode::OK, full(o.typed_bytes())))
 }
 
-/// An object as `meta.k8s.io/v1` PartialObjectMetadata: kind, apiVersion and its metadata.
-fn partial(o: &Object) -> serde_json::Value {
-    let v: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap_or_default();
-    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]})
+/// An object as `meta.k8s.io/v1` PartialObjectMetadata: kind, apiVersion and its metadata
+/// (the stored metadata bytes as they are; the rest of the object is skipped, not decoded).
+fn partial(o: &Object) -> Vec<u8> {
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a serde_json::value::RawValue>,
+    }
+    let bytes = o.typed_bytes();
+    let meta = serde_json::from_slice::<Meta<'_>>(&bytes)
+        .ok()
+        .and_then(|m| m.metadata)
+        .map(|m| m.get())
+        .unwrap_or("{}");
+    let mut out = Vec::with_capacity(meta.len() + 72);
+    out.extend_from_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#);
+    out.extend_from_slice(meta.as_bytes());
+    out.push(b'}');
+    out
 }
 
 /// A `PartialObjectMetadataList` (what metadata informers and `kubectl get --show-kind`-less
@@ -246,9 +260,18 @@ fn metadata_list(
     if let Some(n) = remaining {
         meta["remainingItemCount"] = json!(n);
     }
-    let items: Vec<serde_json::Value> = items.iter().map(|o| partial(o)).collect();
-    let body = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items});
-    json_response(StatusCode::OK, full(serde_json::to_vec(&body).unwrap_or_default()))
+    let mut body =
+        br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":"#.to_vec();
+    body.extend_from_slice(meta.to_string().as_bytes());
+    body.extend_from_slice(br#","items":["#);
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&partial(o));
+    }
+    body.extend_from_slice(b"]}\n");
+    json_response(StatusCode::OK, full(body))
 }
 
 /// A minimal `meta.k8s.io/v1` Table (Name, Age), rows carrying PartialObjectMetadata.

@@ -695,3 +695,33 @@ fn watch_configmaps(
     let q = super::query::Query::from_query(query).unwrap();
     super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap()
 }
+
+#[tokio::test]
+async fn metadata_only_lists_and_gets() {
+    let h = start().await;
+    base_fixture(&h.sim);
+    let accept = [("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")];
+    let r = send(&h, Method::GET, "/api/v1/namespaces/cap-base/configmaps?limit=2", &accept, None).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(
+        (v["kind"].as_str(), v["apiVersion"].as_str()),
+        (Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1"))
+    );
+    assert!(v["metadata"]["continue"].is_string());
+    assert_eq!(v["metadata"]["remainingItemCount"], 3);
+    let full = get(&h, "/api/v1/namespaces/cap-base/configmaps?limit=2").await.json();
+    assert_eq!(v["metadata"]["resourceVersion"], full["metadata"]["resourceVersion"]);
+    for (m, f) in v["items"].as_array().unwrap().iter().zip(full["items"].as_array().unwrap()) {
+        assert_eq!(m["kind"], "PartialObjectMetadata");
+        assert_eq!(m["metadata"], f["metadata"], "the whole metadata");
+        assert!(m.get("data").is_none(), "and nothing else");
+    }
+    let one = [("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")];
+    let g = send(&h, Method::GET, "/api/v1/namespaces/cap-base/configmaps/cm-1", &one, None).await.json();
+    assert_eq!(
+        (g["kind"].as_str(), g["metadata"]["name"].as_str()),
+        (Some("PartialObjectMetadata"), Some("cm-1"))
+    );
+    assert!(g.get("data").is_none());
+}
