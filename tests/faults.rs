@@ -39,11 +39,7 @@ const WRITE_EVERY: Duration = Duration::from_millis(33);
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// One test at a time: each has 1 000 watchers and shares the two cores with the others.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Polls `cond` every 20 ms until it holds or `DEADLINE` passes; returns whether it held.
 async fn until(mut cond: impl FnMut() -> bool) -> bool {
@@ -485,9 +481,9 @@ impl Watchers {
 
     /// Waits (bounded) until every watcher has an event at or past the last change it should
     /// see; returns whether they all did.
-    async fn caught_up(&self, record: &Record) -> bool {
+    async fn caught_up(&self, record: &Mutex<Record>) -> bool {
         let mut want = [0u64; NAMESPACES];
-        for c in &record.changes {
+        for c in &record.lock().changes {
             want[c.ns] = want[c.ns].max(c.rv);
         }
         let all = want.iter().copied().max().unwrap_or(0);
@@ -637,18 +633,8 @@ impl Env {
             None => "/api/v1/configmaps?resourceVersion=0".to_owned(),
             Some(ns) => format!("/api/v1/namespaces/ns-{ns}/configmaps?resourceVersion=0"),
         };
-        let t = Instant::now();
-        let tcp = TcpStream::connect(self.proxy.addr).await.unwrap();
-        let (mut send, conn) =
-            hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await.unwrap();
-        tokio::spawn(conn);
-        let req = Request::get(&path).header("host", self.proxy.addr.to_string()).body(Empty::new()).unwrap();
-        let resp =
-            tokio::time::timeout(DEADLINE, send.send_request(req)).await.expect("answer in time").unwrap();
-        let status = resp.status().as_u16();
-        let body = tokio::time::timeout(DEADLINE, resp.into_body().collect()).await.expect("body in time");
-        let v: Value = serde_json::from_slice(&body.unwrap().to_bytes()).unwrap_or(Value::Null);
-        (status, v["items"].as_array().map_or(0, Vec::len), t.elapsed())
+        let (status, v, took) = get(self.proxy.addr, &path).await;
+        (status, v["items"].as_array().map_or(0, Vec::len), took)
     }
 
     /// The proxy's client must speak HTTP/1.1 to a plain-http upstream (the 500 injection and
@@ -657,6 +643,21 @@ impl Env {
         assert!(!self.fault.st.h2_preface.load(SeqCst), "the proxy spoke h2c to the upstream");
         assert!(self.fault.count(|s| &s.heads) > 0, "request heads seen");
     }
+}
+
+/// A GET on a new HTTP/1.1 connection: (status, JSON body or Null, elapsed).
+async fn get(addr: SocketAddr, path: &str) -> (u16, Value, Duration) {
+    let t = Instant::now();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(path).header("host", addr.to_string()).body(Empty::new()).unwrap();
+    let resp = tokio::time::timeout(DEADLINE, send.send_request(req)).await.expect("answer in time").unwrap();
+    let status = resp.status().as_u16();
+    let body = tokio::time::timeout(DEADLINE, resp.into_body().collect()).await.expect("body in time");
+    let v: Value = serde_json::from_slice(&body.unwrap().to_bytes()).unwrap_or(Value::Null);
+    (status, v, t.elapsed())
 }
 
 /// Totals over all watchers.
@@ -834,7 +835,7 @@ fn assert_clean(name: &str, t: &Tally) {
 ///    (still inside the sim's window) without a relist, and every change reaches every watcher.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_restart_resumes_without_relist() {
-    let _g = serial();
+    let _g = SERIAL.lock().await;
     let env = setup(SimOptions::default()).await;
     let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
     let lists = env.upstream_lists();
@@ -846,6 +847,12 @@ async fn upstream_restart_resumes_without_relist() {
     let n_down = writer.written();
     // Down until the reflector has been refused twice (its backoff runs ~2.4–4.8 s for that).
     assert!(until(|| env.fault.count(|s| &s.refused) >= 2).await, "the reflector kept trying");
+    // While it is down: Any reads are served from the cache; a NotOlderThan read the cache
+    // cannot prove waits --freshness-wait (3 s), is forwarded and fails like the upstream.
+    let (any_status, any_items, any_took) = env.cached_list(None).await;
+    let ahead = env.sim.sim.current_rv().0;
+    let (fresh_status, fresh_body, fresh_took) =
+        get(env.proxy.addr, &format!("/api/v1/configmaps?resourceVersion={ahead}")).await;
     let down_for = t_down.elapsed();
     let written_while_down = writer.written() - n_down;
     let rv_at_up = env.sim.sim.current_rv().0;
@@ -856,7 +863,7 @@ async fn upstream_restart_resumes_without_relist() {
     assert!(until(|| env.cache_rv() >= rv_at_up).await, "the cache caught up after the restart");
     let resumed_after = t_up.elapsed();
     let t = Instant::now();
-    let ok = watchers.caught_up(&env.record.lock()).await;
+    let ok = watchers.caught_up(&env.record).await;
     let catch_up = t.elapsed();
     let seen = watchers.finish().await;
     let tally = check_exact(&env.record.lock(), &seen);
@@ -866,8 +873,16 @@ async fn upstream_restart_resumes_without_relist() {
          watchers caught up {ok} {catch_up:?} after the last write",
         env.fault.count(|s| &s.refused)
     );
+    eprintln!(
+        "restart: while down, LIST RV=0 {any_status} ({any_items} items) in {any_took:?}; LIST RV={ahead} \
+         {fresh_status} in {fresh_took:?}: {fresh_body}"
+    );
     assert_clean("restart", &tally);
     assert!(ok);
+    assert_eq!(any_status, 200, "Any reads are served while the upstream is down");
+    assert!(any_items > 0);
+    assert!(fresh_status >= 500, "an unprovable NotOlderThan read fails like the upstream: {fresh_status}");
+    assert_eq!(fresh_body["kind"], "Status", "{fresh_body}");
     assert_eq!(env.upstream_lists(), lists, "no relist: the RV was still in the sim's window");
     assert!(env.upstream_watches() >= 2, "re-watched");
     env.assert_http1();
@@ -878,7 +893,7 @@ async fn upstream_restart_resumes_without_relist() {
 ///    cache RV, nothing lost or duplicated, no relist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_watch_resumes_from_the_cache_rv() {
-    let _g = serial();
+    let _g = SERIAL.lock().await;
     let env = setup(SimOptions::default()).await;
     let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
     let lists = env.upstream_lists();
@@ -890,7 +905,7 @@ async fn dropped_watch_resumes_from_the_cache_rv() {
     assert!(until(|| env.upstream_watches() > watches).await, "re-watched after the drop");
     writer.more(30).await;
     writer.stop().await;
-    let ok = watchers.caught_up(&env.record.lock()).await;
+    let ok = watchers.caught_up(&env.record).await;
     let seen = watchers.finish().await;
     let tally = check_exact(&env.record.lock(), &seen);
     assert_clean("drop", &tally);
@@ -942,7 +957,7 @@ async fn relist_case(name: &str, failing_lists: usize) {
     let after = env.sim.sim.current_rv().0;
     writer.more(30).await;
     writer.stop().await;
-    let ok = watchers.caught_up(&env.record.lock()).await;
+    let ok = watchers.caught_up(&env.record).await;
     let seen = watchers.finish().await;
     let tally = check_relist(&env.initial, &env.record.lock(), before, after, &seen);
     eprintln!("{name}: cut at cache RV {before}, relist seen at sim RV {after}, caught up {ok}, cached read while failing {served_during_failures:?}");
@@ -964,7 +979,7 @@ async fn relist_case(name: &str, failing_lists: usize) {
 ///    differences reach the live watchers as ADDED/MODIFIED/DELETED; their watches stay open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gone_rewatch_relists_and_watchers_get_the_diff() {
-    let _g = serial();
+    let _g = SERIAL.lock().await;
     relist_case("410 relist", 0).await;
 }
 
@@ -973,7 +988,7 @@ async fn gone_rewatch_relists_and_watchers_get_the_diff() {
 ///    reflector retries with backoff, keeps serving the last state meanwhile, then relists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_500s_are_retried_while_the_cache_keeps_serving() {
-    let _g = serial();
+    let _g = SERIAL.lock().await;
     relist_case("500 on relist", 2).await;
 }
 
@@ -981,7 +996,7 @@ async fn list_500s_are_retried_while_the_cache_keeps_serving() {
 ///    the upstream; watchers still get every change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_upstream_cached_reads_stay_fast_and_nothing_is_lost() {
-    let _g = serial();
+    let _g = SERIAL.lock().await;
     let env = setup(SimOptions::default()).await;
     let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
     let delay = Duration::from_millis(150);
@@ -997,7 +1012,7 @@ async fn slow_upstream_cached_reads_stay_fast_and_nothing_is_lost() {
     }
     writer.more(30).await;
     writer.stop().await;
-    let ok = watchers.caught_up(&env.record.lock()).await;
+    let ok = watchers.caught_up(&env.record).await;
     let seen = watchers.finish().await;
     let tally = check_exact(&env.record.lock(), &seen);
     times.sort();
@@ -1028,7 +1043,7 @@ async fn slow_upstream_cached_reads_stay_fast_and_nothing_is_lost() {
             overall timeout; HTTP/1.1 to a plain-http upstream has no pings): after a partition the cache \
             stalls at its RV until the 300 s watch timeout's FIN arrives, i.e. forever if it never does"]
 async fn blackholed_watch_is_noticed() {
-    let _g = serial();
+    let _g = SERIAL.lock().await;
     let env = setup(SimOptions { bookmark_interval: Duration::from_secs(1), ..SimOptions::default() }).await;
     let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
     let writer = env.writer();
@@ -1038,7 +1053,7 @@ async fn blackholed_watch_is_noticed() {
     let stalled_at = env.cache_rv();
     writer.more(30).await;
     writer.stop().await;
-    let ok = watchers.caught_up(&env.record.lock()).await;
+    let ok = watchers.caught_up(&env.record).await;
     let cache_rv = env.cache_rv();
     let sim_rv = env.sim.sim.current_rv().0;
     let rewatched = env.upstream_watches() > watches;
@@ -1060,13 +1075,15 @@ async fn blackholed_watch_is_noticed() {
 #[test]
 fn the_checks_count_every_kind_of_delivery_error() {
     let ch = |kind, rv, ns, name: &str| Change { kind, rv, ns, name: name.to_owned() };
-    let mut record = Record::default();
-    record.changes = vec![
-        ch(Kind::Added, 11, 0, "a"),
-        ch(Kind::Modified, 12, 0, "a"),
-        ch(Kind::Added, 13, 1, "b"),
-        ch(Kind::Deleted, 14, 0, "a"),
-    ];
+    let mut record = Record {
+        changes: vec![
+            ch(Kind::Added, 11, 0, "a"),
+            ch(Kind::Modified, 12, 0, "a"),
+            ch(Kind::Added, 13, 1, "b"),
+            ch(Kind::Deleted, 14, 0, "a"),
+        ],
+        ..Record::default()
+    };
     record.state.insert((1, "b".into()), 13);
     let good = Seen { changes: record.changes.clone(), ..Seen::default() };
     let ns1 = Seen { changes: vec![ch(Kind::Added, 13, 1, "b")], ..Seen::default() };
@@ -1099,4 +1116,61 @@ fn the_checks_count_every_kind_of_delivery_error() {
         Seen { changes: vec![ch(Kind::Deleted, 14, 0, "a"), ch(Kind::Added, 13, 1, "b")], ..Seen::default() };
     let t = check_relist(&initial, &record, 10, 14, &[(None, diff_backwards)]);
     assert_eq!(t.reordered, 1, "{t:?}");
+}
+
+/// 5 bis. LISTs answered 500 before the first sync: the proxy stays not ready (`/readyz` 500,
+///    watches 429 like the apiserver's cacher) and becomes ready once a LIST succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_500s_before_the_first_sync_keep_the_proxy_not_ready() {
+    let _g = SERIAL.lock().await;
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    let fault = Fault::start(sim.addr).await;
+    fault.fail_next_lists(2);
+    let mut args =
+        ServeArgs::local(&format!("http://{}", fault.addr), &["configmaps"], "127.0.0.1:0".parse().unwrap());
+    args.shutdown_grace_period = Duration::from_secs(2);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    // Between the first 500 and the second there is at least one backoff (0.8 s or more).
+    assert!(until(|| fault.count(|s| &s.failed_lists) >= 1).await, "a LIST answered 500");
+    let (ready, _, _) = get(proxy.addr, "/readyz").await;
+    let (watch, status, _) = get(proxy.addr, "/api/v1/configmaps?watch=true&resourceVersion=0").await;
+    eprintln!("startup 500: /readyz {ready}, watch {watch}: {status}");
+    assert_eq!(ready, 500, "not ready before the first sync");
+    assert_eq!(watch, 429, "{status}");
+    assert!(proxy.wait_ready(DEADLINE).await, "ready once a LIST succeeded");
+    assert_eq!(fault.count(|s| &s.failed_lists), 2);
+    assert_eq!(get(proxy.addr, "/readyz").await.0, 200);
+    proxy.shutdown().await;
+}
+
+/// 2 bis. A flapping upstream: every connection dropped three times, each time once the
+///    re-watch is back and changes flow again. Nothing lost or duplicated, no relist; the
+///    reconnect delays show the backoff (it is not reset by a successful re-watch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flapping_upstream_loses_nothing() {
+    let _g = SERIAL.lock().await;
+    let env = setup(SimOptions::default()).await;
+    let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
+    let lists = env.upstream_lists();
+    let writer = env.writer();
+    writer.more(10).await;
+    let mut delays = Vec::new();
+    for _ in 0..3 {
+        let watches = env.upstream_watches();
+        env.fault.drop_all();
+        let t = Instant::now();
+        assert!(until(|| env.upstream_watches() > watches).await, "re-watched");
+        delays.push(t.elapsed());
+        writer.more(5).await;
+    }
+    writer.more(10).await;
+    writer.stop().await;
+    let ok = watchers.caught_up(&env.record).await;
+    let seen = watchers.finish().await;
+    let tally = check_exact(&env.record.lock(), &seen);
+    eprintln!("flapping: re-watch delays after each drop {delays:?}");
+    assert_clean("flapping", &tally);
+    assert!(ok);
+    assert_eq!(env.upstream_lists(), lists, "no relist");
+    env.proxy.shutdown().await;
 }
