@@ -1038,10 +1038,11 @@ async fn slow_upstream_cached_reads_stay_fast_and_nothing_is_lost() {
 ///    bookmarks every second and writing). New connections work. The proxy should notice the
 ///    silent watch and re-watch; every change must then arrive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the reflector never notices a silent upstream watch (src/reflector.rs watch_once awaits \
-            WatchStream::next with no read-idle timeout; src/upstream/watch.rs says the stream has no \
-            overall timeout; HTTP/1.1 to a plain-http upstream has no pings): after a partition the cache \
-            stalls at its RV until the 300 s watch timeout's FIN arrives, i.e. forever if it never does"]
+#[ignore = "bug: the reflector never notices a silent upstream watch: src/reflector.rs watch_once awaits \
+            WatchStream::next (src/upstream/watch.rs, no overall or read-idle timeout) and HTTP/1.1 to a \
+            plain-http upstream has no pings, so after a partition the cache stays at its RV and no watcher \
+            gets another event; only TCP keepalive ends it (30 s idle + 9 x 75 s probes, ~11.75 min) when \
+            the peer is really gone, never when something on the path still ACKs (as the fault proxy does)"]
 async fn blackholed_watch_is_noticed() {
     let _g = SERIAL.lock().await;
     let env = setup(SimOptions { bookmark_interval: Duration::from_secs(1), ..SimOptions::default() }).await;
