@@ -1073,6 +1073,7 @@ async fn blackholed_watch_is_noticed() {
     let writer = env.writer();
     writer.more(10).await;
     let watches = env.upstream_watches();
+    let open_before = env.fault.count(|s| &s.accepted);
     env.fault.blackhole_open();
     let stalled_at = env.cache_rv();
     writer.more(30).await;
@@ -1085,8 +1086,10 @@ async fn blackholed_watch_is_noticed() {
     let tally = check_exact(&env.record.lock(), &seen);
     eprintln!(
         "blackhole: cache RV {stalled_at} at the partition, {cache_rv} after {DEADLINE:?} (sim at {sim_rv}); \
-         re-watched {rewatched}; {} chunks held",
-        env.fault.count(|s| &s.held_chunks)
+         re-watched {rewatched}; {} chunks held; {open_before} upstream connections made before the \
+         partition (pooled idle ones among them are partitioned too), {} after",
+        env.fault.count(|s| &s.held_chunks),
+        env.fault.count(|s| &s.accepted) - open_before
     );
     assert!(rewatched, "the proxy re-watched on a new connection within {DEADLINE:?}");
     assert!(ok, "every watcher caught up");
