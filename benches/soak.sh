@@ -37,7 +37,7 @@ sample() {
     local rss thr fds
     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$P/status" 2>/dev/null) || return 0
     thr=$(awk '/^Threads/ {print $2}' "/proc/$P/status" 2>/dev/null) || return 0
-    fds=$(ls "/proc/$P/fd" 2>/dev/null | wc -l)
+    fds=$(find "/proc/$P/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l) || fds=0
     echo "$(( $(date +%s) - START )),$rss,$thr,$fds" >>"$CSV"
 }
 START=$(date +%s)
