@@ -4,8 +4,8 @@
 //! (upstream down), delays every chunk (slow upstream), stops forwarding on the open connections
 //! without closing them (blackhole), or answers the next N LISTs of configmaps with HTTP 500.
 //!
-//! Every test runs 1 000 HTTP/1.1 watchers of the proxy (half on all configmaps, half on one
-//! namespace each) while a writer changes configmaps in the sim before, during and after the
+//! Every fault case (all but the before-first-sync one and the test of the checks) runs 1 000
+//! HTTP/1.1 watchers of the proxy (half on all configmaps, half on one namespace each) while a writer changes configmaps in the sim before, during and after the
 //! fault, and checks each watcher against the writer's own record: every matching change
 //! exactly once, in increasing resourceVersion order (or, across a relist, events that rebuild
 //! the sim's final state). Run by `cargo test --test faults`; owned by the reliability work
