@@ -188,8 +188,14 @@ async fn step(
                 State::Empty
             }
         },
-        State::Synced { rv } => {
-            let (end, rv) = watch_once(upstream, writer, opts, metrics, resource, rv).await;
+        State::Synced { rv: from } => {
+            let (end, rv) = watch_once(upstream, writer, opts, metrics, resource, from).await;
+            // A watch that delivered something proved the upstream healthy: the next failure
+            // starts the backoff over (else each drop of a long-lived connection would wait
+            // longer than the one before).
+            if rv > from {
+                backoff.reset();
+            }
             match end {
                 WatchEnd::Closed => {
                     backoff.reset();

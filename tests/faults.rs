@@ -600,6 +600,11 @@ struct Env {
 
 /// Sim → fault proxy → proxy (configmaps only), 5 configmaps per namespace, synced.
 async fn setup(sim_opts: SimOptions) -> Env {
+    setup_with(sim_opts, None).await
+}
+
+/// `setup` with the proxy's `--upstream-watch-idle-timeout`.
+async fn setup_with(sim_opts: SimOptions, watch_idle_timeout: Option<Duration>) -> Env {
     let sim = Sim::start(sim_opts).await.expect("sim starts");
     for ns in 0..NAMESPACES {
         sim.sim
@@ -620,6 +625,9 @@ async fn setup(sim_opts: SimOptions) -> Env {
     args.history_max_events = 10_000;
     args.shutdown_grace_period = Duration::from_secs(2);
     args.security.max_watches_per_user = 0;
+    if let Some(t) = watch_idle_timeout {
+        args.upstream_watch_idle_timeout = t;
+    }
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(DEADLINE).await, "proxy synced");
     let start_rv = sim.sim.current_rv().0;
@@ -1064,17 +1072,19 @@ async fn slow_upstream_cached_reads_stay_fast_and_nothing_is_lost() {
 }
 
 /// 6. Partition of the open connections: bytes stop without a FIN (the sim keeps sending
-///    bookmarks every second and writing). New connections work. The proxy should notice the
-///    silent watch and re-watch; every change must then arrive.
+///    bookmarks every second and writing). New connections work. The proxy notices the silent
+///    watch after `--upstream-watch-idle-timeout` (3 s here: bookmarks come every second) and
+///    re-watches; every change must then arrive. (Without the timeout the cache stayed at its
+///    RV forever: only TCP keepalive ends such a connection, and never while something on the
+///    path still ACKs, as the fault proxy does.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: the reflector never notices a silent upstream watch: src/reflector.rs watch_once awaits \
-            WatchStream::next (src/upstream/watch.rs, no overall or read-idle timeout) and HTTP/1.1 to a \
-            plain-http upstream has no pings, so after a partition the cache stays at its RV and no watcher \
-            gets another event; only TCP keepalive ends it (30 s idle + 9 x 75 s probes, ~11.75 min) when \
-            the peer is really gone, never when something on the path still ACKs (as the fault proxy does)"]
 async fn blackholed_watch_is_noticed() {
     let _g = SERIAL.lock().await;
-    let env = setup(SimOptions { bookmark_interval: Duration::from_secs(1), ..SimOptions::default() }).await;
+    let env = setup_with(
+        SimOptions { bookmark_interval: Duration::from_secs(1), ..SimOptions::default() },
+        Some(Duration::from_secs(3)),
+    )
+    .await;
     let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
     let writer = env.writer();
     writer.more(10).await;
