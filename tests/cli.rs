@@ -171,3 +171,40 @@ fn serve_keeps_running_while_the_upstream_is_unreachable() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// SIGTERM starts the shutdown (not ready, then `--shutdown-delay-duration`, then drain); a
+/// second SIGTERM exits at once with status 1, like kube-apiserver.
+#[test]
+fn a_second_sigterm_exits_at_once() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-watchcache"))
+        .args(["serve", "--resources", "pods", "--insecure-listen", "127.0.0.1:0", "--auth=none"])
+        .args(["--upstream", "http://127.0.0.1:9", "--log-level", "info", "--shutdown-delay-duration", "1h"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |marker: &str| loop {
+        let line = rx.recv_timeout(std::time::Duration::from_secs(20)).expect(marker);
+        if line.contains(marker) {
+            return;
+        }
+    };
+    let pid = child.id().to_string();
+    let term = || assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    wait_for("tls=false"); // the listener's "serving" line: the signal handler is next
+    term();
+    // The first signal starts the (hour-long) delay: not ready, still running.
+    wait_for("still serving until the shutdown delay ends");
+    assert!(child.try_wait().unwrap().is_none(), "the first SIGTERM waits out the shutdown delay");
+    term();
+    wait_for("second signal received, exiting at once");
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}
