@@ -37,6 +37,8 @@ pub struct ListBody {
     tail: Bytes,
     /// Number of items.
     pub items: usize,
+    /// Objects examined to select them (the apiserver's "fetched" objects).
+    pub fetched: usize,
     /// Total body length (for `Content-Length`).
     pub len: usize,
     pub continue_token: Option<String>,
@@ -133,7 +135,9 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     let mut iter = snap.store.range((lower, upper));
     let mut has_more = false;
     let mut scanned_after = 0usize;
+    let mut fetched = 0usize;
     for (k, obj) in iter.by_ref() {
+        fetched += 1;
         if items.len() == limit {
             // One more candidate exists: is it selected?
             if filter.matches(obj) {
@@ -167,7 +171,7 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         + tail.len()
         + items.iter().map(|o| o.item_len()).sum::<usize>()
         + items.len().saturating_sub(1);
-    ListBody { head, items: items.len(), objects: items, tail, len, continue_token }
+    ListBody { head, items: items.len(), fetched, objects: items, tail, len, continue_token }
 }
 
 /// `{"kind":"PodList","apiVersion":"v1","metadata":{…},"items":[` for built-ins;
