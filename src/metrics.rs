@@ -12,8 +12,8 @@ mod process;
 
 use parking_lot::Mutex;
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::cache::Reader;
@@ -118,10 +118,11 @@ pub struct Metrics {
     upstream_duration: HistogramVec,
     review_duration: HistogramVec,
     auth_cache: IntCounterVec,
-    cert_expiry: GaugeVec,
+    cert_expiry: Gauge,
     reflector_errors: IntCounterVec,
     unparseable: IntCounterVec,
     process: process::Process,
+    cert_expiry_registered: std::sync::atomic::AtomicBool,
     /// Serialises the scrape-time refresh (counters advanced by differences).
     refresh: Mutex<()>,
 }
@@ -315,12 +316,11 @@ impl Metrics {
                 "Authentication and authorization cache lookups by review and result (hit, miss).",
                 &["review", "result"],
             ),
-            cert_expiry: fgauge(
-                &r,
+            cert_expiry: Gauge::new(
                 "watchcache_serving_certificate_expiration_timestamp_seconds",
                 "notAfter of the serving certificate now in use, as Unix time (TLS listener only).",
-                &[],
-            ),
+            )
+            .unwrap_or_else(|e| panic!("metric certificate expiry: {e}")),
             reflector_errors: counter(
                 &r,
                 "watchcache_reflector_errors_total",
@@ -334,6 +334,7 @@ impl Metrics {
                 &["resource"],
             ),
             process: process::Process::register(&r),
+            cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
             refresh: Mutex::new(()),
             registry: r,
         }
@@ -413,7 +414,11 @@ impl Metrics {
 
     /// The serving certificate's notAfter (Unix seconds).
     pub fn serving_certificate_expiry(&self, not_after: i64) {
-        self.cert_expiry.with_label_values(&[]).set(not_after as f64);
+        if !self.cert_expiry_registered.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            // Registered on first use: without a TLS listener there is no such certificate.
+            let _ = self.registry.register(Box::new(self.cert_expiry.clone()));
+        }
+        self.cert_expiry.set(not_after as f64);
     }
 
     pub fn set_in_flight(&self, n: usize) {
