@@ -331,7 +331,7 @@ fn the_dashboard_is_json_and_queries_only_documented_metrics() {
 }
 
 /// Runs the binary against an unreachable upstream (it keeps running and logs).
-fn spawn(format: Option<&str>) -> std::process::Child {
+fn spawn(format: Option<&str>, level: &str) -> std::process::Child {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kube-watchcache"));
     cmd.args([
         "serve",
@@ -346,6 +346,7 @@ fn spawn(format: Option<&str>) -> std::process::Child {
     if let Some(f) = format {
         cmd.arg(format!("--logging-format={f}"));
     }
+    cmd.arg(format!("--log-level={level}"));
     cmd.env_remove("RUST_LOG")
         .env_remove("WATCHCACHE_LOGGING_FORMAT")
         .stdin(std::process::Stdio::null())
@@ -355,45 +356,63 @@ fn spawn(format: Option<&str>) -> std::process::Child {
         .expect("binary starts")
 }
 
-/// Reads a child's stderr until `done` holds for a line (at most 20 s); returns the lines read.
-fn read_until(child: &mut std::process::Child, done: impl Fn(&str) -> bool) -> Vec<String> {
-    use std::io::{BufRead, BufReader};
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                let stop = done(&line);
-                seen.push(line);
-                if stop {
-                    return seen;
+/// A child's stderr, line by line.
+struct Stderr(std::sync::mpsc::Receiver<String>);
+
+impl Stderr {
+    fn of(child: &mut std::process::Child) -> Stderr {
+        use std::io::{BufRead, BufReader};
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
                 }
             }
-            Err(_) => break,
-        }
+        });
+        Stderr(rx)
     }
-    panic!("no expected line in:\n{}", seen.join("\n"));
+
+    /// Lines until one for which `done` holds (at most 20 s), that one included.
+    fn until(&self, done: impl Fn(&str) -> bool) -> Vec<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.0.recv_timeout(left) {
+                Ok(line) => {
+                    let stop = done(&line);
+                    seen.push(line);
+                    if stop {
+                        return seen;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!("no expected line in:\n{}", seen.join("\n"));
+    }
+}
+
+fn message_is(line: &str, message: &str) -> bool {
+    serde_json::from_str::<Value>(line).is_ok_and(|v| v["message"] == message)
 }
 
 #[test]
-fn json_logs_carry_the_version_and_the_configuration() {
-    let mut child = spawn(Some("json"));
-    let is_start = |l: &str| {
-        serde_json::from_str::<Value>(l).is_ok_and(|v| v["message"] == "kube-watchcache serve starting")
-    };
-    let lines = read_until(&mut child, |l| {
-        serde_json::from_str::<Value>(l)
-            .is_ok_and(|v| v["message"].as_str().is_some_and(|m| m.contains("serving")))
-    });
+fn json_logs_carry_the_version_the_configuration_and_forwarding_decisions() {
+    let mut child = spawn(Some("json"), "kube_watchcache=debug");
+    let err = Stderr::of(&mut child);
+    let mut lines = err.until(|l| message_is(l, "serving"));
+    let serving: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let addr = serving["addr"].as_str().expect("addr").to_owned();
+    // An uncached resource: forwarded (to nowhere), the decision logged at debug with its reason.
+    let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
+    std::io::Write::write_all(
+        &mut tcp,
+        b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    lines.extend(err.until(|l| message_is(l, "forward upstream")));
     let still_running = child.try_wait().unwrap().is_none();
     let _ = child.kill();
     let _ = child.wait();
@@ -402,8 +421,10 @@ fn json_logs_carry_the_version_and_the_configuration() {
         let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
         assert!(v["timestamp"].is_string() && v["level"].is_string() && v["target"].is_string(), "{l}");
     }
-    let start: Value =
-        serde_json::from_str(lines.iter().find(|l| is_start(l)).expect("a start line")).unwrap();
+    let find = |m: &str| -> Value {
+        serde_json::from_str(lines.iter().find(|l| message_is(l, m)).expect(m)).unwrap()
+    };
+    let start = find("kube-watchcache serve starting");
     assert_eq!(start["level"], "INFO");
     assert_eq!(start["version"], env!("CARGO_PKG_VERSION"));
     let config: Value =
@@ -412,12 +433,15 @@ fn json_logs_carry_the_version_and_the_configuration() {
     assert_eq!(config["resources"], json!(["pods"]));
     assert_eq!(config["auth"], "none");
     assert_eq!(config["historyWindow"], "75s");
+    let fwd = find("forward upstream");
+    assert_eq!((fwd["level"].as_str(), fwd["reason"].as_str()), (Some("DEBUG"), Some("not_cached")));
+    assert_eq!(fwd["path"], "/api/v1/namespaces/default/configmaps");
 }
 
 #[test]
 fn text_logs_have_no_ansi_colours_when_stderr_is_not_a_terminal() {
-    let mut child = spawn(None);
-    let lines = read_until(&mut child, |l| l.contains("serving"));
+    let mut child = spawn(None, "info");
+    let lines = Stderr::of(&mut child).until(|l| l.contains(" serving "));
     let _ = child.kill();
     let _ = child.wait();
     let all = lines.join("\n");
