@@ -110,6 +110,8 @@ async fn wait_for_signal() {
 pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let upstream = Upstream::new(&args.upstream.options()).map_err(|e| e.to_string())?;
     tracing::info!(upstream = %upstream.describe(), "upstream configured");
+    let metrics = Arc::new(Metrics::new());
+    upstream.observe(metrics.clone());
     let (kinds, missing) = discover(&upstream, &args.resources).await?;
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
         (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
@@ -124,7 +126,6 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let tcp = TcpListener::bind(addr).await.map_err(|e| format!("listen on {addr}: {e}"))?;
     let addr = tcp.local_addr().map_err(|e| e.to_string())?;
 
-    let metrics = Arc::new(Metrics::new());
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (unready, unready_rx) = watch::channel(false);
     let cache_opts = CacheOptions {
@@ -151,12 +152,13 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         consistent_wait: args.consistent_read_wait,
         max_staleness: args.max_staleness,
     };
-    let security = security(&args.security, &upstream, addr);
-    let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
+    let security = security(&args.security, &upstream, addr, &metrics);
     let tls = tls.map(|(cfg, reloader)| {
-        tokio::spawn(tls::watch_files(reloader, args.security.tls_reload_interval, shutdown_rx.clone()));
+        let interval = args.security.tls_reload_interval;
+        tokio::spawn(tls::watch_files(reloader, interval, shutdown_rx.clone(), metrics.clone()));
         cfg
     });
+    let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
     for (name, m) in missing {
         server.resources().set_missing(&name, m);
         tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
@@ -233,6 +235,7 @@ impl Caching {
     /// Creates the cache of `kind` and spawns its reflector.
     fn spawn(&self, kind: ResourceKind) -> Reader {
         tracing::info!(resource = %kind.group_resource(), version = %kind.version, namespaced = kind.namespaced, builtin = kind.builtin, "caching");
+        self.metrics.cache_added(&kind.group_resource());
         let (writer, reader) = cache::new(kind, self.cache_opts.clone());
         self.reflectors.lock().push(tokio::spawn(reflector::run(
             self.upstream.clone(),
@@ -284,7 +287,7 @@ impl Caching {
 }
 
 /// The server's authentication, authorization and limits from the flags.
-fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr) -> Security {
+fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr, metrics: &Arc<Metrics>) -> Security {
     let auth = if args.enabled() {
         Some(Auth::new(
             upstream.clone(),
@@ -301,6 +304,7 @@ fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr) -> Secur
                     capacity: args.auth_cache_size,
                 },
             },
+            metrics.clone(),
         ))
     } else {
         tracing::warn!(
@@ -330,6 +334,7 @@ fn raise_open_files() {
 
 /// `kube-watchcache serve`.
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %args.effective(), "kube-watchcache serve starting");
     raise_open_files();
     let running = start(&args).await?;
     running.run_until_signal().await;

@@ -20,6 +20,10 @@ pub struct Cli {
     /// `kube_watchcache=debug`). RUST_LOG wins when set.
     #[arg(long, global = true, default_value = "info", env = "WATCHCACHE_LOG_LEVEL")]
     pub log_level: String,
+    /// Log format: `text` (human, coloured only when stderr is a terminal) or `json` (one
+    /// object per line: timestamp, level, fields, target).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"], env = "WATCHCACHE_LOGGING_FORMAT")]
+    pub logging_format: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -165,6 +169,71 @@ pub struct ServeArgs {
 
 /// Flags given on the command line or through their environment variable, as opposed to
 /// their defaults.
+impl ServeArgs {
+    /// The effective configuration for the startup log: every setting, file paths included,
+    /// never a secret (no token or key is held here; an upstream URL loses any `user:password@`).
+    pub fn effective(&self) -> serde_json::Value {
+        let d = |d: Duration| format!("{d:?}");
+        let p = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let u = &self.upstream;
+        let s = &self.security;
+        serde_json::json!({
+            "upstream": u.upstream.as_deref().map(without_userinfo),
+            "kubeconfig": p(&u.kubeconfig),
+            "context": u.context,
+            "tokenFile": p(&u.token_file),
+            "clientCertificate": p(&u.client_certificate),
+            "clientKey": p(&u.client_key),
+            "certificateAuthority": p(&u.certificate_authority),
+            "insecureSkipTlsVerify": u.insecure_skip_tls_verify,
+            "resources": self.resources,
+            "config": p(&self.config),
+            "bindAddress": self.bind_address.to_string(),
+            "securePort": self.secure_port,
+            "tlsCertFile": p(&self.tls_cert_file),
+            "tlsPrivateKeyFile": p(&self.tls_private_key_file),
+            "insecureListen": self.insecure_listen.map(|a| a.to_string()),
+            "historyWindow": d(self.history_window),
+            "historyMaxEvents": self.history_max_events,
+            "minRequestTimeout": d(self.min_request_timeout),
+            "freshnessWait": d(self.freshness_wait),
+            "consistentReads": self.consistent_reads,
+            "consistentReadWait": d(self.consistent_read_wait),
+            "maxStaleness": d(self.max_staleness),
+            "upstreamWatchIdleTimeout": d(self.upstream_watch_idle_timeout),
+            "shutdownDelayDuration": d(self.shutdown_delay_duration),
+            "shutdownGracePeriod": d(self.shutdown_grace_period),
+            "auth": s.auth,
+            "clientCaFile": p(&s.client_ca_file),
+            "anonymousAuth": s.anonymous_auth,
+            "authenticationCacheTtl": d(s.authentication_cache_ttl),
+            "authenticationFailureCacheTtl": d(s.authentication_failure_cache_ttl),
+            "authorizationAllowedCacheTtl": d(s.authorization_allowed_cache_ttl),
+            "authorizationDeniedCacheTtl": d(s.authorization_denied_cache_ttl),
+            "authCacheSize": s.auth_cache_size,
+            "tlsReloadInterval": d(s.tls_reload_interval),
+            "maxRequestsInflight": s.max_requests_inflight,
+            "maxWatchesPerUser": s.max_watches_per_user,
+            "maxUrlBytes": s.max_url_bytes,
+            "maxHeaderBytes": s.max_header_bytes,
+            "requestTimeout": d(s.request_timeout),
+        })
+    }
+}
+
+/// A URL without the `user:password@` part of its authority.
+fn without_userinfo(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if scheme.is_empty() {
+        format!("{host}{tail}")
+    } else {
+        format!("{scheme}://{host}{tail}")
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ExplicitFlags {
     pub history_window: bool,
@@ -518,6 +587,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn effective_configuration_has_no_credentials() {
+        let mut a = ServeArgs::local(
+            "https://admin:s3cret@10.0.0.1:6443/prefix",
+            &["pods"],
+            "127.0.0.1:0".parse().unwrap(),
+        );
+        a.upstream.token_file = Some("/var/run/token".into());
+        let text = a.effective().to_string();
+        assert!(!text.contains("s3cret") && !text.contains("admin"), "{text}");
+        assert!(text.contains(r#""upstream":"https://10.0.0.1:6443/prefix""#), "{text}");
+        assert!(text.contains(r#""tokenFile":"/var/run/token""#), "{text}");
+        assert!(text.contains(r#""historyWindow":"75s""#), "{text}");
+        assert_eq!(without_userinfo("http://h:1/a@b"), "http://h:1/a@b");
+    }
 
     #[test]
     fn durations() {

@@ -1,6 +1,8 @@
 //! The `kube-watchcache` binary: parses the command line, sets up logging and runs a
 //! subcommand (`serve`, `sim`, `demo`, `bench`). A configuration error prints one line and exits 2.
 
+use std::io::IsTerminal;
+
 use kube_watchcache::app;
 use kube_watchcache::config::{Cli, Command};
 
@@ -9,7 +11,15 @@ fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cli.logging_format == "json" {
+        // One JSON object per line; the event's fields at the top level, next to `timestamp`,
+        // `level` and `target`, as log pipelines expect.
+        logs.json().flatten_event(true).with_current_span(false).init();
+    } else {
+        // Colours only for a person at a terminal, never in a file or a log collector.
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -1,39 +1,165 @@
-//! Prometheus metrics: one registry, created by `app`, updated by `server` and the
-//! reflectors, rendered at `/metrics`. Label values come from `as_str()` of outcome enums.
+//! Prometheus metrics: one registry, created by `app`, updated by `server`, the reflectors, the
+//! upstream client (through [`crate::upstream::Observer`]), `auth` and `tls`, rendered at
+//! `/metrics`. Names follow the apiserver's where one exists (reference §8.1), prefixed
+//! `watchcache_`; every metric is listed in the README's "Metrics" table.
+//!
+//! Label values are bounded: `resource` is the `group/resource` of a cached resource (or empty),
+//! verbs, codes, reasons and `served` come from fixed sets. No user, token, path or namespace is
+//! ever a label value. Cumulative values kept by the caches (terminated watchers, fan-out work,
+//! deliveries) are counters advanced to the cache's own total at each scrape.
 
-use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+mod process;
+
+use parking_lot::Mutex;
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
 
 use crate::cache::Reader;
+
+/// Request latency buckets (the apiserver's `apiserver_request_duration_seconds`).
+const REQUEST_BUCKETS: &[f64] = &[
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0,
+    20.0, 30.0, 45.0, 60.0,
+];
+
+/// Read-wait and review buckets: a few milliseconds to the 3 s `--freshness-wait`.
+const WAIT_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0];
+
+/// Verbs a request can be counted under; anything else (a custom HTTP method) is `other`.
+const VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "proxy",
+    "post",
+    "put",
+    "head",
+    "options",
+    "connect",
+    "reject",
+];
+
+/// Who answered a request: `cache`, `upstream` (forwarded; `reason` says why) or `proxy` (a
+/// refusal or error of the proxy itself: limits, 401/403, validation, timeouts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    Cache,
+    Upstream(&'static str),
+    Proxy,
+}
+
+impl Served {
+    fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            Served::Cache => ("cache", ""),
+            Served::Upstream(reason) => ("upstream", reason),
+            Served::Proxy => ("proxy", ""),
+        }
+    }
+}
+
+/// Which wait a read-wait observation is.
+#[derive(Clone, Copy, Debug)]
+pub enum ReadWait {
+    /// A NotOlderThan / Exact read waiting for the cache RV (`--freshness-wait`).
+    Freshness,
+    /// A Most Recent LIST: probe plus wait for the probed RV (`--consistent-read-wait`).
+    Consistent,
+}
+
+/// Which upstream review an auth observation is.
+#[derive(Clone, Copy, Debug)]
+pub enum Review {
+    Token,
+    Access,
+}
+
+impl Review {
+    fn as_str(self) -> &'static str {
+        match self {
+            Review::Token => "tokenreview",
+            Review::Access => "subjectaccessreview",
+        }
+    }
+}
 
 /// The proxy's metrics.
 pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
+    request_duration: HistogramVec,
+    in_flight: IntGauge,
     forwarded: IntCounterVec,
     events: IntCounterVec,
+    dispatched: IntCounterVec,
     relists: IntCounterVec,
     objects: IntGaugeVec,
     resource_version: IntGaugeVec,
     watchers: IntGaugeVec,
-    terminated: IntGaugeVec,
-    offered: IntGaugeVec,
+    terminated: IntCounterVec,
+    offered: IntCounterVec,
     ready: IntGaugeVec,
     staleness: GaugeVec,
+    history_capacity: IntGaugeVec,
+    history_size: IntGaugeVec,
+    history_window: GaugeVec,
+    list_fetched: IntCounterVec,
+    list_returned: IntCounterVec,
+    read_wait: HistogramVec,
+    upstream_requests: IntCounterVec,
+    upstream_duration: HistogramVec,
+    review_duration: HistogramVec,
+    auth_cache: IntCounterVec,
+    cert_expiry: Gauge,
     reflector_errors: IntCounterVec,
     unparseable: IntCounterVec,
+    process: process::Process,
+    cert_expiry_registered: std::sync::atomic::AtomicBool,
+    /// Serialises the scrape-time refresh (counters advanced by differences).
+    refresh: Mutex<()>,
+}
+
+fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, name: &str, c: C) -> C {
+    r.register(Box::new(c.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    c
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c =
         IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    r.register(Box::new(c.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    c
+    register(r, name, c)
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    r.register(Box::new(g.clone())).unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    g
+    register(r, name, g)
+}
+
+fn fgauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    register(r, name, g)
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    register(r, name, h)
+}
+
+/// Advances a counter to a cumulative `total` kept elsewhere (never backwards).
+fn advance(c: &prometheus::IntCounter, total: u64) {
+    let now = c.get();
+    if total > now {
+        c.inc_by(total - now);
+    }
 }
 
 impl Default for Metrics {
@@ -45,13 +171,37 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new();
+        let build = IntGaugeVec::new(
+            Opts::new("watchcache_build_info", "Always 1; the labels say which build is running."),
+            &["version"],
+        )
+        .unwrap_or_else(|e| panic!("metric build_info: {e}"));
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        register(&r, "watchcache_build_info", build);
+        let in_flight = register(
+            &r,
+            "watchcache_current_inflight_requests",
+            IntGauge::new(
+                "watchcache_current_inflight_requests",
+                "Non-long-running requests holding an in-flight permit (until their body ends); the limit is --max-requests-inflight.",
+            )
+            .unwrap_or_else(|e| panic!("metric in-flight: {e}")),
+        );
         Metrics {
             requests: counter(
                 &r,
                 "watchcache_requests_total",
-                "Requests answered by the proxy itself, by verb and HTTP code.",
-                &["verb", "code"],
+                "Requests by verb, cached resource (empty for others), HTTP code, who answered (served: cache, upstream, proxy) and the forward reason.",
+                &["verb", "resource", "code", "served", "reason"],
             ),
+            request_duration: histogram(
+                &r,
+                "watchcache_request_duration_seconds",
+                "Time from a request's arrival to its response headers, by verb, cached resource and who answered; watches are not observed.",
+                &["verb", "resource", "served"],
+                REQUEST_BUCKETS,
+            ),
+            in_flight,
             forwarded: counter(
                 &r,
                 "watchcache_forwarded_requests_total",
@@ -62,6 +212,12 @@ impl Metrics {
                 &r,
                 "watchcache_events_received_total",
                 "Upstream watch events applied to the cache.",
+                &["resource"],
+            ),
+            dispatched: counter(
+                &r,
+                "watchcache_events_dispatched_total",
+                "(event, watcher) deliveries by the cache's fan-out to live watches.",
                 &["resource"],
             ),
             relists: counter(
@@ -78,16 +234,16 @@ impl Metrics {
                 &["resource"],
             ),
             watchers: gauge(&r, "watchcache_watchers", "Live watches served from the cache.", &["resource"]),
-            terminated: gauge(
+            terminated: counter(
                 &r,
-                "watchcache_terminated_watchers",
-                "Watches closed so far because the client was too slow.",
+                "watchcache_terminated_watchers_total",
+                "Watches closed because the client was too slow.",
                 &["resource"],
             ),
-            offered: gauge(
+            offered: counter(
                 &r,
-                "watchcache_fanout_offered",
-                "(event, watcher) pairs examined by the fan-out so far.",
+                "watchcache_fanout_offered_total",
+                "(event, watcher) pairs examined by the fan-out.",
                 &["resource"],
             ),
             ready: gauge(
@@ -96,18 +252,75 @@ impl Metrics {
                 "1 when the resource's cache is synced.",
                 &["resource"],
             ),
-            staleness: {
-                let g = GaugeVec::new(
-                    Opts::new(
-                        "watchcache_cache_staleness_seconds",
-                        "Seconds since the cache last had proof that it was current (an event, a bookmark, a list, an upstream watch that started).",
-                    ),
-                    &["resource"],
-                )
-                .unwrap_or_else(|e| panic!("metric staleness: {e}"));
-                r.register(Box::new(g.clone())).unwrap_or_else(|e| panic!("metric staleness: {e}"));
-                g
-            },
+            staleness: fgauge(
+                &r,
+                "watchcache_cache_staleness_seconds",
+                "Seconds since the cache last had proof that it was current (an event, a bookmark, a list, an upstream watch that started).",
+                &["resource"],
+            ),
+            history_capacity: gauge(
+                &r,
+                "watchcache_history_capacity",
+                "Most events the resource's history keeps (--history-max-events).",
+                &["resource"],
+            ),
+            history_size: gauge(&r, "watchcache_history_size", "Events in the resource's history.", &["resource"]),
+            history_window: fgauge(
+                &r,
+                "watchcache_history_window_seconds",
+                "Age of the oldest event in the history: how far back a watch can resume (at most --history-window).",
+                &["resource"],
+            ),
+            list_fetched: counter(
+                &r,
+                "watchcache_list_fetched_objects_total",
+                "Objects examined by LISTs served from the cache (the apiserver's apiserver_cache_list_fetched_objects_total).",
+                &["resource"],
+            ),
+            list_returned: counter(
+                &r,
+                "watchcache_list_returned_objects_total",
+                "Objects returned by LISTs served from the cache.",
+                &["resource"],
+            ),
+            read_wait: histogram(
+                &r,
+                "watchcache_read_wait_seconds",
+                "Time a read waited before it was served from the cache or forwarded: freshness (NotOlderThan/Exact RV) or consistent (Most Recent LIST: probe and wait).",
+                &["resource", "read"],
+                WAIT_BUCKETS,
+            ),
+            upstream_requests: counter(
+                &r,
+                "watchcache_upstream_requests_total",
+                "The proxy's own upstream requests (lists, watches, probes, discovery, reviews), by method and code (`error` when no answer came).",
+                &["method", "code"],
+            ),
+            upstream_duration: histogram(
+                &r,
+                "watchcache_upstream_request_duration_seconds",
+                "Time to the response headers of the proxy's own upstream requests, by method.",
+                &["method"],
+                REQUEST_BUCKETS,
+            ),
+            review_duration: histogram(
+                &r,
+                "watchcache_auth_review_duration_seconds",
+                "Latency of upstream TokenReviews and SubjectAccessReviews (cache misses only).",
+                &["review"],
+                WAIT_BUCKETS,
+            ),
+            auth_cache: counter(
+                &r,
+                "watchcache_auth_cache_lookups_total",
+                "Authentication and authorization cache lookups by review and result (hit, miss).",
+                &["review", "result"],
+            ),
+            cert_expiry: Gauge::new(
+                "watchcache_serving_certificate_expiration_timestamp_seconds",
+                "notAfter of the serving certificate now in use, as Unix time (TLS listener only).",
+            )
+            .unwrap_or_else(|e| panic!("metric certificate expiry: {e}")),
             reflector_errors: counter(
                 &r,
                 "watchcache_reflector_errors_total",
@@ -120,8 +333,27 @@ impl Metrics {
                 "Upstream objects (list items, watch events) that could not be parsed and were skipped.",
                 &["resource"],
             ),
+            process: process::Process::register(&r),
+            cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
+            refresh: Mutex::new(()),
             registry: r,
         }
+    }
+
+    /// Creates the series of a newly cached resource at 0, so that rates work from the start.
+    pub fn cache_added(&self, resource: &str) {
+        for c in [
+            &self.events,
+            &self.dispatched,
+            &self.relists,
+            &self.unparseable,
+            &self.terminated,
+            &self.offered,
+        ] {
+            c.with_label_values(&[resource]);
+        }
+        self.list_fetched.with_label_values(&[resource]);
+        self.list_returned.with_label_values(&[resource]);
     }
 
     pub fn reflector_error(&self, resource: &str, reason: &str) {
@@ -132,8 +364,17 @@ impl Metrics {
         self.unparseable.with_label_values(&[resource]).inc();
     }
 
-    pub fn request(&self, verb: &str, code: u16) {
-        self.requests.with_label_values(&[verb, &code.to_string()]).inc();
+    /// One answered request. `resource` must be a cached resource's `group/resource` or empty.
+    pub fn request(&self, verb: &str, resource: &str, code: u16, served: Served) {
+        let verb = if VERBS.contains(&verb) { verb } else { "other" };
+        let (served, reason) = served.labels();
+        self.requests.with_label_values(&[verb, resource, &code.to_string(), served, reason]).inc();
+    }
+
+    /// The time to the response headers of a request (not watches).
+    pub fn request_duration(&self, verb: &str, resource: &str, served: Served, secs: f64) {
+        let verb = if VERBS.contains(&verb) { verb } else { "other" };
+        self.request_duration.with_label_values(&[verb, resource, served.labels().0]).observe(secs);
     }
 
     pub fn forwarded(&self, reason: &str) {
@@ -148,22 +389,66 @@ impl Metrics {
         self.relists.with_label_values(&[resource]).inc();
     }
 
-    /// Refreshes the per-cache gauges.
+    /// A LIST served from the cache: objects examined and returned.
+    pub fn list_served(&self, resource: &str, fetched: usize, returned: usize) {
+        self.list_fetched.with_label_values(&[resource]).inc_by(fetched as u64);
+        self.list_returned.with_label_values(&[resource]).inc_by(returned as u64);
+    }
+
+    pub fn read_wait(&self, resource: &str, read: ReadWait, secs: f64) {
+        let read = match read {
+            ReadWait::Freshness => "freshness",
+            ReadWait::Consistent => "consistent",
+        };
+        self.read_wait.with_label_values(&[resource, read]).observe(secs);
+    }
+
+    /// An upstream review that was not answered by the cache took `secs`.
+    pub fn review(&self, review: Review, secs: f64) {
+        self.review_duration.with_label_values(&[review.as_str()]).observe(secs);
+    }
+
+    pub fn auth_cache(&self, review: Review, hit: bool) {
+        self.auth_cache.with_label_values(&[review.as_str(), if hit { "hit" } else { "miss" }]).inc();
+    }
+
+    /// The serving certificate's notAfter (Unix seconds).
+    pub fn serving_certificate_expiry(&self, not_after: i64) {
+        if !self.cert_expiry_registered.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            // Registered on first use: without a TLS listener there is no such certificate.
+            let _ = self.registry.register(Box::new(self.cert_expiry.clone()));
+        }
+        self.cert_expiry.set(not_after as f64);
+    }
+
+    pub fn set_in_flight(&self, n: usize) {
+        self.in_flight.set(n as i64);
+    }
+
+    /// Refreshes the per-cache gauges and counters, and the process metrics.
     pub fn observe_caches<'a>(&self, readers: impl Iterator<Item = &'a Reader>) {
+        let _one_at_a_time = self.refresh.lock();
         for r in readers {
             let gr = r.kind().group_resource();
+            let l = [gr.as_str()];
             let p = r.progress();
             let w = r.watcher_stats();
-            self.objects.with_label_values(&[&gr]).set(r.len() as i64);
-            self.resource_version.with_label_values(&[&gr]).set((p.rv.0 % 1_000_000_000_000_000) as i64);
-            self.watchers.with_label_values(&[&gr]).set(w.live as i64);
-            self.terminated.with_label_values(&[&gr]).set(w.terminated as i64);
-            self.offered.with_label_values(&[&gr]).set(w.offered as i64);
-            self.ready.with_label_values(&[&gr]).set(i64::from(p.ready));
+            let h = r.history_stats();
+            self.objects.with_label_values(&l).set(r.len() as i64);
+            self.resource_version.with_label_values(&l).set((p.rv.0 % 1_000_000_000_000_000) as i64);
+            self.watchers.with_label_values(&l).set(w.live as i64);
+            advance(&self.terminated.with_label_values(&l), w.terminated);
+            advance(&self.offered.with_label_values(&l), w.offered);
+            advance(&self.dispatched.with_label_values(&l), w.delivered);
+            self.ready.with_label_values(&l).set(i64::from(p.ready));
             if let Some(s) = r.staleness() {
-                self.staleness.with_label_values(&[&gr]).set(s.as_secs_f64());
+                self.staleness.with_label_values(&l).set(s.as_secs_f64());
             }
+            self.history_capacity.with_label_values(&l).set(h.capacity as i64);
+            self.history_size.with_label_values(&l).set(h.len as i64);
+            self.history_window.with_label_values(&l).set(h.oldest_age.as_secs_f64());
         }
+        self.process.refresh();
     }
 
     /// The text exposition format.
@@ -173,5 +458,59 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl crate::upstream::Observer for Metrics {
+    fn upstream_request(&self, method: &str, code: Option<u16>, secs: f64) {
+        let method = match method {
+            "GET" | "POST" | "PUT" | "PATCH" | "DELETE" => method,
+            _ => "OTHER",
+        };
+        let code = code.map_or_else(|| "error".to_owned(), |c| c.to_string());
+        self.upstream_requests.with_label_values(&[method, &code]).inc();
+        self.upstream_duration.with_label_values(&[method]).observe(secs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_follow_their_cumulative_source_and_never_go_back() {
+        let m = Metrics::new();
+        let c = m.terminated.with_label_values(&["pods"]);
+        advance(&c, 5);
+        advance(&c, 3);
+        assert_eq!(c.get(), 5);
+        advance(&c, 9);
+        assert_eq!(c.get(), 9);
+    }
+
+    #[test]
+    fn unknown_verbs_are_other_and_every_family_renders() {
+        let m = Metrics::new();
+        m.request("FOO", "", 405, Served::Proxy);
+        m.request("list", "apps/deployments", 200, Served::Cache);
+        m.request("create", "", 201, Served::Upstream("write"));
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"watchcache_requests_total{code="405",reason="",resource="",served="proxy",verb="other"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"reason="write",resource="",served="upstream",verb="create"} 1"#), "{text}");
+        assert!(text.contains("watchcache_build_info{version="), "{text}");
+        #[cfg(target_os = "linux")]
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(text.contains(&format!("\n{name} ")), "{name}: {text}");
+        }
     }
 }

@@ -48,9 +48,14 @@ impl<'w> Dispatch<'w> {
         let deadline = start + available;
         let mut fired = available.is_zero();
         let mut slow = Vec::new();
+        let mut late = 0u64;
         while let Some(b) = self.blocked.pop() {
             let delivery = match b.tx.try_send(b.delivery) {
-                Ok(()) | Err(TrySendError::Closed(_)) => continue,
+                Ok(()) => {
+                    late += 1;
+                    continue;
+                }
+                Err(TrySendError::Closed(_)) => continue,
                 Err(TrySendError::Full(d)) => d,
             };
             if fired {
@@ -60,15 +65,23 @@ impl<'w> Dispatch<'w> {
             self.in_flight = Some(b.id);
             let sent = tokio::time::timeout_at(deadline, b.tx.send(delivery)).await;
             let id = self.in_flight.take();
-            if sent.is_err() {
-                fired = true;
-                slow.extend(id);
+            match sent {
+                Err(_) => {
+                    fired = true;
+                    slow.extend(id);
+                }
+                Ok(Ok(())) => late += 1,
+                Ok(Err(_)) => {}
             }
         }
         let used = Instant::now().saturating_duration_since(start);
         self.writer.budget.return_unused(available.saturating_sub(used));
-        if !slow.is_empty() {
-            self.writer.shared.state.lock().watchers.terminate(slow);
+        if !slow.is_empty() || late > 0 {
+            let mut st = self.writer.shared.state.lock();
+            st.watchers.add_delivered(late);
+            if !slow.is_empty() {
+                st.watchers.terminate(slow);
+            }
         }
     }
 }

@@ -77,6 +77,11 @@ impl History {
         self.events.is_empty()
     }
 
+    /// How long ago the oldest kept event was added (zero when empty).
+    pub fn oldest_age(&self, now: Instant) -> Duration {
+        self.events.front().map_or(Duration::ZERO, |(t, _)| now.saturating_duration_since(*t))
+    }
+
     /// Whether the state at `rv` can be rebuilt from the store and this history
     /// (`current` is the cache RV).
     pub fn covers(&self, rv: Rv, current: Rv) -> bool {

@@ -37,6 +37,8 @@ pub struct ListBody {
     tail: Bytes,
     /// Number of items.
     pub items: usize,
+    /// Objects examined to select them (the apiserver's "fetched" objects).
+    pub fetched: usize,
     /// Total body length (for `Content-Length`).
     pub len: usize,
     pub continue_token: Option<String>,
@@ -140,7 +142,9 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     let mut iter = snap.store.range((lower, upper));
     let mut has_more = false;
     let mut scanned_after = 0usize;
+    let mut fetched = 0usize;
     for (k, obj) in iter.by_ref() {
+        fetched += 1;
         if items.len() == limit {
             // One more candidate exists: is it selected?
             if filter.matches(obj) {
@@ -174,7 +178,7 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         + tail.len()
         + items.iter().map(|o| o.item_len()).sum::<usize>()
         + items.len().saturating_sub(1);
-    ListBody { head, items: items.len(), objects: items, tail, len, continue_token, remaining }
+    ListBody { head, items: items.len(), fetched, objects: items, tail, len, continue_token, remaining }
 }
 
 /// `{"kind":"PodList","apiVersion":"v1","metadata":{…},"items":[` for built-ins;

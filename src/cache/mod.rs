@@ -292,6 +292,19 @@ pub struct WatcherStats {
     pub terminated: u64,
     /// (event, watcher) pairs examined by the fan-out; grows with interested watchers only.
     pub offered: u64,
+    /// (event, watcher) deliveries by the fan-out.
+    pub delivered: u64,
+}
+
+/// The history of one resource now.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryStats {
+    /// Events kept.
+    pub len: usize,
+    /// At most this many (`--history-max-events`).
+    pub capacity: usize,
+    /// Age of the oldest event kept (zero when empty).
+    pub oldest_age: Duration,
 }
 
 /// A consistent view of the objects at one RV.
@@ -341,6 +354,17 @@ impl Reader {
             live: st.watchers.len(),
             terminated: st.watchers.terminated(),
             offered: st.watchers.offered(),
+            delivered: st.watchers.delivered(),
+        }
+    }
+
+    /// Size, capacity and time span of the history.
+    pub fn history_stats(&self) -> HistoryStats {
+        let st = self.shared.state.lock();
+        HistoryStats {
+            len: st.history.len(),
+            capacity: self.shared.opts.history_max_events.max(1),
+            oldest_age: st.history.oldest_age(Instant::now()),
         }
     }
 

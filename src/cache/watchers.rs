@@ -57,6 +57,8 @@ pub struct Watchers {
     terminated: u64,
     /// How many (event, watcher) pairs were examined: the fan-out cost.
     offered: u64,
+    /// (event, watcher) deliveries so far (at once, or after waiting for the time budget).
+    delivered: u64,
 }
 
 /// A delivery that did not fit its watcher's queue; the watcher stays registered until
@@ -154,6 +156,16 @@ impl Watchers {
         self.terminated
     }
 
+    /// (event, watcher) deliveries so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Counts deliveries that had to wait for the time budget (`Dispatch::finish`).
+    pub fn add_delivered(&mut self, n: u64) {
+        self.delivered += n;
+    }
+
     /// Drops every watcher: their streams end after what they already have.
     pub fn clear(&mut self) {
         self.all.clear();
@@ -182,6 +194,7 @@ impl Watchers {
             self.indexed.retain(|_, m| !m.is_empty());
             self.terminated += dropped;
         }
+        self.delivered += sent as u64;
         sent
     }
 }

@@ -25,6 +25,7 @@ pub fn handle<B>(server: &Server, req: &Request<B>) -> Option<Response<Body>> {
         },
         "/metrics" => {
             server.metrics().observe_caches(server.readers().iter());
+            server.metrics().set_in_flight(server.in_flight());
             (StatusCode::OK, "text/plain; version=0.0.4", server.metrics().render())
         }
         _ => return None,

@@ -51,6 +51,7 @@ impl Default for LimitOptions {
 pub struct Limits {
     pub opts: LimitOptions,
     in_flight: Arc<Semaphore>,
+    permits: usize,
     watches: Arc<Mutex<HashMap<String, usize>>>,
 }
 
@@ -84,7 +85,12 @@ pub fn timed_out() -> Response<Body> {
 impl Limits {
     pub fn new(opts: LimitOptions) -> Limits {
         let permits = if opts.max_in_flight == 0 { Semaphore::MAX_PERMITS } else { opts.max_in_flight };
-        Limits { in_flight: Arc::new(Semaphore::new(permits)), watches: Arc::default(), opts }
+        Limits { in_flight: Arc::new(Semaphore::new(permits)), permits, watches: Arc::default(), opts }
+    }
+
+    /// Requests holding an in-flight permit now.
+    pub fn in_flight(&self) -> usize {
+        self.permits.saturating_sub(self.in_flight.available_permits())
     }
 
     /// 414 for a too long URL, 431 for too large headers.

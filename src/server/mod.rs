@@ -37,10 +37,10 @@ use auth::{Attributes, Auth, Caller};
 pub use body::Body;
 use classify::{ForwardReason, RequestInfo, Route};
 use limits::{LimitOptions, Limits};
-use serve::{ServeOptions, Served};
+use serve::ServeOptions;
 
 use crate::cache::Reader;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Served};
 use crate::upstream::Upstream;
 
 /// Everything a request handler needs; shared by all connections.
@@ -95,13 +95,13 @@ impl Server {
             }
         }
         if let Err(resp) = self.limits.check_sizes(&req) {
-            self.metrics.request("reject", resp.status().as_u16());
+            self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
             return resp;
         }
         let caller = match self.authenticate(&req).await {
             Ok(c) => c,
             Err(resp) => {
-                self.metrics.request("reject", resp.status().as_u16());
+                self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
                 return resp;
             }
         };
@@ -124,16 +124,17 @@ impl Server {
         let permit = match self.limits.admit() {
             Ok(p) => p,
             Err(resp) => {
-                self.metrics.request("reject", 429);
+                self.record(&info.verb, "", 429, Served::Proxy, arrived);
                 return resp;
             }
         };
         let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
+        let verb = info.verb.clone();
         match tokio::time::timeout_at(deadline, self.clone().route(req, caller, info, arrived)).await {
             // The permit stays taken until the body has been sent (or the deadline).
             Ok(resp) => limits::InFlight::wrap(resp, permit, deadline),
             Err(_) => {
-                self.metrics.request("timeout", 504);
+                self.record(&verb, "", 504, Served::Proxy, arrived);
                 limits::timed_out()
             }
         }
@@ -163,7 +164,7 @@ impl Server {
         match self.limits.watch_slot(&caller.effective.name) {
             Ok(g) => Ok(Some(g)),
             Err(resp) => {
-                self.metrics.request("watch", 429);
+                self.metrics.request("watch", "", 429, Served::Proxy);
                 Err(resp)
             }
         }
@@ -181,9 +182,12 @@ impl Server {
         let cat = self.resources.snapshot();
         let route =
             classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &cat.kinds[..]);
+        // A label only for cached resources: bounded whatever callers send.
+        let resource = cached_resource(&info, &cat.kinds);
+        let fwd = Forwarded { verb: &info.verb, resource: &resource, arrived };
         match route {
             Route::Reject(e) => {
-                self.metrics.request("reject", e.to_status().code.as_u16());
+                self.record(&info.verb, &resource, e.to_status().code.as_u16(), Served::Proxy, arrived);
                 body::error(e)
             }
             Route::Forward(reason) => {
@@ -191,7 +195,7 @@ impl Server {
                     Ok(s) => s,
                     Err(resp) => return resp,
                 };
-                hold(self.forward(req, reason, &caller).await, slot)
+                hold(self.forward(req, reason, &caller, fwd).await, slot)
             }
             Route::Cache(cr) => {
                 let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
@@ -200,11 +204,13 @@ impl Server {
                         Ok(s) => s,
                         Err(resp) => return resp,
                     };
-                    return hold(self.forward(req, ForwardReason::NotCached, &caller).await, slot);
+                    return hold(self.forward(req, ForwardReason::NotCached, &caller, fwd).await, slot);
                 };
+                let gr = reader.kind().group_resource();
+                let verb = cr.plan.verb();
                 if let Some(auth) = &self.auth {
                     if let Err(resp) = auth.authorize(&caller.effective, &attributes(&info)).await {
-                        self.metrics.request(cr.plan.verb(), resp.status().as_u16());
+                        self.record(verb, &gr, resp.status().as_u16(), Served::Proxy, arrived);
                         return resp;
                     }
                 }
@@ -212,13 +218,16 @@ impl Server {
                     Ok(s) => s,
                     Err(resp) => return resp,
                 };
-                let src = serve::Source { reader, prober };
+                let src = serve::Source { reader, prober, metrics: &self.metrics };
                 match serve::serve(&cr, src, &self.serve, arrived).await {
-                    Served::Response(resp) => {
-                        self.metrics.request(cr.plan.verb(), resp.status().as_u16());
+                    serve::Served::Response(resp) => {
+                        self.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
                         hold(gzip::maybe_compress(req.headers(), resp), slot)
                     }
-                    Served::Forward(reason) => hold(self.forward(req, reason, &caller).await, slot),
+                    serve::Served::Forward(reason) => {
+                        let fwd = Forwarded { verb, resource: &gr, arrived };
+                        hold(self.forward(req, reason, &caller, fwd).await, slot)
+                    }
                 }
             }
         }
@@ -229,10 +238,26 @@ impl Server {
         req: Request<Incoming>,
         reason: ForwardReason,
         caller: &Caller,
+        f: Forwarded<'_>,
     ) -> Response<Body> {
         self.metrics.forwarded(reason.as_str());
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
-        proxy::forward(&self.upstream, req, caller).await
+        let resp = proxy::forward(&self.upstream, req, caller).await;
+        self.record(f.verb, f.resource, resp.status().as_u16(), Served::Upstream(reason.as_str()), f.arrived);
+        resp
+    }
+
+    /// Counts an answered request; its time to the response headers unless it is a watch.
+    fn record(&self, verb: &str, resource: &str, code: u16, served: Served, arrived: tokio::time::Instant) {
+        self.metrics.request(verb, resource, code, served);
+        if verb != "watch" {
+            self.metrics.request_duration(verb, resource, served, arrived.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Non-long-running requests holding an in-flight permit now.
+    pub fn in_flight(&self) -> usize {
+        self.limits.in_flight()
     }
 
     /// Open watches of a user, served or forwarded (tests, diagnostics).
@@ -292,6 +317,27 @@ impl Server {
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
     }
+}
+
+/// What a forwarded request is counted as.
+#[derive(Clone, Copy)]
+struct Forwarded<'a> {
+    verb: &'a str,
+    resource: &'a str,
+    arrived: tokio::time::Instant,
+}
+
+/// The `group/resource` of a request about a cached resource, else empty (uncached resources,
+/// discovery, non-resource paths are not labelled: their names come from callers).
+fn cached_resource(info: &RequestInfo, kinds: &[Arc<crate::resource::ResourceKind>]) -> String {
+    if !info.is_resource_request {
+        return String::new();
+    }
+    kinds
+        .iter()
+        .find(|k| k.group == info.api_group && k.resource == info.resource)
+        .map(|k| k.group_resource())
+        .unwrap_or_default()
 }
 
 /// Keeps a watch slot (if any) until the response body is done.

@@ -15,7 +15,8 @@ use super::classify::{CacheRequest, ForwardReason, Plan};
 use super::consistent::{Initial, Prober};
 use crate::cache::{Filter, Page, Reader, WatchRequest, WatchStart};
 use crate::error::Error;
-use crate::resource::{frame_event, EventType};
+use crate::metrics::{Metrics, ReadWait};
+use crate::resource::{frame_event, EventType, Rv};
 use crate::upstream::{MetadataPage, Selection};
 
 /// Tunables of cache serving.
@@ -65,6 +66,16 @@ impl From<Error> for Served {
 pub struct Source<'a> {
     pub reader: &'a Reader,
     pub prober: &'a Prober,
+    pub metrics: &'a Metrics,
+}
+
+/// `reader.wait_for`, observed as a freshness read wait.
+async fn wait_fresh(src: &Source<'_>, rv: Rv, wait: Duration) -> Result<(), Error> {
+    let started = Instant::now();
+    let r = src.reader.wait_for(rv, wait).await;
+    let gr = src.reader.kind().group_resource();
+    src.metrics.read_wait(&gr, ReadWait::Freshness, started.elapsed().as_secs_f64());
+    r
 }
 
 /// Serves `req`, which arrived at `arrived`, from the cache.
@@ -82,6 +93,7 @@ async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -
     if !opts.consistent_reads || !src.prober.probes_streak.should_try() {
         return false;
     }
+    let started = Instant::now();
     let r = match src.prober.fresh_rv(arrived).await {
         Ok(r) => r,
         Err(e) => {
@@ -96,6 +108,8 @@ async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -
         src.reader.wait_for(r, opts.consistent_wait).await.is_ok()
     };
     src.prober.probes_streak.record(proven);
+    let gr = src.reader.kind().group_resource();
+    src.metrics.read_wait(&gr, ReadWait::Consistent, started.elapsed().as_secs_f64());
     proven
 }
 
@@ -133,10 +147,7 @@ async fn proven_by_metadata(
     if !proven {
         return Ok(Served::Forward(ForwardReason::MostRecent));
     }
-    let len = body.len;
-    let mut resp = json_response(StatusCode::OK, body::lazy(body.into_chunks()));
-    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    Ok(Served::Response(resp))
+    Ok(respond_list(src, body))
 }
 
 /// Whether a page rendered from the cache holds exactly the objects (same keys, same
@@ -181,7 +192,7 @@ async fn serve_inner(
     match &req.plan {
         Plan::Get { min_rv } => {
             if let Some(rv) = min_rv {
-                if reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
+                if wait_fresh(src, *rv, opts.freshness_wait).await.is_err() {
                     return Ok(Served::Forward(ForwardReason::NotFresh));
                 }
             }
@@ -199,14 +210,14 @@ async fn serve_inner(
                 None => Err(Error::not_found(kind, name)),
             }
         }
-        Plan::ListAny => list(reader, req, reader.snapshot(), None),
+        Plan::ListAny => list(src, req, reader.snapshot(), None),
         Plan::ListNotOlderThan { min_rv, limit } => {
-            if reader.wait_for(*min_rv, opts.freshness_wait).await.is_err() {
+            if wait_fresh(src, *min_rv, opts.freshness_wait).await.is_err() {
                 return Ok(Served::Forward(ForwardReason::NotFresh));
             }
             let snap = reader.snapshot();
             let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
-            list(reader, req, snap, page)
+            list(src, req, snap, page)
         }
         Plan::ListExact { rv, limit, start } => {
             // A continue token the cache has not reached (issued by the upstream, or by the
@@ -214,7 +225,7 @@ async fn serve_inner(
             if *rv > reader.progress().rv && start.is_some() {
                 return Ok(Served::Forward(ForwardReason::NotFresh));
             }
-            if *rv > reader.progress().rv && reader.wait_for(*rv, opts.freshness_wait).await.is_err() {
+            if *rv > reader.progress().rv && wait_fresh(src, *rv, opts.freshness_wait).await.is_err() {
                 return Ok(Served::Forward(ForwardReason::NotFresh));
             }
             let Some(snap) = reader.snapshot_at(*rv) else {
@@ -225,13 +236,13 @@ async fn serve_inner(
             let page = page.or_else(|| {
                 start.clone().map(|s| Page { limit: usize::MAX, start: Some(s), token_rv: rv.0 as i64 })
             });
-            list(reader, req, snap, page)
+            list(src, req, snap, page)
         }
         Plan::ListMostRecent { limit, start: None } if opts.consistent_reads => {
             if proven_fresh(src, opts, arrived).await {
                 let snap = reader.snapshot();
                 let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
-                return list(reader, req, snap, page);
+                return list(src, req, snap, page);
             }
             proven_by_metadata(src, req, *limit, arrived).await
         }
@@ -246,7 +257,7 @@ async fn serve_inner(
                 (None, Some(s)) => Some(Page { limit: usize::MAX, start: Some(s.clone()), token_rv }),
                 (None, None) => None,
             };
-            list(reader, req, snap, page)
+            list(src, req, snap, page)
         }
         Plan::WatchMostRecent { .. } if !opts.consistent_reads => {
             Ok(Served::Forward(ForwardReason::MostRecent))
@@ -274,7 +285,7 @@ async fn serve_inner(
         Plan::WatchNow => watch(reader, req, opts, WatchStart::Now),
         Plan::WatchList { min_rv } => {
             if let Some(rv) = min_rv {
-                if let Err(e) = reader.wait_for(*rv, opts.freshness_wait).await {
+                if let Err(e) = wait_fresh(src, *rv, opts.freshness_wait).await {
                     return Ok(error_event_stream(&e));
                 }
             }
@@ -298,16 +309,22 @@ fn filter(req: &CacheRequest, watch_name: bool) -> Filter {
 }
 
 fn list(
-    reader: &Reader,
+    src: &Source<'_>,
     req: &CacheRequest,
     snap: crate::cache::Snapshot,
     page: Option<Page>,
 ) -> Result<Served, Error> {
-    let body = reader.list(&snap, &filter(req, false), page);
+    let body = src.reader.list(&snap, &filter(req, false), page);
+    Ok(respond_list(src, body))
+}
+
+/// The response for a rendered LIST body (counted in the list metrics).
+fn respond_list(src: &Source<'_>, body: crate::cache::ListBody) -> Served {
+    src.metrics.list_served(&src.reader.kind().group_resource(), body.fetched, body.items);
     let len = body.len;
     let mut resp = json_response(StatusCode::OK, body::lazy(body.into_chunks()));
     resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    Ok(Served::Response(resp))
+    Served::Response(resp)
 }
 
 fn watch(
@@ -408,7 +425,8 @@ mod tests {
         .unwrap();
         let prober = Prober::new(upstream, reader.clone());
         let opts = ServeOptions { freshness_wait: Duration::from_millis(200), ..Default::default() };
-        serve(&cr, Source { reader, prober: &prober }, &opts, Instant::now()).await
+        let metrics = crate::metrics::Metrics::new();
+        serve(&cr, Source { reader, prober: &prober, metrics: &metrics }, &opts, Instant::now()).await
     }
 
     async fn body(s: Served) -> (u16, Option<String>, String) {

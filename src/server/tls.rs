@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::Metrics;
 use parking_lot::{Mutex, RwLock};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -126,19 +127,35 @@ pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc
     Ok((Arc::new(cfg), reloader))
 }
 
-/// Polls the files every `interval` until `shutdown`, swapping the certificate on change.
+/// Sets the serving certificate's expiry metric from the leaf now served.
+fn report_expiry(reloader: &CertReloader, metrics: &Metrics) {
+    match reloader.current_leaf().and_then(|c| super::auth::x509::not_after(&c)) {
+        Some(t) => metrics.serving_certificate_expiry(t),
+        None => {
+            tracing::warn!(cert = %reloader.cert.display(), "cannot read the serving certificate's notAfter")
+        }
+    }
+}
+
+/// Polls the files every `interval` until `shutdown`, swapping the certificate on change; keeps
+/// `watchcache_serving_certificate_expiration_timestamp_seconds` current.
 pub async fn watch_files(
     reloader: Arc<CertReloader>,
     interval: Duration,
     mut shutdown: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
 ) {
+    report_expiry(&reloader, &metrics);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
         match reloader.reload_if_changed() {
-            Ok(true) => tracing::info!(cert = %reloader.cert.display(), "serving certificate reloaded"),
+            Ok(true) => {
+                tracing::info!(cert = %reloader.cert.display(), "serving certificate reloaded");
+                report_expiry(&reloader, &metrics);
+            }
             Ok(false) => {}
             Err(e) => tracing::warn!("keeping the current serving certificate: {e}"),
         }

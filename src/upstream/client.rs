@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub forward_own: Client<Connector, Incoming>,
     /// The same for upgrades, HTTP/1.1 only.
     pub upgrade_own: Client<Connector, Incoming>,
+    /// Told about every own request (metrics).
+    pub observer: std::sync::OnceLock<std::sync::Arc<dyn super::Observer>>,
 }
 
 impl Inner {
@@ -63,6 +65,7 @@ impl Inner {
             upgrade,
             forward_own,
             upgrade_own,
+            observer: std::sync::OnceLock::new(),
         })
     }
 
@@ -113,10 +116,17 @@ impl Inner {
     /// A non-2xx answer is read and returned as [`UpstreamError::Status`].
     pub async fn send_own(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, UpstreamError> {
         let what = format!("{} {}", req.method(), req.uri().path());
-        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.own.request(req))
-            .await
-            .map_err(|_| timeout(&what))?
-            .map_err(|e| transport(&what, &e))?;
+        let method = req.method().clone();
+        let started = tokio::time::Instant::now();
+        let sent = tokio::time::timeout(REQUEST_TIMEOUT, self.own.request(req)).await;
+        if let Some(o) = self.observer.get() {
+            let code = match &sent {
+                Ok(Ok(r)) => Some(r.status().as_u16()),
+                _ => None,
+            };
+            o.upstream_request(method.as_str(), code, started.elapsed().as_secs_f64());
+        }
+        let resp = sent.map_err(|_| timeout(&what))?.map_err(|e| transport(&what, &e))?;
         if resp.status().is_success() {
             return Ok(resp);
         }

@@ -112,6 +112,12 @@ fn status_message(status: &Option<serde_json::Value>, body: &Bytes) -> String {
     config::one_line(&text)
 }
 
+/// Told about every own request of the proxy (the metrics implement it; `upstream` does not
+/// know them). `code` is `None` when no answer came (transport error, timeout).
+pub trait Observer: Send + Sync {
+    fn upstream_request(&self, method: &str, code: Option<u16>, secs: f64);
+}
+
 /// A handle on the upstream apiserver. Cheap to clone: every clone shares the same pooled
 /// connections and credentials.
 #[derive(Clone)]
@@ -131,6 +137,12 @@ impl Upstream {
     pub fn new(opts: &UpstreamOptions) -> Result<Upstream, ConfigError> {
         let resolved = config::resolve(opts)?;
         Ok(Upstream { inner: Arc::new(client::Inner::build(resolved)?) })
+    }
+
+    /// Reports every own request from now on to `observer` (set once, by `app`; later calls
+    /// are ignored).
+    pub fn observe(&self, observer: std::sync::Arc<dyn Observer>) {
+        let _ = self.inner.observer.set(observer);
     }
 
     /// The upstream's base URL without a trailing slash, e.g. `https://10.0.0.1:6443`.

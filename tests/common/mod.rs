@@ -222,7 +222,16 @@ pub struct WatchLines {
 }
 
 pub async fn open_watch(client: &HttpClient, url: &str) -> WatchLines {
-    let req = Request::builder().uri(url).body(Full::new(Bytes::new())).unwrap();
+    open_watch_with(client, url, &[]).await
+}
+
+/// `open_watch` with request headers (e.g. `authorization`).
+pub async fn open_watch_with(client: &HttpClient, url: &str, headers: &[(&str, &str)]) -> WatchLines {
+    let mut b = Request::builder().uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(Bytes::new())).unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
         .await
         .expect("headers in time")

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::cache::{Lookup, TtlCache};
 use super::user::UserInfo;
+use crate::metrics::{Metrics, Review};
 use crate::upstream::{Upstream, UpstreamError};
 
 pub const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
@@ -38,14 +39,15 @@ impl Default for AuthnOptions {
 /// See the module doc.
 pub struct TokenAuthenticator {
     upstream: Upstream,
+    metrics: Arc<Metrics>,
     opts: AuthnOptions,
     cache: TtlCache<[u8; 32], Option<Arc<UserInfo>>>,
 }
 
 impl TokenAuthenticator {
-    pub fn new(upstream: Upstream, opts: AuthnOptions) -> TokenAuthenticator {
+    pub fn new(upstream: Upstream, opts: AuthnOptions, metrics: Arc<Metrics>) -> TokenAuthenticator {
         let cache = TtlCache::new(opts.capacity);
-        TokenAuthenticator { upstream, opts, cache }
+        TokenAuthenticator { upstream, metrics, opts, cache }
     }
 
     /// The user of `token`, `None` when the upstream says it is not valid. An unreachable
@@ -54,7 +56,10 @@ impl TokenAuthenticator {
         self.cache
             .get_or_fetch(sha256(token.as_bytes()), || async {
                 let body = json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":token}});
-                let answer = self.upstream.post_json(TOKEN_REVIEWS, Bytes::from(body.to_string())).await?;
+                let started = tokio::time::Instant::now();
+                let answer = self.upstream.post_json(TOKEN_REVIEWS, Bytes::from(body.to_string())).await;
+                self.metrics.review(Review::Token, started.elapsed().as_secs_f64());
+                let answer = answer?;
                 let user = parse_answer(&answer)?.map(Arc::new);
                 let ttl = if user.is_some() { self.opts.success_ttl } else { self.opts.failure_ttl };
                 Ok((user, ttl))

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::cache::{Lookup, TtlCache};
 use super::user::UserInfo;
+use crate::metrics::{Metrics, Review};
 use crate::upstream::{Upstream, UpstreamError};
 
 pub const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -58,14 +59,15 @@ impl Default for AuthzOptions {
 /// See the module doc.
 pub struct Authorizer {
     upstream: Upstream,
+    metrics: Arc<Metrics>,
     opts: AuthzOptions,
     cache: TtlCache<(Arc<UserInfo>, Attributes), Decision>,
 }
 
 impl Authorizer {
-    pub fn new(upstream: Upstream, opts: AuthzOptions) -> Authorizer {
+    pub fn new(upstream: Upstream, opts: AuthzOptions, metrics: Arc<Metrics>) -> Authorizer {
         let cache = TtlCache::new(opts.capacity);
-        Authorizer { upstream, opts, cache }
+        Authorizer { upstream, metrics, opts, cache }
     }
 
     /// The (cached) decision for `user` doing `attrs`. An unreachable upstream is an error and
@@ -79,7 +81,10 @@ impl Authorizer {
         self.cache
             .get_or_fetch(key, || async {
                 let body = Bytes::from(review_body(user, attrs).to_string());
-                let answer = self.upstream.post_json(ACCESS_REVIEWS, body).await?;
+                let started = tokio::time::Instant::now();
+                let answer = self.upstream.post_json(ACCESS_REVIEWS, body).await;
+                self.metrics.review(Review::Access, started.elapsed().as_secs_f64());
+                let answer = answer?;
                 let d = parse_answer(&answer)?;
                 let ttl = if d.allowed { self.opts.allowed_ttl } else { self.opts.denied_ttl };
                 Ok((d, ttl))

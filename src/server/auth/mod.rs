@@ -34,6 +34,7 @@ pub use user::{Caller, Credential, PeerUser, UserInfo};
 
 use super::body::{self, Body};
 use crate::error::Error;
+use crate::metrics::{Metrics, Review};
 use crate::upstream::Upstream;
 
 /// How callers are checked.
@@ -48,16 +49,18 @@ pub struct AuthOptions {
 /// Authentication and authorization against the upstream.
 pub struct Auth {
     anonymous: bool,
+    metrics: Arc<Metrics>,
     tokens: authn::TokenAuthenticator,
     authz: authz::Authorizer,
 }
 
 impl Auth {
-    pub fn new(upstream: Upstream, opts: AuthOptions) -> Auth {
+    pub fn new(upstream: Upstream, opts: AuthOptions, metrics: Arc<Metrics>) -> Auth {
         Auth {
             anonymous: opts.anonymous,
-            tokens: authn::TokenAuthenticator::new(upstream.clone(), opts.authn),
-            authz: authz::Authorizer::new(upstream, opts.authz),
+            tokens: authn::TokenAuthenticator::new(upstream.clone(), opts.authn, metrics.clone()),
+            authz: authz::Authorizer::new(upstream, opts.authz, metrics.clone()),
+            metrics,
         }
     }
 
@@ -70,7 +73,10 @@ impl Auth {
         }
         let token = req.headers().get(AUTHORIZATION).and_then(|h| authn::bearer_token(h).map(|t| (h, t)));
         if let Some((header, token)) = token {
-            return match self.tokens.review(token).await {
+            let review = self.tokens.review(token).await;
+            let hit = matches!(review, Ok((_, cache::Lookup::Hit)));
+            self.metrics.auth_cache(Review::Token, hit);
+            return match review {
                 Ok((Some(u), how)) => {
                     tracing::debug!(user = %u.name, cache = ?how, "token authenticated");
                     Ok(Caller::new((*u).clone(), Credential::Token(header.clone())))
@@ -111,7 +117,9 @@ impl Auth {
 
     /// Allows `user` to do `attrs`, or answers 403 (500 when the upstream cannot decide).
     pub async fn authorize(&self, user: &Arc<UserInfo>, attrs: &Attributes) -> Result<(), Response<Body>> {
-        match self.authz.check(user, attrs).await {
+        let check = self.authz.check(user, attrs).await;
+        self.metrics.auth_cache(Review::Access, matches!(check, Ok((_, cache::Lookup::Hit))));
+        match check {
             Ok((d, how)) => {
                 tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource,
                     namespace = %attrs.namespace, allowed = d.allowed, cache = ?how, "authorization");

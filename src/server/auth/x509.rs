@@ -76,6 +76,54 @@ pub fn subject(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((cn.unwrap_or_default(), orgs))
 }
 
+/// The certificate's `notAfter` as Unix seconds (UTCTime or GeneralizedTime, `…Z`); for the
+/// serving certificate's expiry metric.
+pub fn not_after(cert_der: &[u8]) -> Option<i64> {
+    let (cert, _) = expect(cert_der, 0x30)?;
+    let (tbs, _) = expect(cert, 0x30)?;
+    let mut rest = tbs;
+    if rest.first() == Some(&0xa0) {
+        rest = tlv(rest)?.2; // version
+    }
+    let (_, rest) = expect(rest, 0x02)?; // serialNumber
+    let (_, rest) = expect(rest, 0x30)?; // signature
+    let (_, rest) = expect(rest, 0x30)?; // issuer
+    let (validity, _) = expect(rest, 0x30)?;
+    let (_, _, after) = tlv(validity)?; // notBefore
+    let (tag, t, _) = tlv(after)?;
+    let digits = std::str::from_utf8(t).ok()?.strip_suffix('Z')?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let num = |s: &str| s.parse::<i64>().ok();
+    let (year, rest) = match (tag, digits.len()) {
+        // UTCTime YYMMDDHHMMSS: 50–99 are 19xx (RFC 5280).
+        (0x17, 12) => {
+            let yy = num(&digits[..2])?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &digits[2..])
+        }
+        (0x18, 14) => (num(&digits[..4])?, &digits[4..]),
+        _ => return None,
+    };
+    let (month, day) = (num(&rest[..2])?, num(&rest[2..4])?);
+    let (h, m, s) = (num(&rest[4..6])?, num(&rest[6..8])?, num(&rest[8..10])?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Go's `parseASN1String` (crypto/x509/parser.go): the string types it knows, checked like it
 /// checks them; `None` where Go fails.
 fn string(tag: u8, v: &[u8]) -> Option<String> {
@@ -134,6 +182,24 @@ mod tests {
         let u = user(&alice()).unwrap();
         assert_eq!(u.name, "alice");
         assert_eq!(u.groups, ["devs", "ops", "system:authenticated"]);
+    }
+
+    #[test]
+    fn not_after_of_generalized_and_utc_times() {
+        // `openssl x509 -enddate`: 2126-10-29 02:03:49Z (GeneralizedTime after 2049).
+        assert_eq!(not_after(&alice()), Some(4_948_913_029));
+        let with_validity = |after: Vec<u8>| {
+            let validity = [der(0x17, b"240101000000Z"), after].concat();
+            let tbs = [der(0x02, &[1]), der(0x30, &[]), der(0x30, &[]), der(0x30, &validity)].concat();
+            der(0x30, &der(0x30, &tbs))
+        };
+        assert_eq!(not_after(&with_validity(der(0x17, b"270301120000Z"))), Some(1_803_902_400));
+        assert_eq!(not_after(&with_validity(der(0x17, b"991231235959Z"))), Some(946_684_799));
+        assert_eq!(not_after(&with_validity(der(0x17, b"2703011200Z"))), None);
+        assert_eq!(not_after(&with_validity(der(0x18, b"20270301120000+0100"))), None);
+        for n in 0..alice().len() {
+            let _ = not_after(&alice()[..n]);
+        }
     }
 
     /// One DER element with a short or long length.
