@@ -2,7 +2,8 @@
 # LIST throughput end to end: 10 000 pods (~2 KiB each) listed at resourceVersion=0 by curl to
 # /dev/null, through the proxy (plain HTTP and TLS) and directly from the simulated apiserver,
 # next to the ceiling measured in the same run: a trivial server that writes a body of the same
-# size from one prebuilt buffer (one sendall; no HTTP framework, no copies of its own).
+# size from one prebuilt buffer (one sendall; no HTTP framework, no copies of its own). Prints
+# the TLS version and suite curl negotiated with the proxy.
 # Usage: benches/list-throughput.sh [runs]   (builds the release binary first)
 #        GZIP=1 benches/list-throughput.sh [runs]: the same with `curl --compressed` (the proxy
 #        gzips lists > 128 KiB); rates are of the uncompressed JSON, the bytes column is what
@@ -46,24 +47,31 @@ PY
 CEIL=$!
 until curl -sf -o /dev/null http://127.0.0.1:18104/; do sleep 0.2; done
 
+set -f # ARGS entries are split into words below, never globbed
 GZ=()
 [ "${GZIP:-0}" = 1 ] && GZ=(--compressed)
-measure() { # name url [curl options]
-    local name=$1 url=$2; shift 2
-    local json bytes secs rates=()
-    json=$(curl -s "$@" -o /dev/null -w '%{size_download}' "$url") # identity size
-    for _ in $(seq "$RUNS"); do
-        read -r bytes secs < <(curl -s "${GZ[@]}" "$@" -o /dev/null -w '%{size_download} %{time_total}\n' "$url")
-        rates+=("$(python3 -c "print($json/$secs/1e9)")")
+# The targets are measured in interleaved rounds (one request to each, RUNS times), so that load
+# from other work on the machine hits every row alike; rates are JSON bytes / curl's time_total.
+NAMES=("ceiling (one prebuilt buffer)" "proxy, plain HTTP/1.1" "proxy, TLS HTTP/1.1" "proxy, TLS HTTP/2" "direct (sim), plain")
+ARGS=("http://127.0.0.1:18104/" "http://127.0.0.1:18102$Q" "https://127.0.0.1:18103$Q -k --http1.1"
+    "https://127.0.0.1:18103$Q -k --http2" "http://127.0.0.1:18101$Q")
+echo "TLS: $(curl -skv -o /dev/null "https://127.0.0.1:18103$Q" 2>&1 | sed -n 's/^\* SSL connection using //p')"
+declare -a JSON BYTES RATES
+for i in "${!NAMES[@]}"; do
+    JSON[i]=$(curl -s ${ARGS[i]} -o /dev/null -w '%{size_download}') # identity size
+done
+for _ in $(seq "$RUNS"); do
+    for i in "${!NAMES[@]}"; do
+        read -r bytes secs < <(curl -s "${GZ[@]}" ${ARGS[i]} -o /dev/null -w '%{size_download} %{time_total}\n')
+        BYTES[i]=$bytes
+        RATES[i]+="$(python3 -c "print(${JSON[i]}/$secs/1e9)") "
     done
+done
+for i in "${!NAMES[@]}"; do
+    # shellcheck disable=SC2086
     python3 -c '
 import statistics as st, sys
-name, b = sys.argv[1], int(sys.argv[2]); r = [float(x) for x in sys.argv[3:]]
-print(f"{name:<30} {b:>10} bytes  median {st.median(r):5.2f}  mean {st.mean(r):5.2f}  best {max(r):5.2f} GB/s")' \
-        "$name" "$bytes" "${rates[@]}"
-}
-measure "ceiling (one prebuilt buffer)" "http://127.0.0.1:18104/"
-measure "proxy, plain HTTP/1.1" "http://127.0.0.1:18102$Q"
-measure "proxy, TLS HTTP/1.1" "https://127.0.0.1:18103$Q" -k --http1.1
-measure "proxy, TLS HTTP/2" "https://127.0.0.1:18103$Q" -k --http2
-measure "direct (sim), plain" "http://127.0.0.1:18101$Q"
+name, b = sys.argv[1], int(sys.argv[2]); r = sorted(float(x) for x in sys.argv[3:])
+print(f"{name:<30} {b:>10} bytes  median {st.median(r):5.2f}  range {r[0]:5.2f}-{r[-1]:5.2f}  mean {st.mean(r):5.2f} GB/s")' \
+        "${NAMES[i]}" "${BYTES[i]}" ${RATES[i]}
+done

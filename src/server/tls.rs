@@ -2,7 +2,9 @@
 //! content changes (polled, default every 10 s) without dropping connections — new handshakes
 //! get the new certificate, open connections keep theirs; optional client-certificate
 //! verification against `--client-ca-file` (certificates optional, so token callers still
-//! connect); ALPN `h2` and `http/1.1`.
+//! connect); ALPN `h2` and `http/1.1`. AES-128-GCM is negotiated whenever the client offers it
+//! (the server's order wins over the client's): it is cheaper than AES-256-GCM for both ends of a
+//! large LIST, and the clients of this proxy (Go, curl/OpenSSL, rustls) all offer it.
 //!
 //! Built by `app`; `listener` uses the config and reads the verified peer certificate.
 
@@ -30,6 +32,27 @@ pub struct TlsFiles {
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Whether a suite encrypts with AES-128-GCM (TLS 1.3 or a TLS 1.2 ECDHE suite).
+fn is_aes128_gcm(s: &rustls::SupportedCipherSuite) -> bool {
+    use rustls::CipherSuite as C;
+    matches!(
+        s.suite(),
+        C::TLS13_AES_128_GCM_SHA256
+            | C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+            | C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+    )
+}
+
+/// The serving provider: ring's suites with the AES-128-GCM ones first (otherwise in ring's
+/// order). ring's default puts AES-256-GCM first, and so does OpenSSL (curl); on this
+/// project's measurements AES-128-GCM decrypts ~40 % faster in OpenSSL (`openssl speed -evp`),
+/// and the client's decryption is what bounds a large LIST over TLS.
+fn server_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites.sort_by_key(|s| !is_aes128_gcm(s));
+    Arc::new(p)
 }
 
 /// The current certificate, swapped atomically on reload.
@@ -99,7 +122,7 @@ impl CertReloader {
 /// Builds the server config and the reloader behind it.
 pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc<CertReloader>), String> {
     let reloader = Arc::new(CertReloader::load(&files.cert, &files.key)?);
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(server_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let builder = match &files.client_ca {
@@ -124,6 +147,8 @@ pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc
     };
     let mut cfg = builder.with_cert_resolver(reloader.clone());
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Pick the first of our suites that the client offers, not the client's favourite.
+    cfg.ignore_client_order = true;
     Ok((Arc::new(cfg), reloader))
 }
 
@@ -189,6 +214,69 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Handshakes in memory with a rustls client that prefers AES-256-GCM (ring's default
+    /// order) and returns the suite the server chose.
+    fn negotiated(versions: &[&'static rustls::SupportedProtocolVersion]) -> rustls::CipherSuite {
+        let files = TlsFiles {
+            cert: testdata("server1.crt"),
+            key: testdata("server1.key"),
+            client_ca: None,
+            reload_interval: Duration::from_secs(10),
+        };
+        let (server_cfg, _) = server_config(&files).unwrap();
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(testdata("server-ca.crt")).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let client_provider = rustls::crypto::ring::default_provider();
+        assert_eq!(
+            client_provider.cipher_suites[0].suite(),
+            rustls::CipherSuite::TLS13_AES_256_GCM_SHA384,
+            "the client prefers AES-256-GCM"
+        );
+        let client_cfg = rustls::ClientConfig::builder_with_provider(Arc::new(client_provider))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let mut client = rustls::ClientConnection::new(Arc::new(client_cfg), name).unwrap();
+        let mut server = rustls::ServerConnection::new(server_cfg).unwrap();
+        while client.is_handshaking() || server.is_handshaking() {
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            server.read_tls(&mut wire.as_slice()).unwrap();
+            server.process_new_packets().unwrap();
+            let mut wire = Vec::new();
+            server.write_tls(&mut wire).unwrap();
+            client.read_tls(&mut wire.as_slice()).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        let suite = server.negotiated_cipher_suite().unwrap().suite();
+        assert_eq!(client.negotiated_cipher_suite().unwrap().suite(), suite);
+        suite
+    }
+
+    #[test]
+    fn aes_128_gcm_is_first_and_chosen_over_the_clients_order() {
+        let p = server_provider();
+        let first: Vec<_> = p.cipher_suites.iter().take(3).map(|s| s.suite()).collect();
+        use rustls::CipherSuite as C;
+        assert_eq!(
+            first,
+            [
+                C::TLS13_AES_128_GCM_SHA256,
+                C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+                C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+            ]
+        );
+        // Nothing dropped: the other suites follow in ring's order.
+        assert_eq!(p.cipher_suites.len(), rustls::crypto::ring::default_provider().cipher_suites.len());
+        assert_eq!(negotiated(&[&rustls::version::TLS13]), C::TLS13_AES_128_GCM_SHA256);
+        // server1 has an ECDSA key.
+        assert_eq!(negotiated(&[&rustls::version::TLS12]), C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256);
+    }
+
     #[test]
     fn client_ca_config_builds() {
         let files = TlsFiles {
@@ -199,6 +287,7 @@ mod tests {
         };
         let (cfg, _) = server_config(&files).unwrap();
         assert_eq!(cfg.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert!(cfg.ignore_client_order);
         let bad = TlsFiles { client_ca: Some(testdata("README.md")), ..files };
         assert!(server_config(&bad).is_err());
     }
