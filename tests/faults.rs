@@ -882,6 +882,10 @@ async fn upstream_restart_resumes_without_relist() {
     // takes ~2.4–4.8 s for that): three refusals with the forwarded read's.
     let reads = async {
         let any = env.cached_list(None).await;
+        // An RV the cache cannot have: written after the cut (the writer goes on meanwhile;
+        // a change already on its way when the connections dropped may still land).
+        let cut_at = env.cache_rv();
+        assert!(until(|| env.sim.sim.current_rv().0 > cut_at + 2).await, "the sim moved on");
         let ahead = env.sim.sim.current_rv().0;
         let fresh = get(env.proxy.addr, &format!("/api/v1/configmaps?resourceVersion={ahead}")).await;
         (any, ahead, fresh)
