@@ -84,7 +84,7 @@ async fn most_recent_list_under_lease_churn_is_proven_by_metadata_and_served_fro
         let list_rv: u64 = r.json()["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
         assert!(list_rv >= arrived_rv && list_rv <= env.sim.sim.current_rv().0, "list RV {list_rv}");
         // No blind wait (the old behaviour waited --consistent-read-wait, 1 s, every time).
-        assert!(took < Duration::from_millis(500), "LIST {i} took {took:?}");
+        assert!(took < Duration::from_millis(900), "LIST {i} took {took:?}");
     }
     // Every LIST was proven by a metadata-only list and answered with the cache's bytes.
     assert_eq!(metadata_lists(&env, path), 16);
@@ -102,7 +102,7 @@ async fn most_recent_list_under_lease_churn_is_proven_by_metadata_and_served_fro
     let next = env.get(&format!("{path}?limit=5&continue={token}")).await;
     assert_eq!(next.status, 200);
     assert_eq!(next.names(), ["c13", "c14", "c15", "c2", "c3"]);
-    assert!(t.elapsed() < Duration::from_millis(500), "not a wait for the cache");
+    assert!(t.elapsed() < Duration::from_millis(900), "not a wait for the cache (the old code waited 3 s)");
 }
 
 #[tokio::test]
