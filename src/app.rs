@@ -12,19 +12,18 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cache::{self, CacheOptions, Reader};
+use crate::cache::{CacheOptions, Reader};
+use crate::caches::{self, Caching};
 use crate::config::{DemoArgs, SecurityArgs, ServeArgs};
 use crate::metrics::Metrics;
-use crate::reflector::{self, ReflectorOptions};
-use crate::resource::ResourceKind;
+use crate::reflector::ReflectorOptions;
 use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
-use crate::server::catalog::Missing;
 use crate::server::limits::LimitOptions;
 use crate::server::serve::ServeOptions;
 use crate::server::tls::{self, TlsFiles};
 use crate::server::Server;
 use crate::server::{listener, Security};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::Upstream;
 
 /// A running proxy.
 pub struct Running {
@@ -112,7 +111,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     tracing::info!(upstream = %upstream.describe(), "upstream configured");
     let metrics = Arc::new(Metrics::new());
     upstream.observe(metrics.clone());
-    let (kinds, missing) = discover(&upstream, &args.resources).await?;
+    let (kinds, missing) = caches::discover(&upstream, &args.resources).await?;
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
         (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
             cert: cert.clone(),
@@ -133,18 +132,17 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         history_max_events: args.history_max_events,
         ..CacheOptions::default()
     };
-    let caching = Caching {
-        upstream: upstream.clone(),
+    let caching = Caching::new(
+        upstream.clone(),
         cache_opts,
-        metrics: metrics.clone(),
-        stop: shutdown_rx.clone(),
-        reflectors: Arc::default(),
-        reflector_opts: ReflectorOptions {
+        metrics.clone(),
+        shutdown_rx.clone(),
+        ReflectorOptions {
             watch_idle_timeout: args.upstream_watch_idle_timeout,
             ..ReflectorOptions::default()
         },
-    };
-    let readers: Vec<Reader> = kinds.into_iter().map(|k| caching.spawn(k)).collect();
+    );
+    let readers: Vec<Reader> = kinds.into_iter().map(|(name, k)| caching.spawn(&name, k)).collect();
     let serve_opts = ServeOptions {
         freshness_wait: args.freshness_wait,
         min_request_timeout: args.min_request_timeout,
@@ -163,6 +161,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         server.resources().set_missing(&name, m);
         tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
     }
+    tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
     let server_task = tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period));
     tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");
     Ok(Running {
@@ -174,116 +173,6 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         server_task,
         reflectors: caching.reflectors,
     })
-}
-
-/// How long the first discovery may take before the proxy starts without it (and retries).
-const FIRST_DISCOVERY: Duration = Duration::from_secs(10);
-
-/// The configured resources the upstream describes, and the others with why they are missing.
-/// Only a resource the upstream shows cannot be cached (no list or watch verb) is an error; an
-/// unreachable upstream or a resource it does not serve (yet) is retried in the background.
-async fn discover(
-    upstream: &Upstream,
-    wanted: &[String],
-) -> Result<(Vec<ResourceKind>, Vec<(String, Missing)>), String> {
-    let all = tokio::time::timeout(FIRST_DISCOVERY, upstream.discover(wanted)).await;
-    let err = match all {
-        Ok(Ok(kinds)) => return Ok((kinds, Vec::new())),
-        Ok(Err(e)) => e,
-        Err(_) => UpstreamError::Transport(format!("no answer within {FIRST_DISCOVERY:?}")),
-    };
-    if !matches!(err, UpstreamError::Discovery(_)) {
-        // The upstream cannot be asked: every resource waits for it.
-        let m = missing(&err)?;
-        tracing::warn!(error = %err, "discovery failed; serving (not ready), retrying in the background");
-        return Ok((Vec::new(), wanted.iter().map(|w| (w.clone(), m.clone())).collect()));
-    }
-    let (mut found, mut absent) = (Vec::new(), Vec::new());
-    for w in wanted {
-        match upstream.discover(std::slice::from_ref(w)).await {
-            Ok(mut k) => found.append(&mut k),
-            Err(e) => {
-                tracing::warn!(resource = %w, error = %e, "not cached yet; forwarding its requests, retrying discovery");
-                absent.push((w.clone(), missing(&e)?));
-            }
-        }
-    }
-    Ok((found, absent))
-}
-
-/// Why a resource is missing, or the error that must stop the start.
-fn missing(e: &UpstreamError) -> Result<Missing, String> {
-    match e {
-        UpstreamError::Discovery(m) if m.contains("cannot be cached") => Err(format!("discovery: {e}")),
-        UpstreamError::Discovery(_) => Ok(Missing { reason: e.to_string(), blocks_readiness: false }),
-        _ => Ok(Missing { reason: e.to_string(), blocks_readiness: true }),
-    }
-}
-
-/// What it takes to start caching one more resource.
-#[derive(Clone)]
-struct Caching {
-    upstream: Upstream,
-    cache_opts: CacheOptions,
-    metrics: Arc<Metrics>,
-    stop: watch::Receiver<bool>,
-    reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
-    reflector_opts: ReflectorOptions,
-}
-
-impl Caching {
-    /// Creates the cache of `kind` and spawns its reflector.
-    fn spawn(&self, kind: ResourceKind) -> Reader {
-        tracing::info!(resource = %kind.group_resource(), version = %kind.version, namespaced = kind.namespaced, builtin = kind.builtin, "caching");
-        self.metrics.cache_added(&kind.group_resource());
-        let (writer, reader) = cache::new(kind, self.cache_opts.clone());
-        self.reflectors.lock().push(tokio::spawn(reflector::run(
-            self.upstream.clone(),
-            writer,
-            self.reflector_opts.clone(),
-            self.metrics.clone(),
-            self.stop.clone(),
-        )));
-        reader
-    }
-
-    /// Retries the discovery of `name` (1 s doubling to 30 s) until it is found, then caches
-    /// it; stops at shutdown.
-    async fn retry_discovery(self, name: String, server: Arc<Server>) {
-        let mut delay = Duration::from_secs(1);
-        let mut stop = self.stop.clone();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = listener::until_true(&mut stop) => return,
-            }
-            delay = (delay * 2).min(Duration::from_secs(30));
-            match self.upstream.discover(std::slice::from_ref(&name)).await {
-                Ok(kinds) => {
-                    for kind in kinds {
-                        let reader = self.spawn(kind);
-                        server.resources().add(&self.upstream, reader);
-                    }
-                    server.resources().clear_missing(&name);
-                    tracing::info!(resource = %name, "discovered; now cached");
-                    return;
-                }
-                Err(e) => match missing(&e) {
-                    Ok(m) => {
-                        tracing::debug!(resource = %name, error = %e, "still not discovered");
-                        server.resources().set_missing(&name, m);
-                    }
-                    Err(fatal) => {
-                        tracing::error!(resource = %name, "{fatal}; not cached");
-                        server
-                            .resources()
-                            .set_missing(&name, Missing { reason: fatal, blocks_readiness: false });
-                        return;
-                    }
-                },
-            }
-        }
-    }
 }
 
 /// The server's authentication, authorization and limits from the flags.

@@ -150,6 +150,11 @@ pub struct ServeArgs {
     /// about every 60 s on a quiet resource, hence the margin.
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     pub max_staleness: Duration,
+    /// How often the cached resources are looked up again in the upstream's discovery, so that
+    /// a CRD that changes its served version or is deleted is followed (also right after a
+    /// reflector gets 404). 0: only after a 404.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub rediscovery_interval: Duration,
     /// An upstream watch that delivers nothing (no event, no bookmark) for this long is
     /// renewed from the cache RV: a partitioned connection can stall without ever closing.
     #[arg(long, default_value = "150s", value_parser = parse_duration)]

@@ -20,6 +20,7 @@
 //! | [`cache`] | per-resource store, history ring, watcher fan-out; `Writer` / `Reader` |
 //! | [`upstream`] | TLS client to the apiserver: config, discovery, list/watch, forwarding |
 //! | [`reflector`] | the single writer: list → watch → relist, with backoff |
+//! | [`caches`] | which resources are cached: discovery, retries, rediscovery, one cache + reflector each |
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
 //! | [`metrics`] | Prometheus registry |
 //! | [`sim`] | the simulated apiserver (tests, demos, load) |
@@ -31,6 +32,7 @@
 pub mod app;
 pub mod bench;
 pub mod cache;
+pub mod caches;
 pub mod config;
 pub mod error;
 pub mod metrics;

@@ -27,6 +27,9 @@ pub struct ReflectorOptions {
     /// renewed: the connection may be partitioned without a FIN (the apiserver sends a BOOKMARK
     /// about every 60 s even on a quiet resource).
     pub watch_idle_timeout: Duration,
+    /// Rung when the upstream answers 404 for the resource (a CRD deleted, a version no longer
+    /// served): `caches` rediscovers.
+    pub on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
 }
@@ -37,6 +40,7 @@ impl Default for ReflectorOptions {
             page_size: 500,
             watch_timeout_secs: 300,
             watch_idle_timeout: Duration::from_secs(150),
+            on_not_found: None,
             backoff_initial: Duration::from_millis(800),
             backoff_max: Duration::from_secs(30),
         }
@@ -65,6 +69,7 @@ enum WatchEnd {
 /// logged at warn at most once per [`WARN_EVERY`] (with how many were not logged since).
 struct Failures {
     resource: String,
+    on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>,
     last_warn: Option<tokio::time::Instant>,
     unlogged: u64,
 }
@@ -73,12 +78,17 @@ struct Failures {
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
 impl Failures {
-    fn new(resource: &str) -> Self {
-        Failures { resource: resource.to_owned(), last_warn: None, unlogged: 0 }
+    fn new(resource: &str, on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>) -> Self {
+        Failures { resource: resource.to_owned(), on_not_found, last_warn: None, unlogged: 0 }
     }
 
     fn record(&mut self, metrics: &Metrics, reason: &str, rv: Rv, what: &str, error: &str) {
         metrics.reflector_error(&self.resource, reason);
+        if reason.ends_with("http_404") {
+            if let Some(n) = &self.on_not_found {
+                n.notify_one();
+            }
+        }
         let now = tokio::time::Instant::now();
         if self.last_warn.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
             self.unlogged += 1;
@@ -132,7 +142,7 @@ pub async fn run(
 ) {
     let resource = writer.kind().group_resource();
     let mut backoff = Backoff::new(&opts);
-    let mut failures = Failures::new(&resource);
+    let mut failures = Failures::new(&resource, opts.on_not_found.clone());
     let mut state = State::Empty;
     loop {
         if *stop.borrow() {

@@ -139,3 +139,59 @@ async fn sigterm_sequence_turns_unready_first_and_keeps_serving_during_the_delay
     let closed = client.get(url("/livez").parse().unwrap()).await;
     assert!(closed.is_err(), "no longer accepting");
 }
+
+#[tokio::test]
+async fn a_deleted_crd_is_forwarded_and_cached_again_once_it_is_back() {
+    deleted_crd_is_followed(Duration::from_millis(200), None).await;
+}
+
+/// Without periodic rediscovery: the reflector's 404 (on its next re-watch) triggers it.
+#[tokio::test]
+async fn a_404_for_a_cached_resource_triggers_rediscovery() {
+    deleted_crd_is_followed(Duration::ZERO, Some(Duration::from_secs(1))).await;
+}
+
+async fn deleted_crd_is_followed(rediscovery: Duration, watch_idle: Option<Duration>) {
+    let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .unwrap();
+    sim.sim.create("namespaces", "", json!({"metadata": {"name": "ns"}})).unwrap();
+    let w = sim
+        .sim
+        .create(
+            "example.com/widgets",
+            "ns",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+        )
+        .unwrap();
+    let mut args = serve_args(sim.addr, &["configmaps", "example.com/widgets"]);
+    args.rediscovery_interval = rediscovery;
+    if let Some(t) = watch_idle {
+        args.upstream_watch_idle_timeout = t;
+    }
+    let proxy = app::start(&args).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let widgets = proxy.readers.iter().find(|r| r.kind().resource == "widgets").unwrap();
+    widgets.wait_for(kube_watchcache::resource::Rv(rv_of(&w)), Duration::from_secs(5)).await.unwrap();
+    let client = client();
+    let path = "/apis/example.com/v1/namespaces/ns/widgets";
+    let url = format!("http://{}{path}?resourceVersion=0", proxy.addr);
+    let upstream = || sim.sim.request_count(|r| r.path == path);
+    let from_cache = || async {
+        let before = upstream();
+        let (code, body) = status(&client, &url).await;
+        code == 200 && body.contains("\"w\"") && upstream() == before
+    };
+    assert!(from_cache().await, "served from the cache");
+    // The CRD is deleted: rediscovery notices, the cache is retired, requests are forwarded.
+    sim.sim.set_served("example.com/widgets", false).unwrap();
+    eventually(10, "forwarded to the upstream, which answers 404", || async {
+        status(&client, &url).await.0 == 404
+    })
+    .await;
+    let (code, text) = status(&client, &format!("http://{}/readyz", proxy.addr)).await;
+    assert_eq!(code, 200, "a missing CRD does not take the proxy out of service: {text}");
+    // Re-created: found again, cached again.
+    sim.sim.set_served("example.com/widgets", true).unwrap();
+    eventually(20, "cached again", from_cache).await;
+}

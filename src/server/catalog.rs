@@ -63,6 +63,18 @@ impl Resources {
         *cur = Arc::new(next);
     }
 
+    /// Stops answering for `kind`'s resource (its requests are forwarded from now on).
+    pub fn remove(&self, kind: &ResourceKind) {
+        let mut cur = self.current.write();
+        let mut next = Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone() };
+        let key = (kind.group.clone(), kind.version.clone(), kind.resource.clone());
+        next.kinds.retain(|k| {
+            (k.group.as_str(), k.version.as_str(), k.resource.as_str()) != (&key.0, &key.1, &key.2)
+        });
+        next.caches.remove(&key);
+        *cur = Arc::new(next);
+    }
+
     /// Records why the configured resource `name` is not cached (yet).
     pub fn set_missing(&self, name: &str, missing: Missing) {
         self.missing.lock().insert(name.to_owned(), missing);

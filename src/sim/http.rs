@@ -97,15 +97,17 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
     if review::is_review(req.method(), req.uri().path()) {
         return review::handle(sim, req).await;
     }
+    // Resources whose CRD was deleted (`Sim::set_served`) are neither routed nor discovered.
     match route(&sim.store().kinds, req.uri().path()) {
         Route::PageNotFound => page_not_found(),
         Route::NoSuchResource => error_response(Error::NoSuchResource),
         Route::Health => Response::new(full(Bytes::from_static(b"ok"))),
         Route::Version => discovery::version(),
         Route::CoreVersions => discovery::core_versions(req.headers()),
-        Route::Groups => discovery::groups(&sim.store().kinds),
-        Route::Group(g) => discovery::group(&sim.store().kinds, &g),
-        Route::Resources(g, v) => discovery::resources(&sim.store().kinds, &g, &v),
+        Route::Groups => discovery::groups(&sim.served_kinds()),
+        Route::Group(g) => discovery::group(&sim.served_kinds(), &g),
+        Route::Resources(g, v) => discovery::resources(&sim.served_kinds(), &g, &v),
+        Route::Resource(t) if sim.is_withdrawn(t.res) => page_not_found(),
         Route::Resource(t) => resource(sim, t, req).await.unwrap_or_else(error_response),
     }
 }

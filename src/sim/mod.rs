@@ -103,6 +103,8 @@ struct Inner {
     opts: SimOptions,
     requests: Mutex<VecDeque<RequestRecord>>,
     auth: Mutex<review::AuthScript>,
+    /// Kinds (indices) no longer served: a deleted CRD.
+    withdrawn: Mutex<std::collections::HashSet<usize>>,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -132,6 +134,7 @@ impl Sim {
                 opts,
                 requests: Mutex::new(VecDeque::new()),
                 auth: Mutex::default(),
+                withdrawn: Mutex::default(),
             }),
         };
         seed::system(&sim);
@@ -218,6 +221,33 @@ impl Sim {
     /// now fail with 410.
     pub fn compact(&self) {
         self.store().compact();
+    }
+
+    /// Stops (false) or resumes (true) serving a resource, like deleting and re-creating its
+    /// CustomResourceDefinition: while withdrawn it is absent from discovery and its URLs answer
+    /// `404 page not found`; its objects are kept for when it comes back.
+    pub fn set_served(&self, resource: &str, served: bool) -> Result<(), Error> {
+        let res = self.resolve(resource)?;
+        let mut w = self.inner.withdrawn.lock();
+        if served {
+            w.remove(&res);
+        } else {
+            w.insert(res);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_withdrawn(&self, res: usize) -> bool {
+        self.inner.withdrawn.lock().contains(&res)
+    }
+
+    /// The kinds discovery lists: all but the withdrawn ones.
+    pub(crate) fn served_kinds(&self) -> kinds::Kinds {
+        let w = self.inner.withdrawn.lock();
+        let all = &self.store().kinds.all;
+        kinds::Kinds {
+            all: all.iter().enumerate().filter(|(i, _)| !w.contains(i)).map(|(_, k)| k.clone()).collect(),
+        }
     }
 
     /// How many recorded HTTP requests match `pred`.
