@@ -18,6 +18,10 @@ use crate::upstream::Upstream;
 /// (group, version, resource).
 pub type Key = (String, String, String);
 
+fn key_of(kind: &ResourceKind) -> Key {
+    (kind.group.clone(), kind.version.clone(), kind.resource.clone())
+}
+
 /// One snapshot of the cached resources.
 #[derive(Default)]
 pub struct Catalog {
@@ -52,26 +56,25 @@ impl Resources {
     pub fn add(&self, upstream: &Upstream, reader: Reader) {
         let kind = reader.kind().clone();
         let prober = Prober::new(upstream.clone(), reader.clone());
-        let mut cur = self.current.write();
-        let mut next = Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone() };
-        let key = (kind.group.clone(), kind.version.clone(), kind.resource.clone());
-        next.kinds.retain(|k| {
-            (k.group.as_str(), k.version.as_str(), k.resource.as_str()) != (&key.0, &key.1, &key.2)
+        let key = key_of(&kind);
+        self.update(&key, |next| {
+            next.kinds.push(Arc::new(kind));
+            next.caches.insert(key.clone(), (reader, prober));
         });
-        next.kinds.push(Arc::new(kind));
-        next.caches.insert(key, (reader, prober));
-        *cur = Arc::new(next);
     }
 
     /// Stops answering for `kind`'s resource (its requests are forwarded from now on).
     pub fn remove(&self, kind: &ResourceKind) {
+        self.update(&key_of(kind), |_| {});
+    }
+
+    /// Replaces the snapshot by a copy without `key`'s resource, then changed by `change`.
+    fn update(&self, key: &Key, change: impl FnOnce(&mut Catalog)) {
         let mut cur = self.current.write();
         let mut next = Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone() };
-        let key = (kind.group.clone(), kind.version.clone(), kind.resource.clone());
-        next.kinds.retain(|k| {
-            (k.group.as_str(), k.version.as_str(), k.resource.as_str()) != (&key.0, &key.1, &key.2)
-        });
-        next.caches.remove(&key);
+        next.kinds.retain(|k| key_of(k) != *key);
+        next.caches.remove(key);
+        change(&mut next);
         *cur = Arc::new(next);
     }
 
