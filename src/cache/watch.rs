@@ -6,11 +6,14 @@
 //! lines of the response body, one event each, never re-encoded.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::filter::{Filter, LazyFrames};
 use super::watchers::{Delivery, WatcherId};
@@ -64,6 +67,12 @@ pub struct Watch {
     bookmarks: bool,
     next_bookmark: Instant,
     deadline: Instant,
+    /// The deadline and bookmark timers, registered once per watch (not per event): a
+    /// delivery touches neither.
+    deadline_timer: Pin<Box<Sleep>>,
+    bookmark_timer: Pin<Box<Sleep>>,
+    /// The stream has ended; it stays ended.
+    done: bool,
 }
 
 pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> {
@@ -151,6 +160,9 @@ fn finish(
         bookmarks,
         next_bookmark,
         deadline,
+        deadline_timer: Box::pin(tokio::time::sleep_until(deadline)),
+        bookmark_timer: Box::pin(tokio::time::sleep_until(next_bookmark)),
+        done: false,
     }
 }
 
@@ -176,30 +188,49 @@ impl Watch {
     /// The next frame of the response body; `None` when the watch is over (deadline, slow
     /// watcher closed, cache shut down).
     pub async fn next(&mut self) -> Option<Bytes> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Polls for the next frame: what is queued first (replay, initial events, the end
+    /// bookmark), then live events, then the deadline and the bookmark timer, in that order.
+    /// Once it has returned `Ready(None)` it always does.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         loop {
+            if self.done {
+                return Poll::Ready(None);
+            }
             if let Some(f) = self.pending.pop_front() {
-                return Some(f);
+                return Poll::Ready(Some(f));
             }
             if let Some(obj) = self.initial.next() {
-                return Some(frame_event(EventType::Added, &obj.typed_chunks()));
+                return Poll::Ready(Some(frame_event(EventType::Added, &obj.typed_chunks())));
             }
             if let Some(rv) = self.end_bookmark.take() {
                 self.last_rv = self.last_rv.max(rv);
-                return Some(bookmark_frame(&self.shared.kind, rv, true));
+                return Poll::Ready(Some(bookmark_frame(&self.shared.kind, rv, true)));
             }
-            let bookmark_at = self.bookmarks.then_some(self.next_bookmark);
-            tokio::select! {
-                biased;
-                d = self.rx.recv() => match d {
-                    Some(d) => {
-                        self.last_rv = self.last_rv.max(d.rv);
-                        return Some(d.frame);
-                    }
-                    None => return None,
-                },
-                _ = tokio::time::sleep_until(self.deadline) => return None,
-                _ = sleep_opt(bookmark_at) => self.bookmark(),
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(d)) => {
+                    self.last_rv = self.last_rv.max(d.rv);
+                    return Poll::Ready(Some(d.frame));
+                }
+                Poll::Ready(None) => {
+                    self.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {}
             }
+            if self.deadline_timer.as_mut().poll(cx).is_ready() {
+                self.done = true;
+                return Poll::Ready(None);
+            }
+            if self.bookmarks && self.bookmark_timer.as_mut().poll(cx).is_ready() {
+                self.bookmark();
+                let at = self.next_bookmark;
+                self.bookmark_timer.as_mut().reset(at);
+                continue;
+            }
+            return Poll::Pending;
         }
     }
 
@@ -220,13 +251,6 @@ impl Watch {
         // After the pre-deadline bookmark there is no other.
         self.next_bookmark = bookmark_time(now, self.shared.opts.bookmark_interval, self.deadline);
         self.bookmarks = self.next_bookmark > now;
-    }
-}
-
-async fn sleep_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

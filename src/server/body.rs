@@ -36,12 +36,50 @@ pub fn error(e: crate::error::Error) -> http::Response<Body> {
     e.into_response::<Bytes>().map(full)
 }
 
-/// A watch stream: one frame per event, flushed as it comes.
+/// A watch stream: the events as they come, flushed as they come. Events that are already
+/// queued when the connection asks for more go out as one frame (one write, full TLS records):
+/// a watcher that fell behind catches up with fewer writes, an idle one pays nothing.
 pub fn watch(w: Watch) -> Body {
-    let s =
-        stream::unfold(
-            w,
-            |mut w| async move { w.next().await.map(|b| (Ok::<_, BoxError>(Frame::data(b)), w)) },
-        );
-    StreamBody::new(s).boxed_unsync()
+    WatchBody(w).boxed_unsync()
+}
+
+/// At most this many bytes of queued events are joined into one frame.
+const COALESCE_BYTES: usize = 64 * 1024;
+
+struct WatchBody(Watch);
+
+impl http_body::Body for WatchBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        use std::task::Poll;
+        let w = &mut self.get_mut().0;
+        let first = match w.poll_next(cx) {
+            Poll::Ready(Some(f)) => f,
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        let mut more: Vec<Bytes> = Vec::new();
+        let mut len = first.len();
+        while len < COALESCE_BYTES {
+            // `Pending` registers the waker, as the next call would; `None` (the end) is seen
+            // again by the next call, after what is joined here has gone out.
+            let Poll::Ready(Some(f)) = w.poll_next(cx) else { break };
+            len += f.len();
+            more.push(f);
+        }
+        let data = if more.is_empty() {
+            first
+        } else {
+            let mut b = bytes::BytesMut::with_capacity(len);
+            b.extend_from_slice(&first);
+            more.iter().for_each(|f| b.extend_from_slice(f));
+            b.freeze()
+        };
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
 }

@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::auth::{x509, PeerUser};
+use super::batch;
+use super::coalesce::{Coalesce, FlushAfterPoll};
 use super::Server;
 
 /// Concurrent HTTP/2 streams per connection (each watch is one).
@@ -72,8 +74,15 @@ pub async fn run(
                 tokio::spawn(async move {
                     let h2 = starts_with_h2_preface(&stream).await;
                     let svc = service(server, None);
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                    drive(watcher.watch(conn), h2, peer).await;
+                    if h2 {
+                        let (io, flusher) = batch::batched(stream);
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
+                        drive(watcher.watch(conn), Some(Box::new(flusher)), peer).await;
+                    } else {
+                        let conn =
+                            builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+                        drive(watcher.watch(conn), None, peer).await;
+                    }
                 });
             }
             Some(acceptor) => {
@@ -98,8 +107,15 @@ pub async fn run(
                         .map(|u| PeerUser(Arc::new(u)));
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let svc = service(server, peer_user);
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
-                    drive(watcher.watch(conn), h2, peer).await;
+                    if h2 {
+                        let (io, flusher) = batch::batched(tls);
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
+                        drive(watcher.watch(conn), Some(Box::new(flusher)), peer).await;
+                    } else {
+                        let conn =
+                            builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
+                        drive(watcher.watch(conn), None, peer).await;
+                    }
                 });
             }
         }
@@ -110,14 +126,18 @@ pub async fn run(
     }
 }
 
-/// Runs one connection to its end; HTTP/2 ones defer their wake-ups behind the runnable tasks
-/// (`coalesce`), so one connection poll serves all the streams that sent.
-async fn drive<F, E>(conn: F, h2: bool, peer: std::net::SocketAddr)
+/// Runs one connection to its end. HTTP/2 ones (those with a `batch` flusher) defer their
+/// wake-ups behind the runnable tasks (`coalesce`), so one connection poll serves all the
+/// streams that sent, and what that poll wrote leaves in one write.
+async fn drive<F, E>(conn: F, h2: Option<Box<dyn FlushAfterPoll>>, peer: std::net::SocketAddr)
 where
     F: std::future::Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let res = if h2 { super::coalesce::Coalesce::new(conn).await } else { conn.await };
+    let res = match h2 {
+        Some(flusher) => Coalesce::new(conn).flushing(flusher).await,
+        None => conn.await,
+    };
     if let Err(e) = res {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }

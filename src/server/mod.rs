@@ -14,6 +14,7 @@
 //! with `--auth=none`: every caller trusted, forwarded requests unchanged).
 
 pub mod auth;
+pub mod batch;
 pub mod body;
 pub mod catalog;
 pub mod classify;
