@@ -185,7 +185,10 @@ mod tests {
                 // What a connection task does after each poll.
                 poll_fn(|cx| match f.poll_flush(cx) {
                     Poll::Pending => Poll::Ready(()),
-                    Poll::Ready(r) => Poll::Ready(r.unwrap()),
+                    Poll::Ready(r) => {
+                        r.unwrap();
+                        Poll::Ready(())
+                    }
                 })
                 .await;
             }
