@@ -2,11 +2,16 @@
 //! writer making E changes/s against the proxy and then, with the same load, against the direct
 //! upstream, and reports both side by side: latency percentiles per request kind, throughput,
 //! watch delivery lag, lost / duplicated / reordered events (the run fails if any), errors by
-//! status, requests that reached the upstream, and the proxy's CPU seconds and peak RSS.
+//! status, requests that reached the upstream, and the measured process's CPU seconds, CPU per
+//! watch delivery and per MB listed, and peak RSS.
 //!
-//! Without `--target` / `--direct` / `--kubeconfig` it starts a simulated apiserver and a proxy
-//! in this process (then CPU and RSS are those of the whole process: harness + sim + proxy, so
-//! compare the two columns rather than read either alone).
+//! Targets are `http://` or `https://` (verified against `--certificate-authority` and the
+//! kubeconfig's CA), spoken to in HTTP/1.1 or, with `--http2`, h2 (ALPN over TLS, prior
+//! knowledge in the clear), with a bearer token (`--token`, `--token-file`, the kubeconfig's)
+//! sent to both. Without `--target` / `--direct` / `--kubeconfig` it starts a simulated
+//! apiserver and a proxy in this process: plain HTTP with `--auth=none`, or with `--tls` both on
+//! HTTPS and the proxy's delegated authn/authz on (then CPU and RSS are those of the whole
+//! process: harness + sim + proxy, so compare the two columns rather than read either alone).
 //!
 //! Called by `main` (the `bench` subcommand) and by `tests/bench.rs`.
 //!
@@ -24,8 +29,11 @@
 //! | `procstat` | `/proc` CPU seconds, RSS, the open-file limit |
 //! | `report` | the report structure, terminal table, JSON |
 //! | `svg` | the hand-written SVG chart |
-//! | `kubeconfig` | server URL and bearer token from a kubeconfig |
+//! | `kubeconfig` | server URL, CA, token or client certificate from a kubeconfig |
+//! | `tls` | the clients' trust anchors and connector (TLS by scheme, ALPN) |
+//! | `certs` | the throwaway CA and serving certificates of `--tls` |
 
+mod certs;
 mod env;
 mod kubeconfig;
 mod load;
@@ -35,6 +43,7 @@ pub mod report;
 mod scenario;
 mod stats;
 mod svg;
+mod tls;
 mod track;
 mod watchers;
 
@@ -51,18 +60,33 @@ pub use scenario::{Plan, Scenario};
 /// Flags of `bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// URL of the proxy to measure (plain HTTP), e.g. http://127.0.0.1:8001. Without --target,
-    /// --direct and --kubeconfig, a simulated apiserver and a proxy run inside this process.
+    /// URL of the proxy to measure, http:// or https://, e.g. https://127.0.0.1:8443. Without
+    /// --target, --direct and --kubeconfig, a simulated apiserver and a proxy run inside this
+    /// process.
     #[arg(long)]
     pub target: Option<String>,
-    /// URL of the upstream itself (plain HTTP), measured with the same load after the proxy;
-    /// the writer and the seeding write here (else through --target).
+    /// URL of the upstream itself (http:// or https://), measured with the same load after the
+    /// proxy; the writer and the seeding write here (else through --target).
     #[arg(long)]
     pub direct: Option<String>,
-    /// Take the direct upstream's URL and bearer token from this kubeconfig (plain HTTP only
-    /// for now; use `kubectl proxy` in front of a TLS apiserver).
+    /// Take the direct upstream's URL, CA and credentials (token, token file or client
+    /// certificate) from this kubeconfig's current context; the token is sent to --target too.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// PEM bundle trusted for https:// targets (both; added to the kubeconfig's CA).
+    #[arg(long)]
+    pub certificate_authority: Option<PathBuf>,
+    /// Bearer token sent to both targets (wins over the kubeconfig's).
+    #[arg(long, conflicts_with = "token_file")]
+    pub token: Option<String>,
+    /// File holding the bearer token sent to both targets.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// In-process only: the sim and the proxy serve HTTPS (a fresh CA, certificates for
+    /// 127.0.0.1), the proxy reaches the sim over HTTPS and runs with --auth=upstream (the sim
+    /// answers its TokenReviews and SubjectAccessReviews), and the clients send a bearer token.
+    #[arg(long, conflicts_with_all = ["target", "direct", "kubeconfig"])]
+    pub tls: bool,
     /// The load shape; its defaults are overridden by the flags below.
     #[arg(long, value_enum, default_value = "mixed")]
     pub scenario: Scenario,
@@ -92,7 +116,8 @@ pub struct BenchArgs {
     /// Approximate size of each pod in bytes.
     #[arg(long)]
     pub object_size: Option<usize>,
-    /// Talk HTTP/2 (prior knowledge, ~100 streams per connection) instead of HTTP/1.1.
+    /// Talk HTTP/2 (ALPN h2 over TLS, prior knowledge in the clear; ~100 streams per
+    /// connection) instead of HTTP/1.1.
     #[arg(long)]
     pub http2: bool,
     /// Do not create the pods first (external mode, when a previous run made them).
@@ -104,9 +129,14 @@ pub struct BenchArgs {
     /// Write a chart (latency percentiles, lag over time) as SVG to this file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// PID of the proxy process, for its CPU seconds and peak RSS (automatic in-process).
+    /// PID of the proxy process, for its CPU seconds (and per delivery, per MB listed) and peak
+    /// RSS in the proxy phase (in-process: the whole process is measured).
     #[arg(long)]
     pub proxy_pid: Option<u32>,
+    /// PID of the direct upstream (e.g. a `kube-watchcache sim`), measured the same way in the
+    /// direct phase (external mode).
+    #[arg(long)]
+    pub direct_pid: Option<u32>,
 }
 
 impl BenchArgs {
@@ -116,6 +146,10 @@ impl BenchArgs {
             target: None,
             direct: None,
             kubeconfig: None,
+            certificate_authority: None,
+            token: None,
+            token_file: None,
+            tls: false,
             scenario,
             duration,
             watchers: None,
@@ -130,6 +164,7 @@ impl BenchArgs {
             json: None,
             svg: None,
             proxy_pid: None,
+            direct_pid: None,
         }
     }
 
@@ -207,92 +242,173 @@ pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
     };
     let seq = 1;
     if external {
-        let direct = match (&args.direct, &args.kubeconfig) {
-            (Some(url), _) => Some(Target { name: "direct", base: trim(url), token: None }),
-            (None, Some(path)) => {
-                let (base, token) = kubeconfig::server_and_token(path)?;
-                Some(Target { name: "direct", base, token })
-            }
-            (None, None) => None,
-        };
-        let proxy = args.target.as_ref().map(|u| Target { name: "proxy", base: trim(u), token: None });
-        let token = direct.as_ref().and_then(|d| d.token.clone());
-        let proxy = proxy.map(|p| Target { token: token.clone(), ..p });
-        let write_to = direct.clone().or(proxy.clone()).ok_or("nothing to measure")?;
-        let backend = Backend::Http(env::Remote::new(write_to, env::Clients::new(false, 1).pick(0).clone()));
-        if !args.skip_seed {
-            eprintln!("creating {} pods of ~{} bytes", plan.sizes.objects, plan.sizes.object_size);
-            backend.seed(&plan).await?;
-        }
-        report.process = match args.proxy_pid {
-            Some(p) => format!("the proxy, pid {p}, in the proxy phase"),
-            None => "not measured (give --proxy-pid)".into(),
-        };
-        let metrics_client = env::Clients::new(false, 1).pick(0).clone();
-        let mut seq = seq;
-        for target in [proxy, direct].into_iter().flatten() {
-            let is_proxy = target.name == "proxy";
-            let phase = phase::Phase {
-                plan: &plan,
-                upstream: if is_proxy {
-                    phase::UpstreamCount::ProxyMetrics(env::Remote::new(
-                        target.clone(),
-                        metrics_client.clone(),
-                    ))
-                } else {
-                    phase::UpstreamCount::Unknown
-                },
-                target,
-                backend: backend.clone(),
-                seq_base: seq,
-                measure: if is_proxy { args.proxy_pid.map(Some) } else { None },
-            };
-            let (r, next) = phase.run().await?;
-            seq = next;
-            report.targets.push(r);
-        }
+        external_phases(args, &plan, &mut report, seq).await?;
     } else {
-        eprintln!(
-            "starting a simulated apiserver with {} pods of ~{} bytes and a proxy",
-            plan.sizes.objects, plan.sizes.object_size
-        );
-        let local = Local::start(&plan).await?;
-        report.process = match args.proxy_pid {
-            Some(p) => format!("pid {p}"),
-            None => "this whole process (harness + sim + proxy)".into(),
-        };
-        let measure = Some(args.proxy_pid);
-        let targets = [
-            Target { name: "proxy", base: format!("http://{}", local.proxy.addr), token: None },
-            Target { name: "direct", base: format!("http://{}", local.sim.addr), token: None },
-        ];
-        let mut seq = seq;
-        let mut result = Ok(());
-        for target in targets {
-            let phase = phase::Phase {
-                plan: &plan,
-                target,
-                backend: Backend::Sim(local.sim.sim.clone()),
-                seq_base: seq,
-                measure,
-                upstream: phase::UpstreamCount::Sim(local.sim.sim.clone()),
-            };
-            match phase.run().await {
-                Ok((r, next)) => {
-                    seq = next;
-                    report.targets.push(r);
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        local.shutdown().await;
-        result?;
+        in_process_phases(args, &plan, &mut report, seq).await?;
     }
     report.check();
     Ok(report)
+}
+
+/// The token of `--token` / `--token-file`, if given.
+fn flag_token(args: &BenchArgs) -> Result<Option<String>, String> {
+    if let Some(t) = &args.token {
+        return Ok(Some(t.trim().to_owned()));
+    }
+    match &args.token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).map_err(|e| format!("--token-file {}: {e}", p.display()))?;
+            Ok(Some(t.trim().to_owned()).filter(|t| !t.is_empty()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// `--target` / `--direct` / `--kubeconfig`: proxy phase, then direct phase.
+async fn external_phases(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u64) -> Result<(), String> {
+    let mut roots = match &args.certificate_authority {
+        Some(p) => tls::certs_file(p, "--certificate-authority")?,
+        None => Vec::new(),
+    };
+    let mut identity = None;
+    let mut token = None;
+    let direct_url = match (&args.direct, &args.kubeconfig) {
+        (Some(url), _) => Some(trim(url)),
+        (None, Some(path)) => {
+            let c = kubeconfig::load(path)?;
+            if let Some(ca) = &c.ca {
+                roots.extend(tls::certs(ca, "the kubeconfig's certificate-authority")?);
+            }
+            if let Some((cert, key)) = &c.identity {
+                identity = Some(tls::Identity::from_pem(cert, key)?);
+            }
+            token = c.token;
+            Some(c.server)
+        }
+        (None, None) => None,
+    };
+    if let Some(t) = flag_token(args)? {
+        token = Some(t);
+    }
+    let tls = tls::ClientTls::new(roots, identity)?;
+    let direct = direct_url.map(|base| Target { name: "direct", base, token: token.clone() });
+    let proxy = args.target.as_ref().map(|u| Target { name: "proxy", base: trim(u), token: token.clone() });
+    for t in proxy.iter().chain(direct.iter()) {
+        tls.check(&t.base)?;
+    }
+    let write_to = direct.clone().or(proxy.clone()).ok_or("nothing to measure")?;
+    let one = env::Clients::one(&tls);
+    let backend = Backend::Http(env::Remote::new(write_to, one.clone()));
+    // Fails fast (with the TLS or HTTP error) instead of after the watch-open timeout.
+    for t in proxy.iter().chain(direct.iter()) {
+        let req = t.request(http::Method::GET, "/api/v1/pods?limit=1", None).ok_or("bad URL")?;
+        env::send(&one, req).await.map_err(|e| format!("{}: {e}", t.name))?;
+    }
+    if !args.skip_seed {
+        eprintln!("creating {} pods of ~{} bytes", plan.sizes.objects, plan.sizes.object_size);
+        backend.seed(plan).await?;
+    }
+    let pid = |p: Option<u32>, phase: &str, flag: &str| match p {
+        Some(p) => format!("pid {p} in the {phase} phase"),
+        None => format!("not measured in the {phase} phase (give {flag})"),
+    };
+    report.process = format!(
+        "{}; {}",
+        pid(args.proxy_pid, "proxy", "--proxy-pid"),
+        pid(args.direct_pid, "direct", "--direct-pid")
+    );
+    let mut seq = seq;
+    for target in [proxy, direct].into_iter().flatten() {
+        let is_proxy = target.name == "proxy";
+        let metrics = is_proxy.then(|| env::Remote::new(target.clone(), one.clone()));
+        let phase = phase::Phase {
+            plan,
+            upstream: match &metrics {
+                Some(m) => phase::UpstreamCount::ProxyMetrics(m.clone()),
+                None => phase::UpstreamCount::Unknown,
+            },
+            proxy_metrics: metrics,
+            target,
+            backend: backend.clone(),
+            seq_base: seq,
+            measure: if is_proxy { args.proxy_pid } else { args.direct_pid }.map(Some),
+            tls: tls.clone(),
+        };
+        let (r, next) = phase.run().await?;
+        seq = next;
+        report.targets.push(r);
+    }
+    Ok(())
+}
+
+/// The in-process sim and proxy (plain, or `--tls` with auth on): proxy phase, then direct.
+async fn in_process_phases(
+    args: &BenchArgs,
+    plan: &Plan,
+    report: &mut Report,
+    seq: u64,
+) -> Result<(), String> {
+    eprintln!(
+        "starting a simulated apiserver with {} pods of ~{} bytes and a proxy{}",
+        plan.sizes.objects,
+        plan.sizes.object_size,
+        if args.tls { " (HTTPS, auth on)" } else { "" }
+    );
+    let local = Local::start(plan, args.tls).await?;
+    let result = in_process_run(args, plan, report, seq, &local).await;
+    local.shutdown().await;
+    result
+}
+
+async fn in_process_run(
+    args: &BenchArgs,
+    plan: &Plan,
+    report: &mut Report,
+    seq: u64,
+    local: &Local,
+) -> Result<(), String> {
+    let roots = match &local.secure {
+        Some((pki, _)) => tls::certs_file(&pki.ca, "the bench CA")?,
+        None => Vec::new(),
+    };
+    let tls = tls::ClientTls::new(roots, None)?;
+    let [proxy, direct] = local.targets();
+    let one = env::Clients::one(&tls);
+    if local.secure.is_some() {
+        // The proxy's auth must really be on: a request without the token is refused.
+        let anonymous = Target { token: None, ..proxy.clone() };
+        let req = anonymous.request(http::Method::GET, "/api/v1/pods?limit=1", None).ok_or("bad URL")?;
+        match env::send(&one, req).await {
+            Err(e) if e.contains("401") => {}
+            other => return Err(format!("the proxy's auth is not on: a LIST without a token got {other:?}")),
+        }
+        report.security = "HTTPS on both targets (throwaway CA); proxy --auth=upstream: a bearer token \
+            checked by TokenReview and each read by SubjectAccessReview at the sim, both cached; a request \
+            without the token got 401"
+            .into();
+    }
+    report.process = match args.proxy_pid {
+        Some(p) => format!("pid {p}"),
+        None => "this whole process (harness + sim + proxy)".into(),
+    };
+    let mut seq = seq;
+    for target in [proxy, direct] {
+        let metrics = (target.name == "proxy").then(|| env::Remote::new(target.clone(), one.clone()));
+        let phase = phase::Phase {
+            plan,
+            target,
+            backend: Backend::Sim(local.sim.sim.clone()),
+            seq_base: seq,
+            measure: Some(args.proxy_pid),
+            upstream: phase::UpstreamCount::Sim(local.sim.sim.clone()),
+            tls: tls.clone(),
+            proxy_metrics: metrics,
+        };
+        let (r, next) = phase.run().await?;
+        seq = next;
+        report.targets.push(r);
+    }
+    Ok(())
 }
 
 fn trim(url: &str) -> String {
