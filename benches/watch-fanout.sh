@@ -1,34 +1,34 @@
 #!/usr/bin/env bash
 # 10 000 watchers of one resource, 10 events/s to all of them (issue 4): delivery lag and
-# lost/duplicated/reordered events through the proxy vs directly from the sim, and the proxy's
-# memory per watcher. The sim, the proxy and the harness run as three processes (the harness
-# gets the proxy's PID for its CPU and peak RSS); all share this machine's cores.
-# Usage: benches/watch-fanout.sh [watchers] [seconds] [--http2]   (builds release first)
+# lost/duplicated/reordered events through the proxy vs directly from the sim, the proxy's memory
+# per watcher, and CPU µs per delivery of the proxy and of the sim (each process alone). The sim,
+# the proxy and the harness run as three processes; all share this machine's cores.
+# Usage: benches/watch-fanout.sh [watchers] [seconds] [--tls] [--http2] [bench flags...]
+#   --tls: HTTPS everywhere and the proxy's auth on (see benches/sim-proxy.sh); --http2: h2 (ALPN
+#   over TLS, prior knowledge in the clear). Builds release first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WATCHERS="${1:-10000}"; SECS="${2:-20}"; shift 2 || true
-cargo build --release --quiet
-BIN=target/release/kube-watchcache
-ulimit -n "$(ulimit -Hn)"
-$BIN sim --listen 127.0.0.1:18141 --objects 0 >/dev/null 2>&1 &
-SIM=$!
-trap 'kill $SIM ${P:-} 2>/dev/null || true' EXIT
-until curl -sf http://127.0.0.1:18141/version >/dev/null; do sleep 0.5; done
-$BIN serve --upstream http://127.0.0.1:18141 --resources pods --insecure-listen 127.0.0.1:18142 --auth=none \
-    --log-level error &
-P=$!
-until curl -sf http://127.0.0.1:18142/readyz >/dev/null; do sleep 0.5; done
+WATCHERS=10000; SECS=20; TLS=0; EXTRA=()
+[[ "${1:-}" =~ ^[0-9]+$ ]] && { WATCHERS=$1; shift; }
+[[ "${1:-}" =~ ^[0-9]+$ ]] && { SECS=$1; shift; }
+for a in "$@"; do
+    if [ "$a" = --tls ]; then TLS=1; else EXTRA+=("$a"); fi
+done
+source benches/sim-proxy.sh
+start_pair
 BEFORE=$(awk '/VmRSS/ {print $2}' /proc/$P/status)
-JSON=$(mktemp)
-$BIN bench --target http://127.0.0.1:18142 --direct http://127.0.0.1:18141 --proxy-pid $P \
-    --scenario watch-fanout --watchers "$WATCHERS" --events-per-sec 10 --duration "${SECS}s" --json "$JSON" "$@"
+JSON=$PKI/report.json
+run_bench --scenario watch-fanout --watchers "$WATCHERS" --events-per-sec 10 --duration "${SECS}s" \
+    --json "$JSON" "${EXTRA[@]}"
 python3 - "$JSON" "$BEFORE" "$WATCHERS" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); before = int(sys.argv[2]) * 1024; n = int(sys.argv[3])
 for t in r.get("targets", []):
     peak = t.get("peak_rss_bytes")
-    if peak:
+    if t["name"] == "proxy" and peak:
         print(f"proxy RSS {before/2**20:.1f} MiB before, peak {peak/2**20:.1f} MiB with {n} watchers: "
               f"{(peak-before)/n/1024:.1f} KiB per watcher")
+    cpu = t.get("cpu_us_per_delivery")
+    print(f"{t['name']}: CPU {cpu:.2f} µs per delivery" if cpu is not None else f"{t['name']}: CPU not measured",
+          f"({t.get('deliveries', 0)} deliveries, {t.get('http_versions')})")
 PY
-rm -f "$JSON"

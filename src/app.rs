@@ -233,18 +233,40 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
 /// `kube-watchcache sim`.
 pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
     raise_open_files();
+    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => {
+            Some(crate::sim::SimTls { cert_file: cert.clone(), key_file: key.clone() })
+        }
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let opts = crate::sim::SimOptions {
         listen: args.listen,
         objects: args.objects,
         churn_per_sec: args.churn,
         lease_churn_per_sec: args.lease_churn,
         compaction_window: args.compaction_window,
+        tls,
         ..Default::default()
     };
-    let handle =
-        crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: listen on {}: {e}", args.listen))?;
-    tracing::info!(addr = %handle.addr, "simulated apiserver serving (plain HTTP)");
-    say(&format!("simulated apiserver on http://{}", handle.addr));
+    let admin = match &args.admin_token_file {
+        Some(path) => {
+            let token = std::fs::read_to_string(path)
+                .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+            let token = token.trim().to_owned();
+            if token.is_empty() {
+                return Err(format!("--admin-token-file {}: the file is empty", path.display()));
+            }
+            Some(token)
+        }
+        None => None,
+    };
+    let handle = crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: {}: {e}", args.listen))?;
+    if let Some(token) = admin {
+        handle.sim.set_auth(crate::sim::AuthScript::admin(&token));
+    }
+    tracing::info!(addr = %handle.addr, %scheme, "simulated apiserver serving");
+    say(&format!("simulated apiserver on {scheme}://{}", handle.addr));
     wait_for_signal().await;
     handle.shutdown().await;
     Ok(())

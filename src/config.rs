@@ -463,7 +463,7 @@ impl ServeArgs {
 /// Flags of `sim`.
 #[derive(Debug, Args, Clone)]
 pub struct SimArgs {
-    /// Address to serve the simulated apiserver on (plain HTTP).
+    /// Address to serve the simulated apiserver on (plain HTTP, or HTTPS with --tls-cert-file).
     #[arg(long, default_value = "127.0.0.1:8001")]
     pub listen: SocketAddr,
     /// Number of sample objects to create at start (configmaps and pods in a few namespaces).
@@ -479,6 +479,19 @@ pub struct SimArgs {
     /// How many revisions the simulated etcd keeps before compacting.
     #[arg(long, default_value_t = 10_000)]
     pub compaction_window: usize,
+    /// Serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN) with this certificate (PEM, leaf first);
+    /// needs --tls-private-key-file.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of --tls-cert-file (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// A file holding a bearer token that the sim's TokenReview accepts as user `admin` (group
+    /// `system:masters`), which its SubjectAccessReview allows everything: what a proxy with
+    /// `--auth=upstream` in front of the sim needs. Without it every review says no. The sim
+    /// itself does not check tokens on other requests.
+    #[arg(long)]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// Flags of `demo`.

@@ -1,9 +1,11 @@
 //! Integration: the load harness run in-process (simulated apiserver + proxy + harness) at a
 //! tiny size; the report must show every watch event delivered once and in order, requests
-//! against both targets, and the JSON / SVG files must be written.
+//! against both targets, the CPU costs filled, and the JSON / SVG files must be written. With
+//! `--tls` (HTTP/1.1 and HTTP/2), both targets must really be HTTPS and the proxy's auth on.
 //!
 //! `BENCH_SCENARIO=watch-fanout cargo test --release --test bench -- --ignored --nocapture`
-//! runs a full-size scenario and prints its table (see `full_scenario_from_env`).
+//! runs a full-size scenario and prints its table (see `full_scenario_from_env`; `BENCH_TLS=1`
+//! and `BENCH_HTTP2=1` for HTTPS with auth on and HTTP/2).
 
 use std::time::Duration;
 
@@ -33,6 +35,23 @@ fn assert_clean(r: &Report, watchers: usize) {
         assert!(w.lag.count > 0 && w.lag.max_ms > 0.0, "{}: lag measured", t.name);
         assert!(t.upstream_requests.is_some(), "{}", t.name);
         assert!(t.cpu_seconds.is_some() && t.peak_rss_bytes.unwrap_or(0) > 0, "{}", t.name);
+        assert_eq!(t.deliveries, w.deliveries_received, "{}", t.name);
+        let per_delivery = t.cpu_us_per_delivery.unwrap_or(0.0);
+        assert!(per_delivery > 0.0 && per_delivery.is_finite(), "{}: {per_delivery}", t.name);
+    }
+}
+
+/// Every response of both targets was of `version`, and there were some.
+fn assert_spoke(r: &Report, version: &str) {
+    for t in &r.targets {
+        assert_eq!(
+            t.http_versions.keys().collect::<Vec<_>>(),
+            [version],
+            "{}: {:?}",
+            t.name,
+            t.http_versions
+        );
+        assert!(t.http_versions[version] > 20, "{}: {:?}", t.name, t.http_versions);
     }
 }
 
@@ -54,7 +73,13 @@ async fn mixed_tiny_run_is_clean_and_writes_json_and_svg() {
             assert_eq!(r.errors, 0, "{}: {kind}", t.name);
         }
         assert!(t.requests["list rv=0"].bytes > 200 * 500, "{}: whole lists", t.name);
+        assert!(t.bytes_listed > t.requests["list rv=0"].bytes, "{}: lists and pages", t.name);
+        assert!(t.cpu_ms_per_mb_listed.unwrap_or(0.0) > 0.0, "{}", t.name);
+        assert!(t.url.starts_with("http://"), "{}", t.url);
+        assert_eq!(t.auth_lookups, None, "{}: --auth=none", t.name);
     }
+    assert_spoke(&report, "HTTP/1.1");
+    assert!(report.security.is_empty());
     let (proxy, direct) = (&report.targets[0], &report.targets[1]);
     assert!(
         direct.upstream_requests.unwrap() > proxy.upstream_requests.unwrap(),
@@ -102,6 +127,38 @@ async fn watch_fanout_and_kubelet_tiny_runs_are_clean() {
     }
 }
 
+/// `--tls`: the sim and the proxy on HTTPS, the proxy's delegated authn/authz on, a bearer token
+/// from the clients; over HTTP/1.1 and over HTTP/2 (ALPN h2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_tiny_runs_with_auth_on_are_clean_over_http1_and_http2() {
+    for (http2, version) in [(false, "HTTP/1.1"), (true, "HTTP/2.0")] {
+        let mut args = tiny(Scenario::Mixed);
+        args.tls = true;
+        args.http2 = http2;
+        let r = bench::measure(&args).await.unwrap_or_else(|e| panic!("--tls http2={http2}: {e}"));
+        println!("{}", r.table());
+        assert_clean(&r, 20);
+        assert_spoke(&r, version);
+        assert!(r.security.contains("got 401"), "the unauthenticated request was refused: {}", r.security);
+        for t in &r.targets {
+            assert!(t.url.starts_with("https://127.0.0.1:"), "{}", t.url);
+            for kind in ["list rv=0", "get rv=0", "watch open"] {
+                assert_eq!(t.requests[kind].errors, 0, "{}: {kind}: {:?}", t.name, t.statuses);
+            }
+            assert!(t.cpu_ms_per_mb_listed.unwrap_or(0.0) > 0.0, "{}", t.name);
+        }
+        let (proxy, direct) = (&r.targets[0], &r.targets[1]);
+        // Every request of the load (watches opened before it) was authenticated and authorized
+        // by the proxy, from its caches but for the first check of each decision (a token, a
+        // list, each pod's GET), which went to the sim as a review.
+        let auth = proxy.auth_lookups.expect("the proxy exports auth cache lookups");
+        let load: u64 = proxy.requests.iter().filter(|(k, _)| *k != "watch open").map(|(_, r)| r.count).sum();
+        assert!(auth.hits + auth.misses >= 2 * load, "a token and an access check per request: {auth:?}");
+        assert!(auth.hits > 0 && auth.misses >= 2, "{auth:?}");
+        assert_eq!(direct.auth_lookups, None);
+    }
+}
+
 /// A full-size run of `BENCH_SCENARIO` (default mixed) with `BENCH_DURATION` seconds per
 /// target; prints the table and writes `BENCH_JSON` / `BENCH_SVG` when set.
 #[tokio::test(flavor = "multi_thread")]
@@ -116,5 +173,6 @@ async fn full_scenario_from_env() {
     args.svg = std::env::var("BENCH_SVG").ok().map(Into::into);
     args.watchers = std::env::var("BENCH_WATCHERS").ok().and_then(|s| s.parse().ok());
     args.http2 = std::env::var("BENCH_HTTP2").is_ok();
+    args.tls = std::env::var("BENCH_TLS").is_ok();
     bench::run(args).await.expect("clean run");
 }

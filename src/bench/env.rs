@@ -1,6 +1,7 @@
-//! Where the load goes: the targets (proxy, direct upstream) with their HTTP clients, and the
+//! Where the load goes: the targets (proxy, direct upstream) with their HTTP(S) clients, and the
 //! backend the writer and the seeding talk to (the in-process sim, or the upstream over HTTP).
-//! In-process mode starts a `sim` and a proxy in front of it on `127.0.0.1:0`.
+//! In-process mode starts a `sim` and a proxy in front of it on `127.0.0.1:0`: plain HTTP with
+//! `--auth=none`, or with `--tls` both on HTTPS (a throwaway CA) and the proxy's auth on.
 //!
 //! Called by `bench::run` (setup and teardown) and by every driver (requests).
 
@@ -11,40 +12,44 @@ use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request};
 use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
+use super::certs::Pki;
 use super::scenario::{Plan, NAMESPACES};
+use super::tls::{ClientTls, Connector};
 use crate::app::{self, Running};
-use crate::config::ServeArgs;
-use crate::sim::{Sim, SimHandle, SimOptions};
+use crate::config::{Cli, Command, ServeArgs};
+use crate::sim::{AuthScript, Sim, SimHandle, SimOptions, SimTls};
 
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type HttpClient = Client<Connector, Full<Bytes>>;
 
 /// HTTP/2 streams per connection before the next client (connection) is used.
 const H2_STREAMS_PER_CONN: usize = 100;
 
-/// Plain-HTTP clients for one target: one pooled HTTP/1.1 client (a connection per in-flight
-/// request), or with `--http2` enough prior-knowledge h2 clients that no connection carries more
-/// than [`H2_STREAMS_PER_CONN`] watches.
+/// The clients for one target: one pooled HTTP/1.1 client (a connection per in-flight
+/// request), or with `--http2` enough h2 clients (prior knowledge on `http://`, ALPN `h2` on
+/// `https://`) that no connection carries more than [`H2_STREAMS_PER_CONN`] watches.
 #[derive(Clone)]
 pub struct Clients(Arc<Vec<HttpClient>>);
 
 impl Clients {
-    pub fn new(http2: bool, streams: usize) -> Clients {
+    pub fn new(tls: &ClientTls, http2: bool, streams: usize) -> Clients {
         let n = if http2 { streams.div_ceil(H2_STREAMS_PER_CONN).max(1) } else { 1 };
         let clients = (0..n)
             .map(|_| {
-                let mut c = HttpConnector::new();
-                c.set_nodelay(true);
                 let mut b = Client::builder(TokioExecutor::new());
                 b.pool_idle_timeout(Duration::from_secs(30)).http2_only(http2);
-                b.build(c)
+                b.build(tls.connector(http2))
             })
             .collect();
         Clients(Arc::new(clients))
+    }
+
+    /// One HTTP/1.1 client (seeding, metrics).
+    pub fn one(tls: &ClientTls) -> HttpClient {
+        Clients::new(tls, false, 1).0[0].clone()
     }
 
     /// The client for stream `i` (watchers spread over the h2 connections).
@@ -230,7 +235,7 @@ pub async fn send(c: &HttpClient, req: Request<Full<Bytes>>) -> Result<Bytes, St
     use http_body_util::BodyExt;
     let what = format!("{} {}", req.method(), req.uri());
     let fut = async {
-        let resp = c.request(req).await.map_err(|e| format!("{what}: {e}"))?;
+        let resp = c.request(req).await.map_err(|e| format!("{what}: {}", chain(&e)))?;
         let status = resp.status();
         let body = resp.into_body().collect().await.map_err(|e| format!("{what}: {e}"))?.to_bytes();
         if !status.is_success() {
@@ -242,30 +247,67 @@ pub async fn send(c: &HttpClient, req: Request<Full<Bytes>>) -> Result<Bytes, St
     tokio::time::timeout(Duration::from_secs(60), fut).await.map_err(|_| "timed out after 60 s".to_owned())?
 }
 
+/// An error with its causes (hyper-util's own text is just "client error (Connect)").
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
 /// The simulated apiserver and the proxy, both in this process.
 pub struct Local {
     pub sim: SimHandle,
     pub proxy: Running,
+    /// `--tls`: the throwaway CA and certificates (removed when dropped) and the bearer token
+    /// the sim's TokenReview accepts (user `admin`, group `system:masters`).
+    pub secure: Option<(Pki, String)>,
 }
 
 impl Local {
     /// Starts a sim, seeds it, starts a proxy caching pods in front of it and waits for it to
-    /// sync.
-    pub async fn start(plan: &Plan) -> Result<Local, String> {
+    /// sync. With `tls`, the sim and the proxy serve HTTPS with certificates from a fresh CA, the
+    /// proxy reaches the sim over HTTPS and runs `--auth=upstream` against the sim's review
+    /// script.
+    pub async fn start(plan: &Plan, tls: bool) -> Result<Local, String> {
         let events = (plan.sizes.events_per_sec * plan.duration.as_secs_f64() * 4.0) as usize;
         let leases = (plan.sizes.lease_churn_per_sec * plan.duration.as_secs_f64() * 4.0) as usize;
+        let pki = if tls { Some(Pki::generate()?) } else { None };
         let opts = SimOptions {
             compaction_window: plan.sizes.objects + events + leases + 10_000,
             lease_churn_per_sec: plan.sizes.lease_churn_per_sec,
+            tls: pki.as_ref().map(|p| SimTls { cert_file: p.sim_cert.clone(), key_file: p.sim_key.clone() }),
             ..SimOptions::default()
         };
         let sim = Sim::start(opts).await.map_err(|e| format!("sim: {e}"))?;
         Backend::Sim(sim.sim.clone()).seed(plan).await?;
-        let proxy = app::start(&serve_args(sim.addr, events)).await?;
+        let (args, secure) = match pki {
+            None => (serve_args(sim.addr, events), None),
+            Some(pki) => {
+                let token = format!("bench-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+                sim.sim.set_auth(AuthScript::admin(&token));
+                (secure_serve_args(sim.addr, events, &pki, &token)?, Some((pki, token)))
+            }
+        };
+        let proxy = app::start(&args).await?;
         if !proxy.wait_ready(Duration::from_secs(120)).await {
             return Err("the in-process proxy did not sync within 120 s".into());
         }
-        Ok(Local { sim, proxy })
+        Ok(Local { sim, proxy, secure })
+    }
+
+    /// The two targets, each with the bearer token in `--tls` mode.
+    pub fn targets(&self) -> [Target; 2] {
+        let scheme = if self.secure.is_some() { "https" } else { "http" };
+        let token = self.secure.as_ref().map(|(_, t)| t.clone());
+        [
+            Target { name: "proxy", base: format!("{scheme}://{}", self.proxy.addr), token: token.clone() },
+            Target { name: "direct", base: format!("{scheme}://{}", self.sim.addr), token },
+        ]
     }
 
     pub async fn shutdown(self) {
@@ -274,16 +316,53 @@ impl Local {
     }
 }
 
-fn serve_args(upstream: std::net::SocketAddr, events: usize) -> ServeArgs {
-    let mut args = ServeArgs::local(
-        &format!("http://{upstream}"),
-        &["pods"],
-        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-    );
+fn tune(mut args: ServeArgs, events: usize) -> ServeArgs {
     args.history_window = Duration::from_secs(600);
     args.history_max_events = events.max(102_400);
     args.shutdown_grace_period = Duration::from_secs(2);
     args
+}
+
+fn serve_args(upstream: std::net::SocketAddr, events: usize) -> ServeArgs {
+    let args = ServeArgs::local(
+        &format!("http://{upstream}"),
+        &["pods"],
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+    );
+    tune(args, events)
+}
+
+/// The production setup on loopback: HTTPS in front, HTTPS to the sim (verified against the
+/// throwaway CA, the proxy's own token sent like a service account's), delegated authn/authz
+/// with the default caches. No per-user watch limit: every bench watcher is the same user.
+fn secure_serve_args(
+    upstream: std::net::SocketAddr,
+    events: usize,
+    pki: &Pki,
+    token: &str,
+) -> Result<ServeArgs, String> {
+    let token_file = pki.dir.join("token");
+    std::fs::write(&token_file, token).map_err(|e| format!("{}: {e}", token_file.display()))?;
+    let path = |p: &std::path::Path| p.display().to_string();
+    let argv = [
+        "kube-watchcache".to_owned(),
+        "serve".into(),
+        format!("--upstream=https://{upstream}"),
+        format!("--certificate-authority={}", path(&pki.ca)),
+        format!("--token-file={}", path(&token_file)),
+        "--resources=pods".into(),
+        "--bind-address=127.0.0.1".into(),
+        "--secure-port=0".into(),
+        format!("--tls-cert-file={}", path(&pki.proxy_cert)),
+        format!("--tls-private-key-file={}", path(&pki.proxy_key)),
+        "--auth=upstream".into(),
+        "--max-watches-per-user=0".into(),
+    ];
+    match Cli::try_parse_args(argv).map(|c| c.command) {
+        Ok(Command::Serve(args)) => Ok(tune(*args, events)),
+        Ok(_) => Err("not a serve command".into()),
+        Err(e) => Err(format!("the proxy's flags: {e}")),
+    }
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@ async fn request(
     let started = Instant::now();
     let fut = async {
         let resp = client.request(req).await.map_err(|_| "transport")?;
+        stats.version(resp.version());
         let status = resp.status();
         let mut body = resp.into_body();
         let mut kept = Vec::new();

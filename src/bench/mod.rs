@@ -2,11 +2,16 @@
 //! writer making E changes/s against the proxy and then, with the same load, against the direct
 //! upstream, and reports both side by side: latency percentiles per request kind, throughput,
 //! watch delivery lag, lost / duplicated / reordered events (the run fails if any), errors by
-//! status, requests that reached the upstream, and the proxy's CPU seconds and peak RSS.
+//! status, requests that reached the upstream, and the measured process's CPU seconds, CPU per
+//! watch delivery and per MB listed, and peak RSS.
 //!
-//! Without `--target` / `--direct` / `--kubeconfig` it starts a simulated apiserver and a proxy
-//! in this process (then CPU and RSS are those of the whole process: harness + sim + proxy, so
-//! compare the two columns rather than read either alone).
+//! Targets are `http://` or `https://` (verified against `--certificate-authority` and the
+//! kubeconfig's CA), spoken to in HTTP/1.1 or, with `--http2`, h2 (ALPN over TLS, prior
+//! knowledge in the clear), with a bearer token (`--token`, `--token-file`, the kubeconfig's)
+//! sent to both. Without `--target` / `--direct` / `--kubeconfig` it starts a simulated
+//! apiserver and a proxy in this process: plain HTTP with `--auth=none`, or with `--tls` both on
+//! HTTPS and the proxy's delegated authn/authz on (then CPU and RSS are those of the whole
+//! process: harness + sim + proxy, so compare the two columns rather than read either alone).
 //!
 //! Called by `main` (the `bench` subcommand) and by `tests/bench.rs`.
 //!
@@ -16,6 +21,7 @@
 //! | --- | --- |
 //! | `scenario` | the four load shapes, their defaults, the resolved [`Plan`] |
 //! | `env` | targets, HTTP clients, the writer's backend, the in-process sim + proxy |
+//! | `modes` | external targets or the in-process pair: setup, checks, the two phases |
 //! | `phase` | one target's run: open watches → load → drain → settle |
 //! | `load` | open-loop LIST / GET drivers and the stamping writer |
 //! | `watchers` | watch clients: minimal line parsing, lag, resume |
@@ -24,17 +30,22 @@
 //! | `procstat` | `/proc` CPU seconds, RSS, the open-file limit |
 //! | `report` | the report structure, terminal table, JSON |
 //! | `svg` | the hand-written SVG chart |
-//! | `kubeconfig` | server URL and bearer token from a kubeconfig |
+//! | `kubeconfig` | server URL, CA, token or client certificate from a kubeconfig |
+//! | `tls` | the clients' trust anchors and connector (TLS by scheme, ALPN) |
+//! | `certs` | the throwaway CA and serving certificates of `--tls` |
 
+mod certs;
 mod env;
 mod kubeconfig;
 mod load;
+mod modes;
 mod phase;
 mod procstat;
 pub mod report;
 mod scenario;
 mod stats;
 mod svg;
+mod tls;
 mod track;
 mod watchers;
 
@@ -44,25 +55,39 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::config::parse_duration;
-use env::{Backend, Local, Target};
 pub use report::Report;
 pub use scenario::{Plan, Scenario};
 
 /// Flags of `bench`.
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// URL of the proxy to measure (plain HTTP), e.g. http://127.0.0.1:8001. Without --target,
-    /// --direct and --kubeconfig, a simulated apiserver and a proxy run inside this process.
+    /// URL of the proxy to measure, http:// or https://, e.g. https://127.0.0.1:8443. Without
+    /// --target, --direct and --kubeconfig, a simulated apiserver and a proxy run inside this
+    /// process.
     #[arg(long)]
     pub target: Option<String>,
-    /// URL of the upstream itself (plain HTTP), measured with the same load after the proxy;
-    /// the writer and the seeding write here (else through --target).
+    /// URL of the upstream itself (http:// or https://), measured with the same load after the
+    /// proxy; the writer and the seeding write here (else through --target).
     #[arg(long)]
     pub direct: Option<String>,
-    /// Take the direct upstream's URL and bearer token from this kubeconfig (plain HTTP only
-    /// for now; use `kubectl proxy` in front of a TLS apiserver).
+    /// Take the direct upstream's URL, CA and credentials (token, token file or client
+    /// certificate) from this kubeconfig's current context; the token is sent to --target too.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// PEM bundle trusted for https:// targets (both; added to the kubeconfig's CA).
+    #[arg(long)]
+    pub certificate_authority: Option<PathBuf>,
+    /// Bearer token sent to both targets (wins over the kubeconfig's).
+    #[arg(long, conflicts_with = "token_file")]
+    pub token: Option<String>,
+    /// File holding the bearer token sent to both targets.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// In-process only: the sim and the proxy serve HTTPS (a fresh CA, certificates for
+    /// 127.0.0.1), the proxy reaches the sim over HTTPS and runs with --auth=upstream (the sim
+    /// answers its TokenReviews and SubjectAccessReviews), and the clients send a bearer token.
+    #[arg(long, conflicts_with_all = ["target", "direct", "kubeconfig"])]
+    pub tls: bool,
     /// The load shape; its defaults are overridden by the flags below.
     #[arg(long, value_enum, default_value = "mixed")]
     pub scenario: Scenario,
@@ -92,7 +117,8 @@ pub struct BenchArgs {
     /// Approximate size of each pod in bytes.
     #[arg(long)]
     pub object_size: Option<usize>,
-    /// Talk HTTP/2 (prior knowledge, ~100 streams per connection) instead of HTTP/1.1.
+    /// Talk HTTP/2 (ALPN h2 over TLS, prior knowledge in the clear; ~100 streams per
+    /// connection) instead of HTTP/1.1.
     #[arg(long)]
     pub http2: bool,
     /// Do not create the pods first (external mode, when a previous run made them).
@@ -104,9 +130,14 @@ pub struct BenchArgs {
     /// Write a chart (latency percentiles, lag over time) as SVG to this file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// PID of the proxy process, for its CPU seconds and peak RSS (automatic in-process).
+    /// PID of the proxy process, for its CPU seconds (and per delivery, per MB listed) and peak
+    /// RSS in the proxy phase (in-process: the whole process is measured).
     #[arg(long)]
     pub proxy_pid: Option<u32>,
+    /// PID of the direct upstream (e.g. a `kube-watchcache sim`), measured the same way in the
+    /// direct phase (external mode).
+    #[arg(long)]
+    pub direct_pid: Option<u32>,
 }
 
 impl BenchArgs {
@@ -116,6 +147,10 @@ impl BenchArgs {
             target: None,
             direct: None,
             kubeconfig: None,
+            certificate_authority: None,
+            token: None,
+            token_file: None,
+            tls: false,
             scenario,
             duration,
             watchers: None,
@@ -130,6 +165,7 @@ impl BenchArgs {
             json: None,
             svg: None,
             proxy_pid: None,
+            direct_pid: None,
         }
     }
 
@@ -207,94 +243,10 @@ pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
     };
     let seq = 1;
     if external {
-        let direct = match (&args.direct, &args.kubeconfig) {
-            (Some(url), _) => Some(Target { name: "direct", base: trim(url), token: None }),
-            (None, Some(path)) => {
-                let (base, token) = kubeconfig::server_and_token(path)?;
-                Some(Target { name: "direct", base, token })
-            }
-            (None, None) => None,
-        };
-        let proxy = args.target.as_ref().map(|u| Target { name: "proxy", base: trim(u), token: None });
-        let token = direct.as_ref().and_then(|d| d.token.clone());
-        let proxy = proxy.map(|p| Target { token: token.clone(), ..p });
-        let write_to = direct.clone().or(proxy.clone()).ok_or("nothing to measure")?;
-        let backend = Backend::Http(env::Remote::new(write_to, env::Clients::new(false, 1).pick(0).clone()));
-        if !args.skip_seed {
-            eprintln!("creating {} pods of ~{} bytes", plan.sizes.objects, plan.sizes.object_size);
-            backend.seed(&plan).await?;
-        }
-        report.process = match args.proxy_pid {
-            Some(p) => format!("the proxy, pid {p}, in the proxy phase"),
-            None => "not measured (give --proxy-pid)".into(),
-        };
-        let metrics_client = env::Clients::new(false, 1).pick(0).clone();
-        let mut seq = seq;
-        for target in [proxy, direct].into_iter().flatten() {
-            let is_proxy = target.name == "proxy";
-            let phase = phase::Phase {
-                plan: &plan,
-                upstream: if is_proxy {
-                    phase::UpstreamCount::ProxyMetrics(env::Remote::new(
-                        target.clone(),
-                        metrics_client.clone(),
-                    ))
-                } else {
-                    phase::UpstreamCount::Unknown
-                },
-                target,
-                backend: backend.clone(),
-                seq_base: seq,
-                measure: if is_proxy { args.proxy_pid.map(Some) } else { None },
-            };
-            let (r, next) = phase.run().await?;
-            seq = next;
-            report.targets.push(r);
-        }
+        modes::external(args, &plan, &mut report, seq).await?;
     } else {
-        eprintln!(
-            "starting a simulated apiserver with {} pods of ~{} bytes and a proxy",
-            plan.sizes.objects, plan.sizes.object_size
-        );
-        let local = Local::start(&plan).await?;
-        report.process = match args.proxy_pid {
-            Some(p) => format!("pid {p}"),
-            None => "this whole process (harness + sim + proxy)".into(),
-        };
-        let measure = Some(args.proxy_pid);
-        let targets = [
-            Target { name: "proxy", base: format!("http://{}", local.proxy.addr), token: None },
-            Target { name: "direct", base: format!("http://{}", local.sim.addr), token: None },
-        ];
-        let mut seq = seq;
-        let mut result = Ok(());
-        for target in targets {
-            let phase = phase::Phase {
-                plan: &plan,
-                target,
-                backend: Backend::Sim(local.sim.sim.clone()),
-                seq_base: seq,
-                measure,
-                upstream: phase::UpstreamCount::Sim(local.sim.sim.clone()),
-            };
-            match phase.run().await {
-                Ok((r, next)) => {
-                    seq = next;
-                    report.targets.push(r);
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        local.shutdown().await;
-        result?;
+        modes::in_process(args, &plan, &mut report, seq).await?;
     }
     report.check();
     Ok(report)
-}
-
-fn trim(url: &str) -> String {
-    url.trim_end_matches('/').to_owned()
 }

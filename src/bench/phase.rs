@@ -19,9 +19,10 @@ use tokio::sync::{watch, Semaphore};
 use super::env::{send, Backend, Clients, Remote, Target};
 use super::load::{self, WriteLog, MAX_IN_FLIGHT};
 use super::procstat;
-use super::report::{RequestReport, TargetReport, WatchReport};
+use super::report::{AuthLookups, RequestReport, TargetReport, WatchReport};
 use super::scenario::Plan;
 use super::stats::{Kind, PhaseStats};
+use super::tls::ClientTls;
 use super::track::Tracker;
 use super::watchers::{self, Shared, Watcher};
 use crate::sim::Sim;
@@ -67,6 +68,28 @@ pub fn forwarded_total(metrics: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// `watchcache_auth_cache_lookups_total{…}` summed by `result` (hit, miss) in a Prometheus
+/// text body; `None` when the proxy exports no such sample (auth off).
+pub fn auth_lookups(metrics: &str) -> Option<AuthLookups> {
+    let mut out: Option<AuthLookups> = None;
+    for l in metrics.lines().filter(|l| l.starts_with("watchcache_auth_cache_lookups_total{")) {
+        let Some(n) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else { continue };
+        let a = out.get_or_insert_with(AuthLookups::default);
+        if l.contains("result=\"hit\"") {
+            a.hits += n as u64;
+        } else if l.contains("result=\"miss\"") {
+            a.misses += n as u64;
+        }
+    }
+    out
+}
+
+async fn read_auth_lookups(r: &Option<Arc<Remote>>) -> Option<AuthLookups> {
+    let r = r.as_ref()?;
+    let body = send(&r.client, r.target.request(Method::GET, "/metrics", None)?).await.ok()?;
+    auth_lookups(&String::from_utf8_lossy(&body))
+}
+
 /// What a phase needs.
 pub struct Phase<'a> {
     pub plan: &'a Plan,
@@ -77,6 +100,10 @@ pub struct Phase<'a> {
     /// Whose CPU and RSS to measure: `Some(None)` this process, `Some(Some(pid))` another one.
     pub measure: Option<Option<u32>>,
     pub upstream: UpstreamCount,
+    /// The clients' TLS material (trust anchors, client certificate).
+    pub tls: ClientTls,
+    /// The proxy's `/metrics`, for its auth cache lookups (proxy phases only).
+    pub proxy_metrics: Option<Arc<Remote>>,
 }
 
 fn progress(line: &str) {
@@ -102,7 +129,7 @@ impl Phase<'_> {
         let name = self.target.name;
         let stats = Arc::new(PhaseStats::default());
         let start_rv = self.backend.current_rv().await?;
-        let clients = Clients::new(plan.http2, plan.watch_clients() + 2 * MAX_IN_FLIGHT);
+        let clients = Clients::new(&self.tls, plan.http2, plan.watch_clients() + 2 * MAX_IN_FLIGHT);
         let epoch = Instant::now();
         let shared = Arc::new(Shared {
             target: self.target.clone(),
@@ -138,6 +165,7 @@ impl Phase<'_> {
         // 2. Load for the duration.
         let cpu0 = self.measure.and_then(procstat::cpu_seconds);
         let up0 = self.upstream.read().await;
+        let auth0 = read_auth_lookups(&self.proxy_metrics).await;
         let (stop, stop_rx) = watch::channel(false);
         let rss_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let sampler = self.measure.map(|pid| {
@@ -222,6 +250,7 @@ impl Phase<'_> {
         }
         let cpu1 = self.measure.and_then(procstat::cpu_seconds);
         let up1 = self.upstream.read().await;
+        let auth1 = read_auth_lookups(&self.proxy_metrics).await;
         progress_done();
 
         // 4. Settle.
@@ -271,7 +300,7 @@ impl Phase<'_> {
             })
             .filter(|(_, r)| r.count > 0 || r.errors > 0)
             .collect();
-        let report = TargetReport {
+        let mut report = TargetReport {
             name: name.to_owned(),
             url: self.target.base.clone(),
             seconds,
@@ -281,7 +310,14 @@ impl Phase<'_> {
             upstream_requests: up0.zip(up1).map(|(a, b)| b.saturating_sub(a)),
             cpu_seconds: cpu0.zip(cpu1).map(|(a, b)| b - a),
             peak_rss_bytes: self.measure.map(|_| rss_peak.load(Relaxed)),
+            http_versions: stats.versions(),
+            auth_lookups: auth0.zip(auth1).map(|(a, b)| AuthLookups {
+                hits: b.hits.saturating_sub(a.hits),
+                misses: b.misses.saturating_sub(a.misses),
+            }),
+            ..TargetReport::default()
         };
+        report.fill_costs();
         Ok((report, self.seq_base + log.nodes.len() as u64))
     }
 }
@@ -330,6 +366,13 @@ mod tests {
     fn forwarded_requests_are_summed_over_reasons() {
         let m = "# HELP watchcache_forwarded_requests_total Requests forwarded upstream, by reason.\n# TYPE watchcache_forwarded_requests_total counter\nwatchcache_forwarded_requests_total{reason=\"write\"} 3\nwatchcache_forwarded_requests_total{reason=\"consistent\"} 4\nwatchcache_requests_total{verb=\"get\",code=\"200\"} 99\n";
         assert_eq!(forwarded_total(m), 7);
+    }
+
+    #[test]
+    fn auth_lookups_are_summed_by_result() {
+        let m = "watchcache_auth_cache_lookups_total{review=\"token\",result=\"hit\"} 10\nwatchcache_auth_cache_lookups_total{review=\"access\",result=\"hit\"} 5\nwatchcache_auth_cache_lookups_total{review=\"token\",result=\"miss\"} 1\nwatchcache_auth_cache_lookups_total{review=\"access\",result=\"miss\"} 2\n";
+        assert_eq!(auth_lookups(m), Some(AuthLookups { hits: 15, misses: 3 }));
+        assert_eq!(auth_lookups("watchcache_requests_total 3\n"), None);
     }
 
     #[test]

@@ -70,6 +70,50 @@ pub struct TargetReport {
     pub cpu_seconds: Option<f64>,
     /// Largest resident set seen during the phase.
     pub peak_rss_bytes: Option<u64>,
+    /// Responses by the HTTP version the connections really spoke (`HTTP/1.1`, `HTTP/2.0`).
+    #[serde(default)]
+    pub http_versions: BTreeMap<String, u64>,
+    /// Writer changes delivered to the watchers (summed over watchers): the denominator of
+    /// `cpu_us_per_delivery`.
+    #[serde(default)]
+    pub deliveries: u64,
+    /// Bytes of LIST bodies received (whole lists and pages): the denominator of
+    /// `cpu_ms_per_mb_listed`.
+    #[serde(default)]
+    pub bytes_listed: u64,
+    /// The measured process's CPU in the phase, in µs per delivery. All of the phase's CPU is
+    /// counted, so this reads true where deliveries dominate the work (`watch-fanout`); `None`
+    /// when CPU was not measured or nothing was delivered.
+    #[serde(default)]
+    pub cpu_us_per_delivery: Option<f64>,
+    /// The same CPU in ms per MB (10^6 bytes) of LIST bodies received; reads true where LISTs
+    /// dominate (`list-heavy`).
+    #[serde(default)]
+    pub cpu_ms_per_mb_listed: Option<f64>,
+    /// The proxy's authentication and authorization cache lookups in the phase (from its
+    /// `/metrics`), when it runs with auth on; `None` for the direct target.
+    #[serde(default)]
+    pub auth_lookups: Option<AuthLookups>,
+}
+
+/// `watchcache_auth_cache_lookups_total` over the phase, summed over TokenReview and
+/// SubjectAccessReview: misses went to the upstream, hits did not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuthLookups {
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl TargetReport {
+    /// Fills `deliveries`, `bytes_listed` and the two CPU costs from what was measured.
+    pub fn fill_costs(&mut self) {
+        self.deliveries = self.watch.deliveries_received;
+        self.bytes_listed =
+            self.requests.iter().filter(|(k, _)| k.starts_with("list")).map(|(_, r)| r.bytes).sum();
+        let per = |scale: f64, n: f64| self.cpu_seconds.filter(|_| n > 0.0).map(|c| c * scale / n);
+        self.cpu_us_per_delivery = per(1e6, self.deliveries as f64);
+        self.cpu_ms_per_mb_listed = per(1e3, self.bytes_listed as f64 / 1e6);
+    }
 }
 
 /// The whole run.
@@ -82,6 +126,9 @@ pub struct Report {
     pub mode: String,
     /// What CPU/RSS measure.
     pub process: String,
+    /// How the targets were secured, when the bench set it up (`--tls`); empty otherwise.
+    #[serde(default)]
+    pub security: String,
     pub targets: Vec<TargetReport>,
     /// Lost, duplicated or reordered events, or watchers that never opened.
     pub problems: Vec<String>,
@@ -113,9 +160,15 @@ impl Report {
     pub fn table(&self) -> String {
         let cols: Vec<&TargetReport> = ["proxy", "direct"].iter().filter_map(|n| self.target(n)).collect();
         let both = cols.len() == 2;
-        let mut rows: Vec<(String, Vec<Option<f64>>, u8)> = Vec::new();
+        // A cell is a number, or the text shown instead ("-", "not measured").
+        type Cells = Vec<Result<f64, &'static str>>;
+        let mut rows: Vec<(String, Cells, u8)> = Vec::new();
+        let mut cells =
+            |label: String, f: &dyn Fn(&TargetReport) -> Result<f64, &'static str>, decimals: u8| {
+                rows.push((label, cols.iter().map(|t| f(t)).collect(), decimals));
+            };
         let mut row = |label: String, f: &dyn Fn(&TargetReport) -> Option<f64>, decimals: u8| {
-            rows.push((label, cols.iter().map(|t| f(t)).collect(), decimals));
+            cells(label, &|t| f(t).ok_or("-"), decimals);
         };
         let kinds: Vec<String> = {
             let mut k: Vec<String> = cols.iter().flat_map(|t| t.requests.keys().cloned()).collect();
@@ -154,8 +207,21 @@ impl Report {
             row("watch reconnects".into(), &|t| Some(t.watch.reconnects as f64), 0);
         }
         row("upstream requests".into(), &|t| t.upstream_requests.map(|n| n as f64), 0);
+        if cols.iter().any(|t| t.auth_lookups.is_some()) {
+            row("auth cache hits".into(), &|t| t.auth_lookups.map(|a| a.hits as f64), 0);
+            row("auth cache misses".into(), &|t| t.auth_lookups.map(|a| a.misses as f64), 0);
+        }
         row("CPU seconds".into(), &|t| t.cpu_seconds, 2);
         row("peak RSS MiB".into(), &|t| t.peak_rss_bytes.map(|b| b as f64 / 1048576.0), 1);
+        row("deliveries".into(), &|t| Some(t.deliveries as f64), 0);
+        row("MB listed".into(), &|t| Some(t.bytes_listed as f64 / 1e6), 1);
+        let cost = |v: Option<f64>, t: &TargetReport| match (v, t.cpu_seconds) {
+            (Some(v), _) => Ok(v),
+            (None, None) => Err("not measured"),
+            (None, Some(_)) => Err("-"),
+        };
+        cells("CPU µs per delivery".into(), &|t| cost(t.cpu_us_per_delivery, t), 2);
+        cells("CPU ms per MB listed".into(), &|t| cost(t.cpu_ms_per_mb_listed, t), 2);
 
         let mut out = String::new();
         let _ = write!(out, "{:<32}", format!("scenario {}", self.scenario));
@@ -169,15 +235,15 @@ impl Report {
         for (label, vals, d) in rows {
             let _ = write!(out, "{label:<32}");
             for v in &vals {
-                let _ = write!(
-                    out,
-                    "{:>14}",
-                    v.map(|v| format!("{v:.*}", d as usize)).unwrap_or_else(|| "-".into())
-                );
+                let text = match v {
+                    Ok(v) => format!("{v:.*}", d as usize),
+                    Err(text) => (*text).to_owned(),
+                };
+                let _ = write!(out, "{text:>14}");
             }
             if both {
                 let ratio = match (vals[0], vals[1]) {
-                    (Some(p), Some(d)) if d != 0.0 => format!("{:.2}", p / d),
+                    (Ok(p), Ok(d)) if d != 0.0 => format!("{:.2}", p / d),
                     _ => "-".into(),
                 };
                 let _ = write!(out, "{ratio:>14}");
@@ -187,8 +253,13 @@ impl Report {
         for t in &cols {
             let s: Vec<String> = t.statuses.iter().map(|(k, v)| format!("{k}×{v}")).collect();
             let _ = writeln!(out, "{} outcomes: {}", t.name, s.join(" "));
+            let v: Vec<String> = t.http_versions.iter().map(|(k, v)| format!("{k}×{v}")).collect();
+            let _ = writeln!(out, "{} {}: {}", t.name, t.url, v.join(" "));
         }
         let _ = writeln!(out, "CPU/RSS: {}", self.process);
+        if !self.security.is_empty() {
+            let _ = writeln!(out, "security: {}", self.security);
+        }
         out
     }
 }
@@ -225,6 +296,40 @@ mod tests {
         let p50 = t.lines().find(|l| l.starts_with("get rv=0: p50 ms")).unwrap();
         assert!(p50.ends_with("0.25"), "{p50}");
         assert!(t.contains("proxy outcomes: 200×12"), "{t}");
+        let cpu = t.lines().find(|l| l.starts_with("CPU µs per delivery")).unwrap();
+        assert!(cpu.contains("not measured"), "{cpu}");
+    }
+
+    #[test]
+    fn cpu_per_delivery_and_per_mb_listed() {
+        let mut t = target("proxy", 1.0, 0);
+        t.watch.deliveries_received = 4000;
+        t.requests
+            .insert("list rv=0".into(), RequestReport { count: 2, bytes: 3_000_000, ..Default::default() });
+        t.requests.insert(
+            "list limit page".into(),
+            RequestReport { count: 6, bytes: 1_000_000, ..Default::default() },
+        );
+        t.fill_costs();
+        assert_eq!((t.deliveries, t.bytes_listed), (4000, 4_000_000));
+        assert_eq!((t.cpu_us_per_delivery, t.cpu_ms_per_mb_listed), (None, None), "no CPU measured");
+        t.cpu_seconds = Some(0.2);
+        t.fill_costs();
+        assert_eq!(t.cpu_us_per_delivery, Some(50.0));
+        assert_eq!(t.cpu_ms_per_mb_listed, Some(50.0));
+        let mut d = target("direct", 1.0, 0);
+        d.cpu_seconds = Some(0.8);
+        d.watch.deliveries_received = 4000;
+        d.fill_costs();
+        let r = Report { targets: vec![t, d], ..Default::default() };
+        let table = r.table();
+        let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap().to_owned();
+        assert!(row("CPU µs per delivery").ends_with("0.25"), "{table}");
+        let per_mb = row("CPU ms per MB listed");
+        assert!(
+            per_mb.contains("50.00") && per_mb.trim_end().ends_with('-'),
+            "nothing listed directly: {per_mb}"
+        );
     }
 
     #[test]

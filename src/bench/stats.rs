@@ -177,6 +177,8 @@ pub struct PhaseStats {
     kinds: [KindStats; 4],
     /// Outcomes by label: an HTTP status (`200`, `410`…), `transport`, `timeout`, `watch-error-410`.
     statuses: Mutex<BTreeMap<String, u64>>,
+    /// Responses by HTTP version (`HTTP/1.1`, `HTTP/2.0`): what the connections really spoke.
+    versions: Mutex<BTreeMap<String, u64>>,
     /// Watch event delivery lag: receive time − the writer's send stamp.
     pub lag: Histogram,
     /// Watch bytes received (all watchers).
@@ -204,6 +206,15 @@ impl PhaseStats {
 
     pub fn statuses(&self) -> BTreeMap<String, u64> {
         self.statuses.lock().clone()
+    }
+
+    /// Counts one response's HTTP version.
+    pub fn version(&self, v: http::Version) {
+        *self.versions.lock().entry(format!("{v:?}")).or_default() += 1;
+    }
+
+    pub fn versions(&self) -> BTreeMap<String, u64> {
+        self.versions.lock().clone()
     }
 
     /// Records the delivery lag of one writer change seen `second` seconds into the phase.

@@ -141,6 +141,9 @@ pub async fn run(
         };
         drop(permit);
         let kind = shared.stats.kind(Kind::WatchOpen);
+        if let Ok(Ok(r)) = &resp {
+            shared.stats.version(r.version());
+        }
         let resp = match resp {
             Ok(Ok(r)) if r.status().is_success() => r,
             other => {

@@ -1,5 +1,5 @@
 //! The HTTP front of the simulated apiserver: the accept loop (HTTP/1.1 + h2c through
-//! `hyper_util`'s auto builder, upgrades allowed), request recording, content negotiation and
+//! `hyper_util`'s auto builder, upgrades allowed; HTTPS when `tls` gives an acceptor), request recording, content negotiation and
 //! dispatch to `discovery`, `read`, `watch`, `write` and `subresource`.
 //!
 //! Started by `Sim::start`; stopped by the shutdown signal in `SimHandle`.
@@ -12,6 +12,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use super::query::Query;
 use super::route::{route, Route, Target};
@@ -61,7 +62,14 @@ fn page_not_found() -> Response<Body> {
 }
 
 /// Accepts connections until `shutdown` flips; each connection is dropped at shutdown too.
-pub async fn serve(listener: TcpListener, sim: Sim, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+/// With `tls`, every connection is a TLS handshake first (in its own task), then the same
+/// HTTP/1.1 + h2 service.
+pub async fn serve(
+    listener: TcpListener,
+    sim: Sim,
+    tls: Option<TlsAcceptor>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -69,20 +77,41 @@ pub async fn serve(listener: TcpListener, sim: Sim, mut shutdown: tokio::sync::w
         };
         let Ok((stream, _)) = accepted else { continue };
         let _ = stream.set_nodelay(true);
-        let sim = sim.clone();
-        let mut stop = shutdown.clone();
+        let (sim, tls, stop) = (sim.clone(), tls.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let sim = sim.clone();
-                async move { Ok::<_, Infallible>(handle(sim, req).await) }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = stop.wait_for(|s| *s) => {}
+            match tls {
+                None => connection(stream, sim, stop).await,
+                Some(acceptor) => {
+                    let mut stop_handshake = stop.clone();
+                    let handshake = tokio::select! {
+                        h = acceptor.accept(stream) => h,
+                        _ = stop_handshake.wait_for(|s| *s) => return,
+                    };
+                    // A failed handshake is the client's problem; the listener goes on.
+                    if let Ok(stream) = handshake {
+                        connection(stream, sim, stop).await;
+                    }
+                }
             }
         });
+    }
+}
+
+/// Serves one connection (HTTP/1.1 with upgrades, or h2 by its preface) until it ends or the
+/// sim shuts down.
+async fn connection<I>(io: I, sim: Sim, mut stop: tokio::sync::watch::Receiver<bool>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let sim = sim.clone();
+        async move { Ok::<_, Infallible>(handle(sim, req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::select! {
+        _ = conn => {}
+        _ = stop.wait_for(|s| *s) => {}
     }
 }
 

@@ -25,6 +25,7 @@
 //! | `discovery` | `/api`, `/apis`, `/version` … |
 //! | `seed` | sample objects and churn |
 //! | `review` | TokenReview / SubjectAccessReview from a test script |
+//! | `tls` | the HTTPS acceptor (`--tls-cert-file`, `bench --tls`) |
 
 mod discovery;
 mod encode;
@@ -37,6 +38,7 @@ mod route;
 mod seed;
 mod store;
 mod subresource;
+mod tls;
 mod watch;
 mod write;
 
@@ -54,6 +56,7 @@ use crate::error::Error;
 use crate::resource::{ResourceKind, Rv};
 pub use review::{AuthScript, Rule, ScriptUser, Subject};
 use store::Store;
+pub use tls::SimTls;
 
 /// How the simulated apiserver is set up.
 #[derive(Clone, Debug)]
@@ -71,6 +74,8 @@ pub struct SimOptions {
     pub compaction_window: usize,
     /// Periodic watch bookmark interval (60 s like the apiserver).
     pub bookmark_interval: Duration,
+    /// Serve HTTPS (HTTP/1.1 and h2 by ALPN) with this certificate instead of plain HTTP.
+    pub tls: Option<SimTls>,
 }
 
 impl Default for SimOptions {
@@ -82,6 +87,7 @@ impl Default for SimOptions {
             lease_churn_per_sec: 0.0,
             compaction_window: 10_000,
             bookmark_interval: Duration::from_secs(60),
+            tls: None,
         }
     }
 }
@@ -141,18 +147,19 @@ impl Sim {
         sim
     }
 
-    /// Binds, seeds and serves.
+    /// Binds, seeds and serves (plain HTTP, or HTTPS with `opts.tls`).
     pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
+        let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = tokio::net::TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let sim = Sim::new(opts.clone());
         seed::objects(&sim, opts.objects);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(http::serve(listener, sim.clone(), stop_rx.clone()));
+        let server = tokio::spawn(http::serve(listener, sim.clone(), acceptor, stop_rx.clone()));
         let churn =
             (opts.churn_per_sec > 0.0).then(|| tokio::spawn(seed::churn(sim.clone(), stop_rx.clone())));
         let leases = (opts.lease_churn_per_sec > 0.0).then(|| tokio::spawn(seed::lease_churn(sim.clone())));
-        tracing::info!(%addr, objects = opts.objects, "simulated apiserver listening");
+        tracing::info!(%addr, objects = opts.objects, tls = opts.tls.is_some(), "simulated apiserver listening");
         Ok(SimHandle { addr, sim, stop, server: Some(server), churn, leases })
     }
 

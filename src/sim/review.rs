@@ -158,6 +158,17 @@ impl AuthScript {
         self.rules.push(rule);
         self
     }
+
+    /// One bearer token for user `admin` in group `system:masters`, which may do everything
+    /// (every verb on every resource and non-resource URL), like kube-apiserver's
+    /// `cluster-admin` binding. What `sim --admin-token-file` and `bench --tls` install.
+    pub fn admin(token: &str) -> AuthScript {
+        const MASTERS: &str = "system:masters";
+        AuthScript::default()
+            .token(token, ScriptUser::new("admin", &[MASTERS]))
+            .rule(Rule::group(MASTERS, &["*"], "*", &["*"]))
+            .rule(Rule { subject: Subject::Group(MASTERS.into()), ..Rule::paths("", &["*"], &["*"]) })
+    }
 }
 
 impl Sim {
@@ -251,5 +262,23 @@ mod tests {
         assert_eq!(ok["status"]["user"]["groups"], json!(["devs", "system:authenticated"]));
         let bad = token_review_answer(&script, &json!({"token": "nope"}));
         assert!(bad["status"].get("authenticated").is_none());
+    }
+
+    #[test]
+    fn the_admin_token_may_do_everything_and_nothing_else_is_accepted() {
+        let script = AuthScript::admin("s3cret");
+        let user = token_review_answer(&script, &json!({"token": "s3cret"}))["status"]["user"].clone();
+        assert_eq!(user["groups"], json!(["system:masters", "system:authenticated"]));
+        let allowed = |s: Value| access_review_answer(&script, &s)["status"]["allowed"] == true;
+        let who = json!({"user": "admin", "groups": ["system:masters", "system:authenticated"]});
+        let mut list = who.clone();
+        list["resourceAttributes"] = json!({"verb": "watch", "group": "", "resource": "pods"});
+        assert!(allowed(list.clone()));
+        let mut metrics = who.clone();
+        metrics["nonResourceAttributes"] = json!({"verb": "get", "path": "/metrics"});
+        assert!(allowed(metrics));
+        list["groups"] = json!(["system:authenticated"]);
+        assert!(!allowed(list), "only the group is allowed");
+        assert!(token_review_answer(&script, &json!({"token": "other"}))["status"]["authenticated"].is_null());
     }
 }
