@@ -4,7 +4,7 @@
 //! The user of a verified client certificate is attached to every request of its connection
 //! ([`PeerUser`]). HTTP/2 is hardened: bounded concurrent streams per connection, bounded
 //! pending-accept and locally-errored resets (rapid reset, CVE-2023-44487), bounded header
-//! lists; HTTP/1 heads are bounded too.
+//! lists; HTTP/1 heads are bounded too. TLS connections write through `tlsio` (full records).
 //!
 //! Called by `app` with a bound listener and the shared `Server`.
 
@@ -98,8 +98,10 @@ pub async fn run(
                         .map(|u| PeerUser(Arc::new(u)));
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let svc = service(server, peer_user);
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
-                    drive(watcher.watch(conn), h2, peer).await;
+                    // Full TLS records: short tails wait for the end of each poll (`tlsio`).
+                    let (io, cork) = super::tlsio::wrap(tls);
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
+                    drive(super::tlsio::corked(watcher.watch(conn), cork), h2, peer).await;
                 });
             }
         }
