@@ -11,8 +11,9 @@
 //! hyper's flushes do not write to the socket: rustls's records go out when it holds
 //! [`HAND`] bytes, and everything (records and the held tail) when that poll of the connection
 //! ends — never later. Outside that scope (an upgraded connection driven by another task) a
-//! flush sends everything. Memory stays bounded: the tail is less than one record and rustls's
-//! buffer at most [`HAND`] (a write waits for the socket to take it first).
+//! flush sends everything. Memory stays bounded: the tail is less than one record (and freed
+//! once sent, so an idle watch connection keeps no buffer here) and rustls's buffer at most
+//! [`HAND`] (a write waits for the socket to take it first).
 //!
 //! Used by `server::listener` for every TLS connection.
 
@@ -127,6 +128,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> State<S> {
             let took = ready!(took)?;
             self.tail.drain(..took);
         }
+        // An idle connection (a watch between events) keeps no buffer.
+        self.tail = Vec::new();
         self.drain(cx)
     }
 
