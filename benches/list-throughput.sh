@@ -3,28 +3,64 @@
 # /dev/null, through the proxy (plain HTTP and TLS) and directly from the simulated apiserver,
 # next to the ceiling measured in the same run: a trivial server that writes a body of the same
 # size from one prebuilt buffer (one sendall; no HTTP framework, no copies of its own). Prints
-# the TLS version and suite curl negotiated with the proxy.
+# the TLS version and suite curl negotiated with the proxy, and the proxy's own CPU per list
+# (utime+stime from /proc, each row served by its own proxy process): far less sensitive than
+# GB/s to other work on the cores.
 # Usage: benches/list-throughput.sh [runs]   (builds the release binary first)
 #        GZIP=1 benches/list-throughput.sh [runs]: the same with `curl --compressed` (the proxy
 #        gzips lists > 128 KiB); rates are of the uncompressed JSON, the bytes column is what
 #        crossed the wire. The simulated apiserver never compresses, so "direct" stays identity.
+#        BASE=/path/to/other/kube-watchcache benches/list-throughput.sh [runs]: the proxy rows
+#        also for that binary (e.g. the previous commit's), interleaved in the same rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-10}"
 cargo build --release --quiet
 BIN=target/release/kube-watchcache
 TLS=tests/testdata/security
+PIDS=()
+# The proxies first, then the sim (a proxy whose upstream went away would log about it).
+trap 'kill "${PIDS[@]:1}" 2>/dev/null; sleep 0.2; kill "${PIDS[0]}" 2>/dev/null || true' EXIT
 $BIN sim --listen 127.0.0.1:18101 --objects 20000 >/dev/null 2>&1 &
+PIDS+=($!)
 SIM=$!
-trap 'kill $SIM ${PLAIN:-} ${SECURE:-} ${CEIL:-} 2>/dev/null || true' EXIT
 until curl -sf http://127.0.0.1:18101/version >/dev/null; do sleep 0.5; done
-$BIN serve --upstream http://127.0.0.1:18101 --resources pods --insecure-listen 127.0.0.1:18102 --auth=none --log-level warn &
-PLAIN=$!
-$BIN serve --upstream http://127.0.0.1:18101 --resources pods --bind-address 127.0.0.1 --secure-port 18103 \
-    --tls-cert-file $TLS/server1.crt --tls-private-key-file $TLS/server1.key --auth=none --log-level warn &
-SECURE=$!
-until curl -sf http://127.0.0.1:18102/readyz >/dev/null && curl -skf https://127.0.0.1:18103/readyz >/dev/null; do sleep 0.5; done
 Q='/api/v1/pods?resourceVersion=0'
+
+# proxy BINARY PORT TLS(0/1): starts a proxy; its pid in $P.
+READY=()
+proxy() {
+    if [ "$3" = 1 ]; then
+        READY+=("https://127.0.0.1:$2/readyz")
+        $1 serve --upstream http://127.0.0.1:18101 --resources pods --bind-address 127.0.0.1 --secure-port "$2" \
+            --tls-cert-file $TLS/server1.crt --tls-private-key-file $TLS/server1.key --auth=none --log-level warn &
+    else
+        READY+=("http://127.0.0.1:$2/readyz")
+        $1 serve --upstream http://127.0.0.1:18101 --resources pods --insecure-listen "127.0.0.1:$2" --auth=none --log-level warn &
+    fi
+    P=$!
+    PIDS+=("$P")
+}
+
+# Rows: name, curl arguments, pid whose CPU is counted (0: none).
+NAMES=() ARGS=() CPUPID=()
+row() { NAMES+=("$1"); ARGS+=("$2"); CPUPID+=("$3"); }
+row "ceiling (one prebuilt buffer)" "http://127.0.0.1:18104/" 0
+for v in new ${BASE:+base}; do
+    b=$BIN off=0
+    [ "$v" = base ] && b=$BASE off=10
+    proxy "$b" $((18102 + off)) 0
+    row "$v proxy, plain HTTP/1.1" "http://127.0.0.1:$((18102 + off))$Q" "$P"
+    proxy "$b" $((18103 + off)) 1
+    row "$v proxy, TLS HTTP/1.1" "https://127.0.0.1:$((18103 + off))$Q -k --http1.1" "$P"
+    proxy "$b" $((18105 + off)) 1
+    row "$v proxy, TLS HTTP/2" "https://127.0.0.1:$((18105 + off))$Q -k --http2" "$P"
+done
+row "direct (sim), plain" "http://127.0.0.1:18101$Q" "$SIM"
+for u in "${READY[@]}"; do
+    until curl -skf -o /dev/null "$u"; do sleep 0.5; done
+done
+
 SIZE=$(curl -s -o /dev/null -w '%{size_download}' "http://127.0.0.1:18102$Q")
 python3 - "$SIZE" <<'PY' &
 import socket, sys
@@ -44,21 +80,21 @@ while True:
         c.sendall(head + body)
     c.close()
 PY
-CEIL=$!
+PIDS+=($!)
 until curl -sf -o /dev/null http://127.0.0.1:18104/; do sleep 0.2; done
 
 set -f # ARGS entries are split into words below, never globbed
 GZ=()
 [ "${GZIP:-0}" = 1 ] && GZ=(--compressed)
+# CPU seconds (utime+stime) of a process so far.
+cpu() { awk -v t="$(getconf CLK_TCK)" '{print ($14 + $15) / t}' "/proc/$1/stat"; }
 # The targets are measured in interleaved rounds (one request to each, RUNS times), so that load
 # from other work on the machine hits every row alike; rates are JSON bytes / curl's time_total.
-NAMES=("ceiling (one prebuilt buffer)" "proxy, plain HTTP/1.1" "proxy, TLS HTTP/1.1" "proxy, TLS HTTP/2" "direct (sim), plain")
-ARGS=("http://127.0.0.1:18104/" "http://127.0.0.1:18102$Q" "https://127.0.0.1:18103$Q -k --http1.1"
-    "https://127.0.0.1:18103$Q -k --http2" "http://127.0.0.1:18101$Q")
 echo "TLS: $(curl -skv -o /dev/null "https://127.0.0.1:18103$Q" 2>&1 | sed -n 's/^\* SSL connection using //p')"
-declare -a JSON BYTES RATES
+declare -a JSON BYTES RATES CPU0 CPU1
 for i in "${!NAMES[@]}"; do
     JSON[i]=$(curl -s ${ARGS[i]} -o /dev/null -w '%{size_download}') # identity size
+    [ "${CPUPID[i]}" != 0 ] && CPU0[i]=$(cpu "${CPUPID[i]}")
 done
 for _ in $(seq "$RUNS"); do
     for i in "${!NAMES[@]}"; do
@@ -68,10 +104,13 @@ for _ in $(seq "$RUNS"); do
     done
 done
 for i in "${!NAMES[@]}"; do
+    cpu_ms=-1
+    [ "${CPUPID[i]}" != 0 ] && cpu_ms=$(python3 -c "print(($(cpu "${CPUPID[i]}") - ${CPU0[i]}) * 1000 / $RUNS)")
     # shellcheck disable=SC2086
     python3 -c '
 import statistics as st, sys
-name, b = sys.argv[1], int(sys.argv[2]); r = sorted(float(x) for x in sys.argv[3:])
-print(f"{name:<30} {b:>10} bytes  median {st.median(r):5.2f}  range {r[0]:5.2f}-{r[-1]:5.2f}  mean {st.mean(r):5.2f} GB/s")' \
-        "${NAMES[i]}" "${BYTES[i]}" ${RATES[i]}
+name, b, cpu = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]); r = sorted(float(x) for x in sys.argv[4:])
+c = f"  server CPU {cpu:5.1f} ms/list" if cpu >= 0 else ""
+print(f"{name:<30} {b:>10} bytes  median {st.median(r):5.2f}  range {r[0]:5.2f}-{r[-1]:5.2f}  mean {st.mean(r):5.2f} GB/s{c}")' \
+        "${NAMES[i]}" "${BYTES[i]}" "$cpu_ms" ${RATES[i]}
 done

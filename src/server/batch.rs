@@ -3,15 +3,16 @@
 //!
 //! The h2 crate writes every DATA frame of 256 bytes or more with its own `writev` and flushes
 //! after it; when one event reaches the 100 watches of a connection, that was 100 writes (and
-//! over TLS 200 records: the 9-byte frame header is a record of its own). [`Batched`] takes the
+//! over TLS 200 records, see `server::tlsio`). [`Batched`] takes the
 //! connection's writes into one buffer (up to [`MAX_BATCH`]) and its flushes as no-ops;
 //! [`Flusher`] writes the buffer out, and `coalesce::Coalesce` calls it after every poll of the
 //! connection future — so nothing waits past the poll that wrote it, and a full buffer waits
 //! for the socket (the connection sees `Pending`, its usual backpressure). Shutdown writes
 //! everything out first.
 //!
-//! Built by `server::listener` for HTTP/2 connections (plain and TLS); HTTP/1.1 responses are
-//! one stream per connection and are written as they come.
+//! Built by `server::listener` for plain HTTP/2 connections (TLS ones get the same from
+//! `server::tlsio`, which also keeps records full); HTTP/1.1 responses are one stream per
+//! connection and are written as they come.
 
 use std::io;
 use std::pin::Pin;

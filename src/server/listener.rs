@@ -4,7 +4,7 @@
 //! The user of a verified client certificate is attached to every request of its connection
 //! ([`PeerUser`]). HTTP/2 is hardened: bounded concurrent streams per connection, bounded
 //! pending-accept and locally-errored resets (rapid reset, CVE-2023-44487), bounded header
-//! lists; HTTP/1 heads are bounded too.
+//! lists; HTTP/1 heads are bounded too. TLS connections write through `tlsio` (full records).
 //!
 //! Called by `app` with a bound listener and the shared `Server`.
 
@@ -77,11 +77,11 @@ pub async fn run(
                     if h2 {
                         let (io, flusher) = batch::batched(stream);
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
-                        drive(watcher.watch(conn), Some(Box::new(flusher)), peer).await;
+                        drive(watcher.watch(conn), true, Some(Box::new(flusher)), peer).await;
                     } else {
                         let conn =
                             builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                        drive(watcher.watch(conn), None, peer).await;
+                        drive(watcher.watch(conn), false, None, peer).await;
                     }
                 });
             }
@@ -107,15 +107,12 @@ pub async fn run(
                         .map(|u| PeerUser(Arc::new(u)));
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let svc = service(server, peer_user);
-                    if h2 {
-                        let (io, flusher) = batch::batched(tls);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
-                        drive(watcher.watch(conn), Some(Box::new(flusher)), peer).await;
-                    } else {
-                        let conn =
-                            builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
-                        drive(watcher.watch(conn), None, peer).await;
-                    }
+// Full TLS records: short tails wait for the end of each poll (`tlsio`), which also
+                    // batches an HTTP/2 connection's frames into few writes (as `batch` does in the
+                    // clear).
+                    let (io, cork) = super::tlsio::wrap(tls);
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
+                    drive(super::tlsio::corked(watcher.watch(conn), cork), h2, None, peer).await;
                 });
             }
         }
@@ -126,17 +123,22 @@ pub async fn run(
     }
 }
 
-/// Runs one connection to its end. HTTP/2 ones (those with a `batch` flusher) defer their
-/// wake-ups behind the runnable tasks (`coalesce`), so one connection poll serves all the
-/// streams that sent, and what that poll wrote leaves in one write.
-async fn drive<F, E>(conn: F, h2: Option<Box<dyn FlushAfterPoll>>, peer: std::net::SocketAddr)
-where
+/// Runs one connection to its end. HTTP/2 ones defer their wake-ups behind the runnable tasks
+/// (`coalesce`), so one connection poll serves all the streams that sent; with a `batch`
+/// flusher, what that poll wrote leaves in one write.
+async fn drive<F, E>(
+    conn: F,
+    h2: bool,
+    flusher: Option<Box<dyn FlushAfterPoll>>,
+    peer: std::net::SocketAddr,
+) where
     F: std::future::Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let res = match h2 {
-        Some(flusher) => Coalesce::new(conn).flushing(flusher).await,
-        None => conn.await,
+    let res = match (h2, flusher) {
+        (true, Some(flusher)) => Coalesce::new(conn).flushing(flusher).await,
+        (true, None) => Coalesce::new(conn).await,
+        (false, _) => conn.await,
     };
     if let Err(e) = res {
         tracing::debug!(%peer, error = %e, "connection ended with an error");

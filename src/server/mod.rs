@@ -28,6 +28,7 @@ pub mod listener;
 pub mod proxy;
 pub mod serve;
 pub mod tls;
+pub mod tlsio;
 
 use std::sync::Arc;
 
