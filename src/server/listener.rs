@@ -107,7 +107,7 @@ pub async fn run(
                         .map(|u| PeerUser(Arc::new(u)));
                     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                     let svc = service(server, peer_user);
-// Full TLS records: short tails wait for the end of each poll (`tlsio`), which also
+                    // Full TLS records: short tails wait for the end of each poll (`tlsio`), which also
                     // batches an HTTP/2 connection's frames into few writes (as `batch` does in the
                     // clear).
                     let (io, cork) = super::tlsio::wrap(tls);
@@ -126,12 +126,8 @@ pub async fn run(
 /// Runs one connection to its end. HTTP/2 ones defer their wake-ups behind the runnable tasks
 /// (`coalesce`), so one connection poll serves all the streams that sent; with a `batch`
 /// flusher, what that poll wrote leaves in one write.
-async fn drive<F, E>(
-    conn: F,
-    h2: bool,
-    flusher: Option<Box<dyn FlushAfterPoll>>,
-    peer: std::net::SocketAddr,
-) where
+async fn drive<F, E>(conn: F, h2: bool, flusher: Option<Box<dyn FlushAfterPoll>>, peer: std::net::SocketAddr)
+where
     F: std::future::Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
