@@ -13,15 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::auth::{x509, PeerUser};
 use super::batch;
 use super::coalesce::{Coalesce, FlushAfterPoll};
+use super::conn::{self, Proto};
 use super::Server;
 
 /// Concurrent HTTP/2 streams per connection (each watch is one).
@@ -38,21 +36,9 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
+    let (live, all_gone) = conn::live();
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http2()
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .max_header_list_size(MAX_HEADER_BYTES as u32)
-        .max_pending_accept_reset_streams(Some(50))
-        .max_local_error_reset_streams(Some(256));
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .max_buf_size(MAX_HEADER_BYTES)
-        .header_read_timeout(Duration::from_secs(30));
-    let builder = Arc::new(builder);
+    let builders = Arc::new(conn::Builders::new());
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -66,38 +52,36 @@ pub async fn run(
             _ = until_true(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let server = server.clone();
-        let builder = builder.clone();
+        let (server, builders, stop, live) =
+            (server.clone(), builders.clone(), shutdown.clone(), live.clone());
         match &acceptor {
             None => {
-                let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let h2 = starts_with_h2_preface(&stream).await;
+                    let proto = sniff(&stream).await;
                     let svc = service(server, None);
-                    if h2 {
+                    if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
-                        drive(watcher.watch(conn), true, Some(Box::new(flusher)), peer).await;
+                        let conn = builders.serve(io, proto, svc, stop, live);
+                        drive(conn, true, Some(Box::new(flusher)), peer).await;
                     } else {
-                        let conn =
-                            builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                        drive(watcher.watch(conn), false, None, peer).await;
+                        drive(builders.serve(stream, proto, svc, stop, live), false, None, peer).await;
                     }
                 });
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
-                let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let tls =
-                        match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
-                            Ok(Ok(tls)) => tls,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => return,
-                        };
+                    // Boxed: the handshake's state is not kept for the connection's life.
+                    let accept =
+                        Box::pin(tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)));
+                    let tls = match accept.await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
                     let peer_user = tls
                         .get_ref()
                         .1
@@ -105,20 +89,25 @@ pub async fn run(
                         .and_then(|c| c.first())
                         .and_then(|leaf| x509::user(leaf))
                         .map(|u| PeerUser(Arc::new(u)));
-                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let proto = match tls.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => Proto::Http2,
+                        Some(b"http/1.1") => Proto::Http1,
+                        _ => Proto::Detect,
+                    };
                     let svc = service(server, peer_user);
-                    // Full TLS records: short tails wait for the end of each poll (`tlsio`), which also
-                    // batches an HTTP/2 connection's frames into few writes (as `batch` does in the
-                    // clear).
+                    // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
+                    // also batches an HTTP/2 connection's frames into few writes (as `batch` does
+                    // in the clear).
                     let (io, cork) = super::tlsio::wrap(tls);
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).into_owned();
-                    drive(super::tlsio::corked(watcher.watch(conn), cork), h2, None, peer).await;
+                    let conn = builders.serve(io, proto, svc, stop, live);
+                    drive(super::tlsio::corked(conn, cork), proto == Proto::Http2, None, peer).await;
                 });
             }
         }
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    drop(live);
+    if tokio::time::timeout(grace, all_gone.wait()).await.is_err() {
         tracing::warn!("grace period over; closing remaining connections");
     }
 }
@@ -141,14 +130,26 @@ where
     }
 }
 
-/// Whether a plain connection opens with the HTTP/2 preface (prior knowledge); looks at what
-/// has arrived without consuming it, and says no when in doubt (a partial or late preface: the
-/// connection is then served without write coalescing, nothing else changes).
-async fn starts_with_h2_preface(stream: &tokio::net::TcpStream) -> bool {
+/// What a plain connection speaks, from its first bytes (looked at without consuming them):
+/// HTTP/2 opens with its preface (prior knowledge), HTTP/1.1 with a request line. When they do
+/// not arrive within 10 s (or the peer closes) hyper's auto-detection decides.
+async fn sniff(stream: &tokio::net::TcpStream) -> Proto {
     let mut buf = [0u8; 3];
-    match tokio::time::timeout(Duration::from_secs(10), stream.peek(&mut buf)).await {
-        Ok(Ok(3)) => &buf == b"PRI",
-        _ => false,
+    let peek = async {
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(3) => return Some(&buf == b"PRI"),
+                Ok(0) | Err(_) => return None,
+                // A first byte that is not `P` settles it; else wait for the rest.
+                Ok(_) if buf[0] != b'P' => return Some(false),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(10), peek).await {
+        Ok(Some(true)) => Proto::Http2,
+        Ok(Some(false)) => Proto::Http1,
+        _ => Proto::Detect,
     }
 }
 
@@ -185,12 +186,12 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    async fn first_bytes(sent: &'static [u8]) -> bool {
+    async fn first_bytes(sent: &'static [u8]) -> Proto {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         c.write_all(sent).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
-        let h2 = starts_with_h2_preface(&s).await;
+        let proto = sniff(&s).await;
         // Nothing was consumed: the connection still starts with what the client sent.
         let mut buf = vec![0; sent.len()];
         let mut got = 0;
@@ -199,12 +200,33 @@ mod tests {
             got += s.try_read(&mut buf[got..]).unwrap_or(0);
         }
         assert_eq!(buf, sent);
-        h2
+        proto
     }
 
     #[tokio::test]
-    async fn the_h2_preface_is_recognised_without_consuming_it() {
-        assert!(first_bytes(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await);
-        assert!(!first_bytes(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n").await);
+    async fn the_protocol_is_recognised_without_consuming_it() {
+        assert_eq!(first_bytes(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await, Proto::Http2);
+        assert_eq!(first_bytes(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n").await, Proto::Http1);
+        assert_eq!(first_bytes(b"PUT /api HTTP/1.1\r\nHost: x\r\n\r\n").await, Proto::Http1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_preface_waits_for_the_rest_and_silence_leaves_it_to_hyper() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        c.write_all(b"PR").await.unwrap();
+        let sniffing = tokio::spawn(async move { sniff(&s).await });
+        tokio::task::yield_now().await;
+        c.write_all(b"I * HTTP/2.0\r\n").await.unwrap();
+        assert_eq!(sniffing.await.unwrap(), Proto::Http2);
+        // Nothing sent within 10 s: auto-detection.
+        let (s, _) = {
+            let _c2 = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+            let a = l.accept().await.unwrap();
+            assert_eq!(sniff(&a.0).await, Proto::Detect);
+            a
+        };
+        drop(s);
     }
 }

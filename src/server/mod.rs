@@ -19,6 +19,7 @@ pub mod body;
 pub mod catalog;
 pub mod classify;
 pub mod coalesce;
+pub mod conn;
 pub mod consistent;
 pub mod flights;
 pub mod gzip;
