@@ -12,6 +12,11 @@
 //! `get` on the non-resource URL `/metrics`, like the apiserver's. Built by
 //! `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
 //! with `--auth=none`: every caller trusted, forwarded requests unchanged).
+//!
+//! Connections: `listener` accepts (and terminates TLS, `tls`), `conn` serves each with the
+//! protocol it speaks and drains it on shutdown; an HTTP/2 connection runs once for all the
+//! streams that sent (`coalesce`) and writes what that poll produced at its end (`batch` in the
+//! clear, `tlsio` over TLS, which also keeps TLS records full).
 
 pub mod auth;
 pub mod batch;
