@@ -68,9 +68,10 @@ pub struct Watch {
     next_bookmark: Instant,
     deadline: Instant,
     /// The deadline and bookmark timers, registered once per watch (not per event): a
-    /// delivery touches neither.
-    deadline_timer: Pin<Box<Sleep>>,
-    bookmark_timer: Pin<Box<Sleep>>,
+    /// delivery touches neither. Made at the first poll (a watch may be created outside the
+    /// runtime).
+    deadline_timer: Option<Pin<Box<Sleep>>>,
+    bookmark_timer: Option<Pin<Box<Sleep>>>,
     /// The stream has ended; it stays ended.
     done: bool,
 }
@@ -160,8 +161,8 @@ fn finish(
         bookmarks,
         next_bookmark,
         deadline,
-        deadline_timer: Box::pin(tokio::time::sleep_until(deadline)),
-        bookmark_timer: Box::pin(tokio::time::sleep_until(next_bookmark)),
+        deadline_timer: None,
+        bookmark_timer: None,
         done: false,
     }
 }
@@ -220,15 +221,24 @@ impl Watch {
                 }
                 Poll::Pending => {}
             }
-            if self.deadline_timer.as_mut().poll(cx).is_ready() {
+            let deadline = self.deadline;
+            let timer =
+                self.deadline_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if timer.as_mut().poll(cx).is_ready() {
                 self.done = true;
                 return Poll::Ready(None);
             }
-            if self.bookmarks && self.bookmark_timer.as_mut().poll(cx).is_ready() {
-                self.bookmark();
+            if self.bookmarks {
                 let at = self.next_bookmark;
-                self.bookmark_timer.as_mut().reset(at);
-                continue;
+                let timer = self.bookmark_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    self.bookmark();
+                    let at = self.next_bookmark;
+                    if let Some(t) = self.bookmark_timer.as_mut() {
+                        t.as_mut().reset(at);
+                    }
+                    continue;
+                }
             }
             return Poll::Pending;
         }
