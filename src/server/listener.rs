@@ -221,12 +221,8 @@ mod tests {
         c.write_all(b"I * HTTP/2.0\r\n").await.unwrap();
         assert_eq!(sniffing.await.unwrap(), Proto::Http2);
         // Nothing sent within 10 s: auto-detection.
-        let (s, _) = {
-            let _c2 = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-            let a = l.accept().await.unwrap();
-            assert_eq!(sniff(&a.0).await, Proto::Detect);
-            a
-        };
-        drop(s);
+        let _silent = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        assert_eq!(sniff(&s).await, Proto::Detect);
     }
 }

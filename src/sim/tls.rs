@@ -1,7 +1,8 @@
 //! HTTPS for the simulated apiserver: a serving certificate and key from PEM files, ALPN `h2`
 //! and `http/1.1`, no client certificates. Like kube-apiserver (Go's crypto/tls on a CPU with
-//! AES instructions), the server picks AES-128-GCM whenever the client offers it, so a bench's
-//! "direct" column pays the same cipher as one against a real apiserver.
+//! AES instructions), the server picks AES-128-GCM whenever the client offers it (the proxy's
+//! own `server::tls::server_provider`), so a bench's "direct" column pays the same cipher as
+//! one against a real apiserver.
 //!
 //! Built by `Sim::start` when [`SimOptions::tls`](super::SimOptions) is set (`sim
 //! --tls-cert-file/--tls-private-key-file`, `bench --tls`); `http::serve` wraps each accepted
@@ -25,21 +26,6 @@ fn invalid(path: &Path, e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{}: {e}", path.display()))
 }
 
-/// ring's suites with AES-128-GCM first, the server's order winning (Go's preference).
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    use rustls::CipherSuite as C;
-    let mut p = rustls::crypto::ring::default_provider();
-    p.cipher_suites.sort_by_key(|s| {
-        !matches!(
-            s.suite(),
-            C::TLS13_AES_128_GCM_SHA256
-                | C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
-                | C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
-        )
-    });
-    Arc::new(p)
-}
-
 /// The acceptor for `tls`; unreadable or mismatched files are an `InvalidInput` error.
 pub fn acceptor(tls: &SimTls) -> std::io::Result<TlsAcceptor> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.cert_file)
@@ -50,7 +36,7 @@ pub fn acceptor(tls: &SimTls) -> std::io::Result<TlsAcceptor> {
         return Err(invalid(&tls.cert_file, "no certificate found"));
     }
     let key = PrivateKeyDer::from_pem_file(&tls.key_file).map_err(|e| invalid(&tls.key_file, e))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+    let mut cfg = rustls::ServerConfig::builder_with_provider(crate::server::tls::server_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(&tls.cert_file, e))?
         .with_no_client_auth()
