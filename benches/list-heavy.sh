@@ -8,12 +8,10 @@
 #   over TLS, prior knowledge in the clear). Builds release first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECS=20; TLS=0; EXTRA=()
+SECS=20
 [[ "${1:-}" =~ ^[0-9]+$ ]] && { SECS=$1; shift; }
-for a in "$@"; do
-    if [ "$a" = --tls ]; then TLS=1; else EXTRA+=("$a"); fi
-done
 source benches/sim-proxy.sh
+split_flags "$@"
 start_pair
 JSON=$PKI/report.json
 run_bench --scenario list-heavy --duration "${SECS}s" --json "$JSON" "${EXTRA[@]}"

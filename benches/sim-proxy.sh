@@ -8,7 +8,7 @@
 #                    SubjectAccessReview at the sim, which accepts one admin token); the bench
 #                    sends that token to both. No per-user watch limit (every watcher is one user).
 #
-# The caller sets TLS (0/1) and calls `start_pair`, then `run_bench ARGS...`.
+# The caller calls `split_flags "$@"` (sets TLS and EXTRA), `start_pair`, then `run_bench ARGS...`.
 # Ports 18141 (sim) and 18142 (proxy).
 
 BIN=target/release/kube-watchcache
@@ -16,6 +16,14 @@ SIM_ADDR=127.0.0.1:18141
 PROXY_ADDR=127.0.0.1:18142
 PKI=$(mktemp -d)
 trap 'kill ${SIM:-} ${P:-} 2>/dev/null || true; rm -rf "$PKI"' EXIT
+
+# `--tls` sets TLS=1; every other argument goes to EXTRA (passed on to `bench`).
+split_flags() {
+    TLS=0; EXTRA=()
+    for a in "$@"; do
+        if [ "$a" = --tls ]; then TLS=1; else EXTRA+=("$a"); fi
+    done
+}
 
 make_pki() {
     local quiet=(-nodes -days 2 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1)

@@ -8,13 +8,11 @@
 #   over TLS, prior knowledge in the clear). Builds release first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WATCHERS=10000; SECS=20; TLS=0; EXTRA=()
+WATCHERS=10000; SECS=20
 [[ "${1:-}" =~ ^[0-9]+$ ]] && { WATCHERS=$1; shift; }
 [[ "${1:-}" =~ ^[0-9]+$ ]] && { SECS=$1; shift; }
-for a in "$@"; do
-    if [ "$a" = --tls ]; then TLS=1; else EXTRA+=("$a"); fi
-done
 source benches/sim-proxy.sh
+split_flags "$@"
 start_pair
 BEFORE=$(awk '/VmRSS/ {print $2}' /proc/$P/status)
 JSON=$PKI/report.json
