@@ -137,23 +137,23 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     let limit = page.as_ref().map(|p| p.limit).unwrap_or(usize::MAX);
     let selective = !filter.labels.is_empty() || !filter.fields.is_empty();
 
+    // As the cacher's paginated list (staging/src/k8s.io/apiserver/pkg/storage/cacher,
+    // `GetList`): stop at the `limit`-th selected item; `hasMore` is whether any item of the
+    // range, selected or not, follows it (so a page may be followed by an empty one), and
+    // `remainingItemCount` (`storage.PrepareContinueToken`) is the number of those items, only
+    // without a label or field selector.
     let mut items = Vec::new();
     let mut last_key: Option<&ObjectKey> = None;
     let mut iter = snap.store.range((lower, upper));
     let mut has_more = false;
-    let mut scanned_after = 0usize;
     let mut fetched = 0usize;
     for (k, obj) in iter.by_ref() {
-        fetched += 1;
         if items.len() == limit {
-            // One more candidate exists: is it selected?
-            if filter.matches(obj) {
-                has_more = true;
-                scanned_after = 1;
-                break;
-            }
-            continue;
+            has_more = true;
+            fetched += 1;
+            break;
         }
+        fetched += 1;
         if filter.matches(obj) {
             items.push(obj.clone());
             last_key = Some(k);
@@ -161,8 +161,7 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     }
     let mut remaining = None;
     if has_more && !selective {
-        scanned_after += iter.count();
-        remaining = Some(scanned_after);
+        remaining = Some(1 + iter.count());
     }
     let continue_token = match (has_more, last_key, &page) {
         (true, Some(k), Some(p)) => {

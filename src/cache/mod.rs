@@ -33,7 +33,7 @@ use crate::error::Error;
 use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, ResourceKind, Rv};
 use budget::TimeBudget;
 use filter::{Dispatched, LazyFrames};
-use watchers::Watchers;
+use watchers::{Difference, Watchers};
 
 /// The current objects, ordered by key; clones are O(1) snapshots.
 pub type Store = imbl::OrdMap<ObjectKey, Arc<Object>>;
@@ -150,9 +150,12 @@ impl Writer {
         Object::parse(&self.shared.kind, &self.shared.type_prefix, bytes)
     }
 
-    /// Installs a complete upstream list at `list_rv` (the first sync and every relist). Live
-    /// watchers receive the differences to the previous state as events, in RV order, so they
-    /// keep their watches; the history restarts at `list_rv`.
+    /// Installs a complete upstream list at `list_rv` (the first sync and every relist); the
+    /// history restarts at `list_rv`, so a watch from any older RV (one inside the gap the
+    /// relist covers included) now answers 410. Live watchers get no differences: each one for
+    /// which staying open is not provably safe ends after what it already has
+    /// (`Watchers::end_unsafe_at_relist`, DESIGN §6); the others get nothing from the relist
+    /// and their next BOOKMARK may carry `list_rv`.
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
         let now = Instant::now();
         let mut st = self.shared.state.lock();
@@ -160,16 +163,24 @@ impl Writer {
         for o in objects {
             next.insert(o.header.key.clone(), Arc::new(o));
         }
-        let first_sync = !self.shared.progress.borrow().ready && st.store.is_empty() && st.rv == Rv(0);
-        if !first_sync && !st.watchers.is_empty() {
-            let events = diff(&st.store, &next, list_rv);
-            for ev in events {
-                let d = Dispatched { event: Arc::new(ev), lazy: LazyFrames::default() };
-                st.watchers.dispatch(&d, None);
-            }
+        if !st.watchers.is_empty() {
+            let events = diff(&st.store, &next);
+            let live = st.watchers.len();
+            let cache_rv = st.rv;
+            let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv);
+            tracing::info!(
+                resource = %self.shared.kind.group_resource(),
+                from = %cache_rv,
+                to = %list_rv,
+                differences = events.len(),
+                ended,
+                kept = live - ended,
+                "relist: ended the watches that could not provably stay open"
+            );
         }
         st.store = next;
         st.rv = st.rv.max(list_rv);
+        // After the watchers were ended: a BOOKMARK that reads this RV finds its queue closed.
         self.shared.dispatched.store(st.rv.0, Ordering::Release);
         st.history.reset(list_rv);
         st.history.expire(now);
@@ -255,27 +266,21 @@ impl Writer {
     }
 }
 
-/// The events that turn `old` into `new` (a relist at `list_rv`): ADDED / MODIFIED with the
-/// objects' own RVs, DELETED with the list RV (the deletion revision is unknown; the list RV is
-/// the upstream's and no newer change exists), ordered by RV.
-fn diff(old: &Store, new: &Store, list_rv: Rv) -> Vec<Event> {
+/// The objects that differ between `old` (the cache) and `new` (a relist's list): added,
+/// changed (another RV) or gone. Only used to find the watchers they concern (those end).
+fn diff(old: &Store, new: &Store) -> Vec<Difference> {
     let mut out = Vec::new();
     for (k, n) in new.iter() {
         match old.get(k) {
-            None => out.push(Event::new(EventType::Added, n.header.rv, n.clone(), None)),
-            Some(o) if o.header.rv != n.header.rv => {
-                out.push(Event::new(EventType::Modified, n.header.rv, n.clone(), Some(o.clone())))
-            }
-            Some(_) => {}
+            Some(o) if o.header.rv == n.header.rv => {}
+            before => out.push(Difference { now: Some(n.clone()), before: before.cloned() }),
         }
     }
     for (k, o) in old.iter() {
         if !new.contains_key(k) {
-            let gone = Arc::new(o.with_rv(list_rv));
-            out.push(Event::new(EventType::Deleted, list_rv, gone, Some(o.clone())));
+            out.push(Difference { now: None, before: Some(o.clone()) });
         }
     }
-    out.sort_by_key(|e| e.rv);
     out
 }
 

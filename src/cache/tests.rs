@@ -184,23 +184,166 @@ async fn slow_watcher_is_closed_and_others_continue() {
     assert_eq!(n, 64, "the slow watcher gets what was queued, then its stream ends");
 }
 
+/// Drains a watch until its stream ends (bounded).
+async fn drain(w: &mut Watch) -> Option<Vec<(String, String, String)>> {
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), w.next()).await {
+            Ok(Some(f)) => out.push(parse_frame(&f)),
+            Ok(None) => return Some(out),
+            Err(_) => return None,
+        }
+    }
+}
+
+fn label(app: &str) -> Filter {
+    Filter::new(None, None, LabelSelector::parse(&format!("app={app}")).unwrap(), FieldSelector::default())
+}
+
 #[tokio::test]
-async fn relist_delivers_differences_to_live_watchers() {
+async fn relist_ends_the_watchers_the_differences_concern_and_sends_none() {
     let (mut w, r) = setup();
-    let mut watch = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut all = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut ns_a = r
+        .watch(req(
+            Filter::new(Some("a".into()), None, Default::default(), Default::default()),
+            WatchStart::After(Rv(10)),
+            false,
+        ))
+        .unwrap();
+    // Nothing of app=b changes: this watch stays open.
+    let mut app_b = r.watch(req(label("b"), WatchStart::After(Rv(10)), true)).unwrap();
+    let mut ns_b = r
+        .watch(req(
+            Filter::new(Some("b".into()), None, Default::default(), Default::default()),
+            WatchStart::After(Rv(10)),
+            false,
+        ))
+        .unwrap();
     // Upstream state at 20: x changed at 15, y deleted, q added at 18, z unchanged.
     let items = vec![obj(&w, "a", "x", 15, "a"), obj(&w, "b", "z", 7, "b"), obj(&w, "c", "q", 18, "a")];
     w.replace(items, Rv(20));
-    let got = take(&mut watch, 3).await;
-    assert_eq!(
-        got,
-        vec![
-            ("MODIFIED".into(), "x".into(), "15".into()),
-            ("ADDED".into(), "q".into(), "18".into()),
-            ("DELETED".into(), "y".into(), "20".into())
-        ]
-    );
+    assert_eq!(drain(&mut all).await, Some(vec![]), "ended, no difference sent");
+    assert_eq!(drain(&mut ns_a).await, Some(vec![]), "ended, no difference sent");
+    assert_eq!(r.watcher_stats().live, 2, "app=b and namespace b stay");
     assert_eq!(r.window(), (Rv(20), Rv(20)));
+    // A re-watch from any RV the ended clients may hold, up to the list RV excluded, is 410.
+    for rv in [10, 15, 19] {
+        let e = r.watch(req(Filter::default(), WatchStart::After(Rv(rv)), false)).err().unwrap();
+        assert_eq!(e.to_string(), format!("too old resource version: {rv} (20)"));
+    }
+    // The survivors get the events after the list.
+    w.apply(EventType::Modified, obj(&w, "b", "z", 21, "b")).unwrap();
+    assert_eq!(take(&mut app_b, 1).await, vec![("MODIFIED".into(), "z".into(), "21".into())]);
+    assert_eq!(take(&mut ns_b, 1).await, vec![("MODIFIED".into(), "z".into(), "21".into())]);
+}
+
+#[tokio::test]
+async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
+    let (mut w, r) = setup();
+    // While the cache is at 10, the upstream has moved on: z deleted at 11, x2 and y2 created
+    // at 12 and 13. A watch-list whose initial state an upstream LIST gave at 13, and a watch
+    // from a write's RV (13): neither stream ever held the cache's state at 10.
+    let listed = vec![Arc::new(obj(&w, "a", "x", 5, "b")), Arc::new(obj(&w, "c", "x2", 12, "a"))];
+    let mut wl =
+        r.watch(req(label("a"), WatchStart::Listed { rv: Rv(13), items: Arc::new(listed) }, true)).unwrap();
+    let mut from_write = r.watch(req(label("b"), WatchStart::After(Rv(13)), false)).unwrap();
+    // A watch from beyond the list RV keeps waiting.
+    let mut future = r.watch(req(Filter::default(), WatchStart::After(Rv(30)), false)).unwrap();
+    // Then x2 deleted at 14, y2 modified at 15, and the relist at 16.
+    let items = vec![obj(&w, "a", "x", 5, "a"), obj(&w, "a-b", "y", 6, "a"), obj(&w, "c", "y2", 15, "b")];
+    w.replace(items, Rv(16));
+    let got = drain(&mut wl).await.expect("the watch-list ends");
+    assert_eq!(got.last().map(|e| (e.0.as_str(), e.2.as_str())), Some(("BOOKMARK", "13")));
+    assert!(got.iter().all(|e| e.0 == "ADDED" || e.0 == "BOOKMARK"), "no difference sent: {got:?}");
+    assert_eq!(drain(&mut from_write).await, Some(vec![]));
+    assert_eq!(r.watcher_stats().live, 1, "only the watch from 30 stays");
+    w.apply(EventType::Modified, obj(&w, "a", "x", 31, "a")).unwrap();
+    assert_eq!(take(&mut future, 1).await, vec![("MODIFIED".into(), "x".into(), "31".into())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_ended_at_a_relist_gets_no_bookmark_at_the_list_rv() {
+    let (mut w, r) = setup();
+    let mut request = req(Filter::default(), WatchStart::After(Rv(10)), true);
+    request.deadline = Instant::now() + Duration::from_secs(300);
+    let mut watch = r.watch(request).unwrap();
+    w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
+    // Past the bookmark time before the stream is read: the queue is closed, so no bookmark.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert_eq!(drain(&mut watch).await, Some(vec![]));
+}
+
+#[tokio::test]
+async fn a_most_recent_watch_never_gets_410_after_a_relist() {
+    let (mut w, r) = setup();
+    // The probe gave 12; a relist at 20 lands before the watch registers.
+    w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
+    let mut watch = r.watch(req(Filter::default(), WatchStart::MostRecent(Rv(12)), false)).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 21, "a")).unwrap();
+    assert_eq!(take(&mut watch, 1).await, vec![("MODIFIED".into(), "x".into(), "21".into())]);
+    // Without a relist it is a watch from that RV.
+    let mut watch = r.watch(req(Filter::default(), WatchStart::MostRecent(Rv(20)), false)).unwrap();
+    assert_eq!(take(&mut watch, 1).await, vec![("MODIFIED".into(), "x".into(), "21".into())]);
+}
+
+#[tokio::test]
+async fn empty_indexed_selector_values_get_live_events() {
+    let pods = ResourceKind::new("", "v1", "pods", "Pod", true, true);
+    let (mut w, r) = new(pods.clone(), CacheOptions::default());
+    w.replace(vec![], Rv(10));
+    let f = Filter::new(
+        None,
+        None,
+        LabelSelector::default(),
+        FieldSelector::parse("spec.nodeName=", &pods).unwrap(),
+    );
+    let mut unscheduled = r.watch(req(f, WatchStart::After(Rv(10)), false)).unwrap();
+    w.apply(EventType::Added, pod(&w, "p1", 11, "")).unwrap();
+    w.apply(EventType::Modified, pod(&w, "p1", 12, "n1")).unwrap();
+    assert_eq!(
+        take(&mut unscheduled, 2).await,
+        vec![("ADDED".into(), "p1".into(), "11".into()), ("DELETED".into(), "p1".into(), "12".into())]
+    );
+    // `metadata.namespace=` on a cluster-scoped kind selects every object.
+    let crs =
+        ResourceKind::new("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, true);
+    let (mut w, r) = new(crs.clone(), CacheOptions::default());
+    w.replace(vec![], Rv(10));
+    let f = Filter::new(
+        None,
+        None,
+        LabelSelector::default(),
+        FieldSelector::parse("metadata.namespace=", &crs).unwrap(),
+    );
+    let mut watch = r.watch(req(f, WatchStart::After(Rv(10)), false)).unwrap();
+    let cr = w
+        .parse(Bytes::from(r#"{"kind":"ClusterRole","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"c","resourceVersion":"11"}}"#))
+        .unwrap();
+    w.apply(EventType::Added, cr).unwrap();
+    assert_eq!(take(&mut watch, 1).await, vec![("ADDED".into(), "c".into(), "11".into())]);
+}
+
+#[tokio::test]
+async fn a_selective_page_has_a_continue_token_whenever_items_remain() {
+    let (_w, r) = setup();
+    let snap = r.snapshot();
+    // Key order: a-b/y (app=a), a/x (app=a), b/z (app=b). Two app=a items, limit 2: z remains,
+    // not selected, yet the page carries a token (the next page is empty), and no count.
+    let body = r.list(&snap, &label("a"), Some(Page { limit: 2, start: None, token_rv: 10 }));
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 2);
+    assert!(v["metadata"].get("remainingItemCount").is_none());
+    let tok = crate::params::ContinueToken::decode(v["metadata"]["continue"].as_str().unwrap()).unwrap();
+    assert_eq!(tok.start, "a/x\u{0}");
+    let body = r.list(&snap, &label("a"), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 0);
+    assert!(v["metadata"].get("continue").is_none());
+    // The last item selected at the limit: nothing remains, no token.
+    let body = r.list(&snap, &label("b"), Some(Page { limit: 1, start: None, token_rv: 10 }));
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
+    assert!(v["metadata"].get("continue").is_none());
 }
 
 #[tokio::test]

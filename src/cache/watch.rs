@@ -29,6 +29,11 @@ pub enum WatchStart {
     After(Rv),
     /// Events after the current cache RV, no initial state (`sendInitialEvents=false`, RV 0).
     Now,
+    /// Events after `rv`, a revision the upstream issued after the request arrived (RV unset,
+    /// `sendInitialEvents=false`): like `After`, but if a relist has moved the history floor
+    /// past `rv`, events after the cache RV (a later start is as "most recent"; the apiserver
+    /// never answers such a watch 410).
+    MostRecent(Rv),
     /// Synthetic ADDED for the current state, then (with bookmarks) the
     /// `k8s.io/initial-events-end` BOOKMARK, then live events (watch-list).
     InitialEvents,
@@ -86,7 +91,12 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
     let last_rv;
     {
         let mut st = shared.state.lock();
-        match req.start {
+        let start = match req.start {
+            WatchStart::MostRecent(rv) if rv < st.history.floor() => WatchStart::Now,
+            WatchStart::MostRecent(rv) => WatchStart::After(rv),
+            other => other,
+        };
+        match start {
             WatchStart::After(rv) => {
                 let replay = st.history.since(rv)?;
                 for ev in &replay {
@@ -110,7 +120,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                     req.deadline,
                 ));
             }
-            WatchStart::Now => {
+            WatchStart::Now | WatchStart::MostRecent(_) => {
                 last_rv = st.rv;
             }
             WatchStart::Listed { rv, items } if rv > st.rv => {
@@ -250,9 +260,22 @@ impl Watch {
     fn bookmark(&mut self) {
         let now = Instant::now();
         let cache_rv = Rv(self.shared.dispatched.load(std::sync::atomic::Ordering::Acquire));
-        while let Ok(d) = self.rx.try_recv() {
-            self.last_rv = self.last_rv.max(d.rv);
-            self.pending.push_back(d.frame);
+        let closed = loop {
+            match self.rx.try_recv() {
+                Ok(d) => {
+                    self.last_rv = self.last_rv.max(d.rv);
+                    self.pending.push_back(d.frame);
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break false,
+                Err(mpsc::error::TryRecvError::Disconnected) => break true,
+            }
+        };
+        if closed {
+            // The watcher was ended (too slow, or at a relist) before `cache_rv` was
+            // published: its queue does not hold every event up to it, and a bookmark would
+            // let the client resume past what it missed. The stream ends after what is queued.
+            self.bookmarks = false;
+            return;
         }
         if cache_rv > self.last_rv {
             self.last_rv = cache_rv;
@@ -297,4 +320,43 @@ pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool) -> Byte
         )
     };
     frame_event(EventType::Bookmark, &[Bytes::from(obj)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{new, CacheOptions, Filter};
+    use crate::resource::Object;
+
+    fn cm(w: &crate::cache::Writer, rv: u64) -> Object {
+        let json = format!(r#"{{"metadata":{{"name":"x","namespace":"a","resourceVersion":"{rv}"}}}}"#);
+        w.parse(Bytes::from(json)).unwrap()
+    }
+
+    /// Issue 22 §4: a watcher dropped for overflow just before its bookmark timer fires (the
+    /// race of another thread) must not get a bookmark at the RV of the event it missed.
+    #[tokio::test]
+    async fn no_bookmark_once_the_watcher_was_dropped() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions { watcher_queue: 1, ..Default::default() });
+        w.replace(vec![cm(&w, 5)], Rv(10));
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let mut watch = r
+            .watch(WatchRequest {
+                filter: Filter::default(),
+                start: WatchStart::After(Rv(10)),
+                bookmarks: true,
+                deadline,
+            })
+            .unwrap();
+        w.apply(EventType::Modified, cm(&w, 11)).unwrap();
+        // The queue is full: dropping the dispatch closes the watcher at once; 12 is published.
+        drop(w.apply(EventType::Modified, cm(&w, 12)).unwrap());
+        assert_eq!(r.watcher_stats().terminated, 1);
+        watch.bookmark();
+        assert_eq!(watch.pending.len(), 1, "the event it has, and no bookmark at 12");
+        assert!(!watch.bookmarks);
+        assert!(watch.next().await.is_some());
+        assert!(watch.next().await.is_none());
+    }
 }

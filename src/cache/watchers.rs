@@ -6,10 +6,11 @@
 //! which it reads the history, so a watcher sees every event exactly once. Watchers are found
 //! by namespace, and pod watchers with an exact `spec.nodeName=X` selector (kubelets) by node,
 //! so an event costs O(interested watchers + unindexed cluster-wide watchers).
-//! Sends never block: a watcher whose queue is full is either handed back to the writer as
-//! [`Blocked`] (a live event: `cache::dispatch` gives it the shared time budget outside the
-//! lock) or dropped at once (relist differences); a dropped watcher's stream ends after what
-//! it already has, like the apiserver's terminated slow watchers.
+//! Sends never block: a watcher whose queue is full is handed back to the writer as
+//! [`Blocked`] (`cache::dispatch` gives it the shared time budget outside the lock); a dropped
+//! watcher's stream ends after what it already has, like the apiserver's terminated slow
+//! watchers. At a relist, `end_unsafe_at_relist` ends every watcher that cannot provably stay
+//! open (DESIGN §6).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::filter::{Dispatched, Filter};
-use crate::resource::Rv;
+use crate::resource::{Object, Rv};
 
 /// One frame queued to a watcher: the event's RV (for bookmark ordering) and its bytes.
 #[derive(Clone, Debug)]
@@ -76,14 +77,17 @@ pub struct WatcherId {
     pub(crate) slot: Slot,
 }
 
-/// Where a watcher with this filter is registered.
+/// Where a watcher with this filter is registered. Empty values are not indexed: events are
+/// offered to the namespace and node slots of their non-empty values only, so a watcher of
+/// `spec.nodeName=` (unscheduled pods) or `metadata.namespace=` (cluster-scoped objects) is
+/// offered every event and its filter decides.
 fn slot_of(filter: &Filter) -> Slot {
-    if let Some(node) = filter.fields.exact("spec.nodeName") {
+    if let Some(node) = filter.fields.exact("spec.nodeName").filter(|n| !n.is_empty()) {
         return Slot::Node(node.to_owned());
     }
     match &filter.namespace {
-        Some(ns) => Slot::Namespace(ns.clone()),
-        None => Slot::All,
+        Some(ns) if !ns.is_empty() => Slot::Namespace(ns.clone()),
+        _ => Slot::All,
     }
 }
 
@@ -172,6 +176,50 @@ impl Watchers {
         self.indexed.clear();
     }
 
+    /// Ends, at a relist from the cache RV `cache_rv` to a list at `list_rv` whose differences
+    /// are `diff`, every watcher for which staying open is not provably safe; returns how many.
+    ///
+    /// A watcher stays only if it would receive nothing from the differences and its client's
+    /// state is known: it started at or before `cache_rv` (its stream holds the cache's state
+    /// for its selection, which the list confirms) and no event of `diff` concerns it, or it
+    /// starts at or after `list_rv` (every difference is older than its start). Any other
+    /// watcher (one that would get a difference, or one that started inside `(cache_rv,
+    /// list_rv)` from an upstream list or a write's RV, whose state the cache never had) ends
+    /// after what it already has, as the apiserver ends every watch when its cache
+    /// re-initialises (`terminateAllWatchers`); its client re-watches from its last RV, which
+    /// is older than the new history floor here (410, relist), and exact at another replica or
+    /// the apiserver. No difference is ever sent: after a difference at r < `list_rv` the client
+    /// would not hold the state at r, and a resume from r elsewhere would lose deletions.
+    pub fn end_unsafe_at_relist(&mut self, diff: &[Difference], cache_rv: Rv, list_rv: Rv) -> usize {
+        // The differences each indexed slot is offered (as `dispatch` would).
+        let mut by_slot: HashMap<Slot, Vec<&Difference>> = HashMap::new();
+        if !self.indexed.is_empty() {
+            for d in diff {
+                for slot in slots_of(d.now.iter().chain(d.before.iter()).map(|o| &**o)) {
+                    if self.indexed.contains_key(&slot) {
+                        by_slot.entry(slot).or_default().push(d);
+                    }
+                }
+            }
+        }
+        let keep = |e: &Entry, diff: &[&Difference]| {
+            !e.tx.is_closed()
+                && (e.min_rv >= list_rv
+                    || (e.min_rv <= cache_rv && !diff.iter().any(|d| d.concerns(&e.filter))))
+        };
+        let before = self.len();
+        if !self.all.is_empty() {
+            let all: Vec<&Difference> = diff.iter().collect();
+            self.all.retain(|_, e| keep(e, &all));
+        }
+        for (slot, m) in self.indexed.iter_mut() {
+            let diff = by_slot.get(slot).map(Vec::as_slice).unwrap_or_default();
+            m.retain(|_, e| keep(e, diff));
+        }
+        self.indexed.retain(|_, m| !m.is_empty());
+        before - self.len()
+    }
+
     /// Sends `d` to every interested watcher without blocking. A closed queue drops its
     /// watcher; a full one is pushed to `blocked` when given (the watcher stays registered),
     /// else dropped. Returns how many watchers received the event.
@@ -182,7 +230,7 @@ impl Watchers {
         let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped };
         sent += send_all(&mut self.all, &Slot::All, d, &mut out);
         if !self.indexed.is_empty() {
-            for slot in slots_of(d) {
+            for slot in slots_of(std::iter::once(&*d.event.object).chain(d.event.prev.as_deref())) {
                 if let Some(m) = self.indexed.get_mut(&slot) {
                     self.offered += m.len() as u64;
                     let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped };
@@ -199,12 +247,26 @@ impl Watchers {
     }
 }
 
+/// One object that a relist changes: its state in the list (`now`) and in the cache
+/// (`before`); at least one is set.
+#[derive(Debug)]
+pub struct Difference {
+    pub now: Option<Arc<Object>>,
+    pub before: Option<Arc<Object>>,
+}
+
+impl Difference {
+    /// Whether a watcher with `filter` would get an event for it: the object is or was selected.
+    fn concerns(&self, filter: &Filter) -> bool {
+        filter.is_everything() || self.now.iter().chain(self.before.iter()).any(|o| filter.matches(o))
+    }
+}
+
 /// The indexed slots an event concerns: its namespace, and the node of its current and
 /// previous state (a pod moving onto a node is ADDED for that node's watchers, one leaving it
 /// DELETED). Each slot once.
-fn slots_of(d: &Dispatched) -> Vec<Slot> {
+fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> Vec<Slot> {
     let mut slots = Vec::with_capacity(3);
-    let objs = std::iter::once(&d.event.object).chain(d.event.prev.as_ref());
     for o in objs {
         let h = &o.header;
         if !h.namespace.is_empty() {

@@ -265,7 +265,7 @@ async fn serve_inner(
         // Events after a revision issued after the request arrived; no proof needed: events up
         // to it are skipped and bookmarks held until the cache passes it.
         Plan::WatchMostRecent { initial: false } => match src.prober.fresh_rv(arrived).await {
-            Ok(r) => watch(reader, req, opts, WatchStart::After(r)),
+            Ok(r) => watch(reader, req, opts, WatchStart::MostRecent(r)),
             Err(e) => {
                 tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
                 Ok(Served::Forward(ForwardReason::MostRecent))
