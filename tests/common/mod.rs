@@ -2,6 +2,8 @@
 //! 127.0.0.1:0, and talk plain HTTP to them.
 #![allow(dead_code)]
 
+pub mod fault;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
