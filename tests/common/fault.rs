@@ -2,7 +2,7 @@
 //! (`tests/faults.rs`, `tests/relist.rs`): on command it drops every open connection, refuses
 //! new ones (upstream down), delays every chunk (slow upstream), stops forwarding on the open
 //! connections without closing them (blackhole, a stalled watch), or answers the next N LISTs of
-//! configmaps with HTTP 500. It speaks bytes, not HTTP, so the proxy's client must use HTTP/1.1
+//! configmaps with HTTP 500, or holds the responses of watch requests (a stalled watch). It speaks bytes, not HTTP, so the proxy's client must use HTTP/1.1
 //! to a plain-http upstream.
 
 use std::net::SocketAddr;
@@ -36,6 +36,9 @@ pub struct FaultState {
     /// Request heads seen (first line), to check what the proxy's client speaks.
     pub heads: AtomicUsize,
     pub h2_preface: AtomicBool,
+    /// While set, no response bytes of a watch request (`watch=true`) are forwarded: they are
+    /// held, as by a stalled TCP connection, until it is cleared (or the connection is cut).
+    pub stall_watches: watch::Sender<bool>,
 }
 
 pub struct Fault {
@@ -62,6 +65,7 @@ impl Fault {
             held_chunks: AtomicUsize::new(0),
             heads: AtomicUsize::new(0),
             h2_preface: AtomicBool::new(false),
+            stall_watches: watch::channel(false).0,
         });
         let s = st.clone();
         tokio::spawn(async move {
@@ -100,6 +104,11 @@ impl Fault {
         self.st.hole_below.store(self.st.next_id.load(SeqCst), SeqCst);
     }
 
+    /// Stalls (true) or releases (false) every watch response, open or new.
+    pub fn stall_watches(&self, on: bool) {
+        self.st.stall_watches.send_replace(on);
+    }
+
     pub fn set_delay(&self, d: Duration) {
         self.st.delay_ms.store(d.as_millis() as u64, SeqCst);
     }
@@ -123,9 +132,10 @@ async fn connection(st: Arc<FaultState>, id: u64, client: TcpStream) {
     let (cr, cw) = client.into_split();
     let (ur, uw) = up.into_split();
     let cw: ClientWriter = Arc::new(tokio::sync::Mutex::new(cw));
+    let is_watch = AtomicBool::new(false);
     tokio::select! {
-        _ = requests(&st, id, cr, uw, cw.clone()) => {}
-        _ = responses(&st, id, ur, cw) => {}
+        _ = requests(&st, id, cr, uw, cw.clone(), &is_watch) => {}
+        _ = responses(&st, id, ur, cw, &is_watch) => {}
         _ = kill.changed() => {}
     }
 }
@@ -164,6 +174,7 @@ async fn requests(
     mut cr: tokio::net::tcp::OwnedReadHalf,
     mut uw: tokio::net::tcp::OwnedWriteHalf,
     cw: ClientWriter,
+    is_watch: &AtomicBool,
 ) {
     let mut buf = vec![0u8; 64 << 10];
     loop {
@@ -182,6 +193,9 @@ async fn requests(
         }
         if [&b"GET "[..], b"POST ", b"PUT ", b"PATCH ", b"DELETE "].iter().any(|m| chunk.starts_with(m)) {
             st.heads.fetch_add(1, SeqCst);
+            let line = chunk.split(|b| *b == b'\n').next().unwrap_or_default();
+            let line = String::from_utf8_lossy(line);
+            is_watch.store(line.contains("watch=true") || line.contains("watch=1"), SeqCst);
         }
         if is_configmap_list(chunk)
             && st.fail_lists.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
@@ -205,7 +219,15 @@ async fn requests(
 }
 
 /// Upstream → client.
-async fn responses(st: &FaultState, id: u64, mut ur: tokio::net::tcp::OwnedReadHalf, cw: ClientWriter) {
+async fn responses(
+    st: &FaultState,
+    id: u64,
+    mut ur: tokio::net::tcp::OwnedReadHalf,
+    cw: ClientWriter,
+    is_watch: &AtomicBool,
+) {
+    let mut stalled = st.stall_watches.subscribe();
+    let born = *st.kill.borrow();
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match ur.read(&mut buf).await {
@@ -218,6 +240,13 @@ async fn responses(st: &FaultState, id: u64, mut ur: tokio::net::tcp::OwnedReadH
         };
         delay(st).await;
         gate(st, id).await;
+        if is_watch.load(SeqCst) {
+            let _ = stalled.wait_for(|s| !*s).await;
+            if *st.kill.borrow() != born {
+                // Cut while stalled: what was held is lost with the connection.
+                return std::future::pending().await;
+            }
+        }
         if cw.lock().await.write_all(&buf[..n]).await.is_err() {
             return;
         }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fault;
+pub mod mirror;
 
 use std::net::SocketAddr;
 use std::time::Duration;
