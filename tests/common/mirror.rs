@@ -63,6 +63,26 @@ impl Mirror {
         Some(Mirror { objects, rv, anomalies: Vec::new() })
     }
 
+    /// Applies one initial event of a watch-list (ADDED in key order, their own RVs, then the
+    /// `k8s.io/initial-events-end` BOOKMARK at the list RV); returns whether that was the end.
+    pub fn initial(&mut self, ev: &Value) -> bool {
+        let o = &ev["object"];
+        match ev["type"].as_str().unwrap_or("") {
+            "ADDED" => {
+                self.objects.insert(key(o), rv(o));
+                false
+            }
+            "BOOKMARK" => {
+                self.rv = rv(o);
+                o["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true"
+            }
+            other => {
+                self.anomalies.push(format!("{other} among the initial events: {ev}"));
+                true
+            }
+        }
+    }
+
     /// Applies one watch event.
     pub fn apply(&mut self, ev: &Value) -> Applied {
         let o = &ev["object"];
