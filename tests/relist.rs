@@ -108,7 +108,11 @@ impl Env {
                     eprintln!("{} {}?{}", r.method, r.path, r.query);
                     false
                 });
-                panic!("A relisted (cache at {}, sim at {})", Env::cache_rv(&self.a), self.sim.sim.current_rv());
+                panic!(
+                    "A relisted (cache at {}, sim at {})",
+                    Env::cache_rv(&self.a),
+                    self.sim.sim.current_rv()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
