@@ -159,6 +159,12 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
             last_key = Some(k);
         }
     }
+    // `metadata.name=X` on a namespace (or a cluster-scoped kind), without a continue token,
+    // is a read of that single key (the registry's `MatchesSingle`): never a continuation.
+    let single_key = filter.name.is_some()
+        && page.as_ref().is_none_or(|p| p.start.is_none())
+        && (filter.namespace.is_some() || !kind.namespaced);
+    has_more &= !single_key;
     let mut remaining = None;
     if has_more && !selective {
         remaining = Some(1 + iter.count());

@@ -344,6 +344,20 @@ async fn a_selective_page_has_a_continue_token_whenever_items_remain() {
     let body = r.list(&snap, &label("b"), Some(Page { limit: 1, start: None, token_rv: 10 }));
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert!(v["metadata"].get("continue").is_none());
+    // `metadata.name=x` in a namespace reads one key: no token though items follow it.
+    let (mut w, r) = setup();
+    w.apply(EventType::Added, obj(&w, "a", "y2", 11, "a")).unwrap();
+    let snap = r.snapshot();
+    let f = Filter::new(
+        Some("a".into()),
+        None,
+        LabelSelector::default(),
+        FieldSelector::parse("metadata.name=x", &cms()).unwrap(),
+    );
+    let body = r.list(&snap, &f, Some(Page { limit: 1, start: None, token_rv: 10 }));
+    let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    assert!(v["metadata"].get("continue").is_none());
 }
 
 #[tokio::test]
