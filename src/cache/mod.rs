@@ -155,7 +155,7 @@ impl Writer {
     /// relist covers included) now answers 410. Live watchers get no differences: each one for
     /// which staying open is not provably safe ends after what it already has
     /// (`Watchers::end_unsafe_at_relist`, DESIGN §6); the others get nothing from the relist
-    /// and their next BOOKMARK may carry `list_rv`.
+    /// but a BOOKMARK at `list_rv` (those that asked for bookmarks).
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
         let now = Instant::now();
         let mut st = self.shared.state.lock();
@@ -167,7 +167,8 @@ impl Writer {
             let events = diff(&st.store, &next);
             let live = st.watchers.len();
             let cache_rv = st.rv;
-            let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv);
+            let bookmark = watch::bookmark_frame(&self.shared.kind, list_rv, false);
+            let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv, &bookmark);
             tracing::info!(
                 resource = %self.shared.kind.group_resource(),
                 from = %cache_rv,

@@ -106,7 +106,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 }
                 last_rv = replay.last().map(|e| e.rv).unwrap_or(rv);
                 let min_rv = last_rv.max(rv);
-                let (id, rx) = st.watchers.add(filter.clone(), min_rv, queue);
+                let (id, rx) = st.watchers.add(filter.clone(), min_rv, req.bookmarks, queue);
                 drop(st);
                 return Ok(finish(
                     shared,
@@ -138,7 +138,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 }
             }
         }
-        let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
+        let (id, rx) = st.watchers.add(filter.clone(), last_rv, req.bookmarks, queue);
         drop(st);
         Ok(finish(shared, id, rx, pending, initial, end_bookmark, last_rv, req.bookmarks, req.deadline))
     }

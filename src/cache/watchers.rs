@@ -32,6 +32,8 @@ struct Entry {
     filter: Arc<Filter>,
     /// Events with RV ≤ this are skipped (a watch from a future RV waits for it silently).
     min_rv: Rv,
+    /// The watch asked for BOOKMARKs (`allowWatchBookmarks=true`).
+    bookmarks: bool,
     tx: mpsc::Sender<Delivery>,
 }
 
@@ -97,13 +99,14 @@ impl Watchers {
         &mut self,
         filter: Arc<Filter>,
         min_rv: Rv,
+        bookmarks: bool,
         queue: usize,
     ) -> (WatcherId, mpsc::Receiver<Delivery>) {
         let (tx, rx) = mpsc::channel(queue.max(1));
         self.next_id += 1;
         let id = self.next_id;
         let slot = slot_of(&filter);
-        let entry = Entry { filter, min_rv, tx };
+        let entry = Entry { filter, min_rv, bookmarks, tx };
         match &slot {
             Slot::All => {
                 self.all.insert(id, entry);
@@ -190,7 +193,16 @@ impl Watchers {
     /// is older than the new history floor here (410, relist), and exact at another replica or
     /// the apiserver. No difference is ever sent: after a difference at r < `list_rv` the client
     /// would not hold the state at r, and a resume from r elsewhere would lose deletions.
-    pub fn end_unsafe_at_relist(&mut self, diff: &[Difference], cache_rv: Rv, list_rv: Rv) -> usize {
+    /// A survivor that asked for bookmarks and started before `list_rv` is sent `bookmark` (a
+    /// BOOKMARK at `list_rv`) when its queue has room: its state at `list_rv` is the one it
+    /// holds, so it may resume from there instead of relisting.
+    pub fn end_unsafe_at_relist(
+        &mut self,
+        diff: &[Difference],
+        cache_rv: Rv,
+        list_rv: Rv,
+        bookmark: &Bytes,
+    ) -> usize {
         // The differences each indexed slot is offered (as `dispatch` would).
         let mut by_slot: HashMap<Slot, Vec<&Difference>> = HashMap::new();
         if !self.indexed.is_empty() {
@@ -203,9 +215,15 @@ impl Watchers {
             }
         }
         let keep = |e: &Entry, diff: &[&Difference]| {
-            !e.tx.is_closed()
-                && (e.min_rv >= list_rv
-                    || (e.min_rv <= cache_rv && !diff.iter().any(|d| d.concerns(&e.filter))))
+            let stays = if e.min_rv <= cache_rv {
+                !diff.iter().any(|d| d.concerns(&e.filter))
+            } else {
+                e.min_rv >= list_rv
+            };
+            if stays && e.bookmarks && e.min_rv < list_rv && cache_rv < list_rv {
+                let _ = e.tx.try_send(Delivery { rv: list_rv, frame: bookmark.clone() });
+            }
+            stays && !e.tx.is_closed()
         };
         let before = self.len();
         if !self.all.is_empty() {
