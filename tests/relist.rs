@@ -258,6 +258,9 @@ async fn any_prefix_of_a_relisted_stream_resumes_right_anywhere() {
     );
     let mut w = Stream::open(&env.client, &url).await;
     assert_eq!(w.status, 200);
+    // A watch of what the relist does not change (label app=other): it may stay open.
+    let mut other = Stream::open(&env.client, &format!("{url}&labelSelector=app%3Dother")).await;
+    assert_eq!(other.status, 200);
     env.fault.stall_watches(true);
     env.delete("victim");
     for i in 0..3 {
@@ -272,6 +275,19 @@ async fn any_prefix_of_a_relisted_stream_resumes_right_anywhere() {
     let n = every_prefix_resumes_right(&env, "A's watcher", &start, &events, &bases, &truth).await;
     assert!(ended, "the watch ended at the relist");
     eprintln!("{n} resumes, all at the truth");
+    // The untouched watch stayed open: a BOOKMARK at the list RV, then the next change.
+    let (events, ended) = other.collect(IDLE).await;
+    assert!(!ended, "an empty difference keeps the watch");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "BOOKMARK");
+    assert_eq!(rv_of(&events[0]["object"]), truth.rv, "at the list RV (nothing changed since)");
+    let mut o = cm("o", "0");
+    o["metadata"]["labels"] = json!({"app":"other"});
+    let o_rv = rv_of(&env.sim.sim.create("configmaps", NS, o).expect("create"));
+    match other.next(Duration::from_secs(10)).await {
+        Next::Event(ev) => assert_eq!((ev["type"].as_str(), rv_of(&ev["object"])), (Some("ADDED"), o_rv)),
+        n => panic!("the next change: {n:?}"),
+    }
 }
 
 /// Issue 22 §3: `fieldSelector=spec.nodeName=` (unscheduled pods, cluster-autoscaler's
