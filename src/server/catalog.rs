@@ -9,11 +9,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
 
 use super::consistent::Prober;
 use crate::cache::Reader;
 use crate::resource::ResourceKind;
-use crate::upstream::Upstream;
+use crate::upstream::{Skipped, Upstream};
+
+/// The least time between two rediscoveries rung by requests for resources not cached: a
+/// caller naming random resources costs at most one discovery round per this.
+const MISS_RING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// (group, version, resource).
 pub type Key = (String, String, String);
@@ -44,6 +49,11 @@ pub struct Missing {
 pub struct Resources {
     current: RwLock<Arc<Catalog>>,
     missing: Mutex<BTreeMap<String, Missing>>,
+    /// What a `--resources` wildcard found and does not cache, by name.
+    skipped: Mutex<BTreeMap<String, Skipped>>,
+    /// With a wildcard: rung (at most every [`MISS_RING_INTERVAL`]) when a request names a
+    /// resource that is not cached, so that a CRD installed a moment ago is cached at once.
+    on_miss: Mutex<Option<(Arc<Notify>, Option<tokio::time::Instant>)>>,
 }
 
 impl Resources {
@@ -90,5 +100,32 @@ impl Resources {
     /// The configured resources not cached, by name.
     pub fn missing(&self) -> BTreeMap<String, Missing> {
         self.missing.lock().clone()
+    }
+
+    /// Replaces what the wildcard skipped.
+    pub fn set_skipped(&self, skipped: Vec<Skipped>) {
+        *self.skipped.lock() = skipped.into_iter().map(|s| (s.name.clone(), s)).collect();
+    }
+
+    /// What the wildcard skipped, by name.
+    pub fn skipped(&self) -> BTreeMap<String, Skipped> {
+        self.skipped.lock().clone()
+    }
+
+    /// Has [`Resources::missed`] ring `rediscover` (wildcard mode).
+    pub fn rediscover_on_miss(&self, rediscover: Arc<Notify>) {
+        *self.on_miss.lock() = Some((rediscover, None));
+    }
+
+    /// A request named a resource that is not cached: with a wildcard, ask for a rediscovery
+    /// (at most once per [`MISS_RING_INTERVAL`]).
+    pub fn missed(&self) {
+        let mut on_miss = self.on_miss.lock();
+        let Some((notify, last)) = on_miss.as_mut() else { return };
+        let now = tokio::time::Instant::now();
+        if last.is_none_or(|l| now.duration_since(l) >= MISS_RING_INTERVAL) {
+            *last = Some(now);
+            notify.notify_one();
+        }
     }
 }
