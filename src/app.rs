@@ -166,7 +166,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     }
     server.resources().set_skipped(discovered.skipped);
     if wanted.all {
-        server.resources().rediscover_on_miss(caching.rediscover.clone());
+        server.resources().rediscover_on_miss(caching.rediscover.clone(), caching.wanted.clone());
     }
     for (name, m) in discovered.missing {
         server.resources().set_missing(&name, m);

@@ -58,16 +58,22 @@ pub async fn discover_wanted(upstream: &Upstream, wanted: &Wanted) -> Result<Dis
         return Ok(out);
     }
     let excluded = |g: &str, r: &str| wanted.is_excluded(g, r) || wanted.names(g, r);
-    let everything = tokio::time::timeout(FIRST_DISCOVERY, Round::new(upstream).everything(&excluded)).await;
+    let everything =
+        tokio::time::timeout(FIRST_DISCOVERY, Round::new(upstream).everything(&excluded, &[])).await;
     match everything {
         Ok(Ok(all)) => {
             out.found.extend(all.kinds.into_iter().map(|(n, k)| (n, k, true)));
             out.skipped = all.skipped;
         }
-        Ok(Err(e)) => out.missing.push(("*".into(), Missing { reason: e.to_string(), blocks_readiness: true })),
+        Ok(Err(e)) => {
+            out.missing.push(("*".into(), Missing { reason: e.to_string(), blocks_readiness: true }))
+        }
         Err(_) => out.missing.push((
             "*".into(),
-            Missing { reason: format!("discovery: no answer within {FIRST_DISCOVERY:?}"), blocks_readiness: true },
+            Missing {
+                reason: format!("discovery: no answer within {FIRST_DISCOVERY:?}"),
+                blocks_readiness: true,
+            },
         )),
     }
     Ok(out)
@@ -139,7 +145,7 @@ pub struct Caching {
     /// for resources not cached).
     pub rediscover: Arc<Notify>,
     caches: Arc<Mutex<Vec<Cached>>>,
-    wanted: Arc<Wanted>,
+    pub wanted: Arc<Wanted>,
 }
 
 impl Caching {
@@ -183,7 +189,12 @@ impl Caching {
             listener::until_true(&mut shutdown).await;
             on_shutdown.send_replace(true);
         });
-        self.caches.lock().push(Cached { name: name.to_owned(), kind: kind.clone(), wild, stop: stop.clone() });
+        self.caches.lock().push(Cached {
+            name: name.to_owned(),
+            kind: kind.clone(),
+            wild,
+            stop: stop.clone(),
+        });
         let (writer, reader) = cache::new(kind, self.cache_opts.clone());
         self.reflectors.lock().push(tokio::spawn(reflector::run(
             self.upstream.clone(),
@@ -328,7 +339,8 @@ impl Caching {
         server.resources().add(&self.upstream, reader.clone());
         let stop = self.caches.lock().iter().find(|c| c.name == name).map(|c| c.stop.subscribe());
         let Some(mut stop) = stop else { return reader };
-        let (server, upstream, name, out) = (server.clone(), self.upstream.clone(), name.to_owned(), reader.clone());
+        let (server, upstream, name, out) =
+            (server.clone(), self.upstream.clone(), name.to_owned(), reader.clone());
         tokio::spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(SYNC_BOUND) => {}
@@ -363,7 +375,9 @@ impl Caching {
     async fn rediscover_wildcard(&self, round: &mut Round<'_>, server: &Arc<Server>) {
         let wanted = self.wanted.clone();
         let excluded = |g: &str, r: &str| wanted.is_excluded(g, r) || wanted.names(g, r);
-        let all = match round.everything(&excluded).await {
+        let known: Vec<ResourceKind> =
+            self.caches.lock().iter().filter(|c| c.wild).map(|c| c.kind.clone()).collect();
+        let all = match round.everything(&excluded, &known).await {
             Ok(all) => all,
             Err(e) => {
                 tracing::debug!(error = %e, "wildcard rediscovery failed; keeping the caches");
@@ -376,8 +390,12 @@ impl Caching {
         for (name, kind) in &cached {
             match all.kinds.iter().find(|(n, _)| n == name) {
                 Some((_, now)) if now == kind => {}
-                Some(_) => tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew"),
-                None => tracing::info!(resource = %name, "no longer served by the upstream (or excluded); forwarding its requests"),
+                Some(_) => {
+                    tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew")
+                }
+                None => {
+                    tracing::info!(resource = %name, "no longer served by the upstream (or excluded); forwarding its requests")
+                }
             }
             if all.kinds.iter().any(|(n, k)| n == name && k == kind) {
                 continue;

@@ -56,7 +56,10 @@ impl Wanted {
             }
         }
         if !w.all && !w.excluded.is_empty() {
-            return Err("--resources: exclusions (`-name`) need the wildcard `*` before them, e.g. `*,-events`".into());
+            return Err(
+                "--resources: exclusions (`-name`) need the wildcard `*` before them, e.g. `*,-events`"
+                    .into(),
+            );
         }
         if !w.all && w.named.is_empty() {
             return Err(
@@ -64,7 +67,9 @@ impl Wanted {
                     .into(),
             );
         }
-        if let Some(n) = w.named.iter().find(|n| group_resource(n).is_some_and(|gr| w.is_excluded(gr.0, gr.1))) {
+        if let Some(n) =
+            w.named.iter().find(|n| group_resource(n).is_some_and(|gr| w.is_excluded(gr.0, gr.1)))
+        {
             return Err(format!("--resources: {n:?} is both named and excluded"));
         }
         Ok(w)

@@ -18,7 +18,7 @@ use crate::upstream::{Skipped, Upstream};
 
 /// The least time between two rediscoveries rung by requests for resources not cached: a
 /// caller naming random resources costs at most one discovery round per this.
-const MISS_RING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+const MISS_RING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// (group, version, resource).
 pub type Key = (String, String, String);
@@ -53,7 +53,14 @@ pub struct Resources {
     skipped: Mutex<BTreeMap<String, Skipped>>,
     /// With a wildcard: rung (at most every [`MISS_RING_INTERVAL`]) when a request names a
     /// resource that is not cached, so that a CRD installed a moment ago is cached at once.
-    on_miss: Mutex<Option<(Arc<Notify>, Option<tokio::time::Instant>)>>,
+    on_miss: Mutex<Option<OnMiss>>,
+}
+
+/// What a request for a resource not cached may ring (wildcard mode).
+struct OnMiss {
+    rediscover: Arc<Notify>,
+    wanted: Arc<crate::wanted::Wanted>,
+    last: Option<tokio::time::Instant>,
 }
 
 impl Resources {
@@ -113,19 +120,25 @@ impl Resources {
     }
 
     /// Has [`Resources::missed`] ring `rediscover` (wildcard mode).
-    pub fn rediscover_on_miss(&self, rediscover: Arc<Notify>) {
-        *self.on_miss.lock() = Some((rediscover, None));
+    pub fn rediscover_on_miss(&self, rediscover: Arc<Notify>, wanted: Arc<crate::wanted::Wanted>) {
+        *self.on_miss.lock() = Some(OnMiss { rediscover, wanted, last: None });
     }
 
-    /// A request named a resource that is not cached: with a wildcard, ask for a rediscovery
-    /// (at most once per [`MISS_RING_INTERVAL`]).
-    pub fn missed(&self) {
+    /// A request named `group/resource`, which is not cached: with a wildcard, ask for a
+    /// rediscovery (at most once per [`MISS_RING_INTERVAL`]), unless it is excluded or known to
+    /// be skipped (an aggregated API's requests never ring).
+    pub fn missed(&self, group: &str, resource: &str) {
         let mut on_miss = self.on_miss.lock();
-        let Some((notify, last)) = on_miss.as_mut() else { return };
+        let Some(m) = on_miss.as_mut() else { return };
+        if m.wanted.is_excluded(group, resource)
+            || self.skipped.lock().contains_key(&crate::upstream::name_of(group, resource))
+        {
+            return;
+        }
         let now = tokio::time::Instant::now();
-        if last.is_none_or(|l| now.duration_since(l) >= MISS_RING_INTERVAL) {
-            *last = Some(now);
-            notify.notify_one();
+        if m.last.is_none_or(|l| now.duration_since(l) >= MISS_RING_INTERVAL) {
+            m.last = Some(now);
+            m.rediscover.notify_one();
         }
     }
 }

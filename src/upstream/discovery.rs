@@ -54,16 +54,9 @@ pub(crate) struct GroupVersion {
 
 /// Splits `"apps/deployments"` into `("apps", "deployments")`; `"pods"` is the core group.
 pub(crate) fn split_wanted(wanted: &str) -> Result<(&str, &str), UpstreamError> {
-    let bad =
-        || UpstreamError::Discovery(format!("\"{wanted}\" is not a resource name (want \"group/resource\")"));
-    let (group, resource) = match wanted.split_once('/') {
-        Some((g, r)) => (g, r),
-        None => ("", wanted),
-    };
-    if resource.is_empty() || resource.contains('/') || (wanted.contains('/') && group.is_empty()) {
-        return Err(bad());
-    }
-    Ok((group, resource))
+    crate::wanted::group_resource(wanted).ok_or_else(|| {
+        UpstreamError::Discovery(format!("\"{wanted}\" is not a resource name (want \"group/resource\")"))
+    })
 }
 
 /// Custom resources must have a dot in their group, so a dotless group is built in. A dotted
@@ -228,12 +221,15 @@ impl<'a> Round<'a> {
             vec!["v1".to_owned()]
         } else {
             group_versions(self.groups().await?, group).ok_or_else(|| {
-                UpstreamError::Discovery(format!("resource \"{w}\": the upstream serves no API group \"{group}\""))
+                UpstreamError::Discovery(format!(
+                    "resource \"{w}\": the upstream serves no API group \"{group}\""
+                ))
             })?
         };
         let mut found = None;
         for version in &versions {
-            let path = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+            let path =
+                if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
             found = find_resource(self.list(&path).await?, group, version, resource, w)?;
             if found.is_some() {
                 break;
@@ -269,11 +265,12 @@ impl<'a> Round<'a> {
     /// Every resource the upstream serves itself (not through an aggregated API server) that can
     /// be listed and watched, at the first version of its group that lists it (the preferred one
     /// first), less `excluded`; subresources never. Each is tried with a one-item LIST (which also tells a dotted group's built-in
-    /// encoding from a custom resource's): one the proxy may not list is skipped, as is one
-    /// whose group cannot be read.
+    /// encoding from a custom resource's) unless it is among `known` (cached already): one the
+    /// proxy may not list is skipped, as is one whose group cannot be read.
     pub async fn everything(
         &mut self,
         excluded: &(dyn Fn(&str, &str) -> bool + Sync),
+        known: &[ResourceKind],
     ) -> Result<Everything, UpstreamError> {
         let aggregated = self.up.aggregated().await;
         let mut gvs: Vec<(String, String)> = vec![(String::new(), "v1".to_owned())];
@@ -289,18 +286,24 @@ impl<'a> Round<'a> {
         let mut seen: std::collections::HashSet<(String, String)> = Default::default();
         for (group, version) in gvs {
             let agg = aggregated.contains(&(group.clone(), version.clone()));
-            let path = if group.is_empty() { "/api/v1".to_owned() } else { format!("/apis/{group}/{version}") };
+            let path =
+                if group.is_empty() { "/api/v1".to_owned() } else { format!("/apis/{group}/{version}") };
             let resources: Vec<ApiResource> = match self.list(&path).await {
                 Ok(l) => l.resources.to_vec(),
                 Err(e @ UpstreamError::Transport(_)) => return Err(e),
                 Err(e) => {
                     let reason = if agg { SkipReason::Aggregated } else { SkipReason::Failed };
-                    out.skipped.push(Skipped { name: format!("{group}/{version}"), reason, detail: e.to_string() });
+                    out.skipped.push(Skipped {
+                        name: format!("{group}/{version}"),
+                        reason,
+                        detail: e.to_string(),
+                    });
                     continue;
                 }
             };
             for r in resources {
-                let cacheable = !r.name.contains('/') && ["list", "watch"].iter().all(|v| r.verbs.iter().any(|x| x == v));
+                let cacheable =
+                    !r.name.contains('/') && ["list", "watch"].iter().all(|v| r.verbs.iter().any(|x| x == v));
                 if !cacheable || excluded(&group, &r.name) || !seen.insert((group.clone(), r.name.clone())) {
                     continue;
                 }
@@ -310,7 +313,8 @@ impl<'a> Round<'a> {
                     out.skipped.push(Skipped { name, reason: SkipReason::Aggregated, detail });
                     continue;
                 }
-                let mut kind = ResourceKind::new(&group, &version, &r.name, &r.kind, r.namespaced, is_builtin(&group));
+                let mut kind =
+                    ResourceKind::new(&group, &version, &r.name, &r.kind, r.namespaced, is_builtin(&group));
                 match self.up.typed_encoding(&kind).await {
                     Ok(typed) => {
                         if !is_builtin(&group) {

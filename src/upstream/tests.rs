@@ -381,20 +381,38 @@ async fn wildcard_discovery_finds_everything_cacheable_and_says_what_it_skips() 
     let (addr, log) = fake_apiserver(false, wildcard_route).await;
     let up = plain_upstream(addr, None);
     let excluded = |g: &str, r: &str| g.is_empty() && r == "configmaps";
-    let all = Round::new(&up).everything(&excluded).await.unwrap();
+    let all = Round::new(&up).everything(&excluded, &[]).await.unwrap();
     let names: Vec<&str> = all.kinds.iter().map(|(n, _)| n.as_str()).collect();
     // Not bindings (create only), not pods/exec (a subresource), not configmaps (excluded),
     // not subjectaccessreviews; capture widgets at the only version that has them.
     assert_eq!(names, ["pods", "apps/deployments", "capture.example.com/widgets"]);
-    assert_eq!(all.kinds[2].1, ResourceKind::new("capture.example.com", "v1beta1", "widgets", "Widget", true, false));
+    assert_eq!(
+        all.kinds[2].1,
+        ResourceKind::new("capture.example.com", "v1beta1", "widgets", "Widget", true, false)
+    );
     assert_eq!(all.kinds[1].1, ResourceKind::new("apps", "v1", "deployments", "Deployment", true, true));
     let skipped: Vec<(&str, SkipReason)> = all.skipped.iter().map(|s| (s.name.as_str(), s.reason)).collect();
-    assert_eq!(skipped, [("nodes", SkipReason::Forbidden), ("metrics.example.io/samples", SkipReason::Aggregated)]);
+    assert_eq!(
+        skipped,
+        [("nodes", SkipReason::Forbidden), ("metrics.example.io/samples", SkipReason::Aggregated)]
+    );
     assert!(all.skipped[0].detail.contains("cannot list resource"), "{}", all.skipped[0].detail);
     let seen: Vec<String> = log.lock().iter().map(|s| s.uri.clone()).collect();
     assert_eq!(seen.iter().filter(|u| *u == "/apis").count(), 1, "/apis once per round: {seen:?}");
     assert!(!seen.iter().any(|u| u.contains("samples")), "an aggregated API is never listed: {seen:?}");
     assert!(!seen.iter().any(|u| u.contains("configmaps")), "an excluded resource is never listed");
+    // The next round lists only what is not cached yet (here: the forbidden nodes again).
+    let known: Vec<ResourceKind> = all.kinds.iter().map(|(_, k)| k.clone()).collect();
+    let again = Round::new(&up).everything(&excluded, &known).await.unwrap();
+    assert_eq!(again.kinds, all.kinds);
+    let lists: Vec<String> = log
+        .lock()
+        .iter()
+        .skip(seen.len())
+        .filter(|s| s.uri.ends_with("?limit=1"))
+        .map(|s| s.uri.clone())
+        .collect();
+    assert_eq!(lists, ["/api/v1/nodes?limit=1"]);
 }
 
 #[tokio::test]
@@ -402,7 +420,10 @@ async fn a_named_resource_the_proxy_may_not_list_cannot_be_cached() {
     let (addr, _) = fake_apiserver(false, wildcard_route).await;
     let up = plain_upstream(addr, None);
     let e = up.discover(&["nodes".to_string()]).await.unwrap_err().to_string();
-    assert!(e.starts_with("discovery: resource \"nodes\" cannot be cached: the proxy may not list it"), "{e}");
+    assert!(
+        e.starts_with("discovery: resource \"nodes\" cannot be cached: the proxy may not list it"),
+        "{e}"
+    );
     assert!(e.contains("remove it from --resources"), "{e}");
 }
 
