@@ -315,6 +315,15 @@ impl<'a> Round<'a> {
                 }
                 let mut kind =
                     ResourceKind::new(&group, &version, &r.name, &r.kind, r.namespaced, is_builtin(&group));
+                // Cached already (same version, kind, scope): it could be listed, and its
+                // encoding is known; no LIST again.
+                if let Some(k) = known.iter().find(|k| {
+                    (&k.group, &k.version, &k.resource, &k.kind, k.namespaced)
+                        == (&kind.group, &kind.version, &kind.resource, &kind.kind, kind.namespaced)
+                }) {
+                    out.kinds.push((name, k.clone()));
+                    continue;
+                }
                 match self.up.typed_encoding(&kind).await {
                     Ok(typed) => {
                         if !is_builtin(&group) {
