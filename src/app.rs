@@ -24,6 +24,7 @@ use crate::server::tls::{self, TlsFiles};
 use crate::server::Server;
 use crate::server::{listener, Security};
 use crate::upstream::Upstream;
+use crate::wanted::Wanted;
 
 /// A running proxy.
 pub struct Running {
@@ -111,7 +112,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     tracing::info!(upstream = %upstream.describe(), "upstream configured");
     let metrics = Arc::new(Metrics::new());
     upstream.observe(metrics.clone());
-    let (kinds, missing) = caches::discover(&upstream, &args.resources).await?;
+    let wanted = Wanted::parse(&args.resources)?;
+    let discovered = caches::discover_wanted(&upstream, &wanted).await?;
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
         (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
             cert: cert.clone(),
@@ -141,8 +143,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             watch_idle_timeout: args.upstream_watch_idle_timeout,
             ..ReflectorOptions::default()
         },
+        wanted.clone(),
     );
-    let readers: Vec<Reader> = kinds.into_iter().map(|(name, k)| caching.spawn(&name, k)).collect();
+    let mut readers: Vec<Reader> =
+        discovered.found.iter().filter(|f| !f.2).map(|(name, k, _)| caching.spawn(name, k.clone())).collect();
     let serve_opts = ServeOptions {
         freshness_wait: args.freshness_wait,
         min_request_timeout: args.min_request_timeout,
@@ -157,10 +161,22 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         cfg
     });
     let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
-    for (name, m) in missing {
-        server.resources().set_missing(&name, m);
-        tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
+    for (name, kind, _) in discovered.found.into_iter().filter(|f| f.2) {
+        readers.push(caching.spawn_wild(&name, kind, &server));
     }
+    server.resources().set_skipped(discovered.skipped);
+    if wanted.all {
+        server.resources().rediscover_on_miss(caching.rediscover.clone(), caching.wanted.clone());
+    }
+    for (name, m) in discovered.missing {
+        server.resources().set_missing(&name, m);
+        if name == "*" {
+            tokio::spawn(caching.clone().retry_wildcard(server.clone()));
+        } else {
+            tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
+        }
+    }
+    caching.report(&server);
     tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
     let server_task = tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period));
     tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");

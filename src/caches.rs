@@ -5,6 +5,12 @@
 //! followed: a changed resource gets a new cache, a vanished one is no longer served (its
 //! requests are forwarded) and is looked for again.
 //!
+//! With the wildcard `--resources '*'` the set itself follows discovery: every round caches
+//! what appeared (a CRD just installed; also rung by a request for a resource not cached),
+//! retires what went away, and reports what it skips (forbidden to list, aggregated APIs).
+//! A wildcard resource that has not synced within [`SYNC_BOUND`] is taken out of service
+//! (forwarded, reported, not blocking `/readyz`) until it has.
+//!
 //! Used by `app` (start and wiring); grows and shrinks `server::catalog`.
 
 use std::sync::Arc;
@@ -20,10 +26,58 @@ use crate::reflector::{self, ReflectorOptions};
 use crate::resource::ResourceKind;
 use crate::server::catalog::Missing;
 use crate::server::{listener, Server};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Round, SkipReason, Skipped, Upstream, UpstreamError};
+use crate::wanted::Wanted;
 
 /// How long the first discovery may take before the proxy starts without it (and retries).
 const FIRST_DISCOVERY: Duration = Duration::from_secs(10);
+
+/// How long a wildcard resource may take to sync before it is forwarded and reported instead
+/// of holding `/readyz` (named resources keep blocking readiness until they sync).
+pub const SYNC_BOUND: Duration = Duration::from_secs(60);
+
+/// What the first discovery gave: resources to cache, named resources missing (retried), and
+/// resources a wildcard skipped.
+pub struct Discovered {
+    pub found: Vec<(String, ResourceKind, bool)>,
+    pub missing: Vec<(String, Missing)>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The first discovery of `wanted`: the named resources (see [`discover`]) and, with a
+/// wildcard, everything else the upstream serves. A wildcard whose discovery fails is retried
+/// by the rediscovery loop (recorded as missing under `*`, blocking readiness meanwhile).
+pub async fn discover_wanted(upstream: &Upstream, wanted: &Wanted) -> Result<Discovered, String> {
+    let (found, missing) = discover(upstream, &wanted.named).await?;
+    let mut out = Discovered {
+        found: found.into_iter().map(|(n, k)| (n, k, false)).collect(),
+        missing,
+        skipped: Vec::new(),
+    };
+    if !wanted.all {
+        return Ok(out);
+    }
+    let excluded = |g: &str, r: &str| wanted.is_excluded(g, r) || wanted.names(g, r);
+    let everything =
+        tokio::time::timeout(FIRST_DISCOVERY, Round::new(upstream).everything(&excluded, &[])).await;
+    match everything {
+        Ok(Ok(all)) => {
+            out.found.extend(all.kinds.into_iter().map(|(n, k)| (n, k, true)));
+            out.skipped = all.skipped;
+        }
+        Ok(Err(e)) => {
+            out.missing.push(("*".into(), Missing { reason: e.to_string(), blocks_readiness: true }))
+        }
+        Err(_) => out.missing.push((
+            "*".into(),
+            Missing {
+                reason: format!("discovery: no answer within {FIRST_DISCOVERY:?}"),
+                blocks_readiness: true,
+            },
+        )),
+    }
+    Ok(out)
+}
 
 /// The configured resources the upstream describes (with their configured names), and the
 /// others with why they are missing. Only a resource the upstream shows cannot be cached (no
@@ -71,6 +125,8 @@ fn missing(e: &UpstreamError) -> Result<Missing, String> {
 struct Cached {
     name: String,
     kind: ResourceKind,
+    /// Found by the wildcard (follows discovery), not named.
+    wild: bool,
     /// Stops its reflector (which then ends the cache's watches).
     stop: Arc<watch::Sender<bool>>,
 }
@@ -85,9 +141,11 @@ pub struct Caching {
     pub stop: watch::Receiver<bool>,
     pub reflectors: Arc<Mutex<Vec<JoinHandle<()>>>>,
     pub reflector_opts: ReflectorOptions,
-    /// Rung by a reflector that got 404 for its resource.
+    /// Rung by a reflector that got 404 for its resource (and, with a wildcard, by requests
+    /// for resources not cached).
     pub rediscover: Arc<Notify>,
     caches: Arc<Mutex<Vec<Cached>>>,
+    pub wanted: Arc<Wanted>,
 }
 
 impl Caching {
@@ -97,6 +155,7 @@ impl Caching {
         metrics: Arc<Metrics>,
         stop: watch::Receiver<bool>,
         reflector_opts: ReflectorOptions,
+        wanted: Wanted,
     ) -> Caching {
         let rediscover = Arc::new(Notify::new());
         let reflector_opts = ReflectorOptions { on_not_found: Some(rediscover.clone()), ..reflector_opts };
@@ -109,12 +168,17 @@ impl Caching {
             reflector_opts,
             rediscover,
             caches: Arc::default(),
+            wanted: Arc::new(wanted),
         }
     }
 
     /// Creates the cache of `kind` (configured as `name`) and spawns its reflector, which stops
     /// at shutdown or when the cache is retired.
     pub fn spawn(&self, name: &str, kind: ResourceKind) -> Reader {
+        self.spawn_as(name, kind, false)
+    }
+
+    fn spawn_as(&self, name: &str, kind: ResourceKind, wild: bool) -> Reader {
         tracing::info!(resource = %kind.group_resource(), version = %kind.version, namespaced = kind.namespaced, builtin = kind.builtin, "caching");
         self.metrics.cache_added(&kind.group_resource());
         let (stop, stop_rx) = watch::channel(false);
@@ -125,7 +189,12 @@ impl Caching {
             listener::until_true(&mut shutdown).await;
             on_shutdown.send_replace(true);
         });
-        self.caches.lock().push(Cached { name: name.to_owned(), kind: kind.clone(), stop });
+        self.caches.lock().push(Cached {
+            name: name.to_owned(),
+            kind: kind.clone(),
+            wild,
+            stop: stop.clone(),
+        });
         let (writer, reader) = cache::new(kind, self.cache_opts.clone());
         self.reflectors.lock().push(tokio::spawn(reflector::run(
             self.upstream.clone(),
@@ -211,10 +280,11 @@ impl Caching {
     }
 
     async fn rediscover_once(&self, server: &Arc<Server>) {
+        let mut round = Round::new(&self.upstream);
         let cached: Vec<(String, ResourceKind)> =
-            self.caches.lock().iter().map(|c| (c.name.clone(), c.kind.clone())).collect();
+            self.caches.lock().iter().filter(|c| !c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
         for (name, kind) in cached {
-            match self.upstream.discover(std::slice::from_ref(&name)).await {
+            match round.resolve(&name).await.map(|k| vec![k]) {
                 Ok(now) if now.first() == Some(&kind) => {}
                 Ok(now) => {
                     tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew");
@@ -239,5 +309,126 @@ impl Caching {
                 Err(e) => tracing::debug!(resource = %name, error = %e, "rediscovery failed"),
             }
         }
+        if self.wanted.all {
+            self.rediscover_wildcard(&mut round, server).await;
+        }
+        self.report(server);
+    }
+
+    /// Retries a wildcard discovery that failed at start (1 s doubling to 30 s) until one round
+    /// succeeds; stops at shutdown.
+    pub async fn retry_wildcard(self, server: Arc<Server>) {
+        let mut delay = Duration::from_secs(1);
+        let mut stop = self.stop.clone();
+        while server.resources().missing().contains_key("*") {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = listener::until_true(&mut stop) => return,
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
+            self.rediscover_wildcard(&mut Round::new(&self.upstream), &server).await;
+            self.report(&server);
+        }
+    }
+
+    /// Starts caching a resource the wildcard found, in service at once; if it has not synced
+    /// within [`SYNC_BOUND`] it is taken out of service (forwarded, reported, not blocking
+    /// `/readyz`) until it has.
+    pub fn spawn_wild(&self, name: &str, kind: ResourceKind, server: &Arc<Server>) -> Reader {
+        let reader = self.spawn_as(name, kind, true);
+        server.resources().add(&self.upstream, reader.clone());
+        let stop = self.caches.lock().iter().find(|c| c.name == name).map(|c| c.stop.subscribe());
+        let Some(mut stop) = stop else { return reader };
+        let (server, upstream, name, out) =
+            (server.clone(), self.upstream.clone(), name.to_owned(), reader.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(SYNC_BOUND) => {}
+                _ = listener::until_true(&mut stop) => return,
+            }
+            if reader.progress().ready {
+                return;
+            }
+            tracing::warn!(resource = %name, bound = ?SYNC_BOUND, "not synced in time; forwarding its requests until it is");
+            server.resources().remove(reader.kind());
+            let reason = format!("not synced within {}s; forwarded until it is", SYNC_BOUND.as_secs());
+            server.resources().set_missing(&name, Missing { reason, blocks_readiness: false });
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = listener::until_true(&mut stop) => return,
+                }
+                if reader.progress().ready {
+                    server.resources().add(&upstream, reader);
+                    server.resources().clear_missing(&name);
+                    tracing::info!(resource = %name, "synced; now served from the cache");
+                    return;
+                }
+            }
+        });
+        out
+    }
+
+    /// One wildcard round: caches what appeared, retires what went away or is now excluded,
+    /// re-caches what changed version, and records what is skipped. A round that cannot reach
+    /// the upstream changes nothing.
+    async fn rediscover_wildcard(&self, round: &mut Round<'_>, server: &Arc<Server>) {
+        let wanted = self.wanted.clone();
+        let excluded = |g: &str, r: &str| wanted.is_excluded(g, r) || wanted.names(g, r);
+        let known: Vec<ResourceKind> =
+            self.caches.lock().iter().filter(|c| c.wild).map(|c| c.kind.clone()).collect();
+        let all = match round.everything(&excluded, &known).await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::debug!(error = %e, "wildcard rediscovery failed; keeping the caches");
+                return;
+            }
+        };
+        server.resources().clear_missing("*");
+        let cached: Vec<(String, ResourceKind)> =
+            self.caches.lock().iter().filter(|c| c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
+        for (name, kind) in &cached {
+            match all.kinds.iter().find(|(n, _)| n == name) {
+                Some((_, now)) if now == kind => {}
+                Some(_) => {
+                    tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew")
+                }
+                None => {
+                    tracing::info!(resource = %name, "no longer served by the upstream (or excluded); forwarding its requests")
+                }
+            }
+            if all.kinds.iter().any(|(n, k)| n == name && k == kind) {
+                continue;
+            }
+            self.retire(name, server);
+            server.resources().clear_missing(name);
+        }
+        for (name, kind) in all.kinds {
+            if !cached.iter().any(|(n, k)| *n == name && *k == kind) {
+                tracing::info!(resource = %name, "found by the wildcard; caching it");
+                self.spawn_wild(&name, kind, server);
+            }
+        }
+        for s in &all.skipped {
+            tracing::debug!(resource = %s.name, reason = s.reason.as_str(), detail = %s.detail, "skipped by the wildcard");
+        }
+        server.resources().set_skipped(all.skipped);
+    }
+
+    /// The cached/skipped metrics.
+    pub fn report(&self, server: &Server) {
+        let skipped = server.resources().skipped();
+        let missing = server.resources().missing();
+        let count = |r: SkipReason| skipped.values().filter(|s| s.reason == r).count();
+        let not_synced = missing.values().filter(|m| m.reason.starts_with("not synced within")).count();
+        self.metrics.resources(
+            server.resources().snapshot().kinds.len(),
+            &[
+                (SkipReason::Forbidden.as_str(), count(SkipReason::Forbidden)),
+                (SkipReason::Aggregated.as_str(), count(SkipReason::Aggregated)),
+                (SkipReason::Failed.as_str(), count(SkipReason::Failed)),
+                ("not_synced", not_synced),
+            ],
+        );
     }
 }

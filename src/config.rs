@@ -421,17 +421,7 @@ impl ServeArgs {
         }
         self.resources =
             self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
-        if self.resources.is_empty() {
-            return Err(
-                "no resources to cache: give --resources (e.g. --resources pods,configmaps) or --config"
-                    .into(),
-            );
-        }
-        for r in &self.resources {
-            if r.split('/').count() > 2 || r.split('/').any(str::is_empty) {
-                return Err(format!("--resources: {r:?} is not `resource` or `group/resource`"));
-            }
-        }
+        crate::wanted::Wanted::parse(&self.resources)?;
         match (&self.insecure_listen, &self.tls_cert_file, &self.tls_private_key_file) {
             (Some(addr), _, _) if !addr.ip().is_loopback() => {
                 return Err(format!(

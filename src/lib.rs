@@ -26,6 +26,7 @@
 //! | [`sim`] | the simulated apiserver (tests, demos, load) |
 //! | [`bench`] | the load-testing harness: proxy vs direct upstream in one run |
 //! | [`config`] | CLI flags → validated configuration |
+//! | [`wanted`] | `--resources`: names, the wildcard `*`, exclusions |
 //! | [`app`] | wiring: builds everything and drains it on shutdown |
 #![forbid(unsafe_code)]
 
@@ -44,3 +45,4 @@ pub mod selector;
 pub mod server;
 pub mod sim;
 pub mod upstream;
+pub mod wanted;

@@ -121,6 +121,8 @@ pub struct Metrics {
     cert_expiry: Gauge,
     reflector_errors: IntCounterVec,
     unparseable: IntCounterVec,
+    cached_resources: IntGauge,
+    skipped_resources: IntGaugeVec,
     process: process::Process,
     cert_expiry_registered: std::sync::atomic::AtomicBool,
     /// Serialises the scrape-time refresh (counters advanced by differences).
@@ -333,6 +335,21 @@ impl Metrics {
                 "Upstream objects (list items, watch events) that could not be parsed and were skipped.",
                 &["resource"],
             ),
+            cached_resources: register(
+                &r,
+                "watchcache_cached_resources",
+                IntGauge::new(
+                    "watchcache_cached_resources",
+                    "Resources served from a cache now (named in --resources or found by its wildcard).",
+                )
+                .unwrap_or_else(|e| panic!("metric cached_resources: {e}")),
+            ),
+            skipped_resources: gauge(
+                &r,
+                "watchcache_skipped_resources",
+                "Resources a --resources wildcard found but does not cache, by reason: forbidden (the proxy may not list them), aggregated (served by an aggregated API server), failed (discovery or list failed), not_synced (no sync within the bound; forwarded meanwhile).",
+                &["reason"],
+            ),
             process: process::Process::register(&r),
             cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
             refresh: Mutex::new(()),
@@ -354,6 +371,15 @@ impl Metrics {
         }
         self.list_fetched.with_label_values(&[resource]);
         self.list_returned.with_label_values(&[resource]);
+    }
+
+    /// How many resources are cached, and how many a wildcard skipped by reason (every reason
+    /// is set, 0 when none).
+    pub fn resources(&self, cached: usize, skipped: &[(&str, usize)]) {
+        self.cached_resources.set(cached as i64);
+        for (reason, n) in skipped {
+            self.skipped_resources.with_label_values(&[reason]).set(*n as i64);
+        }
     }
 
     pub fn reflector_error(&self, resource: &str, reason: &str) {

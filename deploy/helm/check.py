@@ -131,6 +131,9 @@ def one(objs: list[dict], kind: str) -> dict:
 
 
 def expected_resource_rules(resources: list[str]) -> dict[str, list[str]]:
+    # The wildcard needs list/watch on everything (RBAC cannot express its exclusions).
+    if "*" in resources:
+        return {"*": ["*"]}
     rules: dict[str, list[str]] = {}
     for r in resources:
         group, _, res = r.rpartition("/")
@@ -348,6 +351,7 @@ def main() -> int:
     must_fail("unknown key in config (the proxy's FileConfig denies it too)", {"config": {"resources": ["pods"], "bogusKey": 1}})
     must_fail("unknown TLS mode", {"tls": {"mode": "plain"}})
     must_fail("resource with two slashes", {"config": {"resources": ["a/b/c"]}})
+    must_fail("an exclusion that is not a resource name", {"config": {"resources": ["*", "-"]}})
     must_fail("existingSecret without a name", {"tls": {"mode": "existingSecret"}})
     must_fail("certManager without an issuer", {"tls": {"mode": "certManager"}})
     must_fail("terminationGracePeriodSeconds not above delay + grace", {"shutdown": {"delaySeconds": 5, "gracePeriodSeconds": 30}, "terminationGracePeriodSeconds": 35})

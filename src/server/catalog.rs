@@ -9,11 +9,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
 
 use super::consistent::Prober;
 use crate::cache::Reader;
 use crate::resource::ResourceKind;
-use crate::upstream::Upstream;
+use crate::upstream::{Skipped, Upstream};
+
+/// The least time between two rediscoveries rung by requests for resources not cached: a
+/// caller naming random resources costs at most one discovery round per this.
+const MISS_RING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// (group, version, resource).
 pub type Key = (String, String, String);
@@ -44,6 +49,18 @@ pub struct Missing {
 pub struct Resources {
     current: RwLock<Arc<Catalog>>,
     missing: Mutex<BTreeMap<String, Missing>>,
+    /// What a `--resources` wildcard found and does not cache, by name.
+    skipped: Mutex<BTreeMap<String, Skipped>>,
+    /// With a wildcard: rung (at most every [`MISS_RING_INTERVAL`]) when a request names a
+    /// resource that is not cached, so that a CRD installed a moment ago is cached at once.
+    on_miss: Mutex<Option<OnMiss>>,
+}
+
+/// What a request for a resource not cached may ring (wildcard mode).
+struct OnMiss {
+    rediscover: Arc<Notify>,
+    wanted: Arc<crate::wanted::Wanted>,
+    last: Option<tokio::time::Instant>,
 }
 
 impl Resources {
@@ -90,5 +107,38 @@ impl Resources {
     /// The configured resources not cached, by name.
     pub fn missing(&self) -> BTreeMap<String, Missing> {
         self.missing.lock().clone()
+    }
+
+    /// Replaces what the wildcard skipped.
+    pub fn set_skipped(&self, skipped: Vec<Skipped>) {
+        *self.skipped.lock() = skipped.into_iter().map(|s| (s.name.clone(), s)).collect();
+    }
+
+    /// What the wildcard skipped, by name.
+    pub fn skipped(&self) -> BTreeMap<String, Skipped> {
+        self.skipped.lock().clone()
+    }
+
+    /// Has [`Resources::missed`] ring `rediscover` (wildcard mode).
+    pub fn rediscover_on_miss(&self, rediscover: Arc<Notify>, wanted: Arc<crate::wanted::Wanted>) {
+        *self.on_miss.lock() = Some(OnMiss { rediscover, wanted, last: None });
+    }
+
+    /// A request named `group/resource`, which is not cached: with a wildcard, ask for a
+    /// rediscovery (at most once per [`MISS_RING_INTERVAL`]), unless it is excluded or known to
+    /// be skipped (an aggregated API's requests never ring).
+    pub fn missed(&self, group: &str, resource: &str) {
+        let mut on_miss = self.on_miss.lock();
+        let Some(m) = on_miss.as_mut() else { return };
+        if m.wanted.is_excluded(group, resource)
+            || self.skipped.lock().contains_key(&crate::upstream::name_of(group, resource))
+        {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        if m.last.is_none_or(|l| now.duration_since(l) >= MISS_RING_INTERVAL) {
+            m.last = Some(now);
+            m.rediscover.notify_one();
+        }
     }
 }

@@ -199,6 +199,13 @@ impl Server {
                 body::error(e)
             }
             Route::Forward(reason) => {
+                if reason == ForwardReason::NotCached
+                    && info.is_resource_request
+                    && info.subresource.is_empty()
+                {
+                    // With a wildcard, a resource just installed is cached at once.
+                    self.resources.missed(&info.api_group, &info.resource);
+                }
                 let slot = match self.watch_slot(&info, &caller) {
                     Ok(s) => s,
                     Err(resp) => return resp,

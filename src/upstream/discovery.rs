@@ -1,8 +1,10 @@
 //! Discovery: which version, kind and scope each wanted resource has on the upstream.
 //!
-//! Called once by `app` at startup with the configured resources ("pods", "apps/deployments",
-//! "example.com/widgets"). Uses the plain discovery documents (`/api/v1`, `/apis`,
-//! `/apis/<group>/<version>`), not the aggregated v2 form, so it works on every apiserver.
+//! Called by `caches` at startup and at each rediscovery with the configured resources
+//! ("pods", "apps/deployments", "example.com/widgets"), or, for the wildcard `*`, for every
+//! resource the upstream serves ([`Round::everything`]). Uses the plain discovery documents
+//! (`/api/v1`, `/apis`, `/apis/<group>/<version>`), not the aggregated v2 form, so it works on
+//! every apiserver; a [`Round`] fetches each document once.
 
 use std::collections::HashMap;
 
@@ -18,7 +20,7 @@ pub(crate) struct ApiResourceList {
     pub resources: Vec<ApiResource>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 pub(crate) struct ApiResource {
     pub name: String,
     #[serde(default)]
@@ -52,16 +54,9 @@ pub(crate) struct GroupVersion {
 
 /// Splits `"apps/deployments"` into `("apps", "deployments")`; `"pods"` is the core group.
 pub(crate) fn split_wanted(wanted: &str) -> Result<(&str, &str), UpstreamError> {
-    let bad =
-        || UpstreamError::Discovery(format!("\"{wanted}\" is not a resource name (want \"group/resource\")"));
-    let (group, resource) = match wanted.split_once('/') {
-        Some((g, r)) => (g, r),
-        None => ("", wanted),
-    };
-    if resource.is_empty() || resource.contains('/') || (wanted.contains('/') && group.is_empty()) {
-        return Err(bad());
-    }
-    Ok((group, resource))
+    crate::wanted::group_resource(wanted).ok_or_else(|| {
+        UpstreamError::Discovery(format!("\"{wanted}\" is not a resource name (want \"group/resource\")"))
+    })
 }
 
 /// Custom resources must have a dot in their group, so a dotless group is built in. A dotted
@@ -120,60 +115,267 @@ pub(crate) fn find_resource(
     Ok(Some(ResourceKind::new(group, version, resource, &r.kind, r.namespaced, is_builtin(group))))
 }
 
+/// What a wildcard discovery found: the resources to cache (named `group/resource`, `resource`
+/// for the core group) and those skipped, with why (forbidden to list, aggregated API…).
+#[derive(Debug, Default)]
+pub struct Everything {
+    pub kinds: Vec<(String, ResourceKind)>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// A resource a wildcard does not cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub name: String,
+    pub reason: SkipReason,
+    pub detail: String,
+}
+
+/// Why a discovered resource is not cached (a bounded metric label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SkipReason {
+    /// Its LIST answered 403: the proxy's account may not list it.
+    Forbidden,
+    /// Served by an aggregated API server (an APIService with a service): the apiserver does
+    /// not cache those either; requests are forwarded.
+    Aggregated,
+    /// Its group's discovery document or its LIST failed for another reason.
+    Failed,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Forbidden => "forbidden",
+            SkipReason::Aggregated => "aggregated",
+            SkipReason::Failed => "failed",
+        }
+    }
+}
+
+/// `APIServiceList`, only whether each group/version is served by another server.
+#[derive(Deserialize)]
+struct ApiServiceList {
+    #[serde(default)]
+    items: Vec<ApiService>,
+}
+
+#[derive(Deserialize)]
+struct ApiService {
+    #[serde(default)]
+    spec: ApiServiceSpec,
+}
+
+#[derive(Deserialize, Default)]
+struct ApiServiceSpec {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    service: Option<serde_json::Value>,
+}
+
+/// The name a wildcard gives a discovered resource: `group/resource`, or `resource` in core.
+pub fn name_of(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{group}/{resource}")
+    }
+}
+
+/// One round of discovery: each document is fetched at most once, however many resources are
+/// resolved in the round (rediscovery asks for `/apis` once, not once per cached resource).
+pub struct Round<'a> {
+    up: &'a Upstream,
+    groups: Option<ApiGroupList>,
+    lists: HashMap<String, ApiResourceList>,
+}
+
+impl<'a> Round<'a> {
+    pub fn new(up: &'a Upstream) -> Round<'a> {
+        Round { up, groups: None, lists: HashMap::new() }
+    }
+
+    async fn groups(&mut self) -> Result<&ApiGroupList, UpstreamError> {
+        if self.groups.is_none() {
+            self.groups = Some(self.up.get_doc("/apis").await?);
+        }
+        self.groups.as_ref().ok_or_else(|| UpstreamError::Decode("no /apis document".into()))
+    }
+
+    async fn list(&mut self, path: &str) -> Result<&ApiResourceList, UpstreamError> {
+        if !self.lists.contains_key(path) {
+            let doc = self.up.get_doc(path).await?;
+            self.lists.insert(path.to_owned(), doc);
+        }
+        self.lists.get(path).ok_or_else(|| UpstreamError::Decode(format!("no {path} document")))
+    }
+
+    /// The preferred version's [`ResourceKind`] of one wanted "group/resource". A resource
+    /// that is unknown, or that cannot be listed and watched, is an error naming it.
+    pub async fn resolve(&mut self, w: &str) -> Result<ResourceKind, UpstreamError> {
+        let (group, resource) = split_wanted(w.trim())?;
+        let versions = if group.is_empty() {
+            vec!["v1".to_owned()]
+        } else {
+            group_versions(self.groups().await?, group).ok_or_else(|| {
+                UpstreamError::Discovery(format!(
+                    "resource \"{w}\": the upstream serves no API group \"{group}\""
+                ))
+            })?
+        };
+        let mut found = None;
+        for version in &versions {
+            let path =
+                if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+            found = find_resource(self.list(&path).await?, group, version, resource, w)?;
+            if found.is_some() {
+                break;
+            }
+        }
+        let mut kind = found.ok_or_else(|| {
+            UpstreamError::Discovery(format!(
+                "resource \"{w}\" not found on the upstream (looked in {})",
+                versions
+                    .iter()
+                    .map(|v| if group.is_empty() { v.clone() } else { format!("{group}/{v}") })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        // A one-item LIST: a resource named explicitly that the proxy may not list cannot be
+        // cached (a configuration error, not something to retry); for a dotted group it also
+        // tells a built-in encoding from a custom resource's.
+        match self.up.typed_encoding(&kind).await {
+            Ok(typed) if !is_builtin(group) => kind.builtin = typed,
+            Ok(_) => {}
+            Err(UpstreamError::Status { code: 403, status, body }) => {
+                let e = UpstreamError::Status { code: 403, status, body };
+                return Err(UpstreamError::Discovery(format!(
+                    "resource \"{w}\" cannot be cached: the proxy may not list it ({e}); grant list and watch on it, or remove it from --resources"
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(kind)
+    }
+
+    /// Every resource the upstream serves itself (not through an aggregated API server) that can
+    /// be listed and watched, at the first version of its group that lists it (the preferred one
+    /// first), less `excluded`; subresources never. Each is tried with a one-item LIST (which also tells a dotted group's built-in
+    /// encoding from a custom resource's) unless it is among `known` (cached already): one the
+    /// proxy may not list is skipped, as is one whose group cannot be read.
+    pub async fn everything(
+        &mut self,
+        excluded: &(dyn Fn(&str, &str) -> bool + Sync),
+        known: &[ResourceKind],
+    ) -> Result<Everything, UpstreamError> {
+        let aggregated = self.up.aggregated().await;
+        let mut gvs: Vec<(String, String)> = vec![(String::new(), "v1".to_owned())];
+        let groups = self.groups().await?;
+        for g in &groups.groups {
+            for v in group_versions(groups, &g.name).unwrap_or_default() {
+                gvs.push((g.name.clone(), v));
+            }
+        }
+        let mut out = Everything::default();
+        // (group, resource) already placed: a resource is cached at the first version listing
+        // it, the preferred one first.
+        let mut seen: std::collections::HashSet<(String, String)> = Default::default();
+        for (group, version) in gvs {
+            let agg = aggregated.contains(&(group.clone(), version.clone()));
+            let path =
+                if group.is_empty() { "/api/v1".to_owned() } else { format!("/apis/{group}/{version}") };
+            let resources: Vec<ApiResource> = match self.list(&path).await {
+                Ok(l) => l.resources.to_vec(),
+                Err(e @ UpstreamError::Transport(_)) => return Err(e),
+                Err(e) => {
+                    let reason = if agg { SkipReason::Aggregated } else { SkipReason::Failed };
+                    out.skipped.push(Skipped {
+                        name: format!("{group}/{version}"),
+                        reason,
+                        detail: e.to_string(),
+                    });
+                    continue;
+                }
+            };
+            for r in resources {
+                let cacheable =
+                    !r.name.contains('/') && ["list", "watch"].iter().all(|v| r.verbs.iter().any(|x| x == v));
+                if !cacheable || excluded(&group, &r.name) || !seen.insert((group.clone(), r.name.clone())) {
+                    continue;
+                }
+                let name = name_of(&group, &r.name);
+                if agg {
+                    let detail = format!("served by an aggregated API server ({group}/{version})");
+                    out.skipped.push(Skipped { name, reason: SkipReason::Aggregated, detail });
+                    continue;
+                }
+                let mut kind =
+                    ResourceKind::new(&group, &version, &r.name, &r.kind, r.namespaced, is_builtin(&group));
+                // Cached already (same version, kind, scope): it could be listed, and its
+                // encoding is known; no LIST again.
+                if let Some(k) = known.iter().find(|k| {
+                    (&k.group, &k.version, &k.resource, &k.kind, k.namespaced)
+                        == (&kind.group, &kind.version, &kind.resource, &kind.kind, kind.namespaced)
+                }) {
+                    out.kinds.push((name, k.clone()));
+                    continue;
+                }
+                match self.up.typed_encoding(&kind).await {
+                    Ok(typed) => {
+                        if !is_builtin(&group) {
+                            kind.builtin = typed;
+                        }
+                        out.kinds.push((name, kind));
+                    }
+                    Err(e @ UpstreamError::Transport(_)) => return Err(e),
+                    Err(UpstreamError::Status { code: 404, .. }) => {} // gone meanwhile
+                    Err(e) => {
+                        let reason = match e {
+                            UpstreamError::Status { code: 403, .. } => SkipReason::Forbidden,
+                            _ => SkipReason::Failed,
+                        };
+                        out.skipped.push(Skipped { name, reason, detail: e.to_string() });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl Upstream {
     /// For each wanted "group/resource", the preferred version's [`ResourceKind`]. A resource
     /// that is unknown, or that cannot be listed and watched, is an error naming it.
     pub async fn discover(&self, wanted: &[String]) -> Result<Vec<ResourceKind>, UpstreamError> {
-        let mut groups: Option<ApiGroupList> = None;
-        let mut lists: HashMap<String, ApiResourceList> = HashMap::new();
+        let mut round = Round::new(self);
         let mut out = Vec::with_capacity(wanted.len());
         for w in wanted {
-            let (group, resource) = split_wanted(w.trim())?;
-            let versions = if group.is_empty() {
-                vec!["v1".to_owned()]
-            } else {
-                if groups.is_none() {
-                    groups = Some(self.get_doc("/apis").await?);
-                }
-                groups.as_ref().and_then(|g| group_versions(g, group)).ok_or_else(|| {
-                    UpstreamError::Discovery(format!(
-                        "resource \"{w}\": the upstream serves no API group \"{group}\""
-                    ))
-                })?
-            };
-            let mut found = None;
-            for version in &versions {
-                let path = if group.is_empty() {
-                    format!("/api/{version}")
-                } else {
-                    format!("/apis/{group}/{version}")
-                };
-                if !lists.contains_key(&path) {
-                    let doc = self.get_doc(&path).await?;
-                    lists.insert(path.clone(), doc);
-                }
-                if let Some(list) = lists.get(&path) {
-                    found = find_resource(list, group, version, resource, w)?;
-                }
-                if found.is_some() {
-                    break;
-                }
-            }
-            if let Some(kind) = found.as_mut().filter(|_| !is_builtin(group)) {
-                kind.builtin = self.typed_encoding(kind).await?;
-            }
-            out.push(found.ok_or_else(|| {
-                UpstreamError::Discovery(format!(
-                    "resource \"{w}\" not found on the upstream (looked in {})",
-                    versions
-                        .iter()
-                        .map(|v| if group.is_empty() { v.clone() } else { format!("{group}/{v}") })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?);
+            out.push(round.resolve(w).await?);
         }
         Ok(out)
+    }
+
+    /// The group/versions served by aggregated API servers (APIServices with a `service`),
+    /// from `apiregistration.k8s.io`. Empty when that cannot be read (logged): then nothing
+    /// is known to be aggregated, and an aggregated resource that can be listed and watched
+    /// would be cached through the apiserver's proxying.
+    async fn aggregated(&self) -> std::collections::HashSet<(String, String)> {
+        match self.get_doc::<ApiServiceList>("/apis/apiregistration.k8s.io/v1/apiservices").await {
+            Ok(l) => l
+                .items
+                .into_iter()
+                .filter(|a| a.spec.service.as_ref().is_some_and(|s| !s.is_null()))
+                .map(|a| (a.spec.group, a.spec.version))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list APIServices: aggregated APIs cannot be told apart (grant list on apiregistration.k8s.io/apiservices)");
+                Default::default()
+            }
+        }
     }
 
     /// Whether the upstream encodes `kind` typed (built in) or unstructured (a custom resource),

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use config::{ConfigError, UpstreamOptions};
+pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
 pub use list::{ListPage, MetadataPage, Selection};
 pub use watch::{RawEvent, WatchStream};
 

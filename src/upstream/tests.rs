@@ -335,9 +335,96 @@ fn discovery_route(s: &Seen) -> (StatusCode, String) {
         "/apis/capture.example.com/v1beta1/widgets?limit=1" => {
             r#"{"apiVersion":"capture.example.com/v1beta1","items":[],"kind":"WidgetList","metadata":{"continue":"","resourceVersion":"9"}}"#
         }
+        // Every named resource is tried with a one-item LIST (may the proxy list it?).
+        u if u.ends_with("?limit=1") && !u.contains("example") => {
+            r#"{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[]}"#
+        }
         _ => return (StatusCode::NOT_FOUND, "404 page not found\n".into()),
     };
     (StatusCode::OK, doc.into())
+}
+
+const FORBIDDEN: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"nodes is forbidden: User \"system:serviceaccount:kube-system:kwc\" cannot list resource \"nodes\" in API group \"\" at the cluster scope","reason":"Forbidden","details":{"kind":"nodes"},"code":403}"#;
+
+/// The discovery of a cluster with an aggregated API (metrics.example.io, an APIService with a
+/// service) and a resource the proxy may not list (nodes).
+fn wildcard_route(s: &Seen) -> (StatusCode, String) {
+    match s.uri.as_str() {
+        "/apis" => (
+            StatusCode::OK,
+            APIS.replace(
+                r#"{"name":"apps","#,
+                r#"{"name":"metrics.example.io","versions":[{"groupVersion":"metrics.example.io/v1","version":"v1"}],"preferredVersion":{"groupVersion":"metrics.example.io/v1","version":"v1"}},
+ {"name":"apps","#,
+            ),
+        ),
+        "/apis/apiregistration.k8s.io/v1/apiservices" => (
+            StatusCode::OK,
+            r#"{"kind":"APIServiceList","apiVersion":"apiregistration.k8s.io/v1","metadata":{"resourceVersion":"9"},"items":[
+             {"metadata":{"name":"v1.apps"},"spec":{"group":"apps","version":"v1","groupPriorityMinimum":17800,"versionPriority":15},"status":{}},
+             {"metadata":{"name":"v1.metrics.example.io"},"spec":{"service":{"namespace":"m","name":"m","port":443},"group":"metrics.example.io","version":"v1","groupPriorityMinimum":100,"versionPriority":100},"status":{}}]}"#
+                .into(),
+        ),
+        "/apis/metrics.example.io/v1" => (
+            StatusCode::OK,
+            r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"metrics.example.io/v1","resources":[
+             {"name":"samples","singularName":"sample","namespaced":true,"kind":"Sample","verbs":["get","list","watch"]}]}"#
+                .into(),
+        ),
+        "/api/v1/nodes?limit=1" => (StatusCode::FORBIDDEN, FORBIDDEN.into()),
+        _ => discovery_route(s),
+    }
+}
+
+#[tokio::test]
+async fn wildcard_discovery_finds_everything_cacheable_and_says_what_it_skips() {
+    let (addr, log) = fake_apiserver(false, wildcard_route).await;
+    let up = plain_upstream(addr, None);
+    let excluded = |g: &str, r: &str| g.is_empty() && r == "configmaps";
+    let all = Round::new(&up).everything(&excluded, &[]).await.unwrap();
+    let names: Vec<&str> = all.kinds.iter().map(|(n, _)| n.as_str()).collect();
+    // Not bindings (create only), not pods/exec (a subresource), not configmaps (excluded),
+    // not subjectaccessreviews; capture widgets at the only version that has them.
+    assert_eq!(names, ["pods", "apps/deployments", "capture.example.com/widgets"]);
+    assert_eq!(
+        all.kinds[2].1,
+        ResourceKind::new("capture.example.com", "v1beta1", "widgets", "Widget", true, false)
+    );
+    assert_eq!(all.kinds[1].1, ResourceKind::new("apps", "v1", "deployments", "Deployment", true, true));
+    let skipped: Vec<(&str, SkipReason)> = all.skipped.iter().map(|s| (s.name.as_str(), s.reason)).collect();
+    assert_eq!(
+        skipped,
+        [("nodes", SkipReason::Forbidden), ("metrics.example.io/samples", SkipReason::Aggregated)]
+    );
+    assert!(all.skipped[0].detail.contains("cannot list resource"), "{}", all.skipped[0].detail);
+    let seen: Vec<String> = log.lock().iter().map(|s| s.uri.clone()).collect();
+    assert_eq!(seen.iter().filter(|u| *u == "/apis").count(), 1, "/apis once per round: {seen:?}");
+    assert!(!seen.iter().any(|u| u.contains("samples")), "an aggregated API is never listed: {seen:?}");
+    assert!(!seen.iter().any(|u| u.contains("configmaps")), "an excluded resource is never listed");
+    // The next round lists only what is not cached yet (here: the forbidden nodes again).
+    let known: Vec<ResourceKind> = all.kinds.iter().map(|(_, k)| k.clone()).collect();
+    let again = Round::new(&up).everything(&excluded, &known).await.unwrap();
+    assert_eq!(again.kinds, all.kinds);
+    let lists: Vec<String> = log
+        .lock()
+        .iter()
+        .skip(seen.len())
+        .filter(|s| s.uri.ends_with("?limit=1"))
+        .map(|s| s.uri.clone())
+        .collect();
+    assert_eq!(lists, ["/api/v1/nodes?limit=1"]);
+}
+
+#[tokio::test]
+async fn a_named_resource_the_proxy_may_not_list_cannot_be_cached() {
+    let (addr, _) = fake_apiserver(false, wildcard_route).await;
+    let up = plain_upstream(addr, None);
+    let e = up.discover(&["nodes".to_string()]).await.unwrap_err().to_string();
+    assert!(
+        e.starts_with("discovery: resource \"nodes\" cannot be cached: the proxy may not list it"),
+        "{e}"
+    );
+    assert!(e.contains("remove it from --resources"), "{e}");
 }
 
 #[tokio::test]
@@ -364,13 +451,16 @@ async fn discovery_finds_kinds_scopes_and_builtin() {
         paths,
         [
             "/api/v1",
+            "/api/v1/pods?limit=1",
+            "/api/v1/nodes?limit=1",
             "/apis",
             "/apis/apps/v1",
+            "/apis/apps/v1/deployments?limit=1",
             "/apis/capture.example.com/v1",
             "/apis/capture.example.com/v1beta1",
             "/apis/capture.example.com/v1beta1/widgets?limit=1"
         ],
-        "each document fetched once, one list to tell a dotted group's encoding"
+        "each document fetched once, one list per resource (may the proxy list it? a dotted group's encoding)"
     );
     for s in &seen {
         assert_eq!(s.headers["accept"], "application/json");

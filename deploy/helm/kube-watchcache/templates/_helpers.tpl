@@ -85,6 +85,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The ClusterRole rules for config.resources: get/list/watch, one rule per API group. */}}
 {{- define "kwc.resourceRules" -}}
+{{- if has "*" .Values.config.resources }}
+- apiGroups: ["*"]
+  resources: ["*"]
+  verbs: ["get", "list", "watch"]
+{{- else -}}
 {{- $groups := list -}}
 {{- $byGroup := dict -}}
 {{- range .Values.config.resources -}}
@@ -105,5 +110,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [{{ . | quote }}]
   resources: {{ get $byGroup . | toJson }}
   verbs: ["get", "list", "watch"]
+{{- end -}}
 {{- end -}}
 {{- end -}}
