@@ -290,6 +290,60 @@ async fn paginated_lists_are_consistent_snapshots() {
     assert_eq!(up.names(), vec!["cm-3", "cm-4"]);
 }
 
+/// Issue 24: a continue token (or Exact read) whose RV the cache moved past `--history-window`
+/// or more ago is the upstream's to answer: after a compaction, the apiserver's 410 with a
+/// token to continue at the latest revision comes through. While the cache is still at the
+/// token's RV it is served from the cache, however old.
+#[tokio::test]
+async fn continue_tokens_older_than_the_window_are_answered_by_the_upstream() {
+    let sim = kube_watchcache::sim::Sim::start(kube_watchcache::sim::SimOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        objects: 0,
+        ..Default::default()
+    })
+    .await
+    .expect("sim starts");
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    // Zero: every RV the cache has moved past is outside the window at once (no waiting).
+    args.history_window = Duration::ZERO;
+    let proxy = kube_watchcache::app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(T).await);
+    let env = Env { sim, proxy, client: client() };
+    let mut rv = 0;
+    for i in 1..=4 {
+        rv = env.create_cm("ns", &format!("cm-{i}"), json!({}));
+    }
+    env.synced_to(rv).await;
+    let p1 = env
+        .get_from_cache(
+            &format!("/api/v1/namespaces/ns/configmaps?limit=2&resourceVersion={rv}&resourceVersionMatch=NotOlderThan"),
+            true,
+        )
+        .await;
+    let token = p1.json()["metadata"]["continue"].as_str().unwrap().to_owned();
+    let page2 = format!("/api/v1/namespaces/ns/configmaps?limit=2&continue={token}");
+    // The cache is still at the token's RV: served from the cache.
+    let p2 = env.get_from_cache(&page2, true).await;
+    assert_eq!(p2.names(), vec!["cm-3", "cm-4"]);
+    // The cache moves past it, and the upstream compacts it away.
+    let later = env.create_cm("ns", "cm-5", json!({}));
+    env.synced_to(later).await;
+    env.sim.sim.compact();
+    let before = env.upstream_exact(&page2);
+    let p2 = env.get(&page2).await;
+    assert_eq!(env.upstream_exact(&page2), before + 1, "forwarded upstream");
+    assert_eq!(p2.status, 410, "{:?}", p2.json());
+    let st = p2.json();
+    assert_eq!(st["reason"], "Expired");
+    assert!(st["metadata"]["continue"].is_string(), "the upstream's token to continue at the latest RV");
+    // An Exact read at the old RV goes upstream too.
+    let exact = format!("/api/v1/namespaces/ns/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact");
+    let before = env.upstream_exact(&exact);
+    let r = env.get(&exact).await;
+    assert_eq!(env.upstream_exact(&exact), before + 1);
+    assert_eq!(r.status, 410);
+}
+
 /// Issue 4: a client that stops reading its watch never delays the others. Its queue fills,
 /// it gets the shared time budget, then the proxy closes it; the stream it got is a clean,
 /// gap-free prefix that ends with the chunked terminator. The healthy watcher gets every event.

@@ -4,6 +4,12 @@
 //! watches at a resourceVersion (`History::since`) and to rebuild the state at an older RV
 //! (`History::newer_than`). Event RVs only grow; the window's floor only grows, even across a
 //! relist.
+//!
+//! Coverage is bounded by time as well as by count (issue 24): the history records when the
+//! cache moved past each RV (events, bookmarks, relists, in granules of `max_age / 64`), and
+//! an RV the cache moved past more than `max_age` ago is no longer covered, even on a quiet
+//! resource whose newest event never leaves. Exact reads and continue tokens at such an RV are
+//! forwarded, so the upstream's own answer (from etcd, or 410 once compacted) comes through.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -24,11 +30,56 @@ pub struct History {
     floor: Rv,
     max_events: usize,
     max_age: Duration,
+    /// When the cache RV moved, oldest first: `(t, rv)` = at `t` the cache reached `rv`, so every
+    /// RV below it was passed at or before `t`. Consecutive moves within a granule share the
+    /// earlier time (an RV may expire up to one granule early: safe, it is then forwarded).
+    moves: VecDeque<(Instant, Rv)>,
+    /// Every RV below this was passed more than `max_age` ago (from moves dropped by `expire`).
+    passed_below: Rv,
 }
 
 impl History {
     pub fn new(max_events: usize, max_age: Duration) -> History {
-        History { events: VecDeque::new(), floor: Rv(0), max_events: max_events.max(1), max_age }
+        History {
+            events: VecDeque::new(),
+            floor: Rv(0),
+            max_events: max_events.max(1),
+            max_age,
+            moves: VecDeque::new(),
+            passed_below: Rv(0),
+        }
+    }
+
+    /// Records that the cache RV moved to `rv` at `now` (an event, a bookmark, a relist).
+    pub fn moved(&mut self, now: Instant, rv: Rv) {
+        let granule = self.max_age / 64;
+        match self.moves.back_mut() {
+            Some((_, last)) if rv <= *last => {}
+            Some((t, last)) if now.saturating_duration_since(*t) < granule => *last = rv,
+            _ => self.moves.push_back((now, rv)),
+        }
+        self.expire_moves(now);
+    }
+
+    /// Whether the cache moved past `rv` at least `max_age` before `now`.
+    fn passed_long_ago(&self, rv: Rv, now: Instant) -> bool {
+        let expired = self
+            .moves
+            .iter()
+            .take_while(|(t, _)| now.saturating_duration_since(*t) >= self.max_age)
+            .last()
+            .map_or(self.passed_below, |(_, r)| self.passed_below.max(*r));
+        rv < expired
+    }
+
+    fn expire_moves(&mut self, now: Instant) {
+        while let Some(&(t, rv)) = self.moves.front() {
+            if now.saturating_duration_since(t) < self.max_age {
+                break;
+            }
+            self.passed_below = self.passed_below.max(rv);
+            self.moves.pop_front();
+        }
     }
 
     /// Starts a new window at a relist: everything up to `list_rv` is in the store, nothing
@@ -51,6 +102,7 @@ impl History {
 
     /// Drops events older than the window (the newest is kept so the floor stays tight).
     pub fn expire(&mut self, now: Instant) {
+        self.expire_moves(now);
         while self.events.len() > 1
             && self.events.front().is_some_and(|(t, _)| now.duration_since(*t) > self.max_age)
         {
@@ -82,10 +134,11 @@ impl History {
         self.events.front().map_or(Duration::ZERO, |(t, _)| now.saturating_duration_since(*t))
     }
 
-    /// Whether the state at `rv` can be rebuilt from the store and this history
-    /// (`current` is the cache RV).
-    pub fn covers(&self, rv: Rv, current: Rv) -> bool {
-        rv >= self.floor && rv <= current
+    /// Whether the state at `rv` can be rebuilt from the store and this history and is recent
+    /// enough to serve (`current` is the cache RV): inside the floor, not newer than the cache,
+    /// and not passed by the cache `max_age` or more ago.
+    pub fn covers(&self, rv: Rv, current: Rv, now: Instant) -> bool {
+        rv >= self.floor && rv <= current && !self.passed_long_ago(rv, now)
     }
 
     /// Events with RV > `rv`, oldest first; `rv` older than the window is 410

@@ -183,9 +183,10 @@ impl Writer {
         st.rv = st.rv.max(list_rv);
         // After the watchers were ended: a BOOKMARK that reads this RV finds its queue closed.
         self.shared.dispatched.store(st.rv.0, Ordering::Release);
-        st.history.reset(list_rv);
-        st.history.expire(now);
         let rv = st.rv;
+        st.history.reset(list_rv);
+        st.history.moved(now, rv);
+        st.history.expire(now);
         self.publish(rv, true, None);
         drop(st);
         self.proven();
@@ -211,6 +212,7 @@ impl Writer {
         };
         let event = Arc::new(Event::new(kind, rv, obj, prev));
         st.history.push(now, event.clone());
+        st.history.moved(now, rv);
         st.rv = rv;
         let mut blocked = Vec::new();
         st.watchers.dispatch(&Dispatched { event, lazy: LazyFrames::default() }, Some(&mut blocked));
@@ -226,7 +228,9 @@ impl Writer {
         let mut st = self.shared.state.lock();
         if rv > st.rv {
             st.rv = rv;
-            st.history.expire(Instant::now());
+            let now = Instant::now();
+            st.history.moved(now, rv);
+            st.history.expire(now);
             self.shared.dispatched.store(rv.0, Ordering::Release);
             self.publish(rv, true, None);
         }
@@ -407,10 +411,11 @@ impl Reader {
     }
 
     /// The state at exactly `rv`, rebuilt from the store and the history, or `None` when `rv`
-    /// is outside the history window (older than its floor, or newer than the cache).
+    /// is outside the history window (older than its floor, newer than the cache, or passed by
+    /// the cache `--history-window` or more ago).
     pub fn snapshot_at(&self, rv: Rv) -> Option<Snapshot> {
         let st = self.shared.state.lock();
-        if !st.history.covers(rv, st.rv) {
+        if !st.history.covers(rv, st.rv, Instant::now()) {
             return None;
         }
         let mut store = st.store.clone();

@@ -378,6 +378,35 @@ async fn exact_snapshots_are_rebuilt_from_history() {
     assert_eq!(r.snapshot_at(Rv(12)).unwrap().store.len(), 2);
 }
 
+/// Issue 24: an RV the cache moved past `--history-window` ago is no longer served exactly,
+/// even on a quiet resource whose newest event never leaves the history; the RV the cache is
+/// at stays servable however old.
+#[tokio::test(start_paused = true)]
+async fn exact_reads_expire_a_window_after_the_cache_moved_past_them() {
+    let (mut w, r) = setup();
+    let window = r.options().history_window;
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
+    tokio::time::advance(Duration::from_secs(10)).await;
+    w.bookmark(Rv(50));
+    tokio::time::advance(window - Duration::from_secs(11)).await;
+    // 10 was passed (by 11) window - 1 s ago, 11 (by the bookmark) 10 s later.
+    assert!(r.snapshot_at(Rv(10)).is_some());
+    assert!(r.snapshot_at(Rv(11)).is_some());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(r.snapshot_at(Rv(10)).is_none(), "passed by 11 more than the window ago");
+    assert!(r.snapshot_at(Rv(11)).is_some(), "passed by the bookmark less than the window ago");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(r.snapshot_at(Rv(49)).is_none());
+    // The cache is still at 50: the current state is always servable.
+    tokio::time::advance(10 * window).await;
+    assert_eq!(r.snapshot_at(Rv(50)).map(|s| s.rv), Some(Rv(50)));
+    // A relist moves the cache too.
+    w.replace(vec![obj(&w, "a", "x", 60, "a")], Rv(70));
+    assert!(r.snapshot_at(Rv(50)).is_none(), "below the relist's floor");
+    tokio::time::advance(window).await;
+    assert!(r.snapshot_at(Rv(70)).is_some());
+}
+
 #[tokio::test(start_paused = true)]
 async fn periodic_bookmarks_follow_the_cache_rv() {
     let (mut w, r) = setup();
