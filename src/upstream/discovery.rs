@@ -257,6 +257,11 @@ impl<'a> Round<'a> {
                     "resource \"{w}\" cannot be cached: the proxy may not list it ({e}); grant list and watch on it, or remove it from --resources"
                 )));
             }
+            // A built-in's encoding is known: any other failure (the upstream erring or busy)
+            // is the reflector's to retry, as it was before the probe existed.
+            Err(e) if is_builtin(group) => {
+                tracing::warn!(resource = %w, error = %e, "cannot probe the list of a cached resource; its reflector retries");
+            }
             Err(e) => return Err(e),
         }
         Ok(kind)
