@@ -41,19 +41,12 @@ impl FieldSelector {
     /// texts. Syntax errors in any term are reported before unknown fields, each in the
     /// sorted order of the raw terms, as the apiserver does.
     pub fn parse(s: &str, kind: &ResourceKind) -> Result<FieldSelector, Error> {
-        let mut parts = split_terms(s);
-        parts.sort_unstable();
-        let mut raw = Vec::with_capacity(parts.len());
-        for part in parts.into_iter().filter(|p| !p.is_empty()) {
-            let Some((lhs, op, rhs)) = split_term(part) else {
-                return Err(Error::BadRequest(format!("invalid selector: '{s}'; can't understand '{part}'")));
-            };
-            raw.push((lhs, op, unescape(rhs).map_err(Error::BadRequest)?));
-        }
+        let raw = parse_terms(s)?;
         let mut terms = Vec::with_capacity(raw.len());
-        for (lhs, op, value) in raw {
-            let field = convert_field_label(kind, lhs).map_err(Error::BadRequest)?;
-            terms.push(Term { field, op, value });
+        for t in raw {
+            let field = convert_field_label(kind, &t.field).map_err(Error::BadRequest)?;
+            let op = if t.equals { Op::Equals } else { Op::NotEquals };
+            terms.push(Term { field, op, value: t.value });
         }
         Ok(FieldSelector { terms })
     }
@@ -108,6 +101,33 @@ impl fmt::Display for FieldSelector {
         }
         Ok(())
     }
+}
+
+/// One term of a field selector as apimachinery `fields.ParseSelector(s).Requirements()` gives
+/// it, before any per-resource conversion: the field as written, `=` / `==` (`equals`) or `!=`,
+/// and the unescaped value. Used where the apiserver parses without a resource: the
+/// authorization attributes (`server::auth::selectors`) and the `metadata.name` of a request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RawTerm {
+    pub field: String,
+    pub equals: bool,
+    pub value: String,
+}
+
+/// `fields.ParseSelector`: terms split on unescaped commas, sorted bytewise as Go sorts them,
+/// empty ones dropped; the 400 texts of a term without an operator or with a bad escape.
+pub fn parse_terms(s: &str) -> Result<Vec<RawTerm>, Error> {
+    let mut parts = split_terms(s);
+    parts.sort_unstable();
+    let mut out = Vec::with_capacity(parts.len());
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        let Some((lhs, op, rhs)) = split_term(part) else {
+            return Err(Error::BadRequest(format!("invalid selector: '{s}'; can't understand '{part}'")));
+        };
+        let value = unescape(rhs).map_err(Error::BadRequest)?;
+        out.push(RawTerm { field: lhs.to_owned(), equals: op == Op::Equals, value });
+    }
+    Ok(out)
 }
 
 /// What a field selector compares for `field`: Go's `fields.Set.Get`, absent = `""`.

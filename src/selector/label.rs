@@ -12,6 +12,8 @@ use crate::resource::go_quote;
 
 use super::validation::{is_qualified_name, is_valid_label_value};
 
+use LabelOp as Op;
+
 /// A parsed `labelSelector`: requirements ANDed, sorted by key. Empty matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LabelSelector {
@@ -28,7 +30,7 @@ struct Requirement {
 
 /// apimachinery `selection.Operator`, as far as label selectors use it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Op {
+pub enum LabelOp {
     Equals,
     DoubleEquals,
     NotEquals,
@@ -55,6 +57,12 @@ impl LabelSelector {
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.reqs.iter().all(|r| r.matches(labels))
+    }
+
+    /// The requirements as Go's `Selector.Requirements()` lists them: sorted by key, each
+    /// with its values sorted and deduplicated (`sets.String.List()`).
+    pub fn requirements(&self) -> impl Iterator<Item = (&str, LabelOp, &[String])> {
+        self.reqs.iter().map(|r| (r.key.as_str(), r.op, r.values.as_slice()))
     }
 
     /// The value the selector requires for `key`, like Go's `RequiresExactMatch`: the first

@@ -15,8 +15,8 @@ mod field;
 mod label;
 mod validation;
 
-pub use field::FieldSelector;
-pub use label::LabelSelector;
+pub use field::{parse_terms, FieldSelector, RawTerm};
+pub use label::{LabelOp, LabelSelector};
 
 #[cfg(test)]
 mod tests;

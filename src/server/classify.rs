@@ -163,6 +163,11 @@ pub struct RequestInfo {
     pub resource: String,
     pub subresource: String,
     pub name: String,
+    /// The raw `fieldSelector` / `labelSelector` (first value) of a list, watch or
+    /// deletecollection whose verb does not come from a `/watch/` path: what a 1.31+
+    /// apiserver puts in its authorization attributes (KEP-4601).
+    pub field_selector: String,
+    pub label_selector: String,
 }
 
 /// `RequestInfoFactory.NewRequestInfo` (API prefixes `api` (groupless) and `apis`):
@@ -200,7 +205,8 @@ pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> Request
     info.api_group = group.to_owned();
     info.api_version = rest[0].clone();
     let mut cur = &rest[1..];
-    if matches!(cur[0].as_str(), "watch" | "proxy") {
+    let verb_via_path = matches!(cur[0].as_str(), "watch" | "proxy");
+    if verb_via_path {
         if cur.len() < 2 {
             // The apiserver fails such a request ("unable to determine kind and namespace").
             return info;
@@ -255,6 +261,18 @@ pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> Request
     if info.name.is_empty() && info.verb == "delete" {
         info.verb = "deletecollection".into();
     }
+    // requestinfo.go (1.31+): "Don't support selector authorization on requests that used the
+    // deprecated verb-via-path mechanism"; the raw query values, read even when the rest of
+    // the ListOptions does not decode.
+    if !verb_via_path && matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
+        let first = |key: &str| {
+            form_urlencoded::parse(query.unwrap_or("").trim_start_matches('?').as_bytes())
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.into_owned())
+        };
+        info.field_selector = first("fieldSelector").unwrap_or_default();
+        info.label_selector = first("labelSelector").unwrap_or_default();
+    }
     info
 }
 
@@ -262,66 +280,8 @@ pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> Request
 /// label conversion), terms in sorted order, the first `metadata.name=` / `==` term's
 /// unescaped value. `Err` when the selector does not parse.
 fn exact_name(selector: &str) -> Result<Option<String>, ()> {
-    if selector.is_empty() {
-        return Ok(None);
-    }
-    // splitTerms: commas not escaped by a backslash.
-    let mut terms = Vec::new();
-    let (mut start, mut escaped) = (0, false);
-    for (i, c) in selector.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' => escaped = true,
-            ',' => {
-                terms.push(&selector[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    terms.push(&selector[start..]);
-    terms.sort_unstable();
-    let mut found = None;
-    for term in terms.into_iter().filter(|t| !t.is_empty()) {
-        // splitTerm: the first position where `!=`, `==` or `=` starts.
-        let (lhs, op, rhs) = term
-            .char_indices()
-            .find_map(|(i, _)| {
-                ["!=", "==", "="]
-                    .into_iter()
-                    .find(|op| term[i..].starts_with(op))
-                    .map(|op| (&term[..i], op, &term[i + op.len()..]))
-            })
-            .ok_or(())?;
-        let value = unescape_field_value(rhs)?;
-        if found.is_none() && lhs == "metadata.name" && op != "!=" {
-            found = Some(value);
-        }
-    }
-    Ok(found)
-}
-
-/// `fields.UnescapeValue`: `\\`, `\,` and `\=` are escapes; a bare `,` / `=` or any other escape
-/// is an error.
-fn unescape_field_value(s: &str) -> Result<String, ()> {
-    let mut out = String::with_capacity(s.len());
-    let mut escaped = false;
-    for c in s.chars() {
-        match (escaped, c) {
-            (true, '\\' | ',' | '=') => {
-                out.push(c);
-                escaped = false;
-            }
-            (true, _) => return Err(()),
-            (false, '\\') => escaped = true,
-            (false, ',' | '=') => return Err(()),
-            (false, _) => out.push(c),
-        }
-    }
-    if escaped {
-        return Err(());
-    }
-    Ok(out)
+    let terms = crate::selector::parse_terms(selector).map_err(|_| ())?;
+    Ok(terms.into_iter().find(|t| t.field == "metadata.name" && t.equals).map(|t| t.value))
 }
 
 /// `path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`.

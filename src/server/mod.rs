@@ -383,5 +383,7 @@ pub fn attributes(info: &RequestInfo) -> Attributes {
         namespace: info.namespace.clone(),
         name: info.name.clone(),
         path: None,
+        field_selector: auth::selectors::field(&info.field_selector),
+        label_selector: auth::selectors::label(&info.label_selector),
     }
 }

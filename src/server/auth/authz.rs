@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::cache::{Lookup, TtlCache};
+use super::selectors::{self, Requirement};
 use super::user::UserInfo;
 use crate::metrics::{Metrics, Review};
 use crate::upstream::{Upstream, UpstreamError};
@@ -29,6 +30,10 @@ pub struct Attributes {
     pub namespace: String,
     pub name: String,
     pub path: Option<String>,
+    /// `resourceAttributes.fieldSelector` / `labelSelector` requirements (list, watch and
+    /// deletecollection only; see `selectors`). Part of the decision cache's key.
+    pub field_selector: Vec<Requirement>,
+    pub label_selector: Vec<Requirement>,
 }
 
 /// The upstream's answer.
@@ -116,6 +121,12 @@ pub fn review_body(user: &UserInfo, a: &Attributes) -> Value {
                     ra[k] = v.clone().into();
                 }
             }
+            if let Some(f) = selectors::to_json(&a.field_selector) {
+                ra["fieldSelector"] = f;
+            }
+            if let Some(l) = selectors::to_json(&a.label_selector) {
+                ra["labelSelector"] = l;
+            }
             spec["resourceAttributes"] = ra;
         }
     }
@@ -157,6 +168,21 @@ mod tests {
             json!({"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{
                 "user":"alice","uid":"u1","groups":["devs"],"extra":{"scopes":["a"]},
                 "resourceAttributes":{"verb":"list","group":"","resource":"pods","version":"v1","namespace":"ns"}}})
+        );
+        // A kubelet's pod watch carries its field selector (KEP-4601), kube-proxy's its labels.
+        let w = Attributes {
+            verb: "watch".into(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            field_selector: selectors::field("spec.nodeName=n1"),
+            label_selector: selectors::label("!service.kubernetes.io/headless"),
+            ..Attributes::default()
+        };
+        assert_eq!(
+            review_body(&u, &w)["spec"]["resourceAttributes"],
+            json!({"verb":"watch","group":"","resource":"pods","version":"v1",
+                   "fieldSelector":{"requirements":[{"key":"spec.nodeName","operator":"In","values":["n1"]}]},
+                   "labelSelector":{"requirements":[{"key":"service.kubernetes.io/headless","operator":"DoesNotExist"}]}})
         );
         let m = Attributes { verb: "get".into(), path: Some("/metrics".into()), ..Attributes::default() };
         assert_eq!(

@@ -19,6 +19,7 @@ pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod impersonate;
+pub mod selectors;
 pub mod status;
 pub mod user;
 pub mod x509;

@@ -347,6 +347,31 @@ fn request_info_is_the_apiservers() {
     }
 }
 
+/// KEP-4601 (requestinfo.go, 1.31+): the raw selectors (first value each, read even when the
+/// ListOptions do not decode) for list, watch and deletecollection only, and never when the
+/// verb came from a `/watch/` path.
+#[test]
+fn request_info_carries_the_selectors_of_collection_verbs() {
+    let rows: &[(&str, &str, &str, [&str; 2])] = &[
+        ("GET", CMS, "fieldSelector=spec.nodeName%3Dn1&labelSelector=a%21%3Db", ["spec.nodeName=n1", "a!=b"]),
+        ("GET", CMS, "watch=1&fieldSelector=x%3D1&fieldSelector=x%3D2", ["x=1", ""]),
+        ("GET", CMS, "limit=bogus&labelSelector=in+(", ["", "in ("]),
+        ("DELETE", CMS, "labelSelector=a", ["", "a"]),
+        ("GET", "/api/v1/watch/namespaces/ns/configmaps", "fieldSelector=x%3D1&labelSelector=a", ["", ""]),
+        ("GET", "/api/v1/namespaces/ns/configmaps/a", "fieldSelector=x%3D1", ["", ""]),
+        ("DELETE", "/api/v1/namespaces/ns/configmaps/a", "labelSelector=a", ["", ""]),
+        ("POST", CMS, "labelSelector=a", ["", ""]),
+    ];
+    for (method, path, query, [field, label]) in rows {
+        let info = request_info(&method.parse().unwrap(), path, Some(query));
+        assert_eq!(
+            [info.field_selector.as_str(), info.label_selector.as_str()],
+            [*field, *label],
+            "{method} {path}?{query}"
+        );
+    }
+}
+
 /// Every request the cache serves is authorized as the apiserver would: the classified plan's
 /// verb is the RequestInfo's, and namespace and name are the RequestInfo's.
 #[test]
