@@ -289,10 +289,23 @@ async fn watch_once(
     resource: &str,
     mut rv: Rv,
 ) -> (WatchEnd, Rv) {
-    let mut stream = match upstream.watch(writer.kind(), rv, opts.watch_timeout_secs).await {
-        Ok(s) => s,
-        Err(e) if e.is_gone() => return (WatchEnd::Gone, rv),
-        Err(e) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
+    // The answer's head is bounded like the stream: a pooled connection that was partitioned
+    // while idle takes the request and never answers (nothing else would end that wait).
+    let started = tokio::time::timeout(
+        opts.watch_idle_timeout,
+        upstream.watch(writer.kind(), rv, opts.watch_timeout_secs),
+    );
+    let mut stream = match started.await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.is_gone() => return (WatchEnd::Gone, rv),
+        Ok(Err(e)) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
+        Err(_) => {
+            let why = format!(
+                "no answer to the watch request for {:?}; the connection may be partitioned",
+                opts.watch_idle_timeout
+            );
+            return (WatchEnd::Failed("watch_stalled".into(), why), rv);
+        }
     };
     // The upstream accepted a watch from our RV: proof that the cache is current.
     writer.proven();
