@@ -105,6 +105,7 @@ pub struct Metrics {
     resource_version: IntGaugeVec,
     watchers: IntGaugeVec,
     terminated: IntCounterVec,
+    ended_at_relist: IntCounterVec,
     offered: IntCounterVec,
     ready: IntGaugeVec,
     staleness: GaugeVec,
@@ -242,6 +243,12 @@ impl Metrics {
                 "Watches closed because the client was too slow.",
                 &["resource"],
             ),
+            ended_at_relist: counter(
+                &r,
+                "watchcache_watchers_ended_at_relist_total",
+                "Watches ended by a relist of the upstream (the ones that could not provably stay open).",
+                &["resource"],
+            ),
             offered: counter(
                 &r,
                 "watchcache_fanout_offered_total",
@@ -365,6 +372,7 @@ impl Metrics {
             &self.relists,
             &self.unparseable,
             &self.terminated,
+            &self.ended_at_relist,
             &self.offered,
         ] {
             c.with_label_values(&[resource]);
@@ -464,6 +472,7 @@ impl Metrics {
             self.resource_version.with_label_values(&l).set((p.rv.0 % 1_000_000_000_000_000) as i64);
             self.watchers.with_label_values(&l).set(w.live as i64);
             advance(&self.terminated.with_label_values(&l), w.terminated);
+            advance(&self.ended_at_relist.with_label_values(&l), w.ended_at_relist);
             advance(&self.offered.with_label_values(&l), w.offered);
             advance(&self.dispatched.with_label_values(&l), w.delivered);
             self.ready.with_label_values(&l).set(i64::from(p.ready));

@@ -160,6 +160,8 @@ async fn series_move_by_exactly_what_the_requests_did() {
     assert_eq!(d(&format!("watchcache_events_dispatched_total{res}")), 1.0);
     assert_eq!(d(&format!("watchcache_fanout_offered_total{res}")), 1.0);
     assert_eq!(after.get(&format!("watchcache_terminated_watchers_total{res}")), 0.0);
+    let ended = format!("watchcache_watchers_ended_at_relist_total{res}");
+    assert_eq!(after.0.get(&ended), Some(&0.0), "the series exists from the start, at 0");
     assert_eq!(after.get(&format!("watchcache_watchers{res}")), 1.0);
     assert_eq!(d(&format!("watchcache_history_size{res}")), 1.0);
     assert_eq!(after.get(&format!("watchcache_history_capacity{res}")), args.history_max_events as f64);

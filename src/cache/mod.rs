@@ -300,6 +300,8 @@ pub struct Reader {
 pub struct WatcherStats {
     pub live: usize,
     pub terminated: u64,
+    /// Watchers ended by relists (DESIGN §6: those that could not provably stay open).
+    pub ended_at_relist: u64,
     /// (event, watcher) pairs examined by the fan-out; grows with interested watchers only.
     pub offered: u64,
     /// (event, watcher) deliveries by the fan-out.
@@ -363,6 +365,7 @@ impl Reader {
         WatcherStats {
             live: st.watchers.len(),
             terminated: st.watchers.terminated(),
+            ended_at_relist: st.watchers.ended_at_relist(),
             offered: st.watchers.offered(),
             delivered: st.watchers.delivered(),
         }

@@ -262,6 +262,7 @@ async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
     assert!(got.iter().all(|e| e.0 == "ADDED" || e.0 == "BOOKMARK"), "no difference sent: {got:?}");
     assert_eq!(drain(&mut from_write).await, Some(vec![]));
     assert_eq!(r.watcher_stats().live, 1, "only the watch from 30 stays");
+    assert_eq!(r.watcher_stats().ended_at_relist, 2);
     w.apply(EventType::Modified, obj(&w, "a", "x", 31, "a")).unwrap();
     assert_eq!(take(&mut future, 1).await, vec![("MODIFIED".into(), "x".into(), "31".into())]);
 }

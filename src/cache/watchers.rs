@@ -58,6 +58,8 @@ pub struct Watchers {
     indexed: HashMap<Slot, HashMap<u64, Entry>>,
     /// Watchers dropped because their queue was full.
     terminated: u64,
+    /// Watchers ended by a relist (`end_unsafe_at_relist`).
+    ended_at_relist: u64,
     /// How many (event, watcher) pairs were examined: the fan-out cost.
     offered: u64,
     /// (event, watcher) deliveries so far (at once, or after waiting for the time budget).
@@ -163,6 +165,11 @@ impl Watchers {
         self.terminated
     }
 
+    /// Watchers ended so far by relists.
+    pub fn ended_at_relist(&self) -> u64 {
+        self.ended_at_relist
+    }
+
     /// (event, watcher) deliveries so far.
     pub fn delivered(&self) -> u64 {
         self.delivered
@@ -235,7 +242,9 @@ impl Watchers {
             m.retain(|_, e| keep(e, diff));
         }
         self.indexed.retain(|_, m| !m.is_empty());
-        before - self.len()
+        let ended = before - self.len();
+        self.ended_at_relist += ended as u64;
+        ended
     }
 
     /// Sends `d` to every interested watcher without blocking. A closed queue drops its
