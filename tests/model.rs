@@ -14,37 +14,20 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::churn::{churn, run_client, Stats, PATH};
 use common::fault::Fault;
-use common::mirror::{resume, Applied, Mirror, Next, Stream};
-use common::{client, serve_args, HttpClient};
+use common::mirror::{resume, Mirror};
+use common::{client, serve_args};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::resource::Rv;
 use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
 use serde_json::json;
 
-const NS: &str = "m";
-const PATH: &str = "/api/v1/namespaces/m/configmaps";
 const CLIENTS: usize = 6;
-/// Objects the writer keeps around.
-const NAMES: usize = 12;
-
-#[derive(Default)]
-struct Stats {
-    writes: AtomicUsize,
-    stalls: AtomicUsize,
-    cuts: AtomicUsize,
-    compactions: AtomicUsize,
-    lists: AtomicUsize,
-    watch_lists: AtomicUsize,
-    resumes: [AtomicUsize; 3],
-    gone: AtomicUsize,
-    ended: AtomicUsize,
-    events: AtomicUsize,
-}
 
 fn seed() -> u64 {
     std::env::var("MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(22)
@@ -60,30 +43,6 @@ async fn start_proxy(upstream: std::net::SocketAddr) -> Running {
     let p = app::start(&args).await.expect("proxy starts");
     assert!(p.wait_ready(Duration::from_secs(30)).await, "proxy synced");
     p
-}
-
-/// The writer: random create / update / delete among `NAMES` names.
-async fn churn(sim: Sim, stop: Arc<AtomicBool>, stats: Arc<Stats>, seed: u64) {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut n = 0u64;
-    while !stop.load(SeqCst) {
-        let name = format!("c{}", rng.usize(..NAMES));
-        n += 1;
-        let obj = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":NS},"data":{"v":n.to_string()}});
-        let ok = if sim.update("configmaps", NS, obj.clone()).is_ok() {
-            if rng.u8(..4) == 0 {
-                sim.delete("configmaps", NS, &name).is_ok()
-            } else {
-                true
-            }
-        } else {
-            sim.create("configmaps", NS, obj).is_ok()
-        };
-        if ok {
-            stats.writes.fetch_add(1, SeqCst);
-        }
-        tokio::time::sleep(Duration::from_millis(rng.u64(5..40))).await;
-    }
 }
 
 /// The faults: on a random replica, a stall (released, or ended by a cut after a compaction:
@@ -121,122 +80,6 @@ async fn faults(sim: Sim, relays: [Arc<Fault>; 2], stop: Arc<AtomicBool>, stats:
     }
 }
 
-/// A starting state from `base`: a LIST, or a watch-list whose stream the client then keeps.
-async fn start(
-    http: &HttpClient,
-    base: &str,
-    rng: &mut fastrand::Rng,
-    stats: &Stats,
-) -> Option<(Mirror, Option<Stream>)> {
-    if rng.bool() {
-        let q = if rng.bool() { "" } else { "?resourceVersion=0" };
-        let m = Mirror::list(http, &format!("{base}{PATH}{q}")).await?;
-        stats.lists.fetch_add(1, SeqCst);
-        return Some((m, None));
-    }
-    let url = format!(
-        "{base}{PATH}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-    );
-    let mut s = Stream::open(http, &url).await;
-    if s.status != 200 {
-        return None;
-    }
-    let mut m = Mirror::default();
-    loop {
-        match s.next(Duration::from_secs(10)).await {
-            Next::Event(ev) => {
-                if ev["type"] == "ERROR" {
-                    return None;
-                }
-                if m.initial(&ev) {
-                    break;
-                }
-            }
-            // Ended (or stalled) before its initial state was complete: start again.
-            _ => return None,
-        }
-    }
-    stats.watch_lists.fetch_add(1, SeqCst);
-    Some((m, Some(s)))
-}
-
-/// One client until `stop`; returns its state (and its anomalies).
-async fn run_client(
-    bases: Arc<[String; 3]>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<Stats>,
-    seed: u64,
-) -> Option<Mirror> {
-    let http = client();
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut held: Option<Mirror> = None;
-    while !stop.load(SeqCst) {
-        let b = rng.usize(..3);
-        let base = &bases[b];
-        let (mut m, stream) = match held.take() {
-            Some(m) => {
-                stats.resumes[b].fetch_add(1, SeqCst);
-                (m, None)
-            }
-            None => match start(&http, base, &mut rng, &stats).await {
-                Some(s) => s,
-                None => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let mut s = match stream {
-            Some(s) => s,
-            None => {
-                let url =
-                    format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}", m.rv);
-                let s = Stream::open(&http, &url).await;
-                if s.status != 200 {
-                    // Not ready (429) or the like: the client keeps its state and tries again.
-                    held = Some(m);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-                s
-            }
-        };
-        // Read a random number of events, then drop the stream (a lost connection).
-        let budget = rng.usize(0..12);
-        let mut got = 0;
-        let mut keep = true;
-        while got < budget && !stop.load(SeqCst) {
-            match s.next(Duration::from_millis(rng.u64(50..400))).await {
-                Next::Event(ev) => match m.apply(&ev) {
-                    Applied::Error(code) => {
-                        assert_eq!(code, 410, "{ev}");
-                        stats.gone.fetch_add(1, SeqCst);
-                        keep = false;
-                        break;
-                    }
-                    Applied::Change => {
-                        stats.events.fetch_add(1, SeqCst);
-                        got += 1;
-                    }
-                    Applied::Bookmark { .. } => {}
-                },
-                Next::End => {
-                    stats.ended.fetch_add(1, SeqCst);
-                    break;
-                }
-                Next::Idle => break,
-            }
-        }
-        if !m.anomalies.is_empty() {
-            return Some(m);
-        }
-        if keep {
-            held = Some(m);
-        }
-    }
-    held
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_never_hold_ghosts_across_faults_relists_and_replicas() {
     let seed = seed();
@@ -244,12 +87,16 @@ async fn clients_never_hold_ghosts_across_faults_relists_and_replicas() {
     let sim: SimHandle =
         Sim::start(SimOptions { compaction_window: 400, ..Default::default() }).await.expect("sim");
     sim.sim
-        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":NS}}))
+        .create(
+            "namespaces",
+            "",
+            json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":common::churn::NS}}),
+        )
         .expect("namespace");
     let relays = [Arc::new(Fault::start(sim.addr).await), Arc::new(Fault::start(sim.addr).await)];
     let a = start_proxy(relays[0].addr).await;
     let b = start_proxy(relays[1].addr).await;
-    let bases = Arc::new([
+    let bases = Arc::new(vec![
         format!("http://{}", a.addr),
         format!("http://{}", b.addr),
         format!("http://{}", sim.addr),

@@ -2,6 +2,7 @@
 //! 127.0.0.1:0, and talk plain HTTP to them.
 #![allow(dead_code)]
 
+pub mod churn;
 pub mod fault;
 pub mod mirror;
 

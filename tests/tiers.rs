@@ -1,0 +1,234 @@
+//! Tiers (issue 19): a proxy is another proxy's upstream. The sim, a middle proxy M caching
+//! from it, and two leaf proxies L1 and L2 caching from M. A writer churns configmaps; M is
+//! restarted twice on the same address (its new cache starts at a new list RV, so the leaves'
+//! re-watches get 410 and they relist from M); informer-like clients (`common::churn`) list or
+//! watch-list, watch, drop their stream anywhere and resume at L1, L2, M or the sim. Every
+//! event a client applies must make sense for its state, and at the end every client resumed
+//! anywhere holds exactly the sim's objects: zero lost, duplicated or reordered events at the
+//! leaves. It also prints what a tier costs in delivery lag (one watch at the sim, at M and at
+//! L1, the same events timed at each).
+//!
+//! Seeded (`MODEL_SEED`) and timed by `SOAK_SECS` (default 12 s of churn). Run by
+//! `cargo test --test tiers`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::churn::{churn, run_client, Stats, NS, PATH};
+use common::mirror::{resume, Mirror, Next, Stream};
+use common::{client, serve_args};
+use kube_watchcache::app::{self, Running};
+use kube_watchcache::resource::Rv;
+use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
+use serde_json::json;
+
+const CLIENTS: usize = 6;
+
+fn seed() -> u64 {
+    std::env::var("MODEL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(19)
+}
+
+fn secs() -> u64 {
+    std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(12)
+}
+
+/// A proxy caching configmaps from `upstream`, listening on `listen` (port 0: any).
+async fn proxy(upstream: SocketAddr, listen: SocketAddr) -> Running {
+    let mut args = serve_args(upstream, &["configmaps"]);
+    args.insecure_listen = Some(listen);
+    args.security.max_watches_per_user = 0;
+    // The address of a proxy just shut down may take a moment to be free again.
+    for _ in 0..50 {
+        match app::start(&args).await {
+            Ok(p) => {
+                assert!(p.wait_ready(Duration::from_secs(30)).await, "proxy synced");
+                return p;
+            }
+            Err(e) if listen.port() != 0 => {
+                eprintln!("restart on {listen}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("proxy starts: {e}"),
+        }
+    }
+    panic!("could not restart on {listen}");
+}
+
+/// Watches `base` from `rv` and notes when each event's RV arrived, until `stop`.
+async fn time_events(base: String, rv: u64, stop: Arc<AtomicBool>) -> HashMap<u64, Instant> {
+    let http = client();
+    let mut seen = HashMap::new();
+    let url = format!("{base}{PATH}?watch=true&resourceVersion={rv}");
+    let mut s = Stream::open(&http, &url).await;
+    assert_eq!(s.status, 200, "{url}");
+    while !stop.load(SeqCst) {
+        match s.next(Duration::from_millis(300)).await {
+            Next::Event(ev) => {
+                if let Some(r) =
+                    ev["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok())
+                {
+                    seen.entry(r).or_insert_with(Instant::now);
+                }
+            }
+            Next::Idle => {}
+            Next::End => break,
+        }
+    }
+    seen
+}
+
+/// `watchcache_relists_total` of a proxy (the initial list included), from its /metrics.
+async fn relists(addr: SocketAddr) -> f64 {
+    let r = common::send(&client(), http::Method::GET, &format!("http://{addr}/metrics"), None, &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("watchcache_relists_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// p50 and p99 of how much later than at `from` the same events arrived at `to`.
+fn lag(from: &HashMap<u64, Instant>, to: &HashMap<u64, Instant>) -> (usize, Duration, Duration) {
+    let mut d: Vec<Duration> =
+        to.iter().filter_map(|(rv, t)| from.get(rv).map(|f| t.saturating_duration_since(*f))).collect();
+    d.sort();
+    if d.is_empty() {
+        return (0, Duration::ZERO, Duration::ZERO);
+    }
+    let q = |p: f64| d[((d.len() - 1) as f64 * p) as usize];
+    (d.len(), q(0.5), q(0.99))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
+    let seed = seed();
+    let secs = secs();
+    let sim: SimHandle =
+        Sim::start(SimOptions { compaction_window: 400, ..Default::default() }).await.expect("sim");
+    sim.sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":NS}}))
+        .expect("namespace");
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let middle = proxy(sim.addr, any).await;
+    let middle_addr = middle.addr;
+    let l1 = proxy(middle_addr, any).await;
+    let l2 = proxy(middle_addr, any).await;
+    let bases = Arc::new(vec![
+        format!("http://{}", l1.addr),
+        format!("http://{}", l2.addr),
+        format!("http://{middle_addr}"),
+        format!("http://{}", sim.addr),
+    ]);
+    let stats = Arc::new(Stats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_clients = Arc::new(AtomicBool::new(false));
+    let stop_timing = Arc::new(AtomicBool::new(false));
+
+    // Lag: the same events timed at the sim, at M and at L1 (before the first restart).
+    let rv0 = sim.sim.current_rv().0;
+    l1.readers[0].wait_for(Rv(rv0), Duration::from_secs(10)).await.expect("leaf at the start RV");
+    let timers: Vec<_> = [&bases[3], &bases[2], &bases[0]]
+        .into_iter()
+        .map(|b| tokio::spawn(time_events(b.clone(), rv0, stop_timing.clone())))
+        .collect();
+
+    let writer = tokio::spawn(churn(sim.sim.clone(), stop.clone(), stats.clone(), seed));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            tokio::spawn(run_client(bases.clone(), stop_clients.clone(), stats.clone(), seed + 10 + i as u64))
+        })
+        .collect();
+    let third = Duration::from_secs(secs) / 3;
+    tokio::time::sleep(third).await;
+    stop_timing.store(true, SeqCst);
+    let mut timed = Vec::new();
+    for t in timers {
+        timed.push(t.await.unwrap());
+    }
+    // Two restarts of the middle tier, on the same address, with compactions in between: the
+    // leaves' re-watches from RVs the new middle cache never had get 410, and they relist.
+    let mut middle = Some(middle);
+    let mut restarts = 0;
+    for _ in 0..2 {
+        if let Some(m) = middle.take() {
+            m.shutdown().await;
+        }
+        sim.sim.compact();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        middle = Some(proxy(sim.addr, middle_addr).await);
+        restarts += 1;
+        tokio::time::sleep(third / 2).await;
+    }
+    stop.store(true, SeqCst);
+    writer.await.unwrap();
+    stop_clients.store(true, SeqCst);
+    let mut held = Vec::new();
+    for c in clients {
+        held.push(c.await.unwrap());
+    }
+    let middle = middle.expect("middle tier");
+
+    // Quiet now: every tier reaches the sim's revision.
+    let rv = sim.sim.current_rv().0;
+    let t = Instant::now();
+    for p in [&middle, &l1, &l2] {
+        p.readers[0].wait_for(Rv(rv), Duration::from_secs(60)).await.expect("tier caught up");
+    }
+    let caught_up = t.elapsed();
+    let http = client();
+    let truth = Mirror::list(&http, &format!("{}{PATH}", bases[3])).await.expect("truth");
+    let mut rng = fastrand::Rng::with_seed(seed + 2);
+    for (i, m) in held.into_iter().enumerate() {
+        let base = &bases[rng.usize(..bases.len())];
+        let m = match m {
+            Some(m) => {
+                assert!(m.anomalies.is_empty(), "client {i}: {:?}", m.anomalies);
+                m
+            }
+            None => Mirror::list(&http, &format!("{base}{PATH}")).await.expect("list"),
+        };
+        let from = m.rv;
+        let got = resume(&http, base, PATH, m, Duration::from_millis(800)).await;
+        assert!(got.anomalies.is_empty(), "client {i} resuming at {base} from {from}: {:?}", got.anomalies);
+        assert_eq!(got.objects, truth.objects, "client {i} resuming at {base} from {from}");
+    }
+    // The restarts made the leaves relist from the new middle tier (the 410 path was taken).
+    let leaf_lists = relists(l1.addr).await + relists(l2.addr).await;
+    assert!(leaf_lists > 2.0, "the leaves relisted after the middle restarts: {leaf_lists} lists");
+    // Every leaf serves the truth too.
+    for base in &bases[..2] {
+        let leaf =
+            Mirror::list(&http, &format!("{base}{PATH}?resourceVersion={rv}")).await.expect("leaf list");
+        assert_eq!(leaf.objects, truth.objects, "{base}");
+    }
+    let (n_m, m50, m99) = lag(&timed[0], &timed[1]);
+    let (n_l, l50, l99) = lag(&timed[0], &timed[2]);
+    let s = &stats;
+    eprintln!(
+        "tiers (seed {seed}, {secs} s): {} writes, {restarts} middle restarts; clients: {} lists, {} watch-lists, resumes at L1 {} / L2 {} / M {} / sim {}, {} events applied, {} streams ended, {} 410s; tiers caught up {caught_up:?} after; {} clients at the truth ({} objects); {leaf_lists} leaf lists (2 initial); lag behind the sim: M p50 {m50:?} p99 {m99:?} ({n_m} events), L1 (two tiers) p50 {l50:?} p99 {l99:?} ({n_l} events)",
+        s.writes.load(SeqCst),
+        s.lists.load(SeqCst),
+        s.watch_lists.load(SeqCst),
+        s.resumes[0].load(SeqCst),
+        s.resumes[1].load(SeqCst),
+        s.resumes[2].load(SeqCst),
+        s.resumes[3].load(SeqCst),
+        s.events.load(SeqCst),
+        s.ended.load(SeqCst),
+        s.gone.load(SeqCst),
+        CLIENTS,
+        truth.objects.len(),
+    );
+    assert!(s.writes.load(SeqCst) > 0 && s.events.load(SeqCst) > 0);
+    assert!(n_l > 0, "events timed through two tiers");
+    for p in [middle, l1, l2] {
+        p.shutdown().await;
+    }
+}
