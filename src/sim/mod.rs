@@ -261,6 +261,11 @@ impl Sim {
     pub fn request_count(&self, pred: impl Fn(&RequestRecord) -> bool) -> usize {
         self.inner.requests.lock().iter().filter(|r| pred(r)).count()
     }
+
+    /// The recorded requests matching `pred`, oldest first (what the upstream received).
+    pub fn requests(&self, pred: impl Fn(&RequestRecord) -> bool) -> Vec<RequestRecord> {
+        self.inner.requests.lock().iter().filter(|r| pred(r)).cloned().collect()
+    }
 }
 
 impl SimHandle {

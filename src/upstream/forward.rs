@@ -35,7 +35,15 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
 ];
 
-/// The `Upgrade` value when the request asks to upgrade (`Connection: upgrade` + `Upgrade`).
+/// The protocols Kubernetes upgrades to: `kubectl exec` / `attach` / `port-forward` speak
+/// SPDY/3.1 or websocket (the `v5.channel.k8s.io`-style subprotocols ride inside websocket's
+/// `Sec-WebSocket-Protocol`, passed on unchanged).
+const UPGRADES: [&str; 2] = ["SPDY/3.1", "websocket"];
+
+/// The `Upgrade` value when the request asks to upgrade (`Connection: upgrade` + `Upgrade`) to
+/// a protocol Kubernetes uses. Any other `Upgrade` is not an upgrade: the request is forwarded
+/// as a plain one with the header dropped (what the apiserver's handlers do with it), so a
+/// caller cannot pick the HTTP/1.1 upgrade path for an ordinary request.
 pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
     let asks = headers
         .get_all(CONNECTION)
@@ -43,11 +51,9 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    if asks {
-        headers.get(UPGRADE).cloned()
-    } else {
-        None
-    }
+    let proto = headers.get(UPGRADE)?;
+    let known = proto.to_str().is_ok_and(|p| UPGRADES.iter().any(|u| p.trim().eq_ignore_ascii_case(u)));
+    (asks && known).then(|| proto.clone())
 }
 
 /// Removes hop-by-hop headers, `Upgrade`, and every header named in `Connection`.
@@ -229,5 +235,14 @@ mod tests {
         assert_eq!(upgrade_protocol(&ws).unwrap(), "websocket");
         assert!(upgrade_protocol(&headers(&[("upgrade", "websocket")])).is_none());
         assert!(upgrade_protocol(&headers(&[("connection", "upgrade")])).is_none());
+        let spdy_lower = headers(&[("connection", "Upgrade"), ("upgrade", "spdy/3.1")]);
+        assert_eq!(upgrade_protocol(&spdy_lower).unwrap(), "spdy/3.1");
+        // Issue 21: any other protocol is a plain request (not the HTTP/1.1 upgrade path).
+        for other in ["x", "h2c", "websocket, x", "SPDY/3.0", "TLS/1.0"] {
+            assert!(
+                upgrade_protocol(&headers(&[("connection", "Upgrade"), ("upgrade", other)])).is_none(),
+                "{other}"
+            );
+        }
     }
 }

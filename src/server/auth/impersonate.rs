@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::authz::Attributes;
-use super::user::{UserInfo, ANONYMOUS};
+use super::user::{UserInfo, ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED};
 
 pub const USER: &str = "impersonate-user";
 pub const GROUP: &str = "impersonate-group";
@@ -55,11 +55,13 @@ pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
         w.uid = Some(text(u)?);
     }
     for (name, v) in headers {
+        // The name is lowercase already (as Go's `strings.ToLower` before unescaping): an
+        // escaped capital (`%41`) stays a capital, as in the apiserver.
         if let Some(key) = name.as_str().strip_prefix(EXTRA_PREFIX) {
             let key = percent_decode_str(key)
                 .decode_utf8()
                 .map_err(|_| "invalid impersonation extra key".to_string())?;
-            w.extra.entry(key.to_lowercase()).or_default().push(text(v)?);
+            w.extra.entry(key.into_owned()).or_default().push(text(v)?);
         }
     }
     match users.first() {
@@ -90,7 +92,7 @@ fn attrs(group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> Attrib
 /// each extra value, the uid.
 pub fn checks(w: &Wanted) -> Vec<Attributes> {
     let mut out = Vec::new();
-    match w.user.strip_prefix(SA_PREFIX).and_then(|r| r.split_once(':')) {
+    match split_service_account(&w.user) {
         Some((ns, name)) => out.push(attrs("", "serviceaccounts", "", ns, name)),
         None => out.push(attrs("", "users", "", "", &w.user)),
     }
@@ -108,25 +110,48 @@ pub fn checks(w: &Wanted) -> Vec<Attributes> {
     out
 }
 
-/// The user the request acts as once every check passed.
+/// The user the request acts as once every check passed (impersonation.go): a service
+/// account without wanted groups gets its service-account groups; a user other than
+/// `system:anonymous` gets `system:authenticated` unless it wants `system:authenticated` or
+/// `system:unauthenticated`; `system:anonymous` gets `system:unauthenticated` unless wanted.
 pub fn user(w: &Wanted) -> UserInfo {
     let mut groups = w.groups.clone();
-    if let Some((ns, _)) = w.user.strip_prefix(SA_PREFIX).and_then(|r| r.split_once(':')) {
+    if let Some((ns, _)) = split_service_account(&w.user) {
         if groups.is_empty() {
             groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{ns}")];
         }
     }
-    let u = UserInfo {
-        name: w.user.clone(),
-        uid: w.uid.clone().unwrap_or_default(),
-        groups,
-        extra: w.extra.clone(),
-    };
-    if w.user == ANONYMOUS {
-        u
-    } else {
-        u.with_authenticated_group()
+    if w.user != ANONYMOUS {
+        if !groups.iter().any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED) {
+            groups.push(AUTHENTICATED.into());
+        }
+    } else if !groups.iter().any(|g| g == UNAUTHENTICATED) {
+        groups.push(UNAUTHENTICATED.into());
     }
+    UserInfo { name: w.user.clone(), uid: w.uid.clone().unwrap_or_default(), groups, extra: w.extra.clone() }
+}
+
+/// `serviceaccount.SplitUsername`: `system:serviceaccount:<ns>:<name>` with exactly two parts,
+/// a valid namespace (DNS label) and service-account name (DNS subdomain); anything else is a
+/// plain user name (`system:serviceaccount:ns:a:b`, `system:serviceaccount:ns:`).
+pub fn split_service_account(user: &str) -> Option<(&str, &str)> {
+    let (ns, name) = user.strip_prefix(SA_PREFIX)?.split_once(':')?;
+    (is_dns_label(ns) && is_dns_subdomain(name)).then_some((ns, name))
+}
+
+/// RFC 1123 label: 1–63 of `[a-z0-9-]`, alphanumeric at both ends.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// RFC 1123 subdomain: at most 253 characters of labels joined by `.`.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Removes every `Impersonate-*` header.
@@ -139,13 +164,25 @@ pub fn strip(headers: &mut HeaderMap) {
 
 const EXTRA_KEY: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
 
-/// Sets the headers that make the upstream act as `u` (sent with the proxy's credentials).
-/// `system:authenticated` is left out: the apiserver adds it to impersonated users itself.
+/// Sets the headers that make the upstream act as exactly `u` (sent with the proxy's
+/// credentials). `system:authenticated` is left out (the apiserver adds it to impersonated
+/// users itself), except for a service account with no other group: without any
+/// `Impersonate-Group` the apiserver would add the service-account groups, which a certificate
+/// user (`CN=system:serviceaccount:ns:sa`, no O) does not have. Every value must be
+/// header-safe, so that the upstream reads back exactly what was authorized here; a value that
+/// is not is an error and nothing is sent.
 pub fn set(headers: &mut HeaderMap, u: &UserInfo) -> Result<(), String> {
     strip(headers);
-    let value = |s: &str| HeaderValue::from_str(s).map_err(|_| format!("{s:?} cannot be sent in a header"));
+    u.check_header_safe()?;
+    let value = |s: &str| {
+        HeaderValue::from_bytes(s.as_bytes()).map_err(|_| format!("{s:?} cannot be sent in a header"))
+    };
     headers.insert(USER, value(&u.name)?);
-    for g in u.groups.iter().filter(|g| *g != super::user::AUTHENTICATED) {
+    let mut groups = u.groups.iter().filter(|g| *g != AUTHENTICATED).peekable();
+    if groups.peek().is_none() && split_service_account(&u.name).is_some() {
+        headers.append(GROUP, HeaderValue::from_static(AUTHENTICATED));
+    }
+    for g in groups {
         headers.append(GROUP, value(g)?);
     }
     if !u.uid.is_empty() {
@@ -222,5 +259,89 @@ mod tests {
         assert_eq!(w.groups, ["devs"]);
         assert_eq!(w.uid.as_deref(), Some("u"));
         assert_eq!(w.extra["a/b"], ["1"]);
+    }
+
+    /// Issue 21 item 2: a value a header would change is never sent; nothing is sent then.
+    #[test]
+    fn set_refuses_values_a_header_would_change() {
+        let with = |name: &str, groups: &[&str]| UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..UserInfo::default()
+        };
+        for u in [
+            with("mallory", &[" system:masters"]),
+            with("mallory", &["system:masters "]),
+            with("mallory", &["\tsystem:masters"]),
+            with(" ", &[]),
+            with("", &[]),
+            with("mal\rlory", &[]),
+            with("mallory", &["a\nImpersonate-Group: system:masters"]),
+            with("mallory", &[""]),
+        ] {
+            let mut headers = h(&[("impersonate-user", "evil")]);
+            assert!(set(&mut headers, &u).is_err(), "{u:?}");
+            assert!(parse(&headers).unwrap().is_none(), "nothing left for {u:?}");
+        }
+        // Inner spaces and non-ASCII letters arrive unchanged.
+        let mut headers = HeaderMap::new();
+        set(&mut headers, &with("José Ñ", &["team a"])).unwrap();
+        assert_eq!(headers[USER].as_bytes(), "José Ñ".as_bytes());
+        assert_eq!(headers[GROUP], "team a");
+    }
+
+    /// Issue 21 item 3: a certificate `CN=system:serviceaccount:ns:sa` with no O is forwarded
+    /// with exactly its groups: an explicit `system:authenticated`, so the apiserver adds no
+    /// service-account groups.
+    #[test]
+    fn a_service_account_certificate_user_gets_no_service_account_groups_upstream() {
+        let u = UserInfo {
+            name: "system:serviceaccount:ns:sa".into(),
+            groups: vec![AUTHENTICATED.into()],
+            ..UserInfo::default()
+        };
+        let mut headers = HeaderMap::new();
+        set(&mut headers, &u).unwrap();
+        let groups: Vec<&str> = headers.get_all(GROUP).iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(groups, [AUTHENTICATED]);
+        // What the apiserver then builds from the headers: exactly the certificate's groups.
+        assert_eq!(user(&parse(&headers).unwrap().unwrap()).groups, [AUTHENTICATED]);
+        // A plain user with no group needs nothing explicit.
+        let mut headers = HeaderMap::new();
+        set(&mut headers, &UserInfo { name: "bob".into(), ..u.clone() }).unwrap();
+        assert!(headers.get(GROUP).is_none());
+    }
+
+    /// Smaller differences from the apiserver (issue 21).
+    #[test]
+    fn service_account_names_extra_keys_and_unauthenticated_as_the_apiserver() {
+        for plain in [
+            "system:serviceaccount:ns:a:b",
+            "system:serviceaccount:ns:",
+            "system:serviceaccount::sa",
+            "system:serviceaccount:NS:sa",
+        ] {
+            let w = parse(&h(&[("impersonate-user", plain)])).unwrap().unwrap();
+            assert_eq!(checks(&w)[0].resource, "users", "{plain}");
+            assert_eq!(user(&w).groups, [AUTHENTICATED], "{plain}");
+        }
+        assert_eq!(
+            split_service_account("system:serviceaccount:kube-system:a.b"),
+            Some(("kube-system", "a.b"))
+        );
+        // Lowercased before unescaping: an escaped capital stays.
+        let w =
+            parse(&h(&[("impersonate-user", "bob"), ("impersonate-extra-%41cme", "x")])).unwrap().unwrap();
+        assert_eq!(w.extra.keys().collect::<Vec<_>>(), ["Acme"]);
+        // system:unauthenticated wanted: no system:authenticated added.
+        let w = parse(&h(&[("impersonate-user", "bob"), ("impersonate-group", UNAUTHENTICATED)]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(user(&w).groups, [UNAUTHENTICATED]);
+        let w = parse(&h(&[("impersonate-user", ANONYMOUS)])).unwrap().unwrap();
+        assert_eq!(user(&w).groups, [UNAUTHENTICATED]);
+        let w =
+            parse(&h(&[("impersonate-user", "bob"), ("impersonate-group", AUTHENTICATED)])).unwrap().unwrap();
+        assert_eq!(user(&w).groups, [AUTHENTICATED]);
     }
 }

@@ -70,6 +70,13 @@ impl Auth {
     /// apiserver's `FailOnError` union).
     pub async fn authenticate<B>(&self, req: &Request<B>) -> Result<Caller, Response<Body>> {
         if let Some(PeerUser(u)) = req.extensions().get::<PeerUser>() {
+            // Forwarded requests name this user in Impersonate-* headers: an identity that a
+            // header would change is refused rather than authorized as one string and sent as
+            // another.
+            if let Err(why) = u.check_header_safe() {
+                tracing::warn!(reason = %why, "client certificate refused: its subject cannot be forwarded unchanged");
+                return Err(status::unauthorized());
+            }
             return Ok(Caller::new((**u).clone(), Credential::Certificate));
         }
         let token = req.headers().get(AUTHORIZATION).and_then(|h| authn::bearer_token(h).map(|t| (h, t)));

@@ -27,6 +27,21 @@ impl UserInfo {
         UserInfo { name: ANONYMOUS.into(), groups: vec![UNAUTHENTICATED.into()], ..UserInfo::default() }
     }
 
+    /// Whether every part of this identity can be sent in an `Impersonate-*` header and read
+    /// back unchanged (`header_safe`); `Err` names the first part that cannot.
+    pub fn check_header_safe(&self) -> Result<(), String> {
+        let parts = std::iter::once(("user name", &self.name))
+            .chain(self.groups.iter().map(|g| ("group", g)))
+            .chain((!self.uid.is_empty()).then_some(("uid", &self.uid)))
+            .chain(self.extra.values().flatten().map(|v| ("extra value", v)));
+        for (what, v) in parts {
+            if !header_safe(v) {
+                return Err(format!("{what} {v:?} cannot be forwarded in a header unchanged"));
+            }
+        }
+        Ok(())
+    }
+
     /// Adds `system:authenticated` like the apiserver's group adder (not for anonymous).
     pub fn with_authenticated_group(mut self) -> UserInfo {
         if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED) {
@@ -34,6 +49,15 @@ impl UserInfo {
         }
         self
     }
+}
+
+/// Whether `s` arrives unchanged when sent as an HTTP header value: not empty, no leading or
+/// trailing whitespace (HTTP/1.1 parsers drop it: RFC 9110 §5.5), no control characters (not
+/// allowed in a field value, or cut at a line end). An identity that is not header-safe would
+/// be authorized as one string here and act as another upstream (issue 21: `O=" system:masters"`
+/// arrived as `system:masters`).
+pub fn header_safe(s: &str) -> bool {
+    !s.is_empty() && s.trim_matches([' ', '\t']) == s && !s.chars().any(char::is_control)
 }
 
 /// How the caller proved who they are.

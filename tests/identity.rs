@@ -1,0 +1,220 @@
+//! Certificate identities forwarded upstream (issue 21, items 2 and 3): a TLS proxy with
+//! `--client-ca-file` (a client CA made here with rcgen, so subjects can be anything a CA might
+//! sign), the sim recording what it receives. A subject that a header would change is refused
+//! with 401 before anything is sent; an `Upgrade` other than Kubernetes' own is a plain request;
+//! a service-account certificate user reaches the upstream with exactly its groups.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use kube_watchcache::app::{self, Running};
+use kube_watchcache::sim::{AuthScript, Rule, Sim, SimHandle, SimOptions};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::json;
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)
+}
+
+/// A client CA and certificates it signs, with any CN and O values.
+struct Pki {
+    issuer: Issuer<'static, KeyPair>,
+    ca_pem: String,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name.push(DnType::CommonName, "identity test client CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&key).unwrap().pem();
+        Pki { issuer: Issuer::new(ca, key), ca_pem }
+    }
+
+    /// (certificate PEM, key PEM) for `CN=cn` and one `O` per entry of `orgs`.
+    fn client(&self, cn: &str, orgs: &[&str]) -> (String, String) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+type TlsClient =
+    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+
+/// An HTTP/1.1 client presenting `identity` (so that `Connection: Upgrade` can be sent).
+fn client((cert, key): &(String, String)) -> TlsClient {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(testdata("server-ca.crt")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert.as_bytes()).map(|c| c.unwrap()).collect();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let conn =
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http1().build();
+    Client::builder(TokioExecutor::new()).build(conn)
+}
+
+struct Env {
+    sim: SimHandle,
+    proxy: Running,
+    dir: PathBuf,
+}
+
+async fn start(pki: &Pki, tag: &str) -> Env {
+    let dir = std::env::temp_dir().join(format!("kwc-identity-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("client-ca.crt"), &pki.ca_pem).unwrap();
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    // Everyone authenticated may do everything: the refusals below are the proxy's own.
+    sim.sim.set_auth(AuthScript::default().rule(Rule::group("system:authenticated", &["*"], "*", &["*"])));
+    sim.sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns-a"}}))
+        .unwrap();
+    let mut args = common::serve_args(sim.addr, &["configmaps"]);
+    args.security.auth = "upstream".into();
+    args.security.client_ca_file = Some(dir.join("client-ca.crt"));
+    args.insecure_listen = None;
+    args.secure_port = 0;
+    args.bind_address = "127.0.0.1".parse().unwrap();
+    args.tls_cert_file = Some(testdata("server1.crt"));
+    args.tls_private_key_file = Some(testdata("server1.key"));
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    Env { sim, proxy, dir }
+}
+
+impl Env {
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.proxy.addr.port())
+    }
+
+    /// A ConfigMap POST (forwarded), optionally asking for an arbitrary upgrade.
+    async fn create(&self, c: &TlsClient, name: &str, upgrade: bool) -> StatusCode {
+        let mut b = Request::builder()
+            .method(Method::POST)
+            .uri(self.url("/api/v1/namespaces/ns-a/configmaps"))
+            .header("content-type", "application/json");
+        if upgrade {
+            b = b.header("connection", "Upgrade").header("upgrade", "x");
+        }
+        let body = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name}}).to_string();
+        let resp = tokio::time::timeout(
+            Duration::from_secs(10),
+            c.request(b.body(Full::new(Bytes::from(body))).unwrap()),
+        )
+        .await
+        .expect("answered")
+        .expect("request");
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        status
+    }
+
+    async fn list(&self, c: &TlsClient) -> StatusCode {
+        let req = Request::get(self.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        c.request(req).await.expect("request").status()
+    }
+
+    /// Forwarded POSTs the sim saw, with their impersonation headers.
+    fn posts(&self) -> Vec<(Option<String>, Vec<String>, bool)> {
+        self.sim
+            .sim
+            .requests(|r| r.method == "POST" && r.path.ends_with("/configmaps"))
+            .into_iter()
+            .map(|r| {
+                let user = r
+                    .headers
+                    .get("impersonate-user")
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                let groups = r
+                    .headers
+                    .get_all("impersonate-group")
+                    .iter()
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                    .collect();
+                (user, groups, r.headers.contains_key("upgrade"))
+            })
+            .collect()
+    }
+
+    async fn stop(self) {
+        self.proxy.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Issue 21 item 2, as reproduced against a real kube-apiserver 1.28.7: `CN=mallory,
+/// O=" system:masters"` with `Connection: Upgrade`, `Upgrade: x` on a POST ran as
+/// system:masters. Now every request with such a subject is 401 and nothing reaches the upstream.
+#[tokio::test]
+async fn subjects_a_header_would_change_are_refused() {
+    let pki = Pki::new();
+    let env = start(&pki, "subjects").await;
+    for (cn, orgs) in [
+        ("mallory", vec![" system:masters"]),
+        ("mallory", vec!["system:masters "]),
+        ("mallory", vec!["devs", "\tsystem:masters"]),
+        (" ", vec![]),
+        (" mallory", vec![]),
+        ("mal\u{7f}lory", vec![]),
+    ] {
+        let c = client(&pki.client(cn, &orgs));
+        assert_eq!(env.create(&c, "by-mallory", true).await, StatusCode::UNAUTHORIZED, "{cn:?} {orgs:?}");
+        assert_eq!(env.create(&c, "by-mallory", false).await, StatusCode::UNAUTHORIZED, "{cn:?} {orgs:?}");
+        assert_eq!(env.list(&c).await, StatusCode::UNAUTHORIZED, "{cn:?} {orgs:?}");
+    }
+    assert!(env.posts().is_empty(), "nothing forwarded: {:?}", env.posts());
+    // A well-formed certificate with an arbitrary Upgrade: a plain request, as the apiserver
+    // treats it; the upstream gets exactly the certificate's identity, without the Upgrade.
+    let c = client(&pki.client("carol", &["team a"]));
+    assert_eq!(env.create(&c, "by-carol", true).await, StatusCode::CREATED);
+    assert_eq!(env.posts(), [(Some("carol".to_string()), vec!["team a".to_string()], false)]);
+    env.stop().await;
+}
+
+/// Issue 21 item 3: `CN=system:serviceaccount:<ns>:<name>` without O has no groups but
+/// `system:authenticated` at the apiserver; forwarded, it must not gain the service-account
+/// groups (which the apiserver adds when no Impersonate-Group is sent).
+#[tokio::test]
+async fn a_service_account_certificate_keeps_exactly_its_groups_upstream() {
+    let pki = Pki::new();
+    let env = start(&pki, "sa").await;
+    let c = client(&pki.client("system:serviceaccount:ns-a:robot", &[]));
+    assert_eq!(env.create(&c, "by-robot", false).await, StatusCode::CREATED);
+    assert_eq!(
+        env.posts(),
+        [(
+            Some("system:serviceaccount:ns-a:robot".to_string()),
+            vec!["system:authenticated".to_string()],
+            false
+        )]
+    );
+    env.stop().await;
+}
