@@ -154,7 +154,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         consistent_wait: args.consistent_read_wait,
         max_staleness: args.max_staleness,
     };
-    let security = security(&args.security, &upstream, addr, &metrics);
+    let security = security(&args.security, &upstream, addr, &metrics)?;
     let tls = tls.map(|(cfg, reloader)| {
         let interval = args.security.tls_reload_interval;
         tokio::spawn(tls::watch_files(reloader, interval, shutdown_rx.clone(), metrics.clone()));
@@ -192,7 +192,12 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
 }
 
 /// The server's authentication, authorization and limits from the flags.
-fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr, metrics: &Arc<Metrics>) -> Security {
+fn security(
+    args: &SecurityArgs,
+    upstream: &Upstream,
+    addr: SocketAddr,
+    metrics: &Arc<Metrics>,
+) -> Result<Security, String> {
     let auth = if args.enabled() {
         Some(Auth::new(
             upstream.clone(),
@@ -219,7 +224,7 @@ fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr, metrics:
         );
         None
     };
-    Security {
+    Ok(Security {
         auth,
         limits: LimitOptions {
             max_url_bytes: args.max_url_bytes,
@@ -228,7 +233,8 @@ fn security(args: &SecurityArgs, upstream: &Upstream, addr: SocketAddr, metrics:
             max_watches_per_user: args.max_watches_per_user,
             request_timeout: args.request_timeout,
         },
-    }
+        loopback: args.loopback_guard()?,
+    })
 }
 
 /// Every watch is a socket: start with the soft open-files limit at the hard one.

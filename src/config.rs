@@ -335,6 +335,20 @@ pub struct SecurityArgs {
     /// Time limit for non-long-running requests (504 past it).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// With --auth=none: regular expressions (comma-separated) for the hosts (the Host header
+    /// without its port) to accept, as `kubectl proxy`'s; other hosts get 403 (DNS rebinding).
+    #[arg(long, default_value = crate::server::loopback::ACCEPT_HOSTS)]
+    pub accept_hosts: String,
+    /// With --auth=none: regular expressions for the paths to refuse (exec and attach).
+    #[arg(long, default_value = crate::server::loopback::REJECT_PATHS)]
+    pub reject_paths: String,
+    /// With --auth=none: regular expressions for the methods to refuse.
+    #[arg(long, default_value = crate::server::loopback::REJECT_METHODS)]
+    pub reject_methods: String,
+    /// With --auth=none: regular expressions for the browser origins (`Origin` header) to
+    /// accept; by default a request carrying any `Origin` gets 403.
+    #[arg(long, default_value = "")]
+    pub accept_origins: String,
 }
 
 impl SecurityArgs {
@@ -355,7 +369,25 @@ impl SecurityArgs {
             max_url_bytes: 32 * 1024,
             max_header_bytes: 1024 * 1024,
             request_timeout: Duration::from_secs(60),
+            accept_hosts: crate::server::loopback::ACCEPT_HOSTS.into(),
+            reject_paths: crate::server::loopback::REJECT_PATHS.into(),
+            reject_methods: crate::server::loopback::REJECT_METHODS.into(),
+            accept_origins: String::new(),
         }
+    }
+
+    /// The browser guard of --auth=none (`server::loopback`), `None` with authentication.
+    pub fn loopback_guard(&self) -> Result<Option<crate::server::loopback::Guard>, String> {
+        if self.enabled() {
+            return Ok(None);
+        }
+        crate::server::loopback::Guard::new(
+            &self.accept_hosts,
+            &self.reject_paths,
+            &self.reject_methods,
+            &self.accept_origins,
+        )
+        .map(Some)
     }
 
     /// Whether callers are checked (`--auth=upstream`).
@@ -422,6 +454,7 @@ impl ServeArgs {
         self.resources =
             self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
         crate::wanted::Wanted::parse(&self.resources)?;
+        self.security.loopback_guard()?;
         match (&self.insecure_listen, &self.tls_cert_file, &self.tls_private_key_file) {
             (Some(addr), _, _) if !addr.ip().is_loopback() => {
                 return Err(format!(

@@ -31,6 +31,7 @@ pub mod gzip;
 pub mod health;
 pub mod limits;
 pub mod listener;
+pub mod loopback;
 pub mod proxy;
 pub mod serve;
 pub mod tls;
@@ -60,13 +61,17 @@ pub struct Server {
     shutting_down: tokio::sync::watch::Receiver<bool>,
     auth: Option<Auth>,
     limits: Limits,
+    loopback: Option<loopback::Guard>,
 }
 
-/// What a server checks; the default (no auth, default limits) is `--auth=none`.
+/// What a server checks; the default (no auth, default limits, no browser guard) is what
+/// in-process tests use.
 #[derive(Default)]
 pub struct Security {
     pub auth: Option<Auth>,
     pub limits: LimitOptions,
+    /// `--auth=none`'s Host / path / method / Origin filters (`loopback`).
+    pub loopback: Option<loopback::Guard>,
 }
 
 impl Server {
@@ -90,6 +95,7 @@ impl Server {
             shutting_down,
             auth: security.auth,
             limits: Limits::new(security.limits),
+            loopback: security.loopback,
         }
     }
 
@@ -99,6 +105,12 @@ impl Server {
         let path = req.uri().path();
         if matches!(path, "/healthz" | "/livez" | "/readyz") {
             if let Some(resp) = health::handle(&self, &req) {
+                return resp;
+            }
+        }
+        if let Some(guard) = &self.loopback {
+            if let Err(resp) = guard.check(&req) {
+                self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
                 return resp;
             }
         }
