@@ -234,6 +234,15 @@ fn security(
             request_timeout: args.request_timeout,
         },
         loopback: args.loopback_guard()?,
+        trusted_headers: crate::server::proxy::TrustedHeaders::new(
+            &[
+                args.requestheader_username_headers.clone(),
+                args.requestheader_group_headers.clone(),
+                args.requestheader_uid_headers.clone(),
+            ]
+            .concat(),
+            &args.requestheader_extra_headers_prefix,
+        ),
     })
 }
 

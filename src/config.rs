@@ -335,6 +335,20 @@ pub struct SecurityArgs {
     /// Time limit for non-long-running requests (504 past it).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// Request-header authentication user headers (besides `X-Remote-User`), dropped from
+    /// every forwarded request so that a caller cannot assert an identity the upstream trusts
+    /// from the proxy's connection. Comma-separated, as kube-apiserver's flag.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_username_headers: Vec<String>,
+    /// Request-header group headers dropped (besides `X-Remote-Group`).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_group_headers: Vec<String>,
+    /// Request-header uid headers dropped (besides `X-Remote-Uid`).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
+    /// Request-header extra-header prefixes dropped (besides `X-Remote-Extra-`).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_extra_headers_prefix: Vec<String>,
     /// With --auth=none: regular expressions (comma-separated) for the hosts (the Host header
     /// without its port) to accept, as `kubectl proxy`'s; other hosts get 403 (DNS rebinding).
     #[arg(long, default_value = crate::server::loopback::ACCEPT_HOSTS)]
@@ -373,6 +387,10 @@ impl SecurityArgs {
             reject_paths: crate::server::loopback::REJECT_PATHS.into(),
             reject_methods: crate::server::loopback::REJECT_METHODS.into(),
             accept_origins: String::new(),
+            requestheader_username_headers: Vec::new(),
+            requestheader_group_headers: Vec::new(),
+            requestheader_uid_headers: Vec::new(),
+            requestheader_extra_headers_prefix: Vec::new(),
         }
     }
 

@@ -27,7 +27,9 @@ async fn a_web_page_cannot_use_the_sidecar() {
     // A cross-origin request from a page on a loopback name.
     let port = env.proxy.addr.port();
     let local = format!("localhost:{port}");
-    let r = send(&env.client, Method::GET, &url, None, &[("host", &local), ("origin", "https://evil.example")]).await;
+    let r =
+        send(&env.client, Method::GET, &url, None, &[("host", &local), ("origin", "https://evil.example")])
+            .await;
     assert_eq!(r.status, 403);
     assert_eq!(seen(&env, secrets), 0);
     // A cross-origin WebSocket exec: refused (path and origin), never sent upstream.
@@ -45,8 +47,14 @@ async fn a_web_page_cannot_use_the_sidecar() {
     assert_eq!(r.status, 403);
     // Exec and attach are refused even from a loopback name without an Origin (kubectl proxy's
     // --reject-paths default).
-    let r = send(&env.client, Method::POST, &env.proxy_url(&format!("{exec}?command=id")), None, &[("host", &local)])
-        .await;
+    let r = send(
+        &env.client,
+        Method::POST,
+        &env.proxy_url(&format!("{exec}?command=id")),
+        None,
+        &[("host", &local)],
+    )
+    .await;
     assert_eq!(r.status, 403);
     assert_eq!(seen(&env, exec), 0);
     // The loopback names are accepted, the upstream answers.

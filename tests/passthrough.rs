@@ -162,3 +162,35 @@ async fn upgrades_are_spliced() {
         .unwrap();
     assert_eq!(&echo, b"ping");
 }
+
+/// Issue 21 item 4: headers the upstream may trust from the proxy's connection never pass:
+/// request-header authentication headers are dropped, and `X-Forwarded-For` is the caller's
+/// real address, not its own claim.
+#[tokio::test]
+async fn headers_the_upstream_may_trust_are_not_passed_on() {
+    let env = start().await;
+    env.ns("ns");
+    let path = "/api/v1/namespaces/ns/configmaps/absent";
+    let r = send(
+        &env.client,
+        Method::GET,
+        &env.proxy_url(path),
+        None,
+        &[
+            ("x-remote-user", "system:admin"),
+            ("x-remote-group", "system:masters"),
+            ("x-remote-extra-scopes", "all"),
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-real-ip", "203.0.113.9"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 404, "forwarded and answered");
+    let seen = env.sim.sim.requests(|r| r.path == path);
+    assert_eq!(seen.len(), 1);
+    let h = &seen[0].headers;
+    for name in ["x-remote-user", "x-remote-group", "x-remote-extra-scopes", "x-real-ip"] {
+        assert!(!h.contains_key(name), "{name} passed on");
+    }
+    assert_eq!(h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(), ["127.0.0.1"]);
+}

@@ -58,7 +58,7 @@ pub async fn run(
             None => {
                 tokio::spawn(async move {
                     let proto = sniff(&stream).await;
-                    let svc = service(server, None);
+                    let svc = service(server, None, peer);
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
                         let conn = builders.serve(io, proto, svc, stop, live);
@@ -94,7 +94,7 @@ pub async fn run(
                         Some(b"http/1.1") => Proto::Http1,
                         _ => Proto::Detect,
                     };
-                    let svc = service(server, peer_user);
+                    let svc = service(server, peer_user, peer);
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does
                     // in the clear).
@@ -157,6 +157,7 @@ async fn sniff(stream: &tokio::net::TcpStream) -> Proto {
 fn service(
     server: Arc<Server>,
     peer_user: Option<PeerUser>,
+    peer: std::net::SocketAddr,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<super::Body>,
@@ -170,6 +171,7 @@ fn service(
         if let Some(p) = &peer_user {
             req.extensions_mut().insert(p.clone());
         }
+        req.extensions_mut().insert(super::proxy::PeerAddr(peer));
         // Boxed: hyper keeps the service future's slot for the whole connection (HTTP/1) or
         // stream (HTTP/2); unboxed, its ~5 KiB would stay allocated for every open watch.
         Box::pin(async move { Ok::<_, Infallible>(server.handle(req).await) })

@@ -62,6 +62,7 @@ pub struct Server {
     auth: Option<Auth>,
     limits: Limits,
     loopback: Option<loopback::Guard>,
+    trusted_headers: proxy::TrustedHeaders,
 }
 
 /// What a server checks; the default (no auth, default limits, no browser guard) is what
@@ -72,6 +73,8 @@ pub struct Security {
     pub limits: LimitOptions,
     /// `--auth=none`'s Host / path / method / Origin filters (`loopback`).
     pub loopback: Option<loopback::Guard>,
+    /// Request-header authentication headers dropped from forwarded requests.
+    pub trusted_headers: proxy::TrustedHeaders,
 }
 
 impl Server {
@@ -96,6 +99,7 @@ impl Server {
             auth: security.auth,
             limits: Limits::new(security.limits),
             loopback: security.loopback,
+            trusted_headers: security.trusted_headers,
         }
     }
 
@@ -269,7 +273,7 @@ impl Server {
     ) -> Response<Body> {
         self.metrics.forwarded(reason.as_str());
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
-        let resp = proxy::forward(&self.upstream, req, caller).await;
+        let resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
         self.record(f.verb, f.resource, resp.status().as_u16(), Served::Upstream(reason.as_str()), f.arrived);
         resp
     }
