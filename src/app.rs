@@ -207,6 +207,8 @@ fn security(
                     success_ttl: args.authentication_cache_ttl,
                     failure_ttl: args.authentication_failure_cache_ttl,
                     capacity: args.auth_cache_size,
+                    review_qps: args.authentication_token_review_qps,
+                    review_burst: args.authentication_token_review_burst,
                 },
                 authz: AuthzOptions {
                     allowed_ttl: args.authorization_allowed_cache_ttl,

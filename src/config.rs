@@ -307,6 +307,13 @@ pub struct SecurityArgs {
     /// How long a rejected token is cached.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authentication_failure_cache_ttl: Duration,
+    /// TokenReviews sent upstream per second at most (tokens not cached yet); past it callers
+    /// get 429. 0 = unbounded.
+    #[arg(long, default_value_t = 50.0)]
+    pub authentication_token_review_qps: f64,
+    /// TokenReviews sent at once above the rate.
+    #[arg(long, default_value_t = 100)]
+    pub authentication_token_review_burst: u32,
     /// How long an allowing SubjectAccessReview is cached.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub authorization_allowed_cache_ttl: Duration,
@@ -374,6 +381,8 @@ impl SecurityArgs {
             anonymous_auth: false,
             authentication_cache_ttl: Duration::from_secs(120),
             authentication_failure_cache_ttl: Duration::from_secs(10),
+            authentication_token_review_qps: 50.0,
+            authentication_token_review_burst: 100,
             authorization_allowed_cache_ttl: Duration::from_secs(300),
             authorization_denied_cache_ttl: Duration::from_secs(30),
             auth_cache_size: 10_000,

@@ -151,7 +151,8 @@ async fn series_move_by_exactly_what_the_requests_did() {
         1.0
     );
     assert_eq!(after.sum("watchcache_request_duration_seconds_count", &[r#"verb="watch""#]), 0.0);
-    assert_eq!(after.get("watchcache_current_inflight_requests"), 0.0);
+    // The scrape itself: it holds a permit (counted before authentication, as the apiserver).
+    assert_eq!(after.get("watchcache_current_inflight_requests"), 1.0);
     // The cache: one object examined and returned, one event received and delivered once.
     let res = format!(r#"{{resource="{cm}"}}"#);
     assert_eq!(d(&format!("watchcache_list_fetched_objects_total{res}")), 1.0);
@@ -411,7 +412,7 @@ fn json_logs_carry_the_version_the_configuration_and_forwarding_decisions() {
     let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
     std::io::Write::write_all(
         &mut tcp,
-        b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     )
     .unwrap();
     lines.extend(err.until(|l| message_is(l, "forward upstream")));

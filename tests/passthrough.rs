@@ -9,6 +9,7 @@ use bytes::Bytes;
 use common::*;
 use http::Method;
 use http_body_util::{BodyExt, Full};
+use kube_watchcache::sim::SimOptions;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -134,7 +135,9 @@ async fn long_running_logs_stream_through() {
 
 #[tokio::test]
 async fn upgrades_are_spliced() {
-    let env = start().await;
+    // --auth=none refuses exec by default (kubectl proxy's --reject-paths); allowed here.
+    let opts = SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() };
+    let env = start_edited(opts, |a| a.security.reject_paths = String::new()).await;
     env.ns("ns");
     env.sim.sim.create("pods", "ns", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})).unwrap();
     let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();

@@ -358,7 +358,7 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.set_recv_buffer_size(4096).unwrap();
     let mut stalled = sock.connect(env.proxy.addr).await.unwrap();
-    stalled.write_all(format!("GET {path} HTTP/1.1\r\nHost: proxy\r\n\r\n").as_bytes()).await.unwrap();
+    stalled.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.unwrap();
     let mut healthy = open_watch(&env.client, &env.proxy_url(&path)).await;
     let reader = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

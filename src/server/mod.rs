@@ -1,9 +1,11 @@
 //! The front door: listener, per-request pipeline and health endpoints.
 //!
-//! Every request passes named phases: **limits** (URL / header size) → **authenticate** +
-//! **impersonate** (`auth`) → **request info** (`classify::request_info`, the apiserver's
-//! `RequestInfo`) → **admit** (non-long-running requests: in-flight permit held until the
-//! response body ends, timeout; watches: a per-user slot, whether served or forwarded) →
+//! Every request passes named phases: **loopback guard** (`--auth=none` only: Host, path,
+//! method, Origin) → **limits** (URL / header size) → **request info**
+//! (`classify::request_info`, the apiserver's `RequestInfo`) → **admit** (non-long-running
+//! requests: in-flight permit held until the response body ends, timeout; before
+//! authentication, as the apiserver) → **authenticate** + **impersonate** (`auth`) → (watches:
+//! a per-user slot, whether served or forwarded) →
 //! **classify** (pure, `classify`) → **authorize** (`auth`, cache-served reads only, with the
 //! `RequestInfo`'s attributes) → **serve from cache** (`serve`; large bodies `gzip`'d when
 //! asked) | **forward upstream** (`proxy`, with the caller's identity, or the proxy's own with
@@ -122,6 +124,46 @@ impl Server {
             self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
             return resp;
         }
+        // The in-flight limit comes before authentication, as in the apiserver's handler chain
+        // (WithMaxInFlightLimit is outside WithAuthentication): whether a request is
+        // long-running needs its RequestInfo only, and unauthenticated callers must not be able
+        // to make the proxy send unbounded TokenReviews.
+        let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
+        let long_running = classify::is_long_running(&info, req.uri().query());
+        let permit = if long_running {
+            None
+        } else {
+            match self.limits.admit() {
+                Ok(p) => Some(p),
+                Err(resp) => {
+                    self.record(&info.verb, "", 429, Served::Proxy, arrived);
+                    return resp;
+                }
+            }
+        };
+        let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
+        let verb = info.verb.clone();
+        let answer = self.clone().authenticated(req, info, arrived);
+        let Some(permit) = permit else {
+            return answer.await;
+        };
+        match tokio::time::timeout_at(deadline, answer).await {
+            // The permit stays taken until the body has been sent (or the deadline).
+            Ok(resp) => limits::InFlight::wrap(resp, permit, deadline),
+            Err(_) => {
+                self.record(&verb, "", 504, Served::Proxy, arrived);
+                limits::timed_out()
+            }
+        }
+    }
+
+    /// authenticate (+ impersonate) → `/metrics` | route.
+    async fn authenticated(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        info: RequestInfo,
+        arrived: tokio::time::Instant,
+    ) -> Response<Body> {
         let caller = match self.authenticate(&req).await {
             Ok(c) => c,
             Err(resp) => {
@@ -141,27 +183,7 @@ impl Server {
                 return resp;
             }
         }
-        let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
-        if classify::is_long_running(&info, req.uri().query()) {
-            return self.route(req, caller, info, arrived).await;
-        }
-        let permit = match self.limits.admit() {
-            Ok(p) => p,
-            Err(resp) => {
-                self.record(&info.verb, "", 429, Served::Proxy, arrived);
-                return resp;
-            }
-        };
-        let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
-        let verb = info.verb.clone();
-        match tokio::time::timeout_at(deadline, self.clone().route(req, caller, info, arrived)).await {
-            // The permit stays taken until the body has been sent (or the deadline).
-            Ok(resp) => limits::InFlight::wrap(resp, permit, deadline),
-            Err(_) => {
-                self.record(&verb, "", 504, Served::Proxy, arrived);
-                limits::timed_out()
-            }
-        }
+        self.route(req, caller, info, arrived).await
     }
 
     /// Authentication and impersonation, or the trusted caller of `--auth=none`.

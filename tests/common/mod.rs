@@ -44,8 +44,14 @@ pub async fn start() -> Env {
 }
 
 pub async fn start_with(opts: SimOptions) -> Env {
+    start_edited(opts, |_| {}).await
+}
+
+/// Like [`start_with`], with the proxy's flags edited first.
+pub async fn start_edited(opts: SimOptions, edit: impl FnOnce(&mut ServeArgs)) -> Env {
     let sim = Sim::start(opts).await.expect("sim starts");
-    let args = serve_args(sim.addr, &["configmaps", "pods", "nodes", "example.com/widgets"]);
+    let mut args = serve_args(sim.addr, &["configmaps", "pods", "nodes", "example.com/widgets"]);
+    edit(&mut args);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await, "proxy synced");
     Env { sim, proxy, client: client() }

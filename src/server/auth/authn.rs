@@ -1,6 +1,9 @@
 //! Authentication of bearer tokens by TokenReview on the upstream (authentication.k8s.io/v1).
-//! Results are cached under the token's SHA-256 (never the token itself): success ≈2 min,
-//! failure ≈10 s, bounded; identical concurrent reviews share one request.
+//! Results are cached under the token's SHA-256 (never the token itself): success ≈2 min in a
+//! bounded cache, failure ≈10 s in a separate small one (so a flood of bad tokens costs nothing
+//! once seen, and never evicts a real user's entry); identical concurrent reviews share one
+//! request; reviews sent upstream are bounded per second (a token bucket), past which the
+//! caller gets 429 rather than costing the proxy's API Priority and Fairness budget upstream.
 //!
 //! Called by `auth::Auth::authenticate`. Tokens never reach logs or metrics.
 
@@ -9,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::cache::{Lookup, TtlCache};
 use super::user::UserInfo;
@@ -24,6 +29,10 @@ pub struct AuthnOptions {
     pub success_ttl: Duration,
     pub failure_ttl: Duration,
     pub capacity: usize,
+    /// TokenReviews sent upstream per second at most (0: unbounded), and the burst above it
+    /// (`--authentication-token-review-qps`, `--authentication-token-review-burst`).
+    pub review_qps: f64,
+    pub review_burst: u32,
 }
 
 impl Default for AuthnOptions {
@@ -32,7 +41,49 @@ impl Default for AuthnOptions {
             success_ttl: Duration::from_secs(120),
             failure_ttl: Duration::from_secs(10),
             capacity: 10_000,
+            review_qps: 50.0,
+            review_burst: 100,
         }
+    }
+}
+
+/// Why a token could not be reviewed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// Over `--authentication-token-review-qps`: the caller should retry (429).
+    #[error("TokenReview rate limit reached")]
+    Limited,
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+/// A token bucket: `qps` tokens a second, at most `burst` saved.
+struct Bucket {
+    qps: f64,
+    burst: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    fn new(qps: f64, burst: u32) -> Bucket {
+        let burst = f64::from(burst.max(1));
+        Bucket { qps, burst, state: Mutex::new((burst, Instant::now())) }
+    }
+
+    fn take(&self) -> bool {
+        if self.qps <= 0.0 {
+            return true;
+        }
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        let (tokens, last) = *st;
+        let tokens = (tokens + now.saturating_duration_since(last).as_secs_f64() * self.qps).min(self.burst);
+        if tokens < 1.0 {
+            *st = (tokens, now);
+            return false;
+        }
+        *st = (tokens - 1.0, now);
+        true
     }
 }
 
@@ -41,28 +92,46 @@ pub struct TokenAuthenticator {
     upstream: Upstream,
     metrics: Arc<Metrics>,
     opts: AuthnOptions,
+    /// Valid tokens (and reviews in flight, which concurrent callers share).
     cache: TtlCache<[u8; 32], Option<Arc<UserInfo>>>,
+    /// Rejected tokens, apart: they never push a valid one out.
+    rejected: TtlCache<[u8; 32], ()>,
+    bucket: Bucket,
 }
 
 impl TokenAuthenticator {
     pub fn new(upstream: Upstream, opts: AuthnOptions, metrics: Arc<Metrics>) -> TokenAuthenticator {
         let cache = TtlCache::new(opts.capacity);
-        TokenAuthenticator { upstream, metrics, opts, cache }
+        let rejected = TtlCache::new((opts.capacity / 8).max(64));
+        let bucket = Bucket::new(opts.review_qps, opts.review_burst);
+        TokenAuthenticator { upstream, metrics, opts, cache, rejected, bucket }
     }
 
     /// The user of `token`, `None` when the upstream says it is not valid. An unreachable
-    /// upstream is an error and is not cached.
-    pub async fn review(&self, token: &str) -> Result<(Option<Arc<UserInfo>>, Lookup), UpstreamError> {
+    /// upstream, or the review rate bound, is an error and is not cached.
+    pub async fn review(&self, token: &str) -> Result<(Option<Arc<UserInfo>>, Lookup), ReviewError> {
+        let key = sha256(token.as_bytes());
+        if self.rejected.peek(&key).is_some() {
+            return Ok((None, Lookup::Hit));
+        }
         self.cache
-            .get_or_fetch(sha256(token.as_bytes()), || async {
+            .get_or_fetch(key, || async {
+                if !self.bucket.take() {
+                    return Err(ReviewError::Limited);
+                }
                 let body = json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":token}});
                 let started = tokio::time::Instant::now();
                 let answer = self.upstream.post_json(TOKEN_REVIEWS, Bytes::from(body.to_string())).await;
                 self.metrics.review(Review::Token, started.elapsed().as_secs_f64());
                 let answer = answer?;
                 let user = parse_answer(&answer)?.map(Arc::new);
-                let ttl = if user.is_some() { self.opts.success_ttl } else { self.opts.failure_ttl };
-                Ok((user, ttl))
+                if user.is_none() {
+                    // Shared with the concurrent callers of this review, then only `rejected`
+                    // remembers it.
+                    self.rejected.insert(key, (), self.opts.failure_ttl);
+                    return Ok((None, Duration::ZERO));
+                }
+                Ok((user, self.opts.success_ttl))
             })
             .await
     }
@@ -110,13 +179,11 @@ pub fn parse_answer(body: &[u8]) -> Result<Option<UserInfo>, UpstreamError> {
     ))
 }
 
-/// SHA-256 through rustls' ring provider (ring is not a direct dependency).
+/// SHA-256 (`ring`): the token cache's key, never the token itself.
 pub fn sha256(data: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, data);
     let mut out = [0u8; 32];
-    if let Some(suite) = rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256.tls13() {
-        let digest = suite.common.hash_provider.hash(data);
-        out.copy_from_slice(&digest.as_ref()[..32]);
-    }
+    out.copy_from_slice(digest.as_ref());
     out
 }
 
@@ -129,6 +196,17 @@ mod tests {
         let h = sha256(b"abc");
         let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_review_bucket_refills_at_its_rate() {
+        let b = Bucket::new(2.0, 3);
+        assert!((0..3).all(|_| b.take()), "the burst");
+        assert!(!b.take());
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(b.take(), "one more after 1/qps");
+        assert!(!b.take());
+        assert!((0..1000).all(|_| Bucket::new(0.0, 1).take()), "0 is unbounded");
     }
 
     #[test]

@@ -60,6 +60,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         Fut: Future<Output = Result<(V, Duration), E>>,
     {
         let now = Instant::now();
+        let owned = key.clone();
         let slot = {
             let mut m = self.map.lock();
             m.tick += 1;
@@ -78,16 +79,49 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
             }
         };
         let fetched = AtomicBool::new(false);
-        let (v, _) = slot
+        let got = slot
             .cell
             .get_or_try_init(|| async {
                 fetched.store(true, Ordering::Relaxed);
                 let (v, ttl) = fetch().await?;
                 Ok((v, Instant::now() + ttl))
             })
-            .await?;
+            .await;
+        let (v, _) = match got {
+            Ok(v) => v,
+            Err(e) => {
+                // A failed fetch leaves no slot behind: an empty one would count as in flight
+                // for ever, and a flood of failing keys would push live entries out.
+                let mut m = self.map.lock();
+                if m.entries.get(&owned).is_some_and(|s| Arc::ptr_eq(s, &slot) && s.cell.get().is_none()) {
+                    m.entries.remove(&owned);
+                }
+                return Err(e);
+            }
+        };
         let how = if fetched.load(Ordering::Relaxed) { Lookup::Miss } else { Lookup::Hit };
         Ok((v.clone(), how))
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
+    /// The cached value of `key` if there is a live one (no fetch, no coalescing).
+    pub fn peek(&self, key: &K) -> Option<V> {
+        let now = Instant::now();
+        let m = self.map.lock();
+        let (v, exp) = m.entries.get(key)?.cell.get()?;
+        (*exp > now).then(|| v.clone())
+    }
+
+    /// Stores `value` for `ttl`, replacing what `key` had.
+    pub fn insert(&self, key: K, value: V, ttl: Duration) {
+        let now = Instant::now();
+        let mut m = self.map.lock();
+        m.tick += 1;
+        let tick = m.tick;
+        m.make_room(self.capacity, now);
+        let cell = OnceCell::new_with(Some((value, now + ttl)));
+        m.entries.insert(key, Arc::new(Slot { cell, used: AtomicU64::new(tick) }));
     }
 }
 
@@ -126,9 +160,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn peek_and_insert() {
+        let c: TtlCache<&str, u32> = TtlCache::new(2);
+        assert_eq!(c.peek(&"a"), None);
+        c.insert("a", 1, Duration::from_secs(5));
+        assert_eq!(c.peek(&"a"), Some(1));
+        c.insert("b", 2, Duration::from_secs(5));
+        c.insert("c", 3, Duration::from_secs(5));
+        assert!(c.len() <= 2, "bounded");
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert_eq!(c.peek(&"c"), None, "expired");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn errors_are_not_cached() {
         let c: TtlCache<&str, u32> = TtlCache::new(10);
         assert_eq!(c.get_or_fetch("a", || async { Err::<(u32, Duration), _>("down") }).await, Err("down"));
+        assert!(c.is_empty(), "no empty slot left behind");
         let r = c.get_or_fetch("a", || async { Ok::<_, &str>((7, Duration::from_secs(1))) }).await;
         assert_eq!(r, Ok((7, Lookup::Miss)));
     }

@@ -90,6 +90,12 @@ impl Auth {
                     Ok(Caller::new((*u).clone(), Credential::Token(header.clone())))
                 }
                 Ok((None, _)) => Err(status::unauthorized()),
+                Err(authn::ReviewError::Limited) => {
+                    tracing::warn!(
+                        "TokenReview rate limit reached (--authentication-token-review-qps); answering 429"
+                    );
+                    Err(super::limits::too_many())
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "TokenReview failed; answering 401");
                     Err(status::unauthorized())
