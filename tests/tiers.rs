@@ -178,8 +178,14 @@ async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
     // Quiet now: every tier reaches the sim's revision.
     let rv = sim.sim.current_rv().0;
     let t = Instant::now();
-    for p in [&middle, &l1, &l2] {
-        p.readers[0].wait_for(Rv(rv), Duration::from_secs(60)).await.expect("tier caught up");
+    for (name, p) in [("middle", &middle), ("L1", &l1), ("L2", &l2)] {
+        if let Err(e) = p.readers[0].wait_for(Rv(rv), Duration::from_secs(60)).await {
+            let m = relists(middle.addr).await;
+            panic!(
+                "{name} did not catch up with the sim at {rv}: {e:?}; middle lists {m}, progress {:?}",
+                p.readers[0].progress()
+            );
+        }
     }
     let caught_up = t.elapsed();
     let http = client();
