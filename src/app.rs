@@ -178,7 +178,15 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     }
     caching.report(&server);
     tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
-    let server_task = tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period));
+    let conn_opts = crate::server::conn::ConnOptions {
+        read_header_timeout: args.read_header_timeout,
+        idle_timeout: args.idle_timeout,
+        h2_keepalive_interval: (!args.http2_keepalive_interval.is_zero())
+            .then_some(args.http2_keepalive_interval),
+        h2_keepalive_timeout: args.http2_keepalive_timeout,
+    };
+    let server_task =
+        tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period, conn_opts));
     tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");
     Ok(Running {
         addr,

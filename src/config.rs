@@ -144,6 +144,20 @@ pub struct ServeArgs {
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub shutdown_grace_period: Duration,
+    /// A connection on which no request started within this time of its accept is closed,
+    /// and a request head must be read within it (kube-apiserver's ReadHeaderTimeout).
+    #[arg(long, default_value = "32s", value_parser = parse_duration)]
+    pub read_header_timeout: Duration,
+    /// A connection with no request in flight (HTTP/1.1 keep-alive, HTTP/2 without streams) for
+    /// this long is closed (kube-apiserver's IdleTimeout). An open watch keeps it busy.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// HTTP/2 connections are pinged this often (0: never)...
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Duration,
+    /// ...and closed when a ping is not answered within this time.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
     /// A cache with no proof of being current (an event, a bookmark, a list, an upstream watch
     /// that started) for longer than this fails /readyz and has its reads forwarded; shorter
     /// upstream outages keep being served from the cache. 0 disables. Upstream bookmarks arrive

@@ -5,6 +5,16 @@
 //! HTTP/2 connection state, as it did inside the auto-detecting future (measured: 18.0 → 11.4
 //! KiB per idle HTTP/1.1 connection in a bare hyper server, 10 000 connections).
 //!
+//! Idle connections are closed (issue 21 item 6), as kube-apiserver's `http.Server` does
+//! (ReadHeaderTimeout 32 s, IdleTimeout 90 s): a connection on which no request started within
+//! `read_header_timeout` of its accept (a silent one, or one that never finishes a head), and
+//! one with no request in flight for `idle_timeout` (HTTP/1.1 keep-alive, HTTP/2 with no open
+//! stream), is told to finish like at shutdown (HTTP/2: GOAWAY). An open watch is a request in
+//! flight: it never makes its connection idle. HTTP/2 connections are also pinged every
+//! `h2_keepalive_interval` and closed when a ping is not answered within
+//! `h2_keepalive_timeout`, so a peer that vanished does not hold its streams. [`Activity`]
+//! counts a connection's requests (from the service, until each response body ends).
+//!
 //! Graceful shutdown is here too (`hyper_util`'s `GracefulShutdown` cannot watch hyper's
 //! upgradeable HTTP/1.1 connection): when the stop flag turns true each connection is told to
 //! finish (HTTP/1.1 after its response, HTTP/2 with GOAWAY), and [`Live`] lets the listener
@@ -14,7 +24,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -38,37 +52,126 @@ pub enum Proto {
 /// A served connection, to its end.
 pub type ConnFuture = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
 
+/// Connection timeouts (`--read-header-timeout`, `--idle-timeout`,
+/// `--http2-keepalive-interval`, `--http2-keepalive-timeout`).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnOptions {
+    pub read_header_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// `None`: no pings.
+    pub h2_keepalive_interval: Option<Duration>,
+    pub h2_keepalive_timeout: Duration,
+}
+
+impl Default for ConnOptions {
+    fn default() -> Self {
+        ConnOptions {
+            read_header_timeout: Duration::from_secs(32),
+            idle_timeout: Duration::from_secs(90),
+            h2_keepalive_interval: Some(Duration::from_secs(30)),
+            h2_keepalive_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The requests of one connection: how many are in flight, since when none is, and whether
+/// one ever started.
+#[derive(Debug)]
+pub struct Activity {
+    born: Instant,
+    active: AtomicUsize,
+    /// Milliseconds after `born` when the last request ended.
+    idle_since_ms: AtomicU64,
+    started: AtomicBool,
+}
+
+/// Held while a request is in flight (until its response body ends or is dropped).
+#[derive(Debug)]
+pub struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let a = &self.0;
+        let ms = Instant::now().saturating_duration_since(a.born).as_millis() as u64;
+        a.idle_since_ms.store(ms, Ordering::Relaxed);
+        a.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            born: Instant::now(),
+            active: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            started: AtomicBool::new(false),
+        })
+    }
+
+    /// A request started.
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        self.started.store(true, Ordering::Relaxed);
+        self.active.fetch_add(1, Ordering::AcqRel);
+        Busy(self.clone())
+    }
+
+    /// When the connection must be closed if nothing changes; `None` when it must be now.
+    fn deadline(&self, opts: &ConnOptions, now: Instant) -> Option<Instant> {
+        if !self.started.load(Ordering::Relaxed) {
+            let at = self.born + opts.read_header_timeout.min(opts.idle_timeout);
+            return (at > now).then_some(at);
+        }
+        if self.active.load(Ordering::Acquire) > 0 {
+            // Busy: look again later (a request may end at any time).
+            return Some(now + opts.idle_timeout);
+        }
+        let idle_since = self.born + Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        let at = idle_since + opts.idle_timeout;
+        (at > now).then_some(at)
+    }
+}
+
 /// The per-protocol connection settings (the same limits whichever is used).
 pub struct Builders {
     h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
     auto: auto::Builder<TokioExecutor>,
+    opts: ConnOptions,
 }
 
 impl Builders {
     /// HTTP/2 hardened: bounded concurrent streams, pending-accept and locally-errored resets
-    /// (rapid reset, CVE-2023-44487) and header lists; HTTP/1 heads bounded, read within 30 s.
-    pub fn new() -> Builders {
+    /// (rapid reset, CVE-2023-44487) and header lists, keep-alive pings; HTTP/1 heads bounded.
+    /// hyper's HTTP/1 head timeout also runs while a keep-alive connection waits for its next
+    /// request, so it is the idle timeout there (Go's server waits IdleTimeout for the next
+    /// request too); the first head is bounded by `read_header_timeout` from the accept
+    /// (`Activity`).
+    pub fn new(opts: ConnOptions) -> Builders {
+        let head_timeout = opts.idle_timeout.max(opts.read_header_timeout);
         let mut h1 = http1::Builder::new();
-        h1.timer(TokioTimer::new())
-            .max_buf_size(MAX_HEADER_BYTES)
-            .header_read_timeout(Duration::from_secs(30));
+        h1.timer(TokioTimer::new()).max_buf_size(MAX_HEADER_BYTES).header_read_timeout(head_timeout);
         let mut h2 = http2::Builder::new(TokioExecutor::new());
-        h2.max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-            .max_header_list_size(MAX_HEADER_BYTES as u32)
-            .max_pending_accept_reset_streams(Some(50))
-            .max_local_error_reset_streams(Some(256));
-        let mut auto = auto::Builder::new(TokioExecutor::new());
-        auto.http2()
+        h2.timer(TokioTimer::new())
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
             .max_header_list_size(MAX_HEADER_BYTES as u32)
             .max_pending_accept_reset_streams(Some(50))
-            .max_local_error_reset_streams(Some(256));
+            .max_local_error_reset_streams(Some(256))
+            .keep_alive_interval(opts.h2_keepalive_interval)
+            .keep_alive_timeout(opts.h2_keepalive_timeout);
+        let mut auto = auto::Builder::new(TokioExecutor::new());
+        auto.http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_pending_accept_reset_streams(Some(50))
+            .max_local_error_reset_streams(Some(256))
+            .keep_alive_interval(opts.h2_keepalive_interval)
+            .keep_alive_timeout(opts.h2_keepalive_timeout);
         auto.http1()
             .timer(TokioTimer::new())
             .max_buf_size(MAX_HEADER_BYTES)
-            .header_read_timeout(Duration::from_secs(30));
-        Builders { h1, h2, auto }
+            .header_read_timeout(head_timeout);
+        Builders { h1, h2, auto, opts }
     }
 
     /// Serves `io` as `proto` until the connection ends or, once `stop` is true, has finished
@@ -80,6 +183,7 @@ impl Builders {
         svc: S,
         stop: watch::Receiver<bool>,
         live: Live,
+        activity: Arc<Activity>,
     ) -> ConnFuture
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -91,18 +195,19 @@ impl Builders {
         S::Error: Into<BoxError>,
     {
         let io = TokioIo::new(io);
+        let idle = Idle { activity, opts: self.opts };
         match proto {
             Proto::Http1 => {
                 let conn = self.h1.serve_connection(io, svc).with_upgrades();
-                Box::pin(graceful(conn, stop, live, |c| c.graceful_shutdown()))
+                Box::pin(graceful(conn, stop, live, idle, |c| c.graceful_shutdown()))
             }
             Proto::Http2 => {
                 let conn = self.h2.serve_connection(io, svc);
-                Box::pin(graceful(conn, stop, live, |c| c.graceful_shutdown()))
+                Box::pin(graceful(conn, stop, live, idle, |c| c.graceful_shutdown()))
             }
             Proto::Detect => {
                 let conn = self.auto.serve_connection_with_upgrades(io, svc).into_owned();
-                Box::pin(graceful(conn, stop, live, |c| c.graceful_shutdown()))
+                Box::pin(graceful(conn, stop, live, idle, |c| c.graceful_shutdown()))
             }
         }
     }
@@ -110,7 +215,25 @@ impl Builders {
 
 impl Default for Builders {
     fn default() -> Self {
-        Builders::new()
+        Builders::new(ConnOptions::default())
+    }
+}
+
+/// What `graceful` needs to close an idle connection.
+struct Idle {
+    activity: Arc<Activity>,
+    opts: ConnOptions,
+}
+
+impl Idle {
+    /// Resolves when the connection has been idle (or silent since its accept) for too long.
+    async fn expired(&self) {
+        loop {
+            match self.activity.deadline(&self.opts, Instant::now()) {
+                None => return,
+                Some(at) => tokio::time::sleep_until(at).await,
+            }
+        }
     }
 }
 
@@ -135,11 +258,13 @@ impl AllGone {
     }
 }
 
-/// Runs `conn`; once `stop` turns true, tells it to finish (`shutdown`) and runs it to its end.
+/// Runs `conn`; once `stop` turns true, or the connection has been idle too long, tells it to
+/// finish (`shutdown`) and runs it to its end.
 async fn graceful<C, E>(
     conn: C,
     mut stop: watch::Receiver<bool>,
     live: Live,
+    idle: Idle,
     shutdown: fn(Pin<&mut C>),
 ) -> Result<(), BoxError>
 where
@@ -152,8 +277,39 @@ where
         tokio::select! {
             r = conn.as_mut() => return r.map_err(Into::into),
             _ = until_true(&mut stop) => {}
+            _ = idle.expired() => tracing::debug!("closing an idle connection"),
         }
     }
     shutdown(conn.as_mut());
     conn.await.map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_idle_when_no_request_is_in_flight() {
+        let opts = ConnOptions {
+            read_header_timeout: Duration::from_secs(32),
+            idle_timeout: Duration::from_secs(90),
+            ..ConnOptions::default()
+        };
+        let a = Activity::new();
+        let t0 = Instant::now();
+        // Silent since accept: closed 32 s after it.
+        assert_eq!(a.deadline(&opts, t0), Some(t0 + Duration::from_secs(32)));
+        assert_eq!(a.deadline(&opts, t0 + Duration::from_secs(32)), None);
+        // A request (a watch) in flight: never idle, however long.
+        let busy = a.begin();
+        tokio::time::advance(Duration::from_secs(1000)).await;
+        assert!(a.deadline(&opts, Instant::now()).is_some());
+        // It ends: idle for 90 s from then.
+        drop(busy);
+        let ended = Instant::now();
+        tokio::time::advance(Duration::from_secs(89)).await;
+        assert_eq!(a.deadline(&opts, Instant::now()), Some(ended + Duration::from_secs(90)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(a.deadline(&opts, Instant::now()), None);
+    }
 }

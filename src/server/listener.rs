@@ -35,10 +35,11 @@ pub async fn run(
     server: Arc<Server>,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
+    conn_opts: conn::ConnOptions,
 ) {
     let (live, all_gone) = conn::live();
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
-    let builders = Arc::new(conn::Builders::new());
+    let builders = Arc::new(conn::Builders::new(conn_opts));
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -57,14 +58,18 @@ pub async fn run(
         match &acceptor {
             None => {
                 tokio::spawn(async move {
-                    let proto = sniff(&stream).await;
-                    let svc = service(server, None, peer);
+                    let activity = conn::Activity::new();
+                    // Within the head timeout: a silent connection is closed when it ends.
+                    let proto =
+                        sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
+                    let svc = service(server, None, peer, activity.clone());
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
-                        let conn = builders.serve(io, proto, svc, stop, live);
+                        let conn = builders.serve(io, proto, svc, stop, live, activity);
                         drive(conn, true, Some(Box::new(flusher)), peer).await;
                     } else {
-                        drive(builders.serve(stream, proto, svc, stop, live), false, None, peer).await;
+                        drive(builders.serve(stream, proto, svc, stop, live, activity), false, None, peer)
+                            .await;
                     }
                 });
             }
@@ -94,12 +99,13 @@ pub async fn run(
                         Some(b"http/1.1") => Proto::Http1,
                         _ => Proto::Detect,
                     };
-                    let svc = service(server, peer_user, peer);
+                    let activity = conn::Activity::new();
+                    let svc = service(server, peer_user, peer, activity.clone());
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does
                     // in the clear).
                     let (io, cork) = super::tlsio::wrap(tls);
-                    let conn = builders.serve(io, proto, svc, stop, live);
+                    let conn = builders.serve(io, proto, svc, stop, live, activity);
                     drive(super::tlsio::corked(conn, cork), proto == Proto::Http2, None, peer).await;
                 });
             }
@@ -133,7 +139,7 @@ where
 /// What a plain connection speaks, from its first bytes (looked at without consuming them):
 /// HTTP/2 opens with its preface (prior knowledge), HTTP/1.1 with a request line. When they do
 /// not arrive within 10 s (or the peer closes) hyper's auto-detection decides.
-async fn sniff(stream: &tokio::net::TcpStream) -> Proto {
+async fn sniff(stream: &tokio::net::TcpStream, within: Duration) -> Proto {
     let mut buf = [0u8; 3];
     let peek = async {
         loop {
@@ -146,7 +152,7 @@ async fn sniff(stream: &tokio::net::TcpStream) -> Proto {
             }
         }
     };
-    match tokio::time::timeout(Duration::from_secs(10), peek).await {
+    match tokio::time::timeout(within, peek).await {
         Ok(Some(true)) => Proto::Http2,
         Ok(Some(false)) => Proto::Http1,
         _ => Proto::Detect,
@@ -158,6 +164,7 @@ fn service(
     server: Arc<Server>,
     peer_user: Option<PeerUser>,
     peer: std::net::SocketAddr,
+    activity: Arc<conn::Activity>,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<super::Body>,
@@ -172,9 +179,13 @@ fn service(
             req.extensions_mut().insert(p.clone());
         }
         req.extensions_mut().insert(super::proxy::PeerAddr(peer));
+        // In flight until its response body ends: the connection is not idle meanwhile.
+        let busy = activity.begin();
         // Boxed: hyper keeps the service future's slot for the whole connection (HTTP/1) or
         // stream (HTTP/2); unboxed, its ~5 KiB would stay allocated for every open watch.
-        Box::pin(async move { Ok::<_, Infallible>(server.handle(req).await) })
+        Box::pin(
+            async move { Ok::<_, Infallible>(super::limits::Guarded::wrap(server.handle(req).await, busy)) },
+        )
     })
 }
 
@@ -193,7 +204,7 @@ mod tests {
         let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         c.write_all(sent).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
-        let proto = sniff(&s).await;
+        let proto = sniff(&s, Duration::from_secs(10)).await;
         // Nothing was consumed: the connection still starts with what the client sent.
         let mut buf = vec![0; sent.len()];
         let mut got = 0;
@@ -218,13 +229,13 @@ mod tests {
         let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
         c.write_all(b"PR").await.unwrap();
-        let sniffing = tokio::spawn(async move { sniff(&s).await });
+        let sniffing = tokio::spawn(async move { sniff(&s, Duration::from_secs(10)).await });
         tokio::task::yield_now().await;
         c.write_all(b"I * HTTP/2.0\r\n").await.unwrap();
         assert_eq!(sniffing.await.unwrap(), Proto::Http2);
         // Nothing sent within 10 s: auto-detection.
         let _silent = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
-        assert_eq!(sniff(&s).await, Proto::Detect);
+        assert_eq!(sniff(&s, Duration::from_secs(10)).await, Proto::Detect);
     }
 }
