@@ -56,6 +56,20 @@ impl Pki {
     }
 }
 
+/// Always presents one certificate.
+#[derive(Debug)]
+struct Present(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for Present {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 type TlsClient =
     Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
 
@@ -68,12 +82,15 @@ fn client((cert, key): &(String, String)) -> TlsClient {
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(cert.as_bytes()).map(|c| c.unwrap()).collect();
     let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // Not `with_client_auth_cert`, which refuses X.509 v1 certificates on the client side.
+    let signer = provider.key_provider.load_private_key(key).unwrap();
+    let certified = Arc::new(rustls::sign::CertifiedKey::new(chain, signer));
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .unwrap();
+        .with_client_cert_resolver(Arc::new(Present(certified)));
     let conn =
         hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http1().build();
     Client::builder(TokioExecutor::new()).build(conn)
@@ -86,9 +103,13 @@ struct Env {
 }
 
 async fn start(pki: &Pki, tag: &str) -> Env {
+    start_with_ca(&pki.ca_pem, tag).await
+}
+
+async fn start_with_ca(ca_pem: &str, tag: &str) -> Env {
     let dir = std::env::temp_dir().join(format!("kwc-identity-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("client-ca.crt"), &pki.ca_pem).unwrap();
+    std::fs::write(dir.join("client-ca.crt"), ca_pem).unwrap();
     let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
     // Everyone authenticated may do everything: the refusals below are the proxy's own.
     sim.sim.set_auth(AuthScript::default().rule(Rule::group("system:authenticated", &["*"], "*", &["*"])));
@@ -216,5 +237,29 @@ async fn a_service_account_certificate_keeps_exactly_its_groups_upstream() {
             false
         )]
     );
+    env.stop().await;
+}
+
+/// Issue 21 item 7: an X.509 v1 client certificate (kube-apiserver accepts them, rustls does
+/// not verify them) completes the handshake and gets a 401 saying why, on every request, and
+/// authenticates nothing: the upstream never hears of it.
+#[tokio::test]
+async fn a_version_one_client_certificate_gets_a_clear_401() {
+    let ca = std::fs::read_to_string(testdata("v1/ca.crt")).unwrap();
+    let env = start_with_ca(&ca, "v1").await;
+    let cert = std::fs::read_to_string(testdata("v1/client-v1.crt")).unwrap();
+    let key = std::fs::read_to_string(testdata("v1/client-v1.key")).unwrap();
+    let c = client(&(cert, key));
+    let req = Request::get(env.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = c.request(req).await.expect("the handshake completes");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let body: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["reason"], "Unauthorized");
+    assert!(body["message"].as_str().unwrap().contains("X.509 version 1"), "{body}");
+    assert_eq!(env.create(&c, "by-v1", false).await, StatusCode::UNAUTHORIZED);
+    assert!(env.posts().is_empty());
     env.stop().await;
 }

@@ -62,7 +62,7 @@ pub async fn run(
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
                         sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
-                    let svc = service(server, None, peer, activity.clone());
+                    let svc = service(server, None, peer, activity.clone(), false);
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
                         let conn = builders.serve(io, proto, svc, stop, live, activity);
@@ -87,20 +87,19 @@ pub async fn run(
                         }
                         Err(_) => return,
                     };
-                    let peer_user = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(|leaf| x509::user(leaf))
-                        .map(|u| PeerUser(Arc::new(u)));
+                    let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+                    // An X.509 v1 certificate passed the handshake unverified (`tls`): it
+                    // authenticates nothing, every request gets 401.
+                    let v1 = leaf.is_some_and(|l| x509::is_v1(l));
+                    let peer_user =
+                        leaf.filter(|_| !v1).and_then(|leaf| x509::user(leaf)).map(|u| PeerUser(Arc::new(u)));
                     let proto = match tls.get_ref().1.alpn_protocol() {
                         Some(b"h2") => Proto::Http2,
                         Some(b"http/1.1") => Proto::Http1,
                         _ => Proto::Detect,
                     };
                     let activity = conn::Activity::new();
-                    let svc = service(server, peer_user, peer, activity.clone());
+                    let svc = service(server, peer_user, peer, activity.clone(), v1);
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does
                     // in the clear).
@@ -165,6 +164,7 @@ fn service(
     peer_user: Option<PeerUser>,
     peer: std::net::SocketAddr,
     activity: Arc<conn::Activity>,
+    v1_certificate: bool,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<super::Body>,
@@ -177,6 +177,9 @@ fn service(
         let server = server.clone();
         if let Some(p) = &peer_user {
             req.extensions_mut().insert(p.clone());
+        }
+        if v1_certificate {
+            req.extensions_mut().insert(super::auth::VersionOneCertificate);
         }
         req.extensions_mut().insert(super::proxy::PeerAddr(peer));
         // In flight until its response body ends: the connection is not idle meanwhile.

@@ -142,7 +142,7 @@ pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc
                 .allow_unauthenticated()
                 .build()
                 .map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
+            builder.with_client_cert_verifier(Arc::new(VersionOneTolerant(verifier)))
         }
     };
     let mut cfg = builder.with_cert_resolver(reloader.clone());
@@ -150,6 +150,69 @@ pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc
     // Pick the first of our suites that the client offers, not the client's favourite.
     cfg.ignore_client_order = true;
     Ok((Arc::new(cfg), reloader))
+}
+
+/// The client-certificate verifier, except that an X.509 v1 certificate (which webpki refuses,
+/// and kube-apiserver accepts) lets the handshake complete unverified, so that the listener can
+/// answer every request on that connection with a clear 401 (`auth::VersionOneCertificate`)
+/// instead of a bare TLS alert. Nothing is ever authenticated from such a certificate, so
+/// neither its chain nor its handshake signature needs checking; every other certificate is
+/// verified as before.
+#[derive(Debug)]
+struct VersionOneTolerant(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl rustls::server::danger::ClientCertVerifier for VersionOneTolerant {
+    fn offer_client_auth(&self) -> bool {
+        self.0.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.0.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        if super::auth::x509::is_v1(end_entity) {
+            return Ok(rustls::server::danger::ClientCertVerified::assertion());
+        }
+        self.0.verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        if super::auth::x509::is_v1(cert) {
+            return Ok(rustls::client::danger::HandshakeSignatureValid::assertion());
+        }
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        if super::auth::x509::is_v1(cert) {
+            return Ok(rustls::client::danger::HandshakeSignatureValid::assertion());
+        }
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }
 
 /// Sets the serving certificate's expiry metric from the leaf now served.

@@ -68,7 +68,7 @@ fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig,
         .with_safe_default_protocol_versions()
         .map_err(|e| ConfigError::Tls(e.to_string()))?;
     let builder = if tls.insecure {
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider.clone())))
     } else {
         let mut roots = RootCertStore::empty();
         let (added, ignored) = roots.add_parsable_certificates(tls.roots.iter().cloned());
@@ -78,10 +78,38 @@ fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig,
         builder.with_root_certificates(roots)
     };
     match (&tls.identity, with_identity) {
-        (Some(id), true) => builder
-            .with_client_auth_cert(id.chain.clone(), id.key.clone_key())
-            .map_err(|e| ConfigError::Tls(format!("client certificate: {e}"))),
+        (Some(id), true) => {
+            // Not `with_client_auth_cert`: it parses the certificate with webpki to match the
+            // key, which refuses X.509 v1 certificates (`openssl x509 -req` without
+            // extensions makes them). Whether the certificate is acceptable is the upstream's
+            // decision; kube-apiserver accepts v1 client certificates.
+            let key = provider
+                .key_provider
+                .load_private_key(id.key.clone_key())
+                .map_err(|e| ConfigError::Tls(format!("client certificate key: {e}")))?;
+            let certified = Arc::new(rustls::sign::CertifiedKey::new(id.chain.clone(), key));
+            Ok(builder.with_client_cert_resolver(Arc::new(OwnIdentity(certified))))
+        }
         _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// The proxy's own client certificate, offered whenever the upstream asks for one.
+#[derive(Debug)]
+struct OwnIdentity(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for OwnIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        // Offered only if the key can sign with a scheme the server accepts.
+        self.0.key.choose_scheme(sigschemes).map(|_| self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 
@@ -122,5 +150,92 @@ impl ServerCertVerifier for NoVerification {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::config::Identity;
+    use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::PrivateKeyDer;
+    use std::path::PathBuf;
+
+    fn testdata(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)
+    }
+
+    fn certs(name: &str) -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(testdata(name)).unwrap().map(|c| c.unwrap()).collect()
+    }
+
+    /// A server that asks for a client certificate and takes any (test only).
+    #[derive(Debug)]
+    struct AnyClient;
+
+    impl ClientCertVerifier for AnyClient {
+        fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+            &[]
+        }
+        fn verify_client_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: UnixTime,
+        ) -> Result<ClientCertVerified, rustls::Error> {
+            Ok(ClientCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            provider().signature_verification_algorithms.supported_schemes()
+        }
+    }
+
+    /// Issue 21 item 7: the proxy's own X.509 v1 client certificate (what `openssl x509 -req`
+    /// makes) is presented to the upstream, which decides; before, building the client failed
+    /// with `UnsupportedCertVersion`.
+    #[tokio::test]
+    async fn a_version_one_own_certificate_is_presented_to_the_upstream() {
+        let chain = certs("v1/client-v1.crt");
+        let key = PrivateKeyDer::from_pem_file(testdata("v1/client-v1.key")).unwrap();
+        let tls = TlsSettings {
+            roots: certs("server-ca.crt"),
+            identity: Some(Identity { chain: chain.clone(), key }),
+            ..TlsSettings::default()
+        };
+        let client = Arc::new(client_config(&tls, true).expect("a v1 certificate is accepted as our own"));
+        let server = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(Arc::new(AnyClient))
+            .with_single_cert(
+                certs("server1.crt"),
+                PrivateKeyDer::from_pem_file(testdata("server1.key")).unwrap(),
+            )
+            .unwrap();
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let accept = tokio::spawn(async move {
+            let tls = tokio_rustls::TlsAcceptor::from(Arc::new(server)).accept(b).await.unwrap();
+            tls.get_ref().1.peer_certificates().map(|c| c.to_vec())
+        });
+        let name = ServerName::try_from("localhost").unwrap();
+        let _conn = tokio_rustls::TlsConnector::from(client).connect(name, a).await.expect("handshake");
+        assert_eq!(accept.await.unwrap(), Some(chain), "the upstream got our v1 certificate");
     }
 }

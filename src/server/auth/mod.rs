@@ -31,7 +31,7 @@ use http::{HeaderMap, Request, Response};
 
 pub use authn::AuthnOptions;
 pub use authz::{Attributes, AuthzOptions};
-pub use user::{Caller, Credential, PeerUser, UserInfo};
+pub use user::{Caller, Credential, PeerUser, UserInfo, VersionOneCertificate};
 
 use super::body::{self, Body};
 use crate::error::Error;
@@ -69,6 +69,9 @@ impl Auth {
     /// anonymous when allowed. An invalid token is 401 even with anonymous access on (the
     /// apiserver's `FailOnError` union).
     pub async fn authenticate<B>(&self, req: &Request<B>) -> Result<Caller, Response<Body>> {
+        if req.extensions().get::<VersionOneCertificate>().is_some() {
+            return Err(status::unauthorized_with(status::V1_CERTIFICATE));
+        }
         if let Some(PeerUser(u)) = req.extensions().get::<PeerUser>() {
             // Forwarded requests name this user in Impersonate-* headers: an identity that a
             // header would change is refused rather than authorized as one string and sent as

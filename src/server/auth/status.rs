@@ -15,6 +15,20 @@ pub fn unauthorized() -> Response<Body> {
     body::error(Error::Unauthorized)
 }
 
+/// Why a caller's X.509 v1 client certificate is refused (kube-apiserver accepts them; rustls
+/// does not verify them).
+pub const V1_CERTIFICATE: &str = "Unauthorized: the client certificate is X.509 version 1, which kube-watchcache does not accept; issue a version 3 certificate with extendedKeyUsage clientAuth";
+
+/// 401 with the apiserver's shape and a message saying why.
+pub fn unauthorized_with(message: &str) -> Response<Body> {
+    let v = serde_json::json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+        "message":message,"reason":"Unauthorized","code":401});
+    let mut r = Response::new(body::full(bytes::Bytes::from(v.to_string())));
+    *r.status_mut() = http::StatusCode::UNAUTHORIZED;
+    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
 /// `forbiddenMessage` of the apiserver (k8s.io/apiserver endpoints/handlers/responsewriters).
 pub fn forbidden_message(user: &str, a: &Attributes) -> String {
     let msg = match &a.path {

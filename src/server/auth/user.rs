@@ -101,3 +101,9 @@ impl Caller {
 /// extensions by the listener.
 #[derive(Clone, Debug)]
 pub struct PeerUser(pub Arc<UserInfo>);
+
+/// A TLS connection whose client certificate is X.509 version 1: the handshake completed
+/// (so that a clear 401 can be sent), but nothing is authenticated from it and every request
+/// on the connection gets 401. Put into each request's extensions by the listener.
+#[derive(Clone, Copy, Debug)]
+pub struct VersionOneCertificate;

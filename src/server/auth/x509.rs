@@ -76,6 +76,18 @@ pub fn subject(cert_der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((cn.unwrap_or_default(), orgs))
 }
 
+/// Whether the certificate is X.509 version 1 (no `[0] version` in the TBSCertificate, or
+/// version 0). rustls' verifier (webpki) refuses such certificates; Go accepts them.
+pub fn is_v1(cert_der: &[u8]) -> bool {
+    let Some((cert, _)) = expect(cert_der, 0x30) else { return false };
+    let Some((tbs, _)) = expect(cert, 0x30) else { return false };
+    match tlv(tbs) {
+        Some((0xa0, version, _)) => matches!(expect(version, 0x02), Some((&[0], _))),
+        Some(_) => true,
+        None => false,
+    }
+}
+
 /// The certificate's `notAfter` as Unix seconds (UTCTime or GeneralizedTime, `…Z`); for the
 /// serving certificate's expiry metric.
 pub fn not_after(cert_der: &[u8]) -> Option<i64> {
@@ -175,6 +187,16 @@ mod tests {
         use rustls_pki_types::pem::PemObject;
         let pem = include_bytes!("../../../tests/testdata/security/alice.crt");
         rustls_pki_types::CertificateDer::from_pem_slice(pem).unwrap().to_vec()
+    }
+
+    #[test]
+    fn version_one_certificates_are_told_apart() {
+        assert!(!is_v1(&alice()), "v3");
+        let v1 = include_bytes!("../../../tests/testdata/security/v1/client-v1.crt");
+        use rustls_pki_types::pem::PemObject;
+        let v1 = rustls_pki_types::CertificateDer::from_pem_slice(v1).unwrap();
+        assert!(is_v1(&v1));
+        assert!(!is_v1(b"garbage"));
     }
 
     #[test]
