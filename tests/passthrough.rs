@@ -197,3 +197,23 @@ async fn headers_the_upstream_may_trust_are_not_passed_on() {
     }
     assert_eq!(h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(), ["127.0.0.1"]);
 }
+
+/// Issue 21: a transfer coding other than one `chunked` is refused as Go's server refuses it
+/// (501), never forwarded without the coding.
+#[tokio::test]
+async fn unsupported_transfer_codings_are_refused() {
+    let env = start().await;
+    env.ns("ns");
+    let path = "/api/v1/namespaces/ns/configmaps";
+    let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 501"), "{text}");
+    assert!(text.ends_with("501 Not Implemented"), "{text}");
+    assert_eq!(env.upstream_path(path), 0, "nothing forwarded");
+}

@@ -1,37 +1,206 @@
-//! `/healthz`, `/livez`, `/readyz` and `/metrics`: answered before classification, never
-//! forwarded, never authenticated (they reveal nothing about cached data).
+//! `/healthz`, `/livez`, `/readyz` (and their per-check paths) and the proxy's `/metrics`:
+//! answered by the proxy itself, never forwarded.
 //!
-//! Called first by `Server::handle`.
+//! The health endpoints answer as kube-apiserver's (k8s.io/apiserver/pkg/server/healthz,
+//! `handleRootHealth` and `adaptCheckToHandler`), with the proxy's own checks:
+//! - `ok` when every check passes; with `?verbose`, one `[+]<check> ok` line per check then
+//!   `<endpoint> check passed`; `?exclude=<check>` (repeatable) skips a check (`[+]<check>
+//!   excluded: ok`) and warns about names that match none;
+//! - on a failure, 500 with every check's line and `<endpoint> check failed`;
+//! - `/<endpoint>/<check>`: `ok`, or 500 `internal server error: <reason>`; 404 for no such
+//!   check.
+//!
+//! What a caller sees depends on whether it may (`Access`): anyone gets the public checks
+//! (`ping`, `shutdown`, `upstream`, `cache-sync`, `resources`) with failure reasons withheld, as
+//! the apiserver withholds them on its public endpoints; a caller allowed `get` on the path (or
+//! any caller with `--auth=none`) gets one check per cached resource (`cache/<resource>`) and
+//! per resource not cached yet (`resource/<name>`), with the reasons. Per-check paths are not
+//! public (as in the apiserver, whose public-info-viewer role covers the root paths only).
+//!
+//! Called by `Server::handle`, which decides the access.
 
 use http::{header, HeaderValue, Request, Response, StatusCode};
 
 use super::body::{self, Body};
 use super::Server;
 
-/// Answers a health or metrics request, or `None` for anything else.
-pub fn handle<B>(server: &Server, req: &Request<B>) -> Option<Response<Body>> {
-    if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
-        return None;
-    }
-    let (code, ctype, text) = match req.uri().path() {
-        "/healthz" | "/livez" => (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned()),
-        "/readyz" => match server.ready() {
-            Ok(()) => (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned()),
-            Err(reasons) => {
-                let mut t: String = reasons.iter().map(|r| format!("[-]{r}\n")).collect();
-                t.push_str("readyz check failed\n");
-                (StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", t)
-            }
-        },
-        "/metrics" => {
-            server.metrics().observe_caches(server.readers().iter());
-            server.metrics().set_in_flight(server.in_flight());
-            (StatusCode::OK, "text/plain; version=0.0.4", server.metrics().render())
+/// The three health endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Healthz,
+    Livez,
+    Readyz,
+}
+
+impl Endpoint {
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::Healthz => "healthz",
+            Endpoint::Livez => "livez",
+            Endpoint::Readyz => "readyz",
         }
+    }
+}
+
+/// A health request: its endpoint and, for `/<endpoint>/<check>`, the check.
+pub fn route(path: &str) -> Option<(Endpoint, Option<&str>)> {
+    let rest = path.strip_prefix('/')?;
+    let (root, check) = match rest.split_once('/') {
+        Some((r, c)) => (r, Some(c)),
+        None => (rest, None),
+    };
+    let e = match root {
+        "healthz" => Endpoint::Healthz,
+        "livez" => Endpoint::Livez,
+        "readyz" => Endpoint::Readyz,
         _ => return None,
     };
-    let mut resp = Response::new(body::full(text));
+    Some((e, check))
+}
+
+/// Whether the caller may see the detailed checks and their reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Public,
+    Detailed,
+}
+
+/// One check's outcome: `None` when it passes, else why not.
+struct Check {
+    name: String,
+    failure: Option<String>,
+}
+
+fn check(name: impl Into<String>, failure: Option<String>) -> Check {
+    Check { name: name.into(), failure }
+}
+
+/// The checks of `e`, as `access` may see them.
+fn checks(server: &Server, e: Endpoint, access: Access) -> Vec<Check> {
+    let mut out = vec![check("ping", None)];
+    if e != Endpoint::Readyz {
+        return out;
+    }
+    let st = server.readiness();
+    out.push(check("shutdown", st.shutting_down.then(|| "the server is shutting down".to_owned())));
+    let stale: Vec<String> = st.stale.iter().map(|(gr, why)| format!("cache {gr} stale: {why}")).collect();
+    out.push(check("upstream", (!stale.is_empty()).then(|| stale.join("; "))));
+    match access {
+        Access::Public => {
+            let unsynced: Vec<&str> =
+                st.caches.iter().filter(|(_, synced)| !synced).map(|(gr, _)| gr.as_str()).collect();
+            out.push(check(
+                "cache-sync",
+                (!unsynced.is_empty()).then(|| format!("caches not synced: {}", unsynced.join(", "))),
+            ));
+            let missing: Vec<String> =
+                st.missing.iter().map(|(n, why)| format!("resource {n} not cached yet: {why}")).collect();
+            out.push(check("resources", (!missing.is_empty()).then(|| missing.join("; "))));
+        }
+        Access::Detailed => {
+            for (gr, synced) in &st.caches {
+                out.push(check(format!("cache/{gr}"), (!synced).then(|| format!("cache {gr} not synced"))));
+            }
+            for (name, why) in &st.missing {
+                out.push(check(
+                    format!("resource/{name}"),
+                    Some(format!("resource {name} not cached yet: {why}")),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn text(code: StatusCode, t: String) -> Response<Body> {
+    let mut resp = Response::new(body::full(t));
     *resp.status_mut() = code;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    Some(resp)
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    resp
+}
+
+/// Answers a health request (`route` matched it) for a caller with `access`.
+pub fn handle<B>(
+    server: &Server,
+    req: &Request<B>,
+    e: Endpoint,
+    sub: Option<&str>,
+    access: Access,
+) -> Response<Body> {
+    let all = checks(server, e, access);
+    if let Some(name) = sub {
+        return match all.iter().find(|c| c.name == name) {
+            None => text(StatusCode::NOT_FOUND, "404 page not found\n".into()),
+            Some(Check { failure: None, .. }) => text(StatusCode::OK, "ok".into()),
+            Some(Check { failure: Some(why), .. }) => {
+                text(StatusCode::INTERNAL_SERVER_ERROR, format!("internal server error: {why}\n"))
+            }
+        };
+    }
+    let query = req.uri().query().unwrap_or("");
+    let params: Vec<(String, String)> =
+        form_urlencoded::parse(query.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let mut excluded: std::collections::BTreeSet<String> =
+        params.iter().filter(|(k, _)| k == "exclude").map(|(_, v)| v.clone()).collect();
+    let verbose = params.iter().any(|(k, _)| k == "verbose");
+    let mut lines = String::new();
+    let mut failed = Vec::new();
+    for c in &all {
+        if excluded.remove(&c.name) {
+            lines.push_str(&format!("[+]{} excluded: ok\n", c.name));
+            continue;
+        }
+        match &c.failure {
+            None => lines.push_str(&format!("[+]{} ok\n", c.name)),
+            Some(why) => {
+                let shown = if access == Access::Detailed { why.as_str() } else { "reason withheld" };
+                lines.push_str(&format!("[-]{} failed: {shown}\n", c.name));
+                failed.push(c);
+            }
+        }
+    }
+    if !excluded.is_empty() {
+        let names: Vec<String> = excluded.iter().map(|n| format!("{n:?}")).collect();
+        lines.push_str(&format!(
+            "warn: some health checks cannot be excluded: no matches for {}\n",
+            names.join(",")
+        ));
+    }
+    let name = e.name();
+    if !failed.is_empty() {
+        // The reasons go to the log in full, as the apiserver logs them.
+        let reasons: Vec<String> =
+            failed.iter().map(|c| format!("{}: {}", c.name, c.failure.as_deref().unwrap_or(""))).collect();
+        tracing::debug!(endpoint = name, failed = %reasons.join("; "), "health check failed");
+        // Go's http.Error adds the newline.
+        return text(StatusCode::INTERNAL_SERVER_ERROR, format!("{lines}{name} check failed\n"));
+    }
+    if !verbose {
+        return text(StatusCode::OK, "ok".into());
+    }
+    text(StatusCode::OK, format!("{lines}{name} check passed\n"))
+}
+
+/// The proxy's own metrics (Prometheus text).
+pub fn metrics(server: &Server) -> Response<Body> {
+    server.metrics().observe_caches(server.readers().iter());
+    server.metrics().set_in_flight(server.in_flight());
+    let mut resp = Response::new(body::full(server.metrics().render()));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(route("/readyz"), Some((Endpoint::Readyz, None)));
+        assert_eq!(route("/livez/ping"), Some((Endpoint::Livez, Some("ping"))));
+        assert_eq!(route("/readyz/cache/pods"), Some((Endpoint::Readyz, Some("cache/pods"))));
+        assert_eq!(route("/readyzz"), None);
+        assert_eq!(route("/api"), None);
+    }
 }

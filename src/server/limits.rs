@@ -71,6 +71,27 @@ pub fn too_many() -> Response<Body> {
     })
 }
 
+/// Go's net/http answer to a request whose `Transfer-Encoding` is anything but one `chunked`
+/// (transfer.go `parseTransferEncoding`: "we only support a single Transfer-Encoding header
+/// field, and only if set to chunked"; the server writes `501 Not Implemented` and closes).
+/// hyper would decode the chunking and pass on a body still in the other coding, without it.
+pub fn unsupported_transfer_encoding<B>(req: &http::Request<B>) -> Option<Response<Body>> {
+    let values: Vec<&HeaderValue> = req.headers().get_all(header::TRANSFER_ENCODING).iter().collect();
+    let ok = match values.as_slice() {
+        [] => true,
+        [one] => one.to_str().is_ok_and(|v| v.trim().eq_ignore_ascii_case("chunked")),
+        _ => false,
+    };
+    if ok {
+        return None;
+    }
+    let mut r = Response::new(body::full(Bytes::from_static(b"501 Not Implemented")));
+    *r.status_mut() = StatusCode::NOT_IMPLEMENTED;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Some(r)
+}
+
 /// The apiserver's timeout filter answer.
 pub fn timed_out() -> Response<Body> {
     let v = serde_json::json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
@@ -258,6 +279,24 @@ impl HttpBody for InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_single_chunked_transfer_encoding_is_accepted() {
+        let req = |te: &[&str]| {
+            let mut b = http::Request::post("/api/v1/namespaces/ns/configmaps");
+            for v in te {
+                b = b.header("transfer-encoding", *v);
+            }
+            b.body(()).unwrap()
+        };
+        assert!(unsupported_transfer_encoding(&req(&[])).is_none());
+        assert!(unsupported_transfer_encoding(&req(&["chunked"])).is_none());
+        assert!(unsupported_transfer_encoding(&req(&["Chunked"])).is_none());
+        for bad in [&["gzip, chunked"][..], &["gzip"], &["chunked", "chunked"], &["identity"]] {
+            let r = unsupported_transfer_encoding(&req(bad)).expect("refused");
+            assert_eq!(r.status(), 501, "{bad:?}");
+        }
+    }
 
     fn req(uri: &str) -> Request<()> {
         Request::builder().uri(uri).body(()).unwrap()

@@ -67,6 +67,18 @@ pub struct Server {
     trusted_headers: proxy::TrustedHeaders,
 }
 
+/// What `/readyz` looks at (`Server::readiness`).
+#[derive(Clone, Debug, Default)]
+pub struct Readiness {
+    pub shutting_down: bool,
+    /// Every cache: (group/resource, synced).
+    pub caches: Vec<(String, bool)>,
+    /// Synced caches with no proof of being current for too long: (group/resource, why).
+    pub stale: Vec<(String, String)>,
+    /// Configured resources not cached yet that block readiness: (name, why).
+    pub missing: Vec<(String, String)>,
+}
+
 /// What a server checks; the default (no auth, default limits, no browser guard) is what
 /// in-process tests use.
 #[derive(Default)]
@@ -108,16 +120,23 @@ impl Server {
     /// Handles one request (see the module doc for the phases).
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let arrived = tokio::time::Instant::now();
-        let path = req.uri().path();
-        if matches!(path, "/healthz" | "/livez" | "/readyz") {
-            if let Some(resp) = health::handle(&self, &req) {
-                return resp;
-            }
+        if let Some(resp) = limits::unsupported_transfer_encoding(&req) {
+            self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
+            return resp;
         }
         if let Some(guard) = &self.loopback {
             if let Err(resp) = guard.check(&req) {
                 self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
                 return resp;
+            }
+        }
+        if let Some((endpoint, sub)) = health::route(req.uri().path()) {
+            if req.method() == http::Method::GET || req.method() == http::Method::HEAD {
+                let access = match self.health_access(&req, sub.is_some()).await {
+                    Ok(a) => a,
+                    Err(resp) => return resp,
+                };
+                return health::handle(&self, &req, endpoint, sub, access);
             }
         }
         if let Err(resp) = self.limits.check_sizes(&req) {
@@ -171,7 +190,9 @@ impl Server {
                 return resp;
             }
         };
-        if req.uri().path() == "/metrics" {
+        if req.uri().path() == "/metrics"
+            && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
+        {
             if let Some(auth) = &self.auth {
                 let a =
                     Attributes { verb: "get".into(), path: Some("/metrics".into()), ..Attributes::default() };
@@ -179,11 +200,47 @@ impl Server {
                     return resp;
                 }
             }
-            if let Some(resp) = health::handle(&self, &req) {
-                return resp;
-            }
+            return health::metrics(&self);
         }
         self.route(req, caller, info, arrived).await
+    }
+
+    /// Who may see the detailed health checks: everyone with `--auth=none`; else a caller
+    /// allowed `get` on the path. The root paths are public (probes have no credentials): a
+    /// caller is only looked at when it asks for `verbose`, and one that fails authentication
+    /// or authorization gets the public checks. Per-check paths are not public: 401 / 403.
+    // The `Err` is the refusal response itself, as in `limits`.
+    #[allow(clippy::result_large_err)]
+    async fn health_access(
+        &self,
+        req: &Request<Incoming>,
+        per_check: bool,
+    ) -> Result<health::Access, Response<Body>> {
+        let Some(auth) = &self.auth else {
+            return Ok(health::Access::Detailed);
+        };
+        let verbose = req
+            .uri()
+            .query()
+            .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
+        if !per_check && !verbose {
+            return Ok(health::Access::Public);
+        }
+        let caller = match auth.authenticate(req).await {
+            Ok(c) => c,
+            Err(resp) if per_check => return Err(resp),
+            Err(_) => return Ok(health::Access::Public),
+        };
+        let a = Attributes {
+            verb: "get".into(),
+            path: Some(req.uri().path().to_owned()),
+            ..Attributes::default()
+        };
+        match auth.authorize(&caller.effective, &a).await {
+            Ok(()) => Ok(health::Access::Detailed),
+            Err(resp) if per_check => Err(resp),
+            Err(_) => Ok(health::Access::Public),
+        }
     }
 
     /// Authentication and impersonation, or the trusted caller of `--auth=none`.
@@ -318,30 +375,40 @@ impl Server {
         self.limits.watches_of(user)
     }
 
-    /// Whether every cache has synced, every configured resource the upstream can be asked
-    /// about is cached, and the server is not shutting down.
-    pub fn ready(&self) -> Result<(), Vec<String>> {
-        let mut not_ready: Vec<String> = self
-            .readers()
-            .iter()
-            .filter_map(|r| {
-                let gr = r.kind().group_resource();
-                if !r.progress().ready {
-                    Some(format!("cache {gr} not synced"))
-                } else if serve::too_stale(r, &self.serve) {
-                    let s = r.staleness().unwrap_or_default();
-                    Some(format!("cache {gr} stale: no proof of being current for {}s", s.as_secs()))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        for (name, m) in self.resources.missing() {
-            if m.blocks_readiness {
-                not_ready.push(format!("resource {name} not cached yet: {}", m.reason));
+    /// What `/readyz` checks: caches synced and not stale, configured resources cached,
+    /// not shutting down.
+    pub fn readiness(&self) -> Readiness {
+        let mut st = Readiness { shutting_down: *self.shutting_down.borrow(), ..Readiness::default() };
+        for r in self.readers() {
+            let gr = r.kind().group_resource();
+            st.caches.push((gr.clone(), r.progress().ready));
+            if r.progress().ready && serve::too_stale(&r, &self.serve) {
+                let s = r.staleness().unwrap_or_default();
+                st.stale.push((gr, format!("no proof of being current for {}s", s.as_secs())));
             }
         }
-        if *self.shutting_down.borrow() {
+        st.caches.sort();
+        for (name, m) in self.resources.missing() {
+            if m.blocks_readiness {
+                st.missing.push((name, m.reason));
+            }
+        }
+        st
+    }
+
+    /// Whether every cache has synced, every configured resource the upstream can be asked
+    /// about is cached, and the server is not shutting down; else why not.
+    pub fn ready(&self) -> Result<(), Vec<String>> {
+        let st = self.readiness();
+        let mut not_ready: Vec<String> = Vec::new();
+        for (gr, synced) in &st.caches {
+            if !synced {
+                not_ready.push(format!("cache {gr} not synced"));
+            }
+        }
+        not_ready.extend(st.stale.iter().map(|(gr, why)| format!("cache {gr} stale: {why}")));
+        not_ready.extend(st.missing.iter().map(|(n, why)| format!("resource {n} not cached yet: {why}")));
+        if st.shutting_down {
             not_ready.push("shutting down".into());
         }
         if not_ready.is_empty() {

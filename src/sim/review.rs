@@ -133,7 +133,12 @@ impl Rule {
                 && (self.names.is_empty() || any(&self.names, s("name")))
         } else if let Some(nra) = spec.get("nonResourceAttributes") {
             let s = |k: &str| nra.get(k).and_then(Value::as_str).unwrap_or("");
-            any(&self.verbs, s("verb")) && any(&self.paths, s("path"))
+            // RBAC's NonResourceURLMatches: `*`, exact, or a trailing `*` as a prefix.
+            let path = s("path");
+            let url = |rule: &String| {
+                rule == "*" || rule == path || rule.strip_suffix('*').is_some_and(|p| path.starts_with(p))
+            };
+            any(&self.verbs, s("verb")) && self.paths.iter().any(url)
         } else {
             false
         }
