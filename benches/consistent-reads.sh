@@ -4,7 +4,7 @@
 # directly against the simulated apiserver, while the sim renews node Leases (a resource the
 # proxy does not cache) LEASES times a second. Reports LIST p50/p90, the time to the
 # `k8s.io/initial-events-end` bookmark, and how many of the proxy's requests reached the
-# upstream (from the proxy's /metrics: forwarded requests by reason, upstream LIST pages).
+# upstream (from the proxy's /watchcache/metrics: forwarded requests by reason, upstream LIST pages).
 # Requests alternate proxy / direct so both see the same machine noise.
 # Usage: benches/consistent-reads.sh [lists] [watch-lists] [leases/s]   (builds release first)
 set -euo pipefail
@@ -33,7 +33,7 @@ def conn(addr):
     return http.client.HTTPConnection(h, int(p), timeout=30)
 
 def metrics():
-    c = conn(proxy); c.request("GET", "/metrics"); body = c.getresponse().read().decode(); c.close()
+    c = conn(proxy); c.request("GET", "/watchcache/metrics"); body = c.getresponse().read().decode(); c.close()
     out = {}
     for m in re.finditer(r'^watchcache_forwarded_requests_total\{reason="([a-z_]+)"\} (\d+)', body, re.M):
         out[m.group(1)] = int(m.group(2))

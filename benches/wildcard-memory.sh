@@ -34,7 +34,7 @@ measure() {
   sleep 3 # let allocations settle after the first syncs
   local rss cached
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
-  cached=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^watchcache_cached_resources / {print $2}')
+  cached=$(curl -s "http://127.0.0.1:$port/watchcache/metrics" | awk '/^watchcache_cached_resources / {print $2}')
   kill "$pid"; wait "$pid" 2>/dev/null || true
   printf '%-34s cached resources %4s   RSS %7.1f MiB\n' "$label" "$cached" "$(echo "$rss / 1024" | bc -l)"
   echo "$cached $rss" > "/tmp/wildcard-memory.$label"

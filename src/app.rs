@@ -368,7 +368,7 @@ Forwarded upstream unchanged (writes, discovery):
        -d '{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"hello"}},"data":{{"k":"v"}}}}'
   kubectl --kubeconfig {kc} apply --validate=false -f - <<< '{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"demo","namespace":"ns-0"}}}}'
 Health and metrics:
-  curl -s http://{p}/readyz; curl -s http://{p}/metrics | grep watchcache_
+  curl -s http://{p}/readyz; curl -s http://{p}/watchcache/metrics | grep watchcache_
 Stop with Ctrl-C."#,
         sim = sim.addr,
         churn = args.churn,

@@ -92,7 +92,7 @@ async fn most_recent_list_under_lease_churn_is_proven_by_metadata_and_served_fro
     // Probes that keep failing are thinned out: at most 3 in a row, then one LIST in eight.
     let probes = upstream(&env, "/api/v1/configmaps", "limit=1") - probes_before;
     assert!(probes <= 3 + 16 / 8 + 1, "{probes} probes for 16 LISTs");
-    let metrics = env.get("/metrics").await;
+    let metrics = env.get("/watchcache/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(!text.contains(r#"watchcache_forwarded_requests_total{reason="most_recent"}"#), "{text}");
     // A page of it continues at the proven RV: the upstream serves that token at once.

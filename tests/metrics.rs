@@ -26,13 +26,13 @@ fn root(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
 }
 
-/// alice may read configmaps; metrics-reader may GET /metrics.
+/// alice may read configmaps; metrics-reader may GET /watchcache/metrics.
 fn script() -> AuthScript {
     AuthScript::default()
         .token("alice-token", ScriptUser::new("alice", &[]))
         .token("metrics-token", ScriptUser::new("metrics-reader", &[]))
         .rule(Rule::user("alice", &["get", "list", "watch"], "", &["configmaps"]))
-        .rule(Rule::paths("metrics-reader", &["get"], &["/metrics"]))
+        .rule(Rule::paths("metrics-reader", &["get"], &["/watchcache/metrics"]))
 }
 
 async fn start_sim() -> SimHandle {
@@ -75,7 +75,7 @@ impl Scrape {
 }
 
 async fn scrape_plain(client: &common::HttpClient, proxy: &Running) -> Scrape {
-    let url = format!("http://{}/metrics", proxy.addr);
+    let url = format!("http://{}/watchcache/metrics", proxy.addr);
     let r = send(client, Method::GET, &url, None, &[("authorization", "Bearer metrics-token")]).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     let text = String::from_utf8(r.body.to_vec()).expect("utf-8");
@@ -169,7 +169,7 @@ async fn series_move_by_exactly_what_the_requests_did() {
     assert!(after.get(&format!("watchcache_history_window_seconds{res}")) < 60.0);
     // Auth: alice's token reviewed once, then cached for the GET, the watch and the second
     // scrape's metrics-token; SubjectAccessReviews for alice's list and watch (the forwarded
-    // GET is authorized upstream), the /metrics decision cached since the first scrape.
+    // GET is authorized upstream), the /watchcache/metrics decision cached since the first scrape.
     let lookups = |review: &str, result: &str| {
         d(&format!(r#"watchcache_auth_cache_lookups_total{{result="{result}",review="{review}"}}"#))
     };
@@ -273,13 +273,13 @@ async fn every_metric_in_the_readme_table_is_exported() {
     sim.sim
         .create("configmaps", "ns-a", json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm9"}}))
         .expect("create");
-    let (code, text) = tls_get(&c, &format!("{base}/metrics"), "metrics-token").await;
+    let (code, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
     assert_eq!(code, 200, "{text}");
     // The upstream goes away: the reflector's watch fails and is counted.
     sim.shutdown().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let text = loop {
-        let (code, text) = tls_get(&c, &format!("{base}/metrics"), "metrics-token").await;
+        let (code, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
         assert_eq!(code, 200, "{text}");
         if text.contains("watchcache_reflector_errors_total{") || tokio::time::Instant::now() > deadline {
             break text;

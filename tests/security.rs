@@ -29,7 +29,7 @@ fn testdata(name: &str) -> PathBuf {
 }
 
 /// alice: everything on configmaps; bob: only list configmaps; dev: get/list/watch configmaps
-/// in ns-a only; admin: may impersonate users; metrics-reader: GET /metrics; group devs (the
+/// in ns-a only; admin: may impersonate users; metrics-reader: GET /watchcache/metrics; group devs (the
 /// certificate user alice's O): list/watch configmaps.
 fn script() -> AuthScript {
     AuthScript::default()
@@ -42,7 +42,7 @@ fn script() -> AuthScript {
         .rule(Rule::user("bob", &["list"], "", &["configmaps"]))
         .rule(Rule::user("dev-user", &["get", "list", "watch"], "", &["configmaps"]).in_namespace("ns-a"))
         .rule(Rule::user("admin", &["impersonate"], "", &["users"]))
-        .rule(Rule::paths("metrics-reader", &["get"], &["/metrics"]))
+        .rule(Rule::paths("metrics-reader", &["get"], &["/watchcache/metrics"]))
         .rule(Rule::group("devs", &["list", "watch"], "", &["configmaps"]))
         .token("ns-token", ScriptUser::new("ns-reader", &[]))
         // A Role in ns-a: get on namespaces (the apiserver asks with namespace ns-a, name ns-a).
@@ -221,15 +221,27 @@ async fn missing_or_invalid_credentials_are_401() {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert_eq!(env.get_as(None, "/readyz", &[]).await.status, StatusCode::OK);
     assert_eq!(env.get_as(None, "/livez", &[]).await.status, StatusCode::OK);
-    // /metrics: authenticated and authorized like the apiserver's.
-    assert_eq!(env.get_as(None, "/metrics", &[]).await.status, StatusCode::UNAUTHORIZED);
-    let r = env.get_as(Some("alice-token"), "/metrics", &[]).await;
+    // The proxy's metrics: authenticated and authorized like the apiserver's /metrics.
+    let own = "/watchcache/metrics";
+    assert_eq!(env.get_as(None, own, &[]).await.status, StatusCode::UNAUTHORIZED);
+    let r = env.get_as(Some("alice-token"), own, &[]).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    assert_eq!(message(&r), r#"forbidden: User "alice" cannot get path "/metrics""#);
-    assert_eq!(env.get_as(Some("metrics-token"), "/metrics", &[]).await.status, StatusCode::OK);
+    assert_eq!(message(&r), r#"forbidden: User "alice" cannot get path "/watchcache/metrics""#);
+    let r = env.get_as(Some("metrics-token"), own, &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&r.body).contains("watchcache_requests_total"));
     // The token never reaches the proxy's answers.
-    assert!(!String::from_utf8_lossy(&env.get_as(Some("alice-token"), "/metrics", &[]).await.body)
+    assert!(!String::from_utf8_lossy(&env.get_as(Some("alice-token"), own, &[]).await.body)
         .contains("alice-token"));
+    // /metrics and /debug/* are the apiserver's: forwarded with the caller's own token.
+    for path in ["/metrics", "/debug/pprof/"] {
+        let before = env.sim.sim.request_count(|r| r.path == path);
+        let r = env.get_as(Some("metrics-token"), path, &[]).await;
+        assert!(!String::from_utf8_lossy(&r.body).contains("watchcache_"), "{path}: not the proxy's");
+        let seen = env.sim.sim.requests(|r| r.path == path);
+        assert_eq!(seen.len(), before + 1, "{path} forwarded");
+        assert_eq!(seen[seen.len() - 1].headers["authorization"], "Bearer metrics-token");
+    }
 }
 
 #[tokio::test]

@@ -71,7 +71,7 @@ async fn a_wildcard_caches_what_the_upstream_serves_less_the_exclusions() {
         let seen = sim.sim.request_count(|r| r.path == path) - before;
         assert_eq!(seen, usize::from(!cached), "{path}: cached {cached}");
     }
-    let m = String::from_utf8_lossy(&get("/metrics").await.body).into_owned();
+    let m = String::from_utf8_lossy(&get("/watchcache/metrics").await.body).into_owned();
     assert_eq!(metric(&m, "watchcache_cached_resources "), Some(want.len() as f64), "{m}");
     assert_eq!(metric(&m, "watchcache_skipped_resources{reason=\"forbidden\"} "), Some(0.0));
 }

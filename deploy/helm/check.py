@@ -294,7 +294,7 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     c("ServiceMonitor iff enabled", bool(sm) == v["serviceMonitor"]["enabled"])
     if sm:
         ep = sm[0]["spec"]["endpoints"][0]
-        c("ServiceMonitor scrapes https /metrics", ep["port"] == "https" and ep["scheme"] == "https" and ep["path"] == "/metrics")
+        c("ServiceMonitor scrapes https /watchcache/metrics", ep["port"] == "https" and ep["scheme"] == "https" and ep["path"] == "/watchcache/metrics")
     np = of_kind(objs, "NetworkPolicy")
     c("NetworkPolicy iff enabled", bool(np) == v["networkPolicy"]["enabled"])
     if np:
@@ -303,7 +303,7 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     mr = roles.get(f"{full}-metrics-reader")
     c("metrics reader ClusterRole iff enabled", bool(mr) == v["metricsReader"]["enabled"])
     if mr:
-        c("metrics reader: get on nonResourceURLs /metrics only", mr["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+        c("metrics reader: get on nonResourceURLs /watchcache/metrics only", mr["rules"] == [{"nonResourceURLs": ["/watchcache/metrics"], "verbs": ["get"]}])
 
     for o in objs:
         if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):

@@ -91,7 +91,7 @@ pub struct TargetReport {
     #[serde(default)]
     pub cpu_ms_per_mb_listed: Option<f64>,
     /// The proxy's authentication and authorization cache lookups in the phase (from its
-    /// `/metrics`), when it runs with auth on; `None` for the direct target.
+    /// `/watchcache/metrics`), when it runs with auth on; `None` for the direct target.
     #[serde(default)]
     pub auth_lookups: Option<AuthLookups>,
 }

@@ -1,5 +1,7 @@
-//! `/healthz`, `/livez`, `/readyz` (and their per-check paths) and the proxy's `/metrics`:
-//! answered by the proxy itself, never forwarded.
+//! `/healthz`, `/livez`, `/readyz` (and their per-check paths) and the proxy's own metrics
+//! (`/watchcache/metrics`): answered by the proxy itself, never forwarded. `/metrics` is the
+//! apiserver's and is forwarded (issue 24: through the proxy, `kubectl get --raw /metrics`
+//! must show the apiserver's metrics).
 //!
 //! The health endpoints answer as kube-apiserver's (k8s.io/apiserver/pkg/server/healthz,
 //! `handleRootHealth` and `adaptCheckToHandler`), with the proxy's own checks:
@@ -23,6 +25,9 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 
 use super::body::{self, Body};
 use super::Server;
+
+/// Where the proxy serves its own metrics.
+pub const METRICS_PATH: &str = "/watchcache/metrics";
 
 /// The three health endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,8 +10,10 @@
 //! `RequestInfo`'s attributes) → **serve from cache** (`serve`; large bodies `gzip`'d when
 //! asked) | **forward upstream** (`proxy`, with the caller's identity, or the proxy's own with
 //! `--auth=none`; encoding left to the upstream). `/healthz`, `/livez` and `/readyz` are
-//! answered first, without authentication; `/metrics` needs an authenticated caller allowed
-//! `get` on the non-resource URL `/metrics`, like the apiserver's. Built by
+//! answered first (authentication only for their detail); the proxy's own metrics are at
+//! `/watchcache/metrics` and need an authenticated caller allowed `get` on that non-resource
+//! URL, like the apiserver's `/metrics` (which, with `/debug/*`, is forwarded upstream: the
+//! apiserver's own). Built by
 //! `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
 //! with `--auth=none`: every caller trusted, forwarded requests unchanged).
 //!
@@ -176,7 +178,7 @@ impl Server {
         }
     }
 
-    /// authenticate (+ impersonate) → `/metrics` | route.
+    /// authenticate (+ impersonate) → `/watchcache/metrics` | route.
     async fn authenticated(
         self: Arc<Self>,
         req: Request<Incoming>,
@@ -190,12 +192,12 @@ impl Server {
                 return resp;
             }
         };
-        if req.uri().path() == "/metrics"
+        if req.uri().path() == health::METRICS_PATH
             && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
         {
             if let Some(auth) = &self.auth {
                 let a =
-                    Attributes { verb: "get".into(), path: Some("/metrics".into()), ..Attributes::default() };
+                    Attributes { verb: "get".into(), path: Some(health::METRICS_PATH.into()), ..Attributes::default() };
                 if let Err(resp) = auth.authorize(&caller.effective, &a).await {
                     return resp;
                 }
