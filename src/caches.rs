@@ -284,9 +284,9 @@ impl Caching {
         let cached: Vec<(String, ResourceKind)> =
             self.caches.lock().iter().filter(|c| !c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
         for (name, kind) in cached {
-            match round.resolve(&name).await.map(|k| vec![k]) {
-                Ok(now) if now.first() == Some(&kind) => {}
-                Ok(now) => {
+            match round.recheck(&name, &kind).await.map(|k| k.map(|k| vec![k])) {
+                Ok(None) => {}
+                Ok(Some(now)) => {
                     tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew");
                     self.retire(&name, server);
                     for k in now {

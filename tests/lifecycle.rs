@@ -195,3 +195,29 @@ async fn deleted_crd_is_followed(rediscovery: Duration, watch_idle: Option<Durat
     sim.sim.set_served("example.com/widgets", true).unwrap();
     eventually(20, "cached again", from_cache).await;
 }
+
+/// Issue 24: periodic rediscovery fetches each discovery document once per round, and sends no
+/// probe LIST for resources it caches already (before: `/apis` once per cached resource, and a
+/// one-item LIST of each every round).
+#[tokio::test]
+async fn a_rediscovery_round_costs_its_documents_once() {
+    let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .unwrap();
+    let named = ["configmaps", "pods", "apps/deployments", "example.com/widgets"];
+    let mut args = serve_args(sim.addr, &named);
+    args.rediscovery_interval = Duration::from_millis(100);
+    let proxy = app::start(&args).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let count = |path: &str| sim.sim.request_count(|r| r.path == path);
+    let probes = || sim.sim.request_count(|r| r.query == "limit=1");
+    let (apis0, probes0) = (count("/apis"), probes());
+    eventually(20, "five rounds", || async { count("/apis") >= apis0 + 5 }).await;
+    let rounds = count("/apis") - apis0;
+    let apis = count("/apis");
+    for doc in ["/api/v1", "/apis/apps/v1", "/apis/example.com/v1"] {
+        assert!(count(doc) <= apis + 1, "{doc}: {} fetches for {apis} of /apis", count(doc));
+    }
+    assert_eq!(probes(), probes0, "no probe LIST in {rounds} rounds of an unchanged upstream");
+    proxy.shutdown().await;
+}

@@ -84,7 +84,9 @@ async fn time_events(base: String, rv: u64, stop: Arc<AtomicBool>) -> HashMap<u6
 
 /// `watchcache_relists_total` of a proxy (the initial list included), from its /watchcache/metrics.
 async fn relists(addr: SocketAddr) -> f64 {
-    let r = common::send(&client(), http::Method::GET, &format!("http://{addr}/watchcache/metrics"), None, &[]).await;
+    let r =
+        common::send(&client(), http::Method::GET, &format!("http://{addr}/watchcache/metrics"), None, &[])
+            .await;
     assert_eq!(r.status, 200);
     let text = String::from_utf8_lossy(&r.body).into_owned();
     text.lines()

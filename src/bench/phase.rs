@@ -51,7 +51,12 @@ impl UpstreamCount {
         match self {
             UpstreamCount::Sim(sim) => Some(sim.request_count(|_| true) as u64),
             UpstreamCount::ProxyMetrics(r) => {
-                let body = send(&r.client, r.target.request(Method::GET, crate::server::health::METRICS_PATH, None)?).await.ok()?;
+                let body = send(
+                    &r.client,
+                    r.target.request(Method::GET, crate::server::health::METRICS_PATH, None)?,
+                )
+                .await
+                .ok()?;
                 Some(forwarded_total(&String::from_utf8_lossy(&body)))
             }
             UpstreamCount::Unknown => None,
@@ -86,7 +91,9 @@ pub fn auth_lookups(metrics: &str) -> Option<AuthLookups> {
 
 async fn read_auth_lookups(r: &Option<Arc<Remote>>) -> Option<AuthLookups> {
     let r = r.as_ref()?;
-    let body = send(&r.client, r.target.request(Method::GET, crate::server::health::METRICS_PATH, None)?).await.ok()?;
+    let body = send(&r.client, r.target.request(Method::GET, crate::server::health::METRICS_PATH, None)?)
+        .await
+        .ok()?;
     auth_lookups(&String::from_utf8_lossy(&body))
 }
 

@@ -196,8 +196,11 @@ impl Server {
             && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
         {
             if let Some(auth) = &self.auth {
-                let a =
-                    Attributes { verb: "get".into(), path: Some(health::METRICS_PATH.into()), ..Attributes::default() };
+                let a = Attributes {
+                    verb: "get".into(),
+                    path: Some(health::METRICS_PATH.into()),
+                    ..Attributes::default()
+                };
                 if let Err(resp) = auth.authorize(&caller.effective, &a).await {
                     return resp;
                 }

@@ -216,6 +216,28 @@ impl<'a> Round<'a> {
     /// The preferred version's [`ResourceKind`] of one wanted "group/resource". A resource
     /// that is unknown, or that cannot be listed and watched, is an error naming it.
     pub async fn resolve(&mut self, w: &str) -> Result<ResourceKind, UpstreamError> {
+        let kind = self.locate(w).await?;
+        self.probe(w, kind).await
+    }
+
+    /// Whether the upstream still serves `known` (a cached resource) the same way, from the
+    /// discovery documents only (no probe LIST: a periodic rediscovery of N cached resources
+    /// costs the round's documents, not N LISTs). `Ok(None)`: unchanged.
+    pub async fn recheck(
+        &mut self,
+        w: &str,
+        known: &ResourceKind,
+    ) -> Result<Option<ResourceKind>, UpstreamError> {
+        let mut now = self.locate(w).await?;
+        now.builtin = known.builtin;
+        if &now == known {
+            return Ok(None);
+        }
+        self.probe(w, now).await.map(Some)
+    }
+
+    /// `resolve` without the probe LIST.
+    async fn locate(&mut self, w: &str) -> Result<ResourceKind, UpstreamError> {
         let (group, resource) = split_wanted(w.trim())?;
         let versions = if group.is_empty() {
             vec!["v1".to_owned()]
@@ -235,7 +257,7 @@ impl<'a> Round<'a> {
                 break;
             }
         }
-        let mut kind = found.ok_or_else(|| {
+        found.ok_or_else(|| {
             UpstreamError::Discovery(format!(
                 "resource \"{w}\" not found on the upstream (looked in {})",
                 versions
@@ -244,10 +266,15 @@ impl<'a> Round<'a> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ))
-        })?;
-        // A one-item LIST: a resource named explicitly that the proxy may not list cannot be
-        // cached (a configuration error, not something to retry); for a dotted group it also
-        // tells a built-in encoding from a custom resource's.
+        })
+    }
+
+    /// A one-item LIST: a resource named explicitly that the proxy may not list cannot be
+    /// cached (a configuration error, not something to retry); for a dotted group it also
+    /// tells a built-in encoding from a custom resource's.
+    async fn probe(&mut self, w: &str, mut kind: ResourceKind) -> Result<ResourceKind, UpstreamError> {
+        let group = kind.group.clone();
+        let group = group.as_str();
         match self.up.typed_encoding(&kind).await {
             Ok(typed) if !is_builtin(group) => kind.builtin = typed,
             Ok(_) => {}
