@@ -24,13 +24,15 @@
 //! | `subresource` | `log`, `exec` / `attach` (upgrade echo), `status` |
 //! | `discovery` | `/api`, `/apis`, `/version` … |
 //! | `seed` | sample objects and churn |
-//! | `review` | TokenReview / SubjectAccessReview from a test script |
+//! | `review` | TokenReview / SubjectAccessReview from a test script (selectors read as a 1.34 apiserver) |
+//! | `node_authz` | the Node authorizer of `--authorization-mode=Node,RBAC` (1.34, with selectors) |
 //! | `tls` | the HTTPS acceptor (`--tls-cert-file`, `bench --tls`) |
 
 mod discovery;
 mod encode;
 mod http;
 mod kinds;
+mod node_authz;
 mod query;
 mod read;
 mod review;

@@ -490,7 +490,17 @@ async fn discovery_lists_resources() {
     let groups = get(&h, "/apis").await.json();
     let names: Vec<&str> =
         groups["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["apps", "batch", "coordination.k8s.io", "example.com", "gateway.networking.k8s.io"]);
+    assert_eq!(
+        names,
+        [
+            "apps",
+            "batch",
+            "coordination.k8s.io",
+            "discovery.k8s.io",
+            "example.com",
+            "gateway.networking.k8s.io"
+        ]
+    );
     assert_eq!(get(&h, "/apis/apps/v1").await.json()["resources"][0]["kind"], "Deployment");
     assert_eq!(get(&h, "/version").await.json()["gitVersion"], "v1.36.0-sim");
     assert_eq!(h.sim.request_count(|r| r.path.starts_with("/api")), 3);
