@@ -405,11 +405,16 @@ mod tests {
                    "resourceAttributes": {"verb": "list", "group": "", "resource": "pods", "fieldSelector": fs}})
         };
         let answer = |fs: Value| access_review_answer(&sim, &script, &review(fs));
-        let ok = answer(json!({"requirements": [{"key": "spec.nodeName", "operator": "In", "values": ["n1"]}]})).unwrap();
+        let ok =
+            answer(json!({"requirements": [{"key": "spec.nodeName", "operator": "In", "values": ["n1"]}]}))
+                .unwrap();
         assert_eq!(ok["status"]["allowed"], true);
         assert_eq!(answer(json!({"rawSelector": "spec.nodeName=n1"})).unwrap()["status"]["allowed"], true);
         let other = answer(json!({"rawSelector": "spec.nodeName=n2"})).unwrap();
-        assert_eq!(other["status"], json!({"allowed": false, "reason": "can only list/watch pods with spec.nodeName field selector"}));
+        assert_eq!(
+            other["status"],
+            json!({"allowed": false, "reason": "can only list/watch pods with spec.nodeName field selector"})
+        );
         // Does not parse: ignored, said so, decided without it.
         for bad in [
             json!({"rawSelector": "spec.nodeName"}),
@@ -418,13 +423,22 @@ mod tests {
         ] {
             let a = answer(bad.clone()).unwrap();
             assert_eq!(a["status"]["allowed"], false, "{bad}");
-            assert_eq!(a["status"]["evaluationError"], "spec.resourceAttributes.fieldSelector ignored due to parse error", "{bad}");
+            assert_eq!(
+                a["status"]["evaluationError"],
+                "spec.resourceAttributes.fieldSelector ignored due to parse error",
+                "{bad}"
+            );
         }
         // Both forms: an invalid review.
-        let both = json!({"rawSelector": "a=b", "requirements": [{"key": "a", "operator": "In", "values": ["b"]}]});
+        let both =
+            json!({"rawSelector": "a=b", "requirements": [{"key": "a", "operator": "In", "values": ["b"]}]});
         assert!(answer(both).is_err());
         // Without the Node authorizer, a node is just a user with no rules.
-        let plain = access_review_answer(&sim, &AuthScript::default(), &review(json!({"rawSelector": "spec.nodeName=n1"})));
+        let plain = access_review_answer(
+            &sim,
+            &AuthScript::default(),
+            &review(json!({"rawSelector": "spec.nodeName=n1"})),
+        );
         assert_eq!(plain.unwrap()["status"]["allowed"], false);
     }
 }
