@@ -184,6 +184,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         h2_keepalive_interval: (!args.http2_keepalive_interval.is_zero())
             .then_some(args.http2_keepalive_interval),
         h2_keepalive_timeout: args.http2_keepalive_timeout,
+        goaway_chance: args.goaway_chance,
     };
     let server_task =
         tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period, conn_opts));

@@ -158,6 +158,12 @@ pub struct ServeArgs {
     /// ...and closed when a ping is not answered within this time.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub http2_keepalive_timeout: Duration,
+    /// The fraction of HTTP/2 requests after which the connection is sent GOAWAY, so that
+    /// long-lived clients reconnect through the load balancer and spread over the replicas
+    /// (kube-apiserver's flag). 0 (off) to 0.02; 0.001 is a starting point. Not for a single
+    /// replica or a sidecar.
+    #[arg(long, default_value_t = 0.0)]
+    pub goaway_chance: f64,
     /// A cache with no proof of being current (an event, a bookmark, a list, an upstream watch
     /// that started) for longer than this fails /readyz and has its reads forwarded; shorter
     /// upstream outages keep being served from the cache. 0 disables. Upstream bookmarks arrive
@@ -496,6 +502,10 @@ impl ServeArgs {
             self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
         crate::wanted::Wanted::parse(&self.resources)?;
         self.security.loopback_guard()?;
+        if !(0.0..=0.02).contains(&self.goaway_chance) {
+            // kube-apiserver's words (server/options/server_run_options.go).
+            return Err("--goaway-chance can not be less than 0 or greater than 0.02".into());
+        }
         match (&self.insecure_listen, &self.tls_cert_file, &self.tls_private_key_file) {
             (Some(addr), _, _) if !addr.ip().is_loopback() => {
                 return Err(format!(
@@ -742,6 +752,19 @@ mod tests {
             Command::Serve(s) => s.validate(),
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn goaway_chance_and_loopback_patterns_are_checked() {
+        let base = ["--resources", "pods", "--insecure-listen", "127.0.0.1:8001"];
+        let with = |extra: &[&str]| serve(&[&base[..], extra].concat());
+        assert_eq!(with(&["--goaway-chance", "0.02"]).unwrap().goaway_chance, 0.02);
+        for bad in ["--goaway-chance=0.03", "--goaway-chance=-0.001"] {
+            let e = with(&[bad]).unwrap_err();
+            assert_eq!(e, "--goaway-chance can not be less than 0 or greater than 0.02", "{bad}");
+        }
+        let e = with(&["--auth", "none", "--accept-hosts", "("]).unwrap_err();
+        assert!(e.starts_with("--accept-hosts"), "{e}");
     }
 
     #[test]

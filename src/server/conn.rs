@@ -15,6 +15,11 @@
 //! `h2_keepalive_timeout`, so a peer that vanished does not hold its streams. [`Activity`]
 //! counts a connection's requests (from the service, until each response body ends).
 //!
+//! `--goaway-chance` (kube-apiserver's flag): after a request on an HTTP/2 connection, with
+//! that probability, the connection is sent GOAWAY (streams in flight, watches included,
+//! finish normally) so that the client reconnects through the Service and lands on any replica:
+//! after a rollout, long-lived HTTP/2 clients spread again over every replica.
+//!
 //! Graceful shutdown is here too (`hyper_util`'s `GracefulShutdown` cannot watch hyper's
 //! upgradeable HTTP/1.1 connection): when the stop flag turns true each connection is told to
 //! finish (HTTP/1.1 after its response, HTTP/2 with GOAWAY), and [`Live`] lets the listener
@@ -61,6 +66,8 @@ pub struct ConnOptions {
     /// `None`: no pings.
     pub h2_keepalive_interval: Option<Duration>,
     pub h2_keepalive_timeout: Duration,
+    /// Probability of a GOAWAY after an HTTP/2 request (0: never; at most 0.02).
+    pub goaway_chance: f64,
 }
 
 impl Default for ConnOptions {
@@ -70,6 +77,7 @@ impl Default for ConnOptions {
             idle_timeout: Duration::from_secs(90),
             h2_keepalive_interval: Some(Duration::from_secs(30)),
             h2_keepalive_timeout: Duration::from_secs(20),
+            goaway_chance: 0.0,
         }
     }
 }
@@ -83,6 +91,9 @@ pub struct Activity {
     /// Milliseconds after `born` when the last request ended.
     idle_since_ms: AtomicU64,
     started: AtomicBool,
+    /// Set (once) when the connection is to be sent GOAWAY.
+    goaway: tokio::sync::Notify,
+    goaway_sent: AtomicBool,
 }
 
 /// Held while a request is in flight (until its response body ends or is dropped).
@@ -105,7 +116,16 @@ impl Activity {
             active: AtomicUsize::new(0),
             idle_since_ms: AtomicU64::new(0),
             started: AtomicBool::new(false),
+            goaway: tokio::sync::Notify::new(),
+            goaway_sent: AtomicBool::new(false),
         })
+    }
+
+    /// After an HTTP/2 request: with probability `chance`, tells the connection to send GOAWAY.
+    pub fn maybe_goaway(&self, chance: f64) {
+        if chance > 0.0 && fastrand::f64() < chance && !self.goaway_sent.swap(true, Ordering::AcqRel) {
+            self.goaway.notify_one();
+        }
     }
 
     /// A request started.
@@ -278,6 +298,7 @@ where
             r = conn.as_mut() => return r.map_err(Into::into),
             _ = until_true(&mut stop) => {}
             _ = idle.expired() => tracing::debug!("closing an idle connection"),
+            _ = idle.activity.goaway.notified() => tracing::debug!("GOAWAY (--goaway-chance)"),
         }
     }
     shutdown(conn.as_mut());

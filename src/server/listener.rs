@@ -40,6 +40,7 @@ pub async fn run(
     let (live, all_gone) = conn::live();
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let builders = Arc::new(conn::Builders::new(conn_opts));
+    let goaway_chance = conn_opts.goaway_chance;
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -62,7 +63,7 @@ pub async fn run(
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
                         sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
-                    let svc = service(server, None, peer, activity.clone(), false);
+                    let svc = service(server, None, peer, activity.clone(), false, goaway_chance);
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
                         let conn = builders.serve(io, proto, svc, stop, live, activity);
@@ -99,7 +100,7 @@ pub async fn run(
                         _ => Proto::Detect,
                     };
                     let activity = conn::Activity::new();
-                    let svc = service(server, peer_user, peer, activity.clone(), v1);
+                    let svc = service(server, peer_user, peer, activity.clone(), v1, goaway_chance);
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does
                     // in the clear).
@@ -165,6 +166,7 @@ fn service(
     peer: std::net::SocketAddr,
     activity: Arc<conn::Activity>,
     v1_certificate: bool,
+    goaway_chance: f64,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<super::Body>,
@@ -184,6 +186,9 @@ fn service(
         req.extensions_mut().insert(super::proxy::PeerAddr(peer));
         // In flight until its response body ends: the connection is not idle meanwhile.
         let busy = activity.begin();
+        if req.version() == http::Version::HTTP_2 {
+            activity.maybe_goaway(goaway_chance);
+        }
         // Boxed: hyper keeps the service future's slot for the whole connection (HTTP/1) or
         // stream (HTTP/2); unboxed, its ~5 KiB would stay allocated for every open watch.
         Box::pin(
