@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::reflector::{self, ReflectorOptions};
 use crate::resource::ResourceKind;
 use crate::server::catalog::Missing;
-use crate::server::{listener, Server};
+use crate::server::Server;
 use crate::upstream::{Round, SkipReason, Skipped, Upstream, UpstreamError};
 use crate::wanted::Wanted;
 
@@ -186,7 +186,7 @@ impl Caching {
         let mut shutdown = self.stop.clone();
         let on_shutdown = stop.clone();
         tokio::spawn(async move {
-            listener::until_true(&mut shutdown).await;
+            crate::shutdown::until_true(&mut shutdown).await;
             on_shutdown.send_replace(true);
         });
         self.caches.lock().push(Cached {
@@ -228,7 +228,7 @@ impl Caching {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = listener::until_true(&mut stop) => return,
+                _ = crate::shutdown::until_true(&mut stop) => return,
             }
             delay = (delay * 2).min(Duration::from_secs(30));
             match self.upstream.discover(std::slice::from_ref(&name)).await {
@@ -273,7 +273,7 @@ impl Caching {
             tokio::select! {
                 _ = tick => {}
                 _ = self.rediscover.notified() => {}
-                _ = listener::until_true(&mut stop) => return,
+                _ = crate::shutdown::until_true(&mut stop) => return,
             }
             self.rediscover_once(&server).await;
         }
@@ -323,7 +323,7 @@ impl Caching {
         while server.resources().missing().contains_key("*") {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
-                _ = listener::until_true(&mut stop) => return,
+                _ = crate::shutdown::until_true(&mut stop) => return,
             }
             delay = (delay * 2).min(Duration::from_secs(30));
             self.rediscover_wildcard(&mut Round::new(&self.upstream), &server).await;
@@ -344,7 +344,7 @@ impl Caching {
         tokio::spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(SYNC_BOUND) => {}
-                _ = listener::until_true(&mut stop) => return,
+                _ = crate::shutdown::until_true(&mut stop) => return,
             }
             if reader.progress().ready {
                 return;
@@ -356,7 +356,7 @@ impl Caching {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = listener::until_true(&mut stop) => return,
+                    _ = crate::shutdown::until_true(&mut stop) => return,
                 }
                 if reader.progress().ready {
                     server.resources().add(&upstream, reader);

@@ -1,48 +1,16 @@
-//! Command-line flags (kube-apiserver style) and the optional config file, turned into a
-//! validated configuration. Called by `main`; the result goes to `app`.
+//! The flags of each subcommand (kube-apiserver style) and the optional config file, turned
+//! into a validated configuration. Assembled into the command line by `cli`; the result goes to
+//! `app`. Depends on no other subcommand's module.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgMatches, Args, FromArgMatches};
 use serde::Deserialize;
 
 use crate::upstream::UpstreamOptions;
-
-/// kube-watchcache: an in-memory watch cache for the Kubernetes API, run as a reverse proxy in
-/// front of kube-apiserver.
-#[derive(Debug, Parser)]
-#[command(name = "kube-watchcache", version, about, long_about = None)]
-pub struct Cli {
-    /// Log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing directive such as
-    /// `kube_watchcache=debug`). RUST_LOG wins when set.
-    #[arg(long, global = true, default_value = "info", env = "WATCHCACHE_LOG_LEVEL")]
-    pub log_level: String,
-    /// Log format: `text` (human, coloured only when stderr is a terminal) or `json` (one
-    /// object per line: timestamp, level, fields, target).
-    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"], env = "WATCHCACHE_LOGGING_FORMAT")]
-    pub logging_format: String,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the proxy: cache the configured resources of the upstream apiserver and serve
-    /// GET/LIST/WATCH from memory; forward everything else.
-    Serve(Box<ServeArgs>),
-    /// Run a simulated kube-apiserver (in-memory objects, real resourceVersion semantics) for
-    /// demos, tests and load tests.
-    Sim(SimArgs),
-    /// Start a simulated apiserver with sample objects and the proxy in front of it, and print
-    /// commands to try. Runs until Ctrl-C.
-    Demo(DemoArgs),
-    /// Load-test the proxy against the direct upstream in one run (watchers, lists, gets and
-    /// upstream writes); prints a table and writes JSON and SVG reports.
-    Bench(Box<crate::bench::BenchArgs>),
-}
 
 /// Where the upstream apiserver is and how to authenticate to it.
 #[derive(Debug, Args, Clone)]
@@ -187,7 +155,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub security: SecurityArgs,
     /// Which of the flags the config file may also set were given explicitly (filled from the
-    /// parser's value sources by [`Cli::try_parse_args`]): those win over the file.
+    /// parser's value sources by [`ServeArgs::from_flags`] and `cli::Cli::try_parse_args`): those win over the file.
     #[arg(skip)]
     pub explicit: ExplicitFlags,
 }
@@ -265,27 +233,11 @@ pub struct ExplicitFlags {
     pub history_max_events: bool,
 }
 
-impl Cli {
-    /// Parses `argv` (program name first) and records which flags were given explicitly.
-    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        let matches = Cli::command().try_get_matches_from(argv)?;
-        let mut cli = Cli::from_arg_matches(&matches)?;
-        if let (Command::Serve(args), Some(m)) = (&mut cli.command, matches.subcommand_matches("serve")) {
-            args.explicit = ExplicitFlags {
-                history_window: explicit(m, "history_window"),
-                history_max_events: explicit(m, "history_max_events"),
-            };
-        }
-        Ok(cli)
-    }
-
-    /// The process's command line; a usage error prints clap's message and exits 2.
-    pub fn parse_args() -> Cli {
-        Cli::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+/// Which of `m`'s file-overridable flags were given on the command line or by environment.
+pub fn explicit_flags(m: &ArgMatches) -> ExplicitFlags {
+    ExplicitFlags {
+        history_window: explicit(m, "history_window"),
+        history_max_events: explicit(m, "history_max_events"),
     }
 }
 
@@ -302,6 +254,13 @@ pub fn parse_bool_flag(s: &str) -> Result<bool, String> {
         _ => Err(format!("invalid boolean {s:?}: use true or false")),
     }
 }
+
+/// kubectl proxy's `--accept-hosts` default (`server::loopback`).
+pub const ACCEPT_HOSTS: &str = r"^localhost$,^127\.0\.0\.1$,^\[::1\]$";
+/// kubectl proxy's `--reject-paths` default.
+pub const REJECT_PATHS: &str = r"^/api/.*/pods/.*/exec,^/api/.*/pods/.*/attach";
+/// kubectl proxy's `--reject-methods` default (matches no method).
+pub const REJECT_METHODS: &str = "^$";
 
 /// Authentication, authorization, TLS reload and limits of `serve`.
 #[derive(Debug, Args, Clone)]
@@ -378,13 +337,13 @@ pub struct SecurityArgs {
     pub requestheader_extra_headers_prefix: Vec<String>,
     /// With --auth=none: regular expressions (comma-separated) for the hosts (the Host header
     /// without its port) to accept, as `kubectl proxy`'s; other hosts get 403 (DNS rebinding).
-    #[arg(long, default_value = crate::server::loopback::ACCEPT_HOSTS)]
+    #[arg(long, default_value = ACCEPT_HOSTS)]
     pub accept_hosts: String,
     /// With --auth=none: regular expressions for the paths to refuse (exec and attach).
-    #[arg(long, default_value = crate::server::loopback::REJECT_PATHS)]
+    #[arg(long, default_value = REJECT_PATHS)]
     pub reject_paths: String,
     /// With --auth=none: regular expressions for the methods to refuse.
-    #[arg(long, default_value = crate::server::loopback::REJECT_METHODS)]
+    #[arg(long, default_value = REJECT_METHODS)]
     pub reject_methods: String,
     /// With --auth=none: regular expressions for the browser origins (`Origin` header) to
     /// accept; by default a request carrying any `Origin` gets 403.
@@ -412,29 +371,15 @@ impl SecurityArgs {
             max_url_bytes: 32 * 1024,
             max_header_bytes: 1024 * 1024,
             request_timeout: Duration::from_secs(60),
-            accept_hosts: crate::server::loopback::ACCEPT_HOSTS.into(),
-            reject_paths: crate::server::loopback::REJECT_PATHS.into(),
-            reject_methods: crate::server::loopback::REJECT_METHODS.into(),
+            accept_hosts: ACCEPT_HOSTS.into(),
+            reject_paths: REJECT_PATHS.into(),
+            reject_methods: REJECT_METHODS.into(),
             accept_origins: String::new(),
             requestheader_username_headers: Vec::new(),
             requestheader_group_headers: Vec::new(),
             requestheader_uid_headers: Vec::new(),
             requestheader_extra_headers_prefix: Vec::new(),
         }
-    }
-
-    /// The browser guard of --auth=none (`server::loopback`), `None` with authentication.
-    pub fn loopback_guard(&self) -> Result<Option<crate::server::loopback::Guard>, String> {
-        if self.enabled() {
-            return Ok(None);
-        }
-        crate::server::loopback::Guard::new(
-            &self.accept_hosts,
-            &self.reject_paths,
-            &self.reject_methods,
-            &self.accept_origins,
-        )
-        .map(Some)
     }
 
     /// Whether callers are checked (`--auth=upstream`).
@@ -453,15 +398,26 @@ pub struct FileConfig {
 }
 
 impl ServeArgs {
+    /// Parses `serve`'s flags alone (no program name, no subcommand), recording which
+    /// file-overridable ones were given, as the full command line does (`cli`).
+    pub fn from_flags<T>(flags: &[T]) -> Result<ServeArgs, clap::Error>
+    where
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve").no_binary_name(true));
+        let m = cmd.try_get_matches_from(flags.iter().cloned())?;
+        let mut args = ServeArgs::from_arg_matches(&m)?;
+        args.explicit = explicit_flags(&m);
+        Ok(args)
+    }
+
     /// A proxy for a trusted local setup (demo, bench, tests): plain HTTP on the loopback
     /// `listen` address, no authentication (`--auth=none`), the given plain-HTTP upstream, every
     /// other flag at its default — built by parsing flags, so the defaults live in one place.
     pub fn local(upstream_url: &str, resources: &[&str], listen: SocketAddr) -> ServeArgs {
         let resources = resources.join(",");
         let listen = listen.to_string();
-        let argv = [
-            "kube-watchcache",
-            "serve",
+        let flags = [
             "--upstream",
             upstream_url,
             "--resources",
@@ -470,9 +426,9 @@ impl ServeArgs {
             listen.as_str(),
             "--auth=none",
         ];
-        match Cli::try_parse_args(argv).map(|c| c.command) {
-            Ok(Command::Serve(args)) => *args,
-            other => unreachable!("the local flag set always parses: {other:?}"),
+        match ServeArgs::from_flags(&flags) {
+            Ok(args) => args,
+            Err(e) => unreachable!("the local flag set always parses: {e}"),
         }
     }
 
@@ -501,7 +457,6 @@ impl ServeArgs {
         self.resources =
             self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
         crate::wanted::Wanted::parse(&self.resources)?;
-        self.security.loopback_guard()?;
         if !(0.0..=0.02).contains(&self.goaway_chance) {
             // kube-apiserver's words (server/options/server_run_options.go).
             return Err("--goaway-chance can not be less than 0 or greater than 0.02".into());
@@ -745,17 +700,11 @@ mod tests {
     }
 
     fn serve(args: &[&str]) -> Result<ServeArgs, String> {
-        let mut v = vec!["kube-watchcache", "serve"];
-        v.extend_from_slice(args);
-        let cli = Cli::try_parse_args(v).map_err(|e| e.to_string())?;
-        match cli.command {
-            Command::Serve(s) => s.validate(),
-            _ => unreachable!(),
-        }
+        ServeArgs::from_flags(args).map_err(|e| e.to_string())?.validate()
     }
 
     #[test]
-    fn goaway_chance_and_loopback_patterns_are_checked() {
+    fn goaway_chance_is_checked() {
         let base = ["--resources", "pods", "--insecure-listen", "127.0.0.1:8001"];
         let with = |extra: &[&str]| serve(&[&base[..], extra].concat());
         assert_eq!(with(&["--goaway-chance", "0.02"]).unwrap().goaway_chance, 0.02);
@@ -763,8 +712,6 @@ mod tests {
             let e = with(&[bad]).unwrap_err();
             assert_eq!(e, "--goaway-chance can not be less than 0 or greater than 0.02", "{bad}");
         }
-        let e = with(&["--auth", "none", "--accept-hosts", "("]).unwrap_err();
-        assert!(e.starts_with("--accept-hosts"), "{e}");
     }
 
     #[test]

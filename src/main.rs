@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 
 use kube_watchcache::app;
-use kube_watchcache::config::{Cli, Command};
+use kube_watchcache::cli::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse_args();
@@ -35,7 +35,7 @@ fn main() {
                 Err(e) => Err(e),
             },
             Command::Sim(args) => app::sim(args).await,
-            Command::Demo(args) => app::demo(args).await,
+            Command::Demo(args) => kube_watchcache::demo::run(args).await,
             Command::Bench(args) => kube_watchcache::bench::run(*args).await,
         }
     });

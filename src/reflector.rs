@@ -151,7 +151,7 @@ pub async fn run(
         let mut ctx = Ctx { upstream: &upstream, opts: &opts, metrics: &metrics, resource: &resource };
         state = tokio::select! {
             s = step(&mut ctx, &mut writer, &mut backoff, &mut failures, state) => s,
-            _ = crate::server::listener::until_true(&mut stop) => break,
+            _ = crate::shutdown::until_true(&mut stop) => break,
         };
     }
     writer.close_watchers();

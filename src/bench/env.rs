@@ -20,7 +20,7 @@ use super::certs::Pki;
 use super::scenario::{Plan, NAMESPACES};
 use super::tls::{ClientTls, Connector};
 use crate::app::{self, Running};
-use crate::config::{Cli, Command, ServeArgs};
+use crate::config::ServeArgs;
 use crate::sim::{AuthScript, Sim, SimHandle, SimOptions, SimTls};
 
 pub type HttpClient = Client<Connector, Full<Bytes>>;
@@ -344,9 +344,7 @@ fn secure_serve_args(
     let token_file = pki.dir.join("token");
     std::fs::write(&token_file, token).map_err(|e| format!("{}: {e}", token_file.display()))?;
     let path = |p: &std::path::Path| p.display().to_string();
-    let argv = [
-        "kube-watchcache".to_owned(),
-        "serve".into(),
+    let flags = [
         format!("--upstream=https://{upstream}"),
         format!("--certificate-authority={}", path(&pki.ca)),
         format!("--token-file={}", path(&token_file)),
@@ -358,9 +356,8 @@ fn secure_serve_args(
         "--auth=upstream".into(),
         "--max-watches-per-user=0".into(),
     ];
-    match Cli::try_parse_args(argv).map(|c| c.command) {
-        Ok(Command::Serve(args)) => Ok(tune(*args, events)),
-        Ok(_) => Err("not a serve command".into()),
+    match ServeArgs::from_flags(&flags) {
+        Ok(args) => Ok(tune(args, events)),
         Err(e) => Err(format!("the proxy's flags: {e}")),
     }
 }

@@ -25,7 +25,7 @@
 //! finish (HTTP/1.1 after its response, HTTP/2 with GOAWAY), and [`Live`] lets the listener
 //! wait for the last one.
 //!
-//! Used by `server::listener`.
+//! Used by `server::listener` (which it does not use).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,7 +43,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
 use super::body::{Body, BoxError};
-use super::listener::{until_true, MAX_CONCURRENT_STREAMS, MAX_HEADER_BYTES};
+use crate::shutdown::until_true;
+
+/// Concurrent HTTP/2 streams per connection (each watch is one).
+pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
+/// HTTP/2 header list / HTTP/1 head size bound, in bytes.
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// What a connection speaks, as far as the listener knows before serving it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,11 +21,7 @@ use super::batch;
 use super::coalesce::{Coalesce, FlushAfterPoll};
 use super::conn::{self, Proto};
 use super::Server;
-
-/// Concurrent HTTP/2 streams per connection (each watch is one).
-pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
-/// HTTP/2 header list / HTTP/1 head size bound, in bytes.
-pub const MAX_HEADER_BYTES: usize = 1 << 20;
+use crate::shutdown::until_true;
 
 /// Accepts connections until `shutdown` turns true, then waits up to `grace` for open
 /// connections to finish (watches are ended by the caches closing their watchers).
@@ -195,11 +191,6 @@ fn service(
             async move { Ok::<_, Infallible>(super::limits::Guarded::wrap(server.handle(req).await, busy)) },
         )
     })
-}
-
-/// Resolves once the flag is true (or its sender is gone).
-pub(crate) async fn until_true(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await.map(|_| ());
 }
 
 #[cfg(test)]

@@ -10,21 +10,14 @@
 //! browsers, never by Kubernetes clients) is refused unless the origin matches
 //! `--accept-origins` (none by default).
 //!
-//! Built by `app` from the flags; called by `Server::handle` before anything else but the
-//! health endpoints.
+//! Built by `app` from the flags (their defaults, kubectl proxy's, are in `config`); called by
+//! `Server::handle` before anything else.
 
 use http::{header, Request, Response};
 use regex::Regex;
 
 use super::body::{self, Body};
 use crate::error::Error;
-
-/// kubectl proxy's `--accept-hosts` default.
-pub const ACCEPT_HOSTS: &str = r"^localhost$,^127\.0\.0\.1$,^\[::1\]$";
-/// kubectl proxy's `--reject-paths` default.
-pub const REJECT_PATHS: &str = r"^/api/.*/pods/.*/exec,^/api/.*/pods/.*/attach";
-/// kubectl proxy's `--reject-methods` default (matches no method).
-pub const REJECT_METHODS: &str = "^$";
 
 /// The compiled filters.
 #[derive(Clone, Debug)]
@@ -125,6 +118,7 @@ fn host_of<B>(req: &Request<B>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{ACCEPT_HOSTS, REJECT_METHODS, REJECT_PATHS};
 
     fn req(method: &str, uri: &str, headers: &[(&str, &str)]) -> Request<()> {
         let mut b = Request::builder().method(method).uri(uri);

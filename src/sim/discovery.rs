@@ -5,8 +5,8 @@
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::http::{full, json as respond, Body};
 use super::kinds::{Kinds, Served};
+use super::respond::{full, json as respond, Body};
 
 fn ok(v: Value) -> Response<Body> {
     respond(StatusCode::OK, full(serde_json::to_vec(&v).unwrap_or_default()))

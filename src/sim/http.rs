@@ -2,56 +2,23 @@
 //! `hyper_util`'s auto builder, upgrades allowed; HTTPS when `tls` gives an acceptor), request recording, content negotiation and
 //! dispatch to `discovery`, `read`, `watch`, `write` and `subresource`.
 //!
-//! Started by `Sim::start`; stopped by the shutdown signal in `SimHandle`.
+//! Started by `Sim::start`; stopped by the shutdown signal in `SimHandle`. The handlers it
+//! dispatches to build their answers with `respond`, never with this module.
 
 use std::convert::Infallible;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::query::Query;
+use super::respond::{error_response, full, negotiate, Body};
 use super::route::{route, Route, Target};
 use super::{discovery, read, review, subresource, watch, write, RequestRecord, Sim};
 use crate::error::Error;
-
-/// Every response body of the sim.
-pub type Body = BoxBody<Bytes, Infallible>;
-
-pub fn full(b: impl Into<Bytes>) -> Body {
-    Full::new(b.into()).boxed()
-}
-
-/// A body that streams what is sent on `rx` (watches, followed logs) and ends when the
-/// sender is dropped.
-pub fn channel_body(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
-    });
-    BodyExt::boxed(StreamBody::new(stream))
-}
-
-/// A body made of ready chunks (list responses: no copy of the stored bytes).
-pub fn chunks_body(chunks: Vec<Bytes>) -> Body {
-    let stream = futures_util::stream::iter(chunks.into_iter().map(|b| Ok::<_, Infallible>(Frame::data(b))));
-    BodyExt::boxed(StreamBody::new(stream))
-}
-
-/// An `Error` rendered by the crate's one renderer, with the sim's body type.
-pub fn error_response(e: Error) -> Response<Body> {
-    e.into_response::<Full<Bytes>>().map(BodyExt::boxed)
-}
-
-pub fn json(status: StatusCode, body: Body) -> Response<Body> {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
 
 fn page_not_found() -> Response<Body> {
     let mut resp = Response::new(full(Bytes::from_static(b"404 page not found\n")));
@@ -164,94 +131,5 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
         (Method::PATCH, true) => write::patch(&sim, &t, req).await,
         (Method::DELETE, true) => write::delete(&sim, &t, &raw),
         _ => Err(Error::MethodNotAllowed),
-    }
-}
-
-/// What the client accepts, among what the sim can produce.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Accept {
-    Json,
-    Table,
-    /// `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`: metadata only (GET and LIST).
-    Metadata,
-}
-
-/// Content negotiation: plain JSON when any media range allows it, a Table when that comes
-/// first, else 406 with the apiserver's texts (accept-unsupported.json, crd-accept-protobuf.json).
-pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Error> {
-    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
-        return Ok(Accept::Json);
-    };
-    let mut saw_unknown_as = false;
-    for range in raw.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let mt = parts.next().unwrap_or("").to_ascii_lowercase();
-        let params: Vec<(String, String)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
-        let as_ = params.iter().find(|(k, _)| k == "as").map(|(_, v)| v.as_str());
-        if !matches!(mt.as_str(), "application/json" | "*/*" | "application/*" | "") {
-            continue;
-        }
-        match as_ {
-            None => return Ok(Accept::Json),
-            Some("Table") => return Ok(Accept::Table),
-            Some("PartialObjectMetadata" | "PartialObjectMetadataList")
-                if params.iter().any(|(k, v)| k == "g" && v == "meta.k8s.io")
-                    && params.iter().any(|(k, v)| k == "v" && v == "v1") =>
-            {
-                return Ok(Accept::Metadata)
-            }
-            Some(_) => saw_unknown_as = true,
-        }
-    }
-    if saw_unknown_as || !builtin {
-        let types = if builtin {
-            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
-        } else {
-            "application/json, application/yaml"
-        };
-        return Err(Error::MediaTypesNotAccepted(types.into()));
-    }
-    Err(Error::NotAcceptable("406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".into()))
-}
-
-/// Reads a request body (at most 3 MiB, the apiserver's limit).
-pub async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, Error> {
-    let limited = http_body_util::Limited::new(req.into_body(), 3 * 1024 * 1024);
-    match limited.collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) => Err(Error::BadRequest(format!("unable to read request body: {e}"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn h(v: &str) -> http::HeaderMap {
-        let mut m = http::HeaderMap::new();
-        m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
-        m
-    }
-
-    #[test]
-    fn negotiation() {
-        assert_eq!(negotiate(&http::HeaderMap::new(), true).unwrap(), Accept::Json);
-        assert_eq!(negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true).unwrap(), Accept::Json);
-        assert_eq!(
-            negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true).unwrap(),
-            Accept::Table
-        );
-        assert_eq!(
-            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), true).unwrap(),
-            Accept::Metadata
-        );
-        assert!(
-            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2"), true).is_err()
-        );
-        assert!(negotiate(&h("application/vnd.kubernetes.protobuf"), false).is_err());
-        assert!(negotiate(&h("text/html"), true).is_err());
     }
 }

@@ -17,7 +17,8 @@
 //! | `encode` | object / list / bookmark JSON in the apiserver's shapes |
 //! | `query` | the sim-specific bits of query parameters (the rest is `crate::params`) |
 //! | `route` | URL → discovery document or resource target |
-//! | `http` | accept loop, recording, negotiation, dispatch |
+//! | `http` | accept loop, recording, dispatch |
+//! | `respond` | body type, JSON / error answers, content negotiation (what the handlers use) |
 //! | `read` | LIST and GET |
 //! | `watch` | WATCH streams and bookmarks |
 //! | `write` | POST / PUT / PATCH / DELETE |
@@ -35,6 +36,7 @@ mod kinds;
 mod node_authz;
 mod query;
 mod read;
+mod respond;
 mod review;
 mod route;
 mod seed;

@@ -10,8 +10,8 @@ use http::{Response, StatusCode};
 use serde_json::json;
 
 use super::encode::{self, ListMeta};
-use super::http::{chunks_body, full, json as json_response, Accept, Body};
 use super::query::{rv_of, ContinueToken, Query, RvMatch, RvParam};
+use super::respond::{chunks_body, full, json as json_response, Accept, Body};
 use super::route::Target;
 use super::store::Objects;
 use super::Sim;

@@ -14,8 +14,8 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::http::{body_bytes, error_response, full, json as json_response, Body};
 use super::node_authz;
+use super::respond::{body_bytes, error_response, full, json as json_response, Body};
 use super::Sim;
 use crate::error::Error;
 use crate::selector::{parse_terms, RawTerm};

@@ -9,8 +9,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::http::{channel_body, full, negotiate, Body};
 use super::query::{follow, Query};
+use super::respond::{channel_body, full, negotiate, Body};
 use super::route::Target;
 use super::{read, write, Sim};
 use crate::error::Error;

@@ -18,9 +18,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::encode;
-use super::http::{channel_body, json, Body};
 use super::query::{rv_of, watch_query, Query};
 use super::read::{is_cached, Filter};
+use super::respond::{channel_body, json, Body};
 use super::route::Target;
 use super::store::{meta_mut, Entry, Since};
 use super::Sim;

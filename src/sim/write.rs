@@ -9,7 +9,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 
-use super::http::{body_bytes, full, json, Body};
+use super::respond::{body_bytes, full, json, Body};
 use super::route::Target;
 use super::store::meta_mut;
 use super::Sim;

@@ -11,7 +11,7 @@ use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::config::ConfigError;
+use super::errors::ConfigError;
 
 /// How often a token file is read again.
 pub(crate) const TOKEN_REFRESH: Duration = Duration::from_secs(60);

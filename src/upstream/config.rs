@@ -16,6 +16,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::auth::{Auth, TokenFile};
+pub(crate) use super::errors::one_line;
+pub use super::errors::ConfigError;
 
 /// Where the connection comes from (filled by `crate::config` from CLI flags).
 #[derive(Clone, Debug, Default)]
@@ -36,41 +38,6 @@ pub struct UpstreamOptions {
     pub certificate_authority: Option<PathBuf>,
     /// `--insecure-skip-tls-verify`: do not verify the upstream's certificate.
     pub insecure_skip_tls_verify: bool,
-}
-
-/// A configuration that cannot be used. `Display` is one line; `main` prints it and exits 2.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error(
-        "no upstream configured: pass --upstream or --kubeconfig, set KUBECONFIG, create \
-         ~/.kube/config, or run in a pod with a service account"
-    )]
-    NoSource,
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
-    #[error("kubeconfig {path}: context \"{context}\" not found")]
-    UnknownContext { path: String, context: String },
-    #[error("in-cluster config: {0}")]
-    InCluster(String),
-    #[error("invalid upstream URL \"{url}\": {message}")]
-    InvalidUrl { url: String, message: String },
-    #[error("cannot read {what} {path}: {message}")]
-    ReadFile { what: &'static str, path: String, message: String },
-    #[error("TLS setup: {0}")]
-    Tls(String),
-    #[error("unsupported credentials: {0}")]
-    Unsupported(String),
-}
-
-impl ConfigError {
-    pub(crate) fn read_file(what: &'static str, path: &Path, err: impl std::fmt::Display) -> ConfigError {
-        ConfigError::ReadFile { what, path: path.display().to_string(), message: one_line(&err.to_string()) }
-    }
-}
-
-/// Collapses a message onto one line (YAML parse errors carry snippets over several lines).
-pub(crate) fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The outcome of resolving [`UpstreamOptions`].

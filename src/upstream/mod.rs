@@ -11,7 +11,8 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `config.rs` | [`UpstreamOptions`] → a resolved source (URL, TLS material, auth), [`ConfigError`] |
+//! | `config.rs` | [`UpstreamOptions`] → a resolved source (URL, TLS material, auth) |
+//! | `errors.rs` | [`ConfigError`] and `one_line`, shared by `config`, `auth` and `client` |
 //! | `auth.rs` | the proxy's own credentials; token files re-read every minute |
 //! | `tls.rs` | rustls client configs (with and without the client certificate) and connectors |
 //! | `client.rs` | the three pooled HTTP clients and the own-request helpers ([`Upstream::get_json`]) |
@@ -31,6 +32,7 @@ mod auth;
 mod client;
 mod config;
 mod discovery;
+mod errors;
 mod forward;
 mod list;
 mod rechunk;
