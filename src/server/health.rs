@@ -24,7 +24,7 @@
 use http::{header, HeaderValue, Request, Response, StatusCode};
 
 use super::body::{self, Body};
-use super::Server;
+use super::{Readiness, Server};
 
 /// Where the proxy serves its own metrics.
 pub const METRICS_PATH: &str = "/watchcache/metrics";
@@ -82,11 +82,16 @@ fn check(name: impl Into<String>, failure: Option<String>) -> Check {
 
 /// The checks of `e`, as `access` may see them.
 fn checks(server: &Server, e: Endpoint, access: Access) -> Vec<Check> {
+    let st = if e == Endpoint::Readyz { server.readiness() } else { Readiness::default() };
+    checks_of(&st, e, access)
+}
+
+/// The checks of `e` from the readiness `st`.
+fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
     let mut out = vec![check("ping", None)];
     if e != Endpoint::Readyz {
         return out;
     }
-    let st = server.readiness();
     out.push(check("shutdown", st.shutting_down.then(|| "the server is shutting down".to_owned())));
     let stale: Vec<String> = st.stale.iter().map(|(gr, why)| format!("cache {gr} stale: {why}")).collect();
     out.push(check("upstream", (!stale.is_empty()).then(|| stale.join("; "))));
@@ -111,6 +116,10 @@ fn checks(server: &Server, e: Endpoint, access: Access) -> Vec<Check> {
                     format!("resource/{name}"),
                     Some(format!("resource {name} not cached yet: {why}")),
                 ));
+            }
+            // What a wildcard skipped, and why (forwarded, never blocking): always passing.
+            for (name, reason, _) in &st.skipped {
+                out.push(check(format!("skipped/{reason}/{name}"), None));
             }
         }
     }
@@ -199,6 +208,46 @@ pub fn metrics(server: &Server) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn detailed_checks_name_every_cache_missing_and_skipped_resource() {
+        let st = Readiness {
+            caches: vec![("configmaps".into(), true), ("widgets.example.com".into(), false)],
+            missing: vec![("apps/deployments".into(), "upstream unreachable".into())],
+            skipped: vec![("metrics.k8s.io/v1beta1".into(), "aggregated", "served by an APIService".into())],
+            ..Readiness::default()
+        };
+        let names = |a| {
+            checks_of(&st, Endpoint::Readyz, a)
+                .into_iter()
+                .map(|c| (c.name, c.failure.is_some()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(Access::Detailed),
+            [
+                ("ping".to_string(), false),
+                ("shutdown".into(), false),
+                ("upstream".into(), false),
+                ("cache/configmaps".into(), false),
+                ("cache/widgets.example.com".into(), true),
+                ("resource/apps/deployments".into(), true),
+                ("skipped/aggregated/metrics.k8s.io/v1beta1".into(), false),
+            ]
+        );
+        // The public checks name no resource.
+        assert_eq!(
+            names(Access::Public),
+            [
+                ("ping".to_string(), false),
+                ("shutdown".into(), false),
+                ("upstream".into(), false),
+                ("cache-sync".into(), true),
+                ("resources".into(), true),
+            ]
+        );
+        assert_eq!(checks_of(&st, Endpoint::Livez, Access::Detailed).len(), 1);
+    }
 
     #[test]
     fn routes() {

@@ -79,6 +79,8 @@ pub struct Readiness {
     pub stale: Vec<(String, String)>,
     /// Configured resources not cached yet that block readiness: (name, why).
     pub missing: Vec<(String, String)>,
+    /// What a wildcard skipped (never blocks readiness): (name, reason label, detail).
+    pub skipped: Vec<(String, &'static str, String)>,
 }
 
 /// What a server checks; the default (no auth, default limits, no browser guard) is what
@@ -397,6 +399,9 @@ impl Server {
             if m.blocks_readiness {
                 st.missing.push((name, m.reason));
             }
+        }
+        for (name, s) in self.resources.skipped() {
+            st.skipped.push((name, s.reason.as_str(), s.detail));
         }
         st
     }
