@@ -181,6 +181,8 @@ pub struct WriteLog {
     pub base: u64,
     pub nodes: Vec<usize>,
     pub failed: u64,
+    /// The first failed write's error (the upstream's Status message when it answered).
+    pub first_error: Option<String>,
 }
 
 impl WriteLog {
@@ -212,11 +214,13 @@ pub async fn writer(plan: Plan, backend: Backend, base: u64, mut stop: watch::Re
         let i = fastrand::usize(0..plan.sizes.objects);
         let seq = base + log.lock().nodes.len() as u64;
         let sent = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let ok = backend.write(pod(&plan, i, seq, sent), false).await.is_ok();
+        let result = backend.write(pod(&plan, i, seq, sent), false).await;
+        let ok = result.is_ok();
         let mut l = log.lock();
         l.nodes.push(if ok { plan.node_of(i) } else { usize::MAX });
-        if !ok {
+        if let Err(e) = result {
             l.failed += 1;
+            l.first_error.get_or_insert(e);
         }
     }
     log.into_inner()
@@ -237,7 +241,7 @@ mod tests {
 
     #[test]
     fn expected_changes_follow_the_selector_and_skip_failures() {
-        let log = WriteLog { base: 10, nodes: vec![0, 1, usize::MAX, 1, 0], failed: 1 };
+        let log = WriteLog { base: 10, nodes: vec![0, 1, usize::MAX, 1, 0], failed: 1, first_error: None };
         assert_eq!(log.expected(None).collect::<Vec<_>>(), vec![10, 11, 13, 14]);
         assert_eq!(log.expected(Some(1)).collect::<Vec<_>>(), vec![11, 13]);
         assert_eq!(log.expected(Some(7)).count(), 0);

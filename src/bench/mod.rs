@@ -204,7 +204,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if report.problems.is_empty() {
         Ok(())
     } else {
-        Err(format!("watch delivery problems: {}", report.problems.join("; ")))
+        for p in &report.problems {
+            eprintln!("bench: {p}");
+        }
+        Err(format!("the run failed: {}", report.problems.join("; ")))
     }
 }
 

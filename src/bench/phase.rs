@@ -266,6 +266,7 @@ impl Phase<'_> {
             opened: shared.opened.load(Relaxed),
             changes_written: log.nodes.len() as u64 - log.failed,
             writes_failed: log.failed,
+            first_write_error: log.first_error.clone(),
             events: stats.watch_events.load(Relaxed),
             events_per_sec: stats.watch_events.load(Relaxed) as f64 / seconds,
             bytes_per_sec: stats.watch_bytes.load(Relaxed) as f64 / seconds,
@@ -384,7 +385,7 @@ mod tests {
 
     #[test]
     fn expected_changes_by_node() {
-        let log = WriteLog { base: 5, nodes: vec![1, 2, 1, usize::MAX], failed: 1 };
+        let log = WriteLog { base: 5, nodes: vec![1, 2, 1, usize::MAX], failed: 1, first_error: None };
         let e = Expected::new(&log);
         assert_eq!(e.of(None), &[5, 6, 7]);
         assert_eq!(e.of(Some(1)), &[5, 7]);

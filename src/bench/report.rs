@@ -38,6 +38,9 @@ pub struct WatchReport {
     /// Changes the writer made in this phase (and failed writes).
     pub changes_written: u64,
     pub writes_failed: u64,
+    /// The first failed write's error (the upstream's Status message when it answered).
+    #[serde(default)]
+    pub first_write_error: Option<String>,
     /// Sum over watchers of the changes each should have received.
     pub deliveries_expected: u64,
     pub deliveries_received: u64,
@@ -130,15 +133,42 @@ pub struct Report {
     #[serde(default)]
     pub security: String,
     pub targets: Vec<TargetReport>,
-    /// Lost, duplicated or reordered events, or watchers that never opened.
+    /// What makes the run fail: lost, duplicated or reordered events, watchers that never
+    /// opened, failed writes past `MAX_FAILED_WRITES`, refused requests (401/403), a phase with
+    /// watchers that expected no delivery at all (it proved nothing).
     pub problems: Vec<String>,
 }
 
+/// Failed writes tolerated per phase: at most 1 % of those attempted (a busy upstream may
+/// refuse one now and then); past it the run fails.
+pub const MAX_FAILED_WRITES: f64 = 0.01;
+
 impl Report {
-    /// Collects delivery problems from every target; the run fails if there is any.
+    /// Collects the problems of every target; the run fails if there is any.
     pub fn check(&mut self) {
         for t in &self.targets {
             let w = &t.watch;
+            let attempted = w.changes_written + w.writes_failed;
+            if w.writes_failed > 0 && w.writes_failed as f64 > MAX_FAILED_WRITES * attempted as f64 {
+                self.problems.push(format!(
+                    "{}: {} of {attempted} writes failed (more than {:.0} %); first: {}",
+                    t.name,
+                    w.writes_failed,
+                    MAX_FAILED_WRITES * 100.0,
+                    w.first_write_error.as_deref().unwrap_or("unknown")
+                ));
+            }
+            if w.watchers > 0 && w.deliveries_expected == 0 {
+                self.problems.push(format!(
+                    "{}: no delivery was expected (no change written reached a watcher): the watch checks proved nothing",
+                    t.name
+                ));
+            }
+            for code in ["401", "403"] {
+                if let Some(n) = t.statuses.get(code).filter(|n| **n > 0) {
+                    self.problems.push(format!("{}: {n} requests answered {code}", t.name));
+                }
+            }
             for (n, what) in
                 [(w.lost, "lost"), (w.duplicated, "duplicated"), (w.out_of_order, "out of order")]
             {
@@ -197,13 +227,16 @@ impl Report {
             row("watch events/s".into(), &|t| Some(t.watch.events_per_sec), 0);
             row("watch MB/s".into(), &|t| Some(t.watch.bytes_per_sec / 1e6), 2);
             row("changes written".into(), &|t| Some(t.watch.changes_written as f64), 0);
+            row("writes failed".into(), &|t| Some(t.watch.writes_failed as f64), 0);
             row("deliveries expected".into(), &|t| Some(t.watch.deliveries_expected as f64), 0);
             row("lag p50 ms".into(), &|t| Some(t.watch.lag.p50_ms), 2);
             row("lag p99 ms".into(), &|t| Some(t.watch.lag.p99_ms), 2);
             row("lag max ms".into(), &|t| Some(t.watch.lag.max_ms), 2);
-            row("events lost".into(), &|t| Some(t.watch.lost as f64), 0);
-            row("events duplicated".into(), &|t| Some(t.watch.duplicated as f64), 0);
-            row("events out of order".into(), &|t| Some(t.watch.out_of_order as f64), 0);
+            // Nothing expected proves nothing: "-", not "0 lost".
+            let proven = |t: &TargetReport, n: u64| (t.watch.deliveries_expected > 0).then_some(n as f64);
+            row("events lost".into(), &|t| proven(t, t.watch.lost), 0);
+            row("events duplicated".into(), &|t| proven(t, t.watch.duplicated), 0);
+            row("events out of order".into(), &|t| proven(t, t.watch.out_of_order), 0);
             row("watch reconnects".into(), &|t| Some(t.watch.reconnects as f64), 0);
         }
         row("upstream requests".into(), &|t| t.upstream_requests.map(|n| n as f64), 0);
@@ -280,7 +313,14 @@ mod tests {
                 ..Default::default()
             },
         );
-        t.watch = WatchReport { watchers: 2, opened: 2, lost, ..Default::default() };
+        t.watch = WatchReport {
+            watchers: 2,
+            opened: 2,
+            lost,
+            changes_written: 10,
+            deliveries_expected: 20,
+            ..Default::default()
+        };
         t.statuses.insert("200".into(), 12);
         t
     }
@@ -341,5 +381,35 @@ mod tests {
         let mut ok = Report { targets: vec![target("proxy", 1.0, 0)], ..Default::default() };
         ok.check();
         assert!(ok.problems.is_empty());
+    }
+
+    /// Issue 18: failed writes, refused requests and a phase that expected nothing fail the
+    /// run, with the upstream's message; "0 lost" is not printed when nothing was expected.
+    #[test]
+    fn failures_are_loud() {
+        let mut t = target("proxy", 1.0, 0);
+        t.watch.writes_failed = 748;
+        t.watch.changes_written = 0;
+        t.watch.deliveries_expected = 0;
+        t.watch.first_write_error =
+            Some("422: Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields".into());
+        t.statuses.insert("403".into(), 2);
+        let mut r = Report { targets: vec![t], ..Default::default() };
+        r.check();
+        assert_eq!(r.problems.len(), 3, "{:?}", r.problems);
+        assert!(r.problems[0].starts_with("proxy: 748 of 748 writes failed (more than 1 %); first: 422: Pod"));
+        assert!(r.problems[1].contains("no delivery was expected"));
+        assert_eq!(r.problems[2], "proxy: 2 requests answered 403");
+        let table = r.table();
+        let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap().to_owned();
+        assert!(row("writes failed").trim_end().ends_with("748"), "{table}");
+        assert!(row("events lost").trim_end().ends_with('-'), "not 0 when nothing was expected: {table}");
+        // One failure in a thousand writes is tolerated.
+        let mut t = target("proxy", 1.0, 0);
+        t.watch.writes_failed = 1;
+        t.watch.changes_written = 999;
+        let mut r = Report { targets: vec![t], ..Default::default() };
+        r.check();
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
     }
 }
