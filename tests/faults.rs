@@ -740,6 +740,10 @@ async fn relist_case(name: &str, failing_lists: usize) {
     writer.more(20).await;
 
     env.fault.down();
+    // The cut is complete once the reflector has tried to reconnect (it does only after the old
+    // stream ended, every event it carried applied): only then is the cache RV the cut's.
+    let refused = env.fault.count(|s| &s.refused);
+    assert!(until(|| env.fault.count(|s| &s.refused) > refused).await, "the reflector tried to reconnect");
     let before = env.cache_rv();
     // Changes the cache will only learn through the relist, then the compaction.
     writer.more(30).await;

@@ -221,3 +221,22 @@ async fn a_rediscovery_round_costs_its_documents_once() {
     assert_eq!(probes(), probes0, "no probe LIST in {rounds} rounds of an unchanged upstream");
     proxy.shutdown().await;
 }
+
+/// At shutdown, what still runs on a connection when the grace period is over ends with the
+/// connection (before: a forwarded watch outlived the server; a watch registered with a
+/// stopped cache never ended), and a cache whose reflector stopped takes no new watch.
+#[tokio::test]
+async fn nothing_outlives_the_grace_period() {
+    let env = common::start().await;
+    env.ns("ns");
+    // secrets are not cached: the watch is forwarded and stays open upstream.
+    let mut forwarded =
+        open_watch(&env.client, &env.proxy_url("/api/v1/namespaces/ns/secrets?watch=1")).await;
+    assert_eq!(forwarded.status, 200);
+    let common::Env { proxy, sim, .. } = env;
+    let t = std::time::Instant::now();
+    proxy.shutdown().await;
+    assert!(forwarded.ends_within(Duration::from_secs(5)).await, "the forwarded watch ended with the server");
+    assert!(t.elapsed() < Duration::from_secs(15), "shutdown took {:?}", t.elapsed());
+    drop(sim);
+}

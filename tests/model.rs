@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::churn::{churn, run_client, Stats, PATH};
+use common::churn::{assert_clients_at_truth, churn, run_client, Stats, PATH};
 use common::fault::Fault;
-use common::mirror::{resume, Mirror};
+use common::mirror::Mirror;
 use common::{client, serve_args};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::resource::Rv;
@@ -132,23 +132,7 @@ async fn clients_never_hold_ghosts_across_faults_relists_and_replicas() {
     let caught_up = t.elapsed();
     let http = client();
     let truth = Mirror::list(&http, &format!("{}{PATH}", bases[2])).await.expect("truth");
-    let mut rng = fastrand::Rng::with_seed(seed + 2);
-    let mut checked = 0;
-    for (i, m) in held.into_iter().enumerate() {
-        let base = &bases[rng.usize(..3)];
-        let m = match m {
-            Some(m) => {
-                assert!(m.anomalies.is_empty(), "client {i}: {:?}", m.anomalies);
-                m
-            }
-            None => Mirror::list(&http, &format!("{base}{PATH}")).await.expect("list"),
-        };
-        let from = m.rv;
-        let got = resume(&http, base, PATH, m, Duration::from_millis(800)).await;
-        assert!(got.anomalies.is_empty(), "client {i} resuming at {base} from {from}: {:?}", got.anomalies);
-        assert_eq!(got.objects, truth.objects, "client {i} resuming at {base} from {from}");
-        checked += 1;
-    }
+    let checked = assert_clients_at_truth(held, &bases, &truth, seed + 2).await;
     let l = |p: &Running| p.readers[0].watcher_stats();
     let upstream_lists = sim.sim.request_count(|r| {
         r.path == "/api/v1/configmaps" && !r.query.contains("watch=true") && r.query.contains("limit=500")

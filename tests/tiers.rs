@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::churn::{churn, run_client, Stats, NS, PATH};
-use common::mirror::{resume, Mirror, Next, Stream};
+use common::churn::{assert_clients_at_truth, churn, run_client, Stats, NS, PATH};
+use common::mirror::{Mirror, Next, Stream};
 use common::{client, serve_args};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::resource::Rv;
@@ -192,21 +192,7 @@ async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
     let caught_up = t.elapsed();
     let http = client();
     let truth = Mirror::list(&http, &format!("{}{PATH}", bases[3])).await.expect("truth");
-    let mut rng = fastrand::Rng::with_seed(seed + 2);
-    for (i, m) in held.into_iter().enumerate() {
-        let base = &bases[rng.usize(..bases.len())];
-        let m = match m {
-            Some(m) => {
-                assert!(m.anomalies.is_empty(), "client {i}: {:?}", m.anomalies);
-                m
-            }
-            None => Mirror::list(&http, &format!("{base}{PATH}")).await.expect("list"),
-        };
-        let from = m.rv;
-        let got = resume(&http, base, PATH, m, Duration::from_millis(800)).await;
-        assert!(got.anomalies.is_empty(), "client {i} resuming at {base} from {from}: {:?}", got.anomalies);
-        assert_eq!(got.objects, truth.objects, "client {i} resuming at {base} from {from}");
-    }
+    assert_clients_at_truth(held, &bases, &truth, seed + 2).await;
     // The restarts made the leaves relist from the new middle tier (the 410 path was taken).
     let leaf_lists = relists(l1.addr).await + relists(l2.addr).await;
     assert!(leaf_lists > 2.0, "the leaves relisted after the middle restarts: {leaf_lists} lists");

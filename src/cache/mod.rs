@@ -250,9 +250,11 @@ impl Writer {
         self.publish(st.rv, false, reason);
     }
 
-    /// Ends every watch (shutdown).
+    /// Ends every watch and refuses new ones (the reflector stops: shutdown). A watch request
+    /// that arrives after it, on a connection still draining, gets 503 instead of a stream that
+    /// would never see an event (a tier above would wait on it for its whole timeout).
     pub fn close_watchers(&mut self) {
-        self.shared.state.lock().watchers.clear();
+        self.shared.state.lock().watchers.close();
     }
 
     fn publish(&self, rv: Rv, ready: bool, last_error: Option<String>) {

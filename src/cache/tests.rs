@@ -609,3 +609,16 @@ async fn a_bookmark_never_overtakes_a_delivery_still_waiting() {
     assert_eq!(seen.last().unwrap().0, "MODIFIED");
     assert_eq!(r.watcher_stats().terminated, 0);
 }
+
+/// After the reflector stopped (shutdown), a watch request still arriving on a draining
+/// connection is refused: it would never get an event nor be ended (a tier above waited on such
+/// a watch for its whole timeout).
+#[tokio::test]
+async fn no_watch_starts_once_the_watchers_are_closed() {
+    let (mut w, r) = setup();
+    let mut open = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    w.close_watchers();
+    assert_eq!(drain(&mut open).await, Some(vec![]), "the open watch ends");
+    let refused = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false));
+    assert!(matches!(refused, Err(Error::ServiceUnavailable(_))));
+}

@@ -91,6 +91,9 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
     let last_rv;
     {
         let mut st = shared.state.lock();
+        if st.watchers.is_closed() {
+            return Err(Error::ServiceUnavailable("the server is shutting down".into()));
+        }
         let start = match req.start {
             WatchStart::MostRecent(rv) if rv < st.history.floor() => WatchStart::Now,
             WatchStart::MostRecent(rv) => WatchStart::After(rv),

@@ -60,6 +60,8 @@ pub struct Watchers {
     terminated: u64,
     /// Watchers ended by a relist (`end_unsafe_at_relist`).
     ended_at_relist: u64,
+    /// No watcher may be added any more (`close`).
+    closed: bool,
     /// How many (event, watcher) pairs were examined: the fan-out cost.
     offered: u64,
     /// (event, watcher) deliveries so far (at once, or after waiting for the time budget).
@@ -184,6 +186,17 @@ impl Watchers {
     pub fn clear(&mut self) {
         self.all.clear();
         self.indexed.clear();
+    }
+
+    /// Ends every watch and refuses new ones for good (the cache's writer is gone: a watch
+    /// registered now would never get an event, nor be ended).
+    pub fn close(&mut self) {
+        self.clear();
+        self.closed = true;
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
     }
 
     /// Ends, at a relist from the cache RV `cache_rv` to a list at `list_rv` whose differences

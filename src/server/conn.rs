@@ -262,24 +262,33 @@ impl Idle {
     }
 }
 
-/// Held by every connection task; [`Live::wait`] returns when all are gone.
+/// Held by every connection task; [`AllGone::wait`] returns when all are gone, and
+/// [`AllGone::kill`] ends those still draining after the grace period.
 #[derive(Clone)]
 pub struct Live {
     _held: mpsc::Sender<()>,
+    kill: watch::Receiver<bool>,
 }
 
 /// The listener's side of [`Live`].
-pub struct AllGone(mpsc::Receiver<()>);
+pub struct AllGone(mpsc::Receiver<()>, watch::Sender<bool>);
 
 pub fn live() -> (Live, AllGone) {
     let (tx, rx) = mpsc::channel(1);
-    (Live { _held: tx }, AllGone(rx))
+    let (kill_tx, kill) = watch::channel(false);
+    (Live { _held: tx, kill }, AllGone(rx, kill_tx))
 }
 
 impl AllGone {
     /// Waits until every [`Live`] handle is dropped (the caller dropped its own first).
-    pub async fn wait(mut self) {
+    pub async fn wait(&mut self) {
         let _ = self.0.recv().await;
+    }
+
+    /// Drops every connection still open (the grace period is over): a request still in
+    /// flight there (a watch, say) ends with its connection, rather than outliving the server.
+    pub fn kill(&self) {
+        self.1.send_replace(true);
     }
 }
 
@@ -296,6 +305,7 @@ where
     C: Future<Output = Result<(), E>>,
     E: Into<BoxError>,
 {
+    let mut kill = live.kill.clone();
     let _live = live;
     let mut conn = std::pin::pin!(conn);
     if !*stop.borrow() {
@@ -307,7 +317,10 @@ where
         }
     }
     shutdown(conn.as_mut());
-    conn.await.map_err(Into::into)
+    tokio::select! {
+        r = conn.as_mut() => r.map_err(Into::into),
+        _ = until_true(&mut kill) => Ok(()),
+    }
 }
 
 #[cfg(test)]

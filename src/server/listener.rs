@@ -33,7 +33,7 @@ pub async fn run(
     grace: Duration,
     conn_opts: conn::ConnOptions,
 ) {
-    let (live, all_gone) = conn::live();
+    let (live, mut all_gone) = conn::live();
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let builders = Arc::new(conn::Builders::new(conn_opts));
     let goaway_chance = conn_opts.goaway_chance;
@@ -111,6 +111,7 @@ pub async fn run(
     drop(live);
     if tokio::time::timeout(grace, all_gone.wait()).await.is_err() {
         tracing::warn!("grace period over; closing remaining connections");
+        all_gone.kill();
     }
 }
 

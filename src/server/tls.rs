@@ -192,10 +192,7 @@ impl rustls::server::danger::ClientCertVerifier for VersionOneTolerant {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        if super::auth::x509::is_v1(cert) {
-            return Ok(rustls::client::danger::HandshakeSignatureValid::assertion());
-        }
-        self.0.verify_tls12_signature(message, cert, dss)
+        unless_v1(cert, || self.0.verify_tls12_signature(message, cert, dss))
     }
 
     fn verify_tls13_signature(
@@ -204,15 +201,24 @@ impl rustls::server::danger::ClientCertVerifier for VersionOneTolerant {
         cert: &CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        if super::auth::x509::is_v1(cert) {
-            return Ok(rustls::client::danger::HandshakeSignatureValid::assertion());
-        }
-        self.0.verify_tls13_signature(message, cert, dss)
+        unless_v1(cert, || self.0.verify_tls13_signature(message, cert, dss))
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.supported_verify_schemes()
     }
+}
+
+/// A v1 certificate's handshake signature is not checked (nothing is authenticated from it);
+/// any other goes to `verify`.
+fn unless_v1(
+    cert: &CertificateDer<'_>,
+    verify: impl FnOnce() -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>,
+) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+    if super::auth::x509::is_v1(cert) {
+        return Ok(rustls::client::danger::HandshakeSignatureValid::assertion());
+    }
+    verify()
 }
 
 /// Sets the serving certificate's expiry metric from the leaf now served.

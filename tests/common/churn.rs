@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube_watchcache::sim::Sim;
 use serde_json::json;
 
-use super::mirror::{Applied, Mirror, Next, Stream};
+use super::mirror::{resume, Applied, Mirror, Next, Stream};
 use super::{client, HttpClient};
 
 pub const NS: &str = "m";
@@ -172,4 +172,34 @@ pub async fn run_client(
         }
     }
     held
+}
+
+/// The end of a model run: every client's state (a fresh LIST for those that held none),
+/// resumed at a random one of `bases`, must be free of anomalies and equal `truth` (the sim's
+/// LIST). Returns how many clients were checked.
+pub async fn assert_clients_at_truth(
+    held: Vec<Option<Mirror>>,
+    bases: &[String],
+    truth: &Mirror,
+    seed: u64,
+) -> usize {
+    let http = client();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut checked = 0;
+    for (i, m) in held.into_iter().enumerate() {
+        let base = &bases[rng.usize(..bases.len())];
+        let m = match m {
+            Some(m) => {
+                assert!(m.anomalies.is_empty(), "client {i}: {:?}", m.anomalies);
+                m
+            }
+            None => Mirror::list(&http, &format!("{base}{PATH}")).await.expect("list"),
+        };
+        let from = m.rv;
+        let got = resume(&http, base, PATH, m, Duration::from_millis(800)).await;
+        assert!(got.anomalies.is_empty(), "client {i} resuming at {base} from {from}: {:?}", got.anomalies);
+        assert_eq!(got.objects, truth.objects, "client {i} resuming at {base} from {from}");
+        checked += 1;
+    }
+    checked
 }

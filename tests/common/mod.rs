@@ -256,6 +256,18 @@ pub async fn open_watch_with(client: &HttpClient, url: &str, headers: &[(&str, &
 
 impl WatchLines {
     /// The next event, or `None` at the end of the stream or after `timeout` without one.
+    /// Whether the stream ends (or fails) within `timeout`, whatever it still sends.
+    pub async fn ends_within(&mut self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
+
     pub async fn next(&mut self, timeout: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
