@@ -165,7 +165,10 @@ impl Backend {
         }
     }
 
-    /// Creates (`create`) or replaces one pod.
+    /// Creates one pod (`create`), or changes its bench annotations. Over HTTP a change is a
+    /// JSON merge-patch of `metadata.annotations`, never a whole-object PUT: a real apiserver
+    /// refuses a PUT of a pod whose spec admission has filled in since (422 "pod updates may not
+    /// change fields other than …").
     pub async fn write(&self, obj: Value, create: bool) -> Result<(), String> {
         let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_owned();
         match self {
@@ -174,13 +177,26 @@ impl Backend {
             Backend::Http(r) => {
                 let (t, c) = (&r.target, &r.client);
                 let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-                let (method, path) = if create {
-                    (Method::POST, format!("/api/v1/namespaces/{ns}/pods"))
+                let req = if create {
+                    t.request(
+                        Method::POST,
+                        &format!("/api/v1/namespaces/{ns}/pods"),
+                        Some(Bytes::from(obj.to_string())),
+                    )
                 } else {
-                    (Method::PUT, format!("/api/v1/namespaces/{ns}/pods/{name}"))
+                    let patch = json!({"metadata": {"annotations": obj.pointer("/metadata/annotations").cloned().unwrap_or_default()}});
+                    t.request(
+                        Method::PATCH,
+                        &format!("/api/v1/namespaces/{ns}/pods/{name}"),
+                        Some(Bytes::from(patch.to_string())),
+                    )
+                    .map(|mut req| {
+                        req.headers_mut()
+                            .insert(CONTENT_TYPE, HeaderValue::from_static("application/merge-patch+json"));
+                        req
+                    })
                 };
-                let req = t.request(method, &path, Some(Bytes::from(obj.to_string()))).ok_or("bad URL")?;
-                send(c, req).await.map(drop)
+                send(c, req.ok_or("bad URL")?).await.map(drop)
             }
         }
     }
@@ -217,9 +233,7 @@ impl Backend {
                         return Ok::<(), String>(());
                     }
                     let obj = pod(&plan, i, 0, 0);
-                    if me.write(obj.clone(), true).await.is_err() {
-                        me.write(obj, false).await.map_err(|e| format!("seeding pod {i}: {e}"))?;
-                    }
+                    me.seed_one(obj, i).await?;
                 }
             });
         }
@@ -227,6 +241,65 @@ impl Backend {
             r.map_err(|e| e.to_string())??;
         }
         Ok(())
+    }
+}
+
+impl Backend {
+    /// Creates pod `i`, or reuses it when it exists (its annotations reset by a merge-patch).
+    /// A fresh namespace refuses pods until its `default` ServiceAccount exists (a controller
+    /// makes it a moment later): creation is retried with backoff for up to 30 s, then the
+    /// upstream's own message is the error.
+    async fn seed_one(&self, obj: Value, i: usize) -> Result<(), String> {
+        let mut delay = Duration::from_millis(100);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let err = match self.write(obj.clone(), true).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if err.contains("HTTP 409") || err.contains("already exists") {
+                // Reused as it is, unless it is bound to another node than this plan's
+                // (`spec.nodeName` cannot change): then it is deleted and created again.
+                if self.bound_elsewhere(&obj).await? {
+                    self.delete_now(&obj).await.map_err(|e| format!("seeding pod {i}: {e}"))?;
+                    continue;
+                }
+                return self.write(obj, false).await.map_err(|e| format!("seeding pod {i}: {e}"));
+            }
+            if tokio::time::Instant::now() + delay > deadline {
+                return Err(format!("seeding pod {i}: {err}"));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+    }
+}
+
+impl Backend {
+    /// Whether the upstream's pod named like `obj` is bound to another node (HTTP only; the
+    /// in-process sim replaces whole objects).
+    async fn bound_elsewhere(&self, obj: &Value) -> Result<bool, String> {
+        let Backend::Http(r) = self else { return Ok(false) };
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
+        let path = format!("/api/v1/namespaces/{}/pods/{}", s("/metadata/namespace"), s("/metadata/name"));
+        let req = r.target.request(Method::GET, &path, None).ok_or("bad URL")?;
+        let body = send(&r.client, req).await?;
+        let have: Value = serde_json::from_slice(&body).map_err(|e| format!("{path}: {e}"))?;
+        Ok(have.pointer("/spec/nodeName") != obj.pointer("/spec/nodeName"))
+    }
+
+    /// Deletes the pod named like `obj` at once (no kubelet confirms a graceful deletion of a
+    /// bench pod bound to a node that does not exist).
+    async fn delete_now(&self, obj: &Value) -> Result<(), String> {
+        let Backend::Http(r) = self else { return Ok(()) };
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("").to_owned();
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}?gracePeriodSeconds=0",
+            s("/metadata/namespace"),
+            s("/metadata/name")
+        );
+        let req = r.target.request(Method::DELETE, &path, None).ok_or("bad URL")?;
+        send(&r.client, req).await.map(drop)
     }
 }
 
