@@ -70,13 +70,15 @@ impl Running {
     }
 
     /// Waits for SIGTERM or Ctrl-C, then shuts down; a second signal exits at once (status 1,
-    /// like kube-apiserver).
+    /// like kube-apiserver). One listener serves both waits: a signal that arrives while the
+    /// shutdown starts is not lost between two listeners.
     pub async fn run_until_signal(self) {
-        wait_for_signal().await;
+        let mut signals = Signals::new();
+        signals.recv().await;
         tracing::info!("shutting down (a second SIGTERM or Ctrl-C exits at once)");
         tokio::select! {
             _ = self.shutdown() => {}
-            _ = wait_for_signal() => {
+            _ = signals.recv() => {
                 tracing::warn!("second signal received, exiting at once");
                 std::process::exit(1);
             }
@@ -84,26 +86,64 @@ impl Running {
     }
 }
 
-pub async fn wait_for_signal() {
+/// SIGTERM and SIGINT (Ctrl-C), listened to from creation on.
+pub struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals { term: signal(SignalKind::terminate()).ok(), int: signal(SignalKind::interrupt()).ok() }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The next signal (since creation, or since the previous one).
+    pub async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            if self.term.is_none() && self.int.is_none() {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+            tokio::select! {
+                _ = next(&mut self.term) => {},
+                _ = next(&mut self.int) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals::new()
+    }
+}
+
+/// Waits for SIGTERM or Ctrl-C (one wait; see `Signals` for more).
+pub async fn wait_for_signal() {
+    Signals::new().recv().await;
 }
 
 /// Starts the proxy described by validated `args`. Errors are one line, for the CLI.
