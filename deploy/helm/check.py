@@ -53,10 +53,10 @@ def check(name: str, ok: bool, detail: str = "") -> bool:
 # ---- what the Rust source defines (so the chart follows the code, not a copy of it)
 
 
-def struct_body(src: str, name: str) -> str:
+def struct_body(src: str, name: str, where: str = "src/config.rs") -> str:
     m = re.search(r"pub struct " + name + r" \{(.*?)\n\}", src, re.S)
     if not m:
-        raise SystemExit(f"check.py: struct {name} not found in src/config.rs")
+        raise SystemExit(f"check.py: struct {name} not found in {where}")
     return m.group(1)
 
 
@@ -73,11 +73,17 @@ def file_config_keys() -> set[str]:
 
 def serve_flags() -> set[str]:
     """Every long flag of `serve`: #[arg(long…)] fields of ServeArgs and its flattened parts,
-    plus the global flags of Cli."""
-    src = (ROOT / "src" / "config.rs").read_text()
+    plus the global flags of Cli (src/cli.rs)."""
+    config = (ROOT / "src" / "config.rs").read_text()
+    cli = (ROOT / "src" / "cli.rs").read_text()
     flags = set()
-    for name in ("Cli", "ServeArgs", "UpstreamArgs", "SecurityArgs"):
-        body = struct_body(src, name)
+    for name, src, where in (
+        ("Cli", cli, "src/cli.rs"),
+        ("ServeArgs", config, "src/config.rs"),
+        ("UpstreamArgs", config, "src/config.rs"),
+        ("SecurityArgs", config, "src/config.rs"),
+    ):
+        body = struct_body(src, name, where)
         for m in re.finditer(r"#\[arg\((.*?)\)\]\s*pub (\w+):", body, re.S):
             attrs, field = m.groups()
             if re.search(r"\blong\b", attrs):
@@ -181,7 +187,7 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     # every flag the chart passes exists in the proxy (or is a listed pending one)
     known = serve_flags()
     unknown = sorted({a.split("=", 1)[0] for a in args if a.startswith("--")} - known - set(PENDING_FLAGS))
-    c("every --flag is defined in src/config.rs", not unknown, f"unknown: {unknown}")
+    c("every --flag is defined in src/config.rs or src/cli.rs", not unknown, f"unknown: {unknown}")
 
     # replicas, PDB, spread, priority class
     c("replicas follow replicaCount", dep["spec"]["replicas"] == v["replicaCount"])
@@ -384,7 +390,7 @@ def main() -> int:
                     continue
                 args = ctr.get("args", [])
                 flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-                check(f"{rel}: {ctr['name']}: every --flag is defined in src/config.rs", flags <= known, f"unknown: {sorted(flags - known)}")
+                check(f"{rel}: {ctr['name']}: every --flag is defined in src/config.rs or src/cli.rs", flags <= known, f"unknown: {sorted(flags - known)}")
                 res = (arg_value(args, "--resources") or "").split(",")
                 if rel in ("deploy/deployment.yaml", "deploy/sidecar/kube-apiserver.yaml"):
                     need = {(r.rpartition("/")[0], r.rpartition("/")[2]) for r in res}
