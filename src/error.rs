@@ -114,6 +114,10 @@ pub enum Error {
     /// …`), rendered without `details` (accept-unsupported.json, step 2).
     #[error("only the following media types are accepted: {0}")]
     MediaTypesNotAccepted(String),
+    /// 406 NotAcceptable from the response transform (`you requested PartialObjectMetadata,
+    /// but the requested object is a list (*core.ConfigMapList)`), without `details`.
+    #[error("{0}")]
+    TransformNotAcceptable(String),
 }
 
 /// `configmaps` or `widgets.example.com`.
@@ -272,7 +276,9 @@ impl Error {
             Error::Internal(_) => (500, "InternalError", None, None),
             Error::ServiceUnavailable(_) => (503, "ServiceUnavailable", None, None),
             Error::NotAcceptable(_) => (406, "NotAcceptable", Some(Details::default()), None),
-            Error::MediaTypesNotAccepted(_) => (406, "NotAcceptable", None, None),
+            Error::MediaTypesNotAccepted(_) | Error::TransformNotAcceptable(_) => {
+                (406, "NotAcceptable", None, None)
+            }
         };
         render(code, reason, &msg, details, retry_after)
     }

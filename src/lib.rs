@@ -14,6 +14,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`resource`] | plain types: `ResourceKind`, `ObjectKey`, `Rv`, `Object`, `Event` |
+//! | [`metadata_only`] | the `PartialObjectMetadata` encodings (metadata-only reads) of cached bytes |
 //! | [`error`] | the error enum and the one function that renders apiserver `Status` JSON |
 //! | [`params`] | ListOptions query parsing, defaulting, validation, continue tokens |
 //! | [`selector`] | label and field selectors: parsing (apiserver texts) and matching |
@@ -38,6 +39,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod metadata_only;
 pub mod metrics;
 pub mod params;
 pub mod reflector;

@@ -7,10 +7,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
+
+use crate::metadata_only::{self, Repr};
 
 /// A resourceVersion issued by the upstream (an etcd revision). The proxy never invents one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -247,6 +249,9 @@ pub struct Object {
     pub body: Bytes,
     /// Built-ins: the shared `{"kind":"Pod","apiVersion":"v1",` prefix. Empty for CRs.
     pub type_prefix: Bytes,
+    /// The object as PartialObjectMetadata, made at the first metadata-only read of this
+    /// version and shared by every later one (`metadata_only::object`).
+    meta: OnceLock<Bytes>,
 }
 
 /// Why an object could not be taken from upstream bytes.
@@ -455,7 +460,40 @@ impl Object {
             header,
             body,
             type_prefix: if kind.builtin { type_prefix.clone() } else { Bytes::new() },
+            meta: OnceLock::new(),
         })
+    }
+
+    /// The object as `meta.k8s.io/v1` PartialObjectMetadata (encoded once per version).
+    pub fn metadata_bytes(&self) -> Bytes {
+        self.meta
+            .get_or_init(|| {
+                let members = if self.type_prefix.is_empty() {
+                    let i = skip_ws(&self.body, 0);
+                    self.body.get(i + 1..).unwrap_or_default()
+                } else {
+                    &self.body[..]
+                };
+                metadata_only::object(members)
+            })
+            .clone()
+    }
+
+    /// Chunks of the object with `kind`/`apiVersion` in the representation asked for (GET
+    /// answers, watch events, metadata-only list items).
+    pub fn chunks_as(&self, repr: Repr) -> [Bytes; 2] {
+        match repr {
+            Repr::Full => self.typed_chunks(),
+            Repr::Metadata => [self.metadata_bytes(), Bytes::new()],
+        }
+    }
+
+    /// Chunks of the object as a list item in the representation asked for.
+    pub fn item_chunks_as(&self, repr: Repr) -> [Bytes; 2] {
+        match repr {
+            Repr::Full => self.item_chunks(),
+            Repr::Metadata => [self.metadata_bytes(), Bytes::new()],
+        }
     }
 
     /// Chunks of the object as a built-in list item (no kind/apiVersion) or as a CR list item.
@@ -499,6 +537,7 @@ impl Object {
         if rv == self.header.rv {
             return out;
         }
+        out.meta = OnceLock::new();
         let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
         if let Some(pos) = find(&self.body, needle.as_bytes()) {
             let mut b = BytesMut::with_capacity(self.body.len() + 8);
@@ -513,7 +552,12 @@ impl Object {
 
     /// Length of the object as a list item, for sizing buffers.
     pub fn item_len(&self) -> usize {
-        let [a, b] = self.item_chunks();
+        self.item_len_as(Repr::Full)
+    }
+
+    /// Length of the object as a list item in the representation asked for.
+    pub fn item_len_as(&self, repr: Repr) -> usize {
+        let [a, b] = self.item_chunks_as(repr);
         a.len() + b.len()
     }
 }
@@ -681,12 +725,24 @@ pub struct Event {
     pub prev: Option<Arc<Object>>,
     /// The event framed once for every watcher: `{"type":…,"object":…}\n`.
     pub frame: Bytes,
+    /// The same, metadata only: framed at the first metadata-only watcher, once for all.
+    meta_frame: OnceLock<Bytes>,
 }
 
 impl Event {
     pub fn new(kind: EventType, rv: Rv, object: Arc<Object>, prev: Option<Arc<Object>>) -> Event {
         let frame = frame_event(kind, &object.typed_chunks());
-        Event { kind, rv, object, prev, frame }
+        Event { kind, rv, object, prev, frame, meta_frame: OnceLock::new() }
+    }
+
+    /// The event's frame in the representation a watcher asked for.
+    pub fn frame_as(&self, repr: Repr) -> Bytes {
+        match repr {
+            Repr::Full => self.frame.clone(),
+            Repr::Metadata => {
+                self.meta_frame.get_or_init(|| frame_event(self.kind, &self.object.chunks_as(repr))).clone()
+            }
+        }
     }
 }
 

@@ -91,8 +91,6 @@ const KNOWN_PROXY_DIFFERENCES: &[(&str, usize, &str)] = &[
 /// Differences of the SIM (hence also of forwarded requests) not fixed yet:
 /// (scenario, step, what differs).
 const KNOWN_SIM_DIFFERENCES: &[(&str, usize, &str)] = &[
-    ("accept-partial-object-metadata", 1, "the sim cannot produce PartialObjectMetadataList (406)"),
-    ("accept-partial-object-metadata", 2, "the sim cannot produce PartialObjectMetadata (406)"),
     ("watch-namespaces", 1, "the sim deletes a namespace and its contents at once (DELETED); without a controller-manager it stays Terminating (MODIFIED)"),
     ("watch-namespaces", 2, "same: the deleted namespace is gone (404) instead of Terminating"),
 ];

@@ -2,12 +2,16 @@
 //! cache event looks to one watcher (reference §3.5: MODIFIED becomes ADDED or DELETED when an
 //! object enters or leaves the selection).
 //!
+//! A filter also carries the representation its reader asked for (`Repr`: the objects as
+//! received, or metadata only), so every frame a watcher gets is already in it.
+//!
 //! Pure. Used by `cache::list`, `cache::watchers` (fan-out) and `cache::watch` (replay).
 
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
+use crate::metadata_only::Repr;
 use crate::resource::{frame_event, Event, EventType, Object};
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -20,6 +24,8 @@ pub struct Filter {
     pub name: Option<String>,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
+    /// How the selected objects are encoded (not which ones).
+    pub repr: Repr,
 }
 
 impl Filter {
@@ -33,7 +39,13 @@ impl Filter {
     ) -> Self {
         let namespace = namespace.or_else(|| fields.exact("metadata.namespace").map(str::to_owned));
         let name = name.or_else(|| fields.exact("metadata.name").map(str::to_owned));
-        Filter { namespace, name, labels, fields }
+        Filter { namespace, name, labels, fields, repr: Repr::Full }
+    }
+
+    /// The same selection, encoded as `repr`.
+    pub fn with_repr(mut self, repr: Repr) -> Self {
+        self.repr = repr;
+        self
     }
 
     /// Whether `obj` is selected.
@@ -56,8 +68,9 @@ impl Filter {
 
     /// The frame this watcher receives for `ev`, or `None` if the event does not concern it.
     pub fn frame_for(&self, ev: &Event, lazy: &LazyFrames) -> Option<Bytes> {
+        let repr = self.repr;
         if self.is_everything() {
-            return Some(ev.frame.clone());
+            return Some(ev.frame_as(repr));
         }
         let cur = ev.kind != EventType::Deleted && self.matches(&ev.object);
         let prev = match ev.kind {
@@ -65,33 +78,36 @@ impl Filter {
             _ => ev.prev.as_deref().is_some_and(|p| self.matches(p)),
         };
         match (cur, prev, ev.kind) {
-            (true, true, _) | (true, false, EventType::Added) => Some(ev.frame.clone()),
-            (true, false, _) => Some(lazy.added(ev)),
-            (false, true, EventType::Deleted) => Some(ev.frame.clone()),
-            (false, true, _) => Some(lazy.deleted(ev)),
+            (true, true, _) | (true, false, EventType::Added) => Some(ev.frame_as(repr)),
+            (true, false, _) => Some(lazy.added(ev, repr)),
+            (false, true, EventType::Deleted) => Some(ev.frame_as(repr)),
+            (false, true, _) => Some(lazy.deleted(ev, repr)),
             (false, false, _) => None,
         }
     }
 }
 
-/// Transition frames of one event, framed once for all the watchers that need them.
+/// Transition frames of one event, framed once (per representation) for all the watchers
+/// that need them.
 #[derive(Debug, Default)]
 pub struct LazyFrames {
-    added: OnceLock<Bytes>,
-    deleted: OnceLock<Bytes>,
+    added: [OnceLock<Bytes>; 2],
+    deleted: [OnceLock<Bytes>; 2],
 }
 
 impl LazyFrames {
-    fn added(&self, ev: &Event) -> Bytes {
-        self.added.get_or_init(|| frame_event(EventType::Added, &ev.object.typed_chunks())).clone()
+    fn added(&self, ev: &Event, repr: Repr) -> Bytes {
+        self.added[repr.index()]
+            .get_or_init(|| frame_event(EventType::Added, &ev.object.chunks_as(repr)))
+            .clone()
     }
 
     /// DELETED carrying the previous object with `metadata.resourceVersion` = the event's RV.
-    fn deleted(&self, ev: &Event) -> Bytes {
-        self.deleted
+    fn deleted(&self, ev: &Event, repr: Repr) -> Bytes {
+        self.deleted[repr.index()]
             .get_or_init(|| {
                 let prev = ev.prev.as_deref().unwrap_or(&ev.object);
-                frame_event(EventType::Deleted, &prev.with_rv(ev.rv).typed_chunks())
+                frame_event(EventType::Deleted, &prev.with_rv(ev.rv).chunks_as(repr))
             })
             .clone()
     }

@@ -2,6 +2,9 @@
 //! list envelope that matches the apiserver's encoding (reference §9), with pagination
 //! (`limit`, continue tokens in the apiserver's format, `remainingItemCount`, §6.2).
 //!
+//! Metadata-only lists (`Filter::repr`) are PartialObjectMetadataList envelopes around each
+//! object's PartialObjectMetadata, made once per object version (`metadata_only`).
+//!
 //! Pure. Called through `Reader::list` by `server::serve`. Objects are never decoded or
 //! re-encoded: the body is the concatenation of their bytes.
 
@@ -11,6 +14,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{Filter, Snapshot};
+use crate::metadata_only::{self, Repr};
 use crate::params::ContinueToken;
 use crate::resource::{Object, ObjectKey, ResourceKind, Rv};
 
@@ -35,6 +39,7 @@ pub struct ListBody {
     head: Bytes,
     objects: Vec<Arc<Object>>,
     tail: Bytes,
+    repr: Repr,
     /// Number of items.
     pub items: usize,
     /// Objects examined to select them (the apiserver's "fetched" objects).
@@ -57,6 +62,7 @@ impl ListBody {
         ListChunks {
             head: Some(self.head),
             objects: self.objects.into_iter(),
+            repr: self.repr,
             first: true,
             tail: Some(self.tail),
             pending: None,
@@ -74,6 +80,7 @@ impl ListBody {
 pub struct ListChunks {
     head: Option<Bytes>,
     objects: std::vec::IntoIter<Arc<Object>>,
+    repr: Repr,
     first: bool,
     tail: Option<Bytes>,
     /// A large object's bytes to send as their own chunk after the current buffer.
@@ -97,7 +104,7 @@ impl Iterator for ListChunks {
                 buf.put_u8(b',');
             }
             self.first = false;
-            let [a, b] = obj.item_chunks();
+            let [a, b] = obj.item_chunks_as(self.repr);
             if b.len() >= CHUNK / 2 {
                 // A big object goes out as it is stored, without a copy.
                 buf.put_slice(&a);
@@ -177,13 +184,36 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     };
 
     let rv = snap.rv;
-    let head = Bytes::from(envelope_head(kind, rv, continue_token.as_deref(), remaining));
-    let tail = Bytes::from(envelope_tail(kind, rv, continue_token.as_deref(), remaining));
+    let repr = filter.repr;
+    let (head, tail) = match repr {
+        Repr::Full => (
+            envelope_head(kind, rv, continue_token.as_deref(), remaining),
+            envelope_tail(kind, rv, continue_token.as_deref(), remaining),
+        ),
+        Repr::Metadata => metadata_envelope(rv, continue_token.as_deref(), remaining, items.is_empty()),
+    };
+    let (head, tail) = (Bytes::from(head), Bytes::from(tail));
     let len = head.len()
         + tail.len()
-        + items.iter().map(|o| o.item_len()).sum::<usize>()
+        + items.iter().map(|o| o.item_len_as(repr)).sum::<usize>()
         + items.len().saturating_sub(1);
-    ListBody { head, items: items.len(), fetched, objects: items, tail, len, continue_token, remaining }
+    ListBody { head, items: items.len(), fetched, objects: items, tail, repr, len, continue_token, remaining }
+}
+
+/// A PartialObjectMetadataList's envelope (the same for every kind): typed ListMeta, and
+/// `"items":null` when there is no item, as the apiserver encodes it.
+fn metadata_envelope(
+    rv: Rv,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    empty: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let meta = typed_meta(rv, cont, remaining);
+    if empty {
+        (format!("{}{meta}{}", metadata_only::LIST_HEAD, metadata_only::EMPTY_ITEMS).into_bytes(), Vec::new())
+    } else {
+        (format!("{}{meta},\"items\":[", metadata_only::LIST_HEAD).into_bytes(), b"]}\n".to_vec())
+    }
 }
 
 /// `{"kind":"PodList","apiVersion":"v1","metadata":{…},"items":[` for built-ins;

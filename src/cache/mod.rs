@@ -30,6 +30,7 @@ pub use list::{ListBody, Page};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
+use crate::metadata_only::Repr;
 use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, ResourceKind, Rv};
 use budget::TimeBudget;
 use filter::{Dispatched, LazyFrames};
@@ -167,8 +168,9 @@ impl Writer {
             let events = diff(&st.store, &next);
             let live = st.watchers.len();
             let cache_rv = st.rv;
-            let bookmark = watch::bookmark_frame(&self.shared.kind, list_rv, false);
-            let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv, &bookmark);
+            let bookmarks = [Repr::Full, Repr::Metadata]
+                .map(|repr| watch::bookmark_frame(&self.shared.kind, list_rv, false, repr));
+            let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv, &bookmarks);
             tracing::info!(
                 resource = %self.shared.kind.group_resource(),
                 from = %cache_rv,

@@ -19,6 +19,7 @@ use super::filter::{Filter, LazyFrames};
 use super::watchers::{Delivery, WatcherId};
 use super::{Reader, Shared};
 use crate::error::Error;
+use crate::metadata_only::{self, Repr};
 use crate::resource::{frame_event, EventType, Object, ResourceKind, Rv};
 
 /// Where a watch starts.
@@ -70,6 +71,8 @@ pub struct Watch {
     /// RV of the newest event or bookmark sent; bookmarks never go back or repeat.
     last_rv: Rv,
     bookmarks: bool,
+    /// The representation of the initial events and bookmarks (live events come framed in it).
+    repr: Repr,
     next_bookmark: Instant,
     deadline: Instant,
     /// The deadline and bookmark timers, registered once per watch (not per event): a
@@ -83,6 +86,7 @@ pub struct Watch {
 
 pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> {
     let shared = reader.shared.clone();
+    let repr = req.filter.repr;
     let filter = Arc::new(req.filter);
     let queue = shared.opts.watcher_queue;
     let mut pending = VecDeque::new();
@@ -119,7 +123,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                     Vec::new(),
                     None,
                     last_rv,
-                    req.bookmarks,
+                    (req.bookmarks, repr),
                     req.deadline,
                 ));
             }
@@ -143,7 +147,17 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, req.bookmarks, queue);
         drop(st);
-        Ok(finish(shared, id, rx, pending, initial, end_bookmark, last_rv, req.bookmarks, req.deadline))
+        Ok(finish(
+            shared,
+            id,
+            rx,
+            pending,
+            initial,
+            end_bookmark,
+            last_rv,
+            (req.bookmarks, repr),
+            req.deadline,
+        ))
     }
 }
 
@@ -156,7 +170,7 @@ fn finish(
     initial: Vec<Arc<Object>>,
     end_bookmark: Option<Rv>,
     last_rv: Rv,
-    bookmarks: bool,
+    (bookmarks, repr): (bool, Repr),
     deadline: Instant,
 ) -> Watch {
     let now = Instant::now();
@@ -172,6 +186,7 @@ fn finish(
         end_bookmark,
         last_rv,
         bookmarks,
+        repr,
         next_bookmark,
         deadline,
         deadline_timer: None,
@@ -217,11 +232,11 @@ impl Watch {
                 return Poll::Ready(Some(f));
             }
             if let Some(obj) = self.initial.next() {
-                return Poll::Ready(Some(frame_event(EventType::Added, &obj.typed_chunks())));
+                return Poll::Ready(Some(frame_event(EventType::Added, &obj.chunks_as(self.repr))));
             }
             if let Some(rv) = self.end_bookmark.take() {
                 self.last_rv = self.last_rv.max(rv);
-                return Poll::Ready(Some(bookmark_frame(&self.shared.kind, rv, true)));
+                return Poll::Ready(Some(bookmark_frame(&self.shared.kind, rv, true, self.repr)));
             }
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(d)) => {
@@ -282,7 +297,7 @@ impl Watch {
         }
         if cache_rv > self.last_rv {
             self.last_rv = cache_rv;
-            self.pending.push_back(bookmark_frame(&self.shared.kind, cache_rv, false));
+            self.pending.push_back(bookmark_frame(&self.shared.kind, cache_rv, false, self.repr));
         }
         // After the pre-deadline bookmark there is no other.
         self.next_bookmark = bookmark_time(now, self.shared.opts.bookmark_interval, self.deadline);
@@ -300,8 +315,12 @@ impl Drop for Watch {
 
 /// A BOOKMARK event: the kind with only `metadata.resourceVersion` (plus the
 /// `k8s.io/initial-events-end` annotation for the end of a watch-list's initial events), and
-/// the zero-valued non-omitempty members of the built-in Pod type (reference §3.2).
-pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool) -> Bytes {
+/// the zero-valued non-omitempty members of the built-in Pod type (reference §3.2); metadata
+/// only, the PartialObjectMetadata the apiserver makes of that object.
+pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool, repr: Repr) -> Bytes {
+    if repr == Repr::Metadata {
+        return frame_event(EventType::Bookmark, &[metadata_only::bookmark(&rv.to_string(), end_of_initial)]);
+    }
     let annotations =
         if end_of_initial { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
     let extra = if kind.builtin && kind.group.is_empty() && kind.resource == "pods" {

@@ -213,15 +213,15 @@ impl Watchers {
     /// is older than the new history floor here (410, relist), and exact at another replica or
     /// the apiserver. No difference is ever sent: after a difference at r < `list_rv` the client
     /// would not hold the state at r, and a resume from r elsewhere would lose deletions.
-    /// A survivor that asked for bookmarks and started before `list_rv` is sent `bookmark` (a
-    /// BOOKMARK at `list_rv`) when its queue has room: its state at `list_rv` is the one it
+    /// A survivor that asked for bookmarks and started before `list_rv` is sent its
+    /// representation's one of `bookmarks` (a BOOKMARK at `list_rv`) when its queue has room: its state at `list_rv` is the one it
     /// holds, so it may resume from there instead of relisting.
     pub fn end_unsafe_at_relist(
         &mut self,
         diff: &[Difference],
         cache_rv: Rv,
         list_rv: Rv,
-        bookmark: &Bytes,
+        bookmarks: &[Bytes; 2],
     ) -> usize {
         // The differences each indexed slot is offered (as `dispatch` would).
         let mut by_slot: HashMap<Slot, Vec<&Difference>> = HashMap::new();
@@ -241,7 +241,8 @@ impl Watchers {
                 e.min_rv >= list_rv
             };
             if stays && e.bookmarks && e.min_rv < list_rv && cache_rv < list_rv {
-                let _ = e.tx.try_send(Delivery { rv: list_rv, frame: bookmark.clone() });
+                let frame = bookmarks[e.filter.repr.index()].clone();
+                let _ = e.tx.try_send(Delivery { rv: list_rv, frame });
             }
             stays && !e.tx.is_closed()
         };

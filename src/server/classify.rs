@@ -16,6 +16,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::error::Error;
+use crate::metadata_only::Repr;
 use crate::params::{ContinueToken, ListOptions, RvMatch, RvParam};
 use crate::resource::{ResourceKind, Rv};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -44,7 +45,8 @@ pub enum ForwardReason {
     NotCached,
     /// A subresource (`/log`, `/exec`, `/status`, …).
     Subresource,
-    /// The client does not accept plain JSON first (protobuf only, Table, metadata-only).
+    /// The client wants a representation the cache cannot give in JSON (protobuf only, Table,
+    /// metadata-only of a custom resource or in the wrong form for the verb).
     Accept,
     /// A field selector this proxy cannot evaluate for a custom resource.
     UnknownField,
@@ -128,6 +130,8 @@ pub struct CacheRequest {
     pub fields: FieldSelector,
     pub opts: ListOptions,
     pub plan: Plan,
+    /// The objects as received, or metadata only (`accept::negotiate`).
+    pub repr: Repr,
 }
 
 /// The outcome of classification.
@@ -362,37 +366,6 @@ pub fn parse_path(path: &str) -> Option<ResourcePath> {
     Some(ResourcePath { group, version, namespace, resource, name, subresource, watch_prefix })
 }
 
-/// Whether the cache can answer a request with this `Accept` header as the client wants it
-/// (DESIGN §3, content negotiation): plain JSON must be acceptable, and the first choice must
-/// not be an alternate representation (`as=Table`, `as=PartialObjectMetadata…`).
-pub fn accepts_plain_json(accept: Option<&str>) -> bool {
-    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
-        return true;
-    };
-    let mut json_ok = false;
-    for (i, range) in accept.split(',').enumerate() {
-        let mut it = range.split(';').map(str::trim);
-        let media = it.next().unwrap_or("").to_ascii_lowercase();
-        let mut alternate = false;
-        let mut q_zero = false;
-        for p in it {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            match k.trim().to_ascii_lowercase().as_str() {
-                "as" | "g" | "v" => alternate |= k.trim().eq_ignore_ascii_case("as"),
-                "q" => q_zero = v.trim().parse::<f32>().is_ok_and(|q| q == 0.0),
-                _ => {}
-            }
-        }
-        if i == 0 && alternate {
-            return false;
-        }
-        if !alternate && !q_zero && matches!(media.as_str(), "application/json" | "*/*" | "application/*") {
-            json_ok = true;
-        }
-    }
-    json_ok
-}
-
 /// Decides what to do with one request.
 pub fn classify(
     method: &Method,
@@ -417,19 +390,23 @@ pub fn classify(
         // e.g. /api/v1/namespaces/ns/nodes: let the apiserver answer as it does.
         return Route::Forward(ForwardReason::NotCached);
     }
-    if !accepts_plain_json(accept) {
+    let Some(wanted) = accept::negotiate(accept) else {
         return Route::Forward(ForwardReason::Accept);
-    }
-    match decide(&rp, kind, query.unwrap_or("")) {
+    };
+    match decide(&rp, kind, query.unwrap_or(""), wanted) {
         Ok(r) => r,
         Err(e) => Route::Reject(e),
     }
 }
 
-fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str) -> Result<Route, Error> {
+fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str, wanted: Wanted) -> Result<Route, Error> {
     let mut opts = ListOptions::from_query(query)?;
     // `?watch=1` on an object URL is a plain GET; `/watch/` makes anything a watch.
     let is_get = rp.name.is_some() && !rp.watch_prefix;
+    let is_list = !is_get && !opts.watch && !rp.watch_prefix;
+    let Some(repr) = accept::repr_for(wanted, is_list, kind.builtin) else {
+        return Ok(Route::Forward(ForwardReason::Accept));
+    };
     if is_get {
         // GetOptions carry only resourceVersion: every other parameter is ignored.
         let plan = match opts.rv_for_get_or_watch()? {
@@ -437,7 +414,7 @@ fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str) -> Result<Rou
             RvParam::Zero => Plan::Get { min_rv: None },
             RvParam::At(rv) => Plan::Get { min_rv: Some(rv) },
         };
-        return Ok(cache(rp, kind, LabelSelector::default(), FieldSelector::default(), opts, plan));
+        return Ok(cache(rp, kind, LabelSelector::default(), FieldSelector::default(), opts, plan, repr));
     }
     opts.watch |= rp.watch_prefix;
     let labels = LabelSelector::parse(&opts.label_selector)?;
@@ -456,7 +433,7 @@ fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str) -> Result<Rou
         }
     }
     let plan = if opts.watch { watch_plan(&opts)? } else { list_plan(&opts)? };
-    Ok(cache(rp, kind, labels, fields, opts, plan))
+    Ok(cache(rp, kind, labels, fields, opts, plan, repr))
 }
 
 fn cache(
@@ -466,6 +443,7 @@ fn cache(
     fields: FieldSelector,
     opts: ListOptions,
     plan: Plan,
+    repr: Repr,
 ) -> Route {
     Route::Cache(Box::new(CacheRequest {
         kind,
@@ -475,6 +453,7 @@ fn cache(
         fields,
         opts,
         plan,
+        repr,
     }))
 }
 
@@ -515,6 +494,10 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
         (None, RvParam::Zero) => Plan::WatchList { min_rv: None },
     })
 }
+
+mod accept;
+
+pub use accept::Wanted;
 
 #[cfg(test)]
 mod tests;

@@ -200,7 +200,9 @@ async fn serve_inner(
             let name = req.name.as_deref().unwrap_or("");
             match reader.get(ns, name) {
                 Some(obj) => {
-                    let chunks = obj.typed_chunks().to_vec();
+                    // Ended by a newline, as Go's JSON encoder ends the apiserver's.
+                    let [a, b] = obj.chunks_as(req.repr);
+                    let chunks = vec![a, b, bytes::Bytes::from_static(b"\n")];
                     let len: usize = chunks.iter().map(|c| c.len()).sum();
                     let mut resp = json_response(StatusCode::OK, body::chunks(chunks));
                     // Known length: lets a large object be gzip'd like the apiserver's (> 128 KiB).
@@ -306,6 +308,7 @@ fn filter(req: &CacheRequest, watch_name: bool) -> Filter {
         req.labels.clone(),
         req.fields.clone(),
     )
+    .with_repr(req.repr)
 }
 
 fn list(

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use http::{Response, StatusCode};
 use serde_json::json;
 
@@ -16,6 +18,7 @@ use super::route::Target;
 use super::store::Objects;
 use super::Sim;
 use crate::error::Error;
+use crate::metadata_only;
 use crate::resource::{Header, Object, ObjectKey, ResourceKind, Rv};
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -183,7 +186,8 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
     if accept == Accept::Table {
         return Ok(table(list_rv, continue_token, &items));
     }
-    if accept == Accept::Metadata {
+    accept.check_form(true, &kind)?;
+    if accept == Accept::MetadataList {
         return Ok(metadata_list(list_rv, continue_token, remaining, &items));
     }
     let meta = ListMeta { rv: list_rv, continue_token, remaining };
@@ -218,30 +222,18 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
     if accept == Accept::Table {
         return Ok(table(store.current_rv(), None, &[o]));
     }
+    accept.check_form(false, kind)?;
     if accept == Accept::Metadata {
-        return Ok(json_response(StatusCode::OK, full(partial(&o))));
+        return Ok(json_response(StatusCode::OK, full(object_body(o.metadata_bytes()))));
     }
-    Ok(json_response(StatusCode::OK, full(o.typed_bytes())))
+    Ok(json_response(StatusCode::OK, full(object_body(o.typed_bytes()))))
 }
 
-/// An object as `meta.k8s.io/v1` PartialObjectMetadata: kind, apiVersion and its metadata
-/// (the stored metadata bytes as they are; the rest of the object is skipped, not decoded).
-fn partial(o: &Object) -> Vec<u8> {
-    #[derive(serde::Deserialize)]
-    struct Meta<'a> {
-        #[serde(borrow)]
-        metadata: Option<&'a serde_json::value::RawValue>,
-    }
-    let bytes = o.typed_bytes();
-    let meta = serde_json::from_slice::<Meta<'_>>(&bytes)
-        .ok()
-        .and_then(|m| m.metadata)
-        .map(|m| m.get())
-        .unwrap_or("{}");
-    let mut out = Vec::with_capacity(meta.len() + 72);
-    out.extend_from_slice(br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#);
-    out.extend_from_slice(meta.as_bytes());
-    out.push(b'}');
+/// A GET answer: the object and the newline Go's JSON encoder ends it with (recorded).
+fn object_body(o: Bytes) -> Vec<u8> {
+    let mut out = Vec::with_capacity(o.len() + 1);
+    out.extend_from_slice(&o);
+    out.push(b'\n');
     out
 }
 
@@ -253,22 +245,27 @@ fn metadata_list(
     remaining: Option<u64>,
     items: &[Arc<Object>],
 ) -> Response<Body> {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
+    // ListMeta in its Go field order (resourceVersion, continue, remainingItemCount).
+    let mut meta = format!("{{\"resourceVersion\":\"{rv}\"");
     if let Some(t) = token {
-        meta["continue"] = json!(t);
+        meta.push_str(&format!(",\"continue\":{}", json!(t)));
     }
     if let Some(n) = remaining {
-        meta["remainingItemCount"] = json!(n);
+        meta.push_str(&format!(",\"remainingItemCount\":{n}"));
     }
-    let mut body =
-        br#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":"#.to_vec();
-    body.extend_from_slice(meta.to_string().as_bytes());
+    meta.push('}');
+    let mut body = metadata_only::LIST_HEAD.as_bytes().to_vec();
+    body.extend_from_slice(meta.as_bytes());
+    if items.is_empty() {
+        body.extend_from_slice(metadata_only::EMPTY_ITEMS.as_bytes());
+        return json_response(StatusCode::OK, full(body));
+    }
     body.extend_from_slice(br#","items":["#);
     for (i, o) in items.iter().enumerate() {
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&partial(o));
+        body.extend_from_slice(&o.metadata_bytes());
     }
     body.extend_from_slice(b"]}\n");
     json_response(StatusCode::OK, full(body))

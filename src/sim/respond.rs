@@ -51,8 +51,36 @@ pub fn json(status: StatusCode, body: Body) -> Response<Body> {
 pub enum Accept {
     Json,
     Table,
-    /// `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`: metadata only (GET and LIST).
+    /// `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`: metadata only, one object (GET).
     Metadata,
+    /// `as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`: metadata only, a list (LIST).
+    MetadataList,
+}
+
+impl Accept {
+    /// The apiserver's `asPartialObjectMetadata[List]` refusal when the representation does
+    /// not fit the answer (recorded in `v1.28.7-raw/metadata-only.json`, `edges`): `go_type` is
+    /// the internal type, e.g. `*core.ConfigMapList`.
+    pub fn check_form(self, is_list: bool, kind: &crate::resource::ResourceKind) -> Result<(), Error> {
+        let package = match kind.group.split('.').next() {
+            _ if !kind.builtin => "unstructured",
+            Some("") | None => "core",
+            Some(p) => p,
+        };
+        let name = if kind.builtin { kind.kind.as_str() } else { "Unstructured" };
+        let go_type = |list: bool| format!("*{package}.{name}{}", if list { "List" } else { "" });
+        match (self, is_list) {
+            (Accept::Metadata, true) => Err(Error::TransformNotAcceptable(format!(
+                "you requested PartialObjectMetadata, but the requested object is a list ({})",
+                go_type(true)
+            ))),
+            (Accept::MetadataList, false) => Err(Error::TransformNotAcceptable(format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list ({})",
+                go_type(false)
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Content negotiation: plain JSON when any media range allows it, a Table when that comes
@@ -76,11 +104,15 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Err
         match as_ {
             None => return Ok(Accept::Json),
             Some("Table") => return Ok(Accept::Table),
-            Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+            Some(form @ ("PartialObjectMetadata" | "PartialObjectMetadataList"))
                 if params.iter().any(|(k, v)| k == "g" && v == "meta.k8s.io")
                     && params.iter().any(|(k, v)| k == "v" && v == "v1") =>
             {
-                return Ok(Accept::Metadata)
+                return Ok(if form == "PartialObjectMetadata" {
+                    Accept::Metadata
+                } else {
+                    Accept::MetadataList
+                });
             }
             Some(_) => saw_unknown_as = true,
         }
@@ -125,7 +157,7 @@ mod tests {
         );
         assert_eq!(
             negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), true).unwrap(),
-            Accept::Metadata
+            Accept::MetadataList
         );
         assert!(
             negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2"), true).is_err()

@@ -269,12 +269,18 @@ impl WatchLines {
     }
 
     pub async fn next(&mut self, timeout: Duration) -> Option<Value> {
+        let line = self.next_line(timeout).await?;
+        Some(serde_json::from_slice(&line[..line.len() - 1]).expect("event JSON"))
+    }
+
+    /// The next event line as sent, with its newline (byte comparisons).
+    pub async fn next_line(&mut self, timeout: Duration) -> Option<Vec<u8>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=pos).collect();
                 if line.len() > 1 {
-                    return Some(serde_json::from_slice(&line[..line.len() - 1]).expect("event JSON"));
+                    return Some(line);
                 }
                 continue;
             }

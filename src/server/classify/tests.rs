@@ -93,17 +93,38 @@ fn content_negotiation() {
     assert!(matches!(accept("application/vnd.kubernetes.protobuf,application/json"), Route::Cache(_)));
     assert!(matches!(accept("application/vnd.kubernetes.protobuf, */*"), Route::Cache(_)));
     assert!(matches!(accept("application/json"), Route::Cache(_)));
-    // Protobuf only, Table first (kubectl), metadata-only informers → upstream.
+    // Protobuf only, Table first (kubectl) → upstream.
     assert!(matches!(accept("application/vnd.kubernetes.protobuf"), Route::Forward(ForwardReason::Accept)));
     assert!(matches!(
         accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"),
         Route::Forward(ForwardReason::Accept)
     ));
+    assert!(matches!(accept("text/html"), Route::Forward(ForwardReason::Accept)));
+    // Metadata-only informers (issue 17): JSON metadata from the cache, in the verb's form.
+    let meta_list = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let meta = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let repr = |r: Route| match r {
+        Route::Cache(c) => Some(c.repr),
+        _ => None,
+    };
+    assert_eq!(repr(accept(meta_list)), Some(Repr::Metadata));
+    assert_eq!(repr(accept("application/json")), Some(Repr::Full));
+    assert_eq!(
+        repr(route(Method::GET, &format!("{CMS}/a"), "resourceVersion=0", Some(meta))),
+        Some(Repr::Metadata)
+    );
+    assert_eq!(repr(route(Method::GET, CMS, "watch=1&resourceVersion=0", Some(meta))), Some(Repr::Metadata));
+    // The apiserver's own answers: 406 for a list asked as one object, objects for a watch
+    // asked as a list; and custom resources' metadata is unstructured.
+    assert!(matches!(accept(meta), Route::Forward(ForwardReason::Accept)));
     assert!(matches!(
-        accept("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"),
+        route(Method::GET, CMS, "watch=1&resourceVersion=0", Some(meta_list)),
         Route::Forward(ForwardReason::Accept)
     ));
-    assert!(matches!(accept("text/html"), Route::Forward(ForwardReason::Accept)));
+    assert!(matches!(
+        route(Method::GET, "/apis/example.com/v1/widgets", "resourceVersion=0", Some(meta_list)),
+        Route::Forward(ForwardReason::Accept)
+    ));
 }
 
 #[test]

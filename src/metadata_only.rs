@@ -1,0 +1,137 @@
+//! The metadata-only representation (`as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`,
+//! issue 17): how the apiserver encodes an object, a list and a BOOKMARK as
+//! `meta.k8s.io/v1` PartialObjectMetadata in JSON, built from the bytes the cache holds.
+//!
+//! The apiserver's `asPartialObjectMetadata` copies the object's `ObjectMeta` and encodes it
+//! with the same Go struct, so for a built-in kind the `metadata` member of the object as
+//! received is, byte for byte, the `metadata` of its PartialObjectMetadata
+//! (`tests/recordings/v1.28.7-raw/metadata-only.json` shows it for every built-in kind of a
+//! 1.28 cluster). Custom resources are unstructured (their metadata keys come sorted), so the
+//! cache forwards their metadata-only requests.
+//!
+//! Pure byte work, no dependency on the rest of the crate: `resource` (per object version, once)
+//! and `cache` (lists, bookmarks) call it; `server::classify` chooses the representation.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// How a cached read encodes its objects for the client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Repr {
+    /// The objects as received (the resource's own kind).
+    #[default]
+    Full,
+    /// `meta.k8s.io/v1` PartialObjectMetadata in JSON.
+    Metadata,
+}
+
+impl Repr {
+    /// Index for per-representation arrays (`[Full, Metadata]`).
+    pub fn index(self) -> usize {
+        match self {
+            Repr::Full => 0,
+            Repr::Metadata => 1,
+        }
+    }
+
+    /// For logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Repr::Full => "full",
+            Repr::Metadata => "metadata",
+        }
+    }
+}
+
+const OBJECT_HEAD: &[u8] = br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#;
+
+/// `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":`: the list
+/// envelope before its ListMeta.
+pub const LIST_HEAD: &str =
+    r#"{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":"#;
+
+/// The end of an empty PartialObjectMetadataList after its ListMeta: the apiserver's
+/// `asPartialObjectMetadataList` leaves `Items` nil, which Go encodes as `null` (recorded).
+pub const EMPTY_ITEMS: &str = ",\"items\":null}\n";
+
+#[derive(Deserialize)]
+struct WithMetadata<'a> {
+    #[serde(borrow)]
+    metadata: Option<&'a RawValue>,
+}
+
+/// The PartialObjectMetadata of an object given as the members after its opening `{` (and
+/// after `kind`/`apiVersion`): `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",
+/// "metadata":<its metadata as received>}`. `members` is what `resource::Object` keeps of a
+/// built-in object; it was parsed once already, so it is valid JSON.
+pub fn object(members: &[u8]) -> Bytes {
+    let raw = leading_metadata(members).or_else(|| {
+        let mut whole = Vec::with_capacity(members.len() + 1);
+        whole.push(b'{');
+        whole.extend_from_slice(members);
+        serde_json::from_slice::<WithMetadata>(&whole).ok()?.metadata.map(|m| m.get().as_bytes().to_vec())
+    });
+    let meta = raw.as_deref().unwrap_or(b"{}");
+    let mut out = BytesMut::with_capacity(OBJECT_HEAD.len() + meta.len() + 1);
+    out.put_slice(OBJECT_HEAD);
+    out.put_slice(meta);
+    out.put_u8(b'}');
+    out.freeze()
+}
+
+/// Fast path: apiserver output has `metadata` first after `kind`/`apiVersion`.
+fn leading_metadata(members: &[u8]) -> Option<Vec<u8>> {
+    let rest = members.strip_prefix(br#""metadata":"#)?;
+    let mut de = serde_json::Deserializer::from_slice(rest);
+    let raw = <&RawValue>::deserialize(&mut de).ok()?;
+    Some(raw.get().as_bytes().to_vec())
+}
+
+/// A BOOKMARK's object: only `metadata.resourceVersion` (and the `k8s.io/initial-events-end`
+/// annotation at the end of a watch-list's initial events), like the apiserver's transform of
+/// the empty object it sends; `creationTimestamp` is omitted as 1.34+ omits a zero time
+/// (1.28 sends `"creationTimestamp":null`, the recordings' one known difference).
+pub fn bookmark(rv: &str, end_of_initial: bool) -> Bytes {
+    let annotations =
+        if end_of_initial { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
+    let mut out = BytesMut::new();
+    out.put_slice(OBJECT_HEAD);
+    out.put_slice(format!(r#"{{"resourceVersion":"{rv}"{annotations}}}}}"#).as_bytes());
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_keeps_the_metadata_bytes() {
+        let members = br#""metadata":{"name":"a","labels":{"x":"\u003c"}},"data":{"k":"v"}}"#;
+        assert_eq!(
+            &object(members)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","labels":{"x":"\u003c"}}}"#
+        );
+    }
+
+    #[test]
+    fn object_finds_metadata_anywhere() {
+        let members = br#""data":{"metadata":1}, "metadata" : {"name":"b"}}"#;
+        assert_eq!(
+            &object(members)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"b"}}"#
+        );
+    }
+
+    #[test]
+    fn bookmark_objects() {
+        assert_eq!(
+            &bookmark("12", false)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"12"}}"#
+        );
+        assert_eq!(
+            &bookmark("12", true)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}"#
+        );
+    }
+}
