@@ -1,6 +1,8 @@
 //! LIST assembly from the cache (issue 4, bench 2): `Reader::list` of every pod at RV=0 (the
 //! body is the concatenation of the stored bytes: throughput in bytes/s), and one page of 500
-//! with and without a label selector (`limit=500`, continue token minted).
+//! with and without a label selector (`limit=500`, continue token minted); and the same full
+//! LIST metadata-only (PartialObjectMetadataList, issue 17), whose size and extra memory (each
+//! object's PartialObjectMetadata, kept once made) are printed.
 //!
 //! Run: `cargo bench --bench list`; smoke: `BENCH_SMOKE=1 cargo bench --bench list`.
 
@@ -10,6 +12,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kube_watchcache::cache::{CacheOptions, Filter, Page};
+use kube_watchcache::metadata_only::Repr;
 use kube_watchcache::selector::{FieldSelector, LabelSelector};
 
 fn list(c: &mut Criterion) {
@@ -29,6 +32,23 @@ fn list(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(full.len as u64));
     g.bench_function(format!("rv0_all_{n}_pods"), |b| {
         b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&everything), None)))
+    });
+
+    let metadata = Filter::default().with_repr(Repr::Metadata);
+    let meta = reader.list(&reader.snapshot(), &metadata, None);
+    assert_eq!(meta.items, n);
+    // The metadata copies are made by the first metadata-only read and kept per object version.
+    let kept: usize = reader.snapshot().store.values().map(|o| o.metadata_bytes().len()).sum();
+    println!(
+        "list: {n} pods: full {} bytes, metadata-only {} bytes ({:.0} %); metadata kept: {kept} bytes ({} per object)",
+        full.len,
+        meta.len,
+        100.0 * meta.len as f64 / full.len as f64,
+        kept / n.max(1)
+    );
+    g.throughput(Throughput::Bytes(meta.len as u64));
+    g.bench_function(format!("rv0_all_{n}_pods_metadata_only"), |b| {
+        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&metadata), None)))
     });
 
     let limit = support::size(500, 20);
