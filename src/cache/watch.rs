@@ -123,7 +123,8 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                     Vec::new(),
                     None,
                     last_rv,
-                    (req.bookmarks, repr),
+                    req.bookmarks,
+                    repr,
                     req.deadline,
                 ));
             }
@@ -147,17 +148,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, req.bookmarks, queue);
         drop(st);
-        Ok(finish(
-            shared,
-            id,
-            rx,
-            pending,
-            initial,
-            end_bookmark,
-            last_rv,
-            (req.bookmarks, repr),
-            req.deadline,
-        ))
+        Ok(finish(shared, id, rx, pending, initial, end_bookmark, last_rv, req.bookmarks, repr, req.deadline))
     }
 }
 
@@ -170,7 +161,8 @@ fn finish(
     initial: Vec<Arc<Object>>,
     end_bookmark: Option<Rv>,
     last_rv: Rv,
-    (bookmarks, repr): (bool, Repr),
+    bookmarks: bool,
+    repr: Repr,
     deadline: Instant,
 ) -> Watch {
     let now = Instant::now();

@@ -351,7 +351,10 @@ fn watch(
     };
     match reader.watch(wr) {
         Ok(w) => Ok(Served::Response(watch_response(body::watch(w)))),
-        // Cached watches report errors as HTTP 200 + one ERROR event.
+        // A cache that stopped (shutdown) refuses the watch before any stream, as the
+        // apiserver's stopped cacher does (HTTP 503): the client retries, elsewhere.
+        Err(e @ Error::ServiceUnavailable(_)) => Err(e),
+        // Cached watches report their other errors (410 too old) as HTTP 200 + one ERROR event.
         Err(e) => Ok(error_event_stream(&e)),
     }
 }
@@ -482,6 +485,24 @@ mod tests {
         assert_eq!(code, 200);
         assert!(b.starts_with("{\"type\":\"BOOKMARK\""), "{b}");
         assert!(b.contains("k8s.io/initial-events-end"));
+    }
+
+    /// A watch the cache can no longer feed (its reflector stopped at shutdown) is an HTTP 503
+    /// before any stream, as the apiserver's stopped cacher answers, so that clients retry
+    /// elsewhere; a too-old RV stays HTTP 200 + one ERROR 410 event.
+    #[tokio::test]
+    async fn a_watch_after_the_cache_stopped_is_an_http_503() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        w.close_watchers();
+        let (code, _, b) = body(run(&r, "/api/v1/configmaps", "watch=1&resourceVersion=10").await).await;
+        assert_eq!(code, 503, "{b}");
+        assert!(b.starts_with(r#"{"kind":"Status""#), "a Status, not a watch event: {b}");
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        let (code, _, b) = body(run(&r, "/api/v1/configmaps", "watch=1&resourceVersion=3").await).await;
+        assert_eq!(code, 200);
+        assert!(b.starts_with(r#"{"type":"ERROR""#) && b.contains(r#""code":410"#), "{b}");
     }
 
     #[tokio::test]
