@@ -22,6 +22,7 @@ use super::tls::{ClientTls, Connector};
 use crate::app::{self, Running};
 use crate::config::ServeArgs;
 use crate::sim::{AuthScript, Sim, SimHandle, SimOptions, SimTls};
+use crate::upstream::Auth;
 
 pub type HttpClient = Client<Connector, Full<Bytes>>;
 
@@ -65,7 +66,8 @@ pub struct Target {
     pub name: &'static str,
     /// Base URL without a trailing slash.
     pub base: String,
-    pub token: Option<String>,
+    /// The bearer credential (`--token`, the kubeconfig's token, token file or exec plugin).
+    pub auth: Option<Arc<Auth>>,
 }
 
 impl Target {
@@ -83,8 +85,8 @@ impl Target {
         if body.is_some() {
             b = b.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        if let Some(t) = &self.token {
-            b = b.header(AUTHORIZATION, format!("Bearer {t}"));
+        if let Some(h) = self.auth.as_ref().and_then(|a| a.header()) {
+            b = b.header(AUTHORIZATION, h);
         }
         b.body(Full::new(body.unwrap_or_default())).ok()
     }
@@ -376,10 +378,10 @@ impl Local {
     /// The two targets, each with the bearer token in `--tls` mode.
     pub fn targets(&self) -> [Target; 2] {
         let scheme = if self.secure.is_some() { "https" } else { "http" };
-        let token = self.secure.as_ref().map(|(_, t)| t.clone());
+        let token = self.secure.as_ref().and_then(|(_, t)| Auth::token(t).ok()).map(Arc::new);
         [
-            Target { name: "proxy", base: format!("{scheme}://{}", self.proxy.addr), token: token.clone() },
-            Target { name: "direct", base: format!("{scheme}://{}", self.sim.addr), token },
+            Target { name: "proxy", base: format!("{scheme}://{}", self.proxy.addr), auth: token.clone() },
+            Target { name: "direct", base: format!("{scheme}://{}", self.sim.addr), auth: token },
         ]
     }
 

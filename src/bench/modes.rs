@@ -6,10 +6,13 @@
 //!
 //! Called by `bench::measure`.
 
+use std::sync::Arc;
+
 use super::env::{self, Backend, Local, Target};
 use super::report::Report;
 use super::scenario::Plan;
 use super::{kubeconfig, phase, tls, BenchArgs};
+use crate::upstream::Auth;
 
 /// The token of `--token` / `--token-file`, if given.
 fn flag_token(args: &BenchArgs) -> Result<Option<String>, String> {
@@ -27,33 +30,25 @@ fn flag_token(args: &BenchArgs) -> Result<Option<String>, String> {
 
 /// `--target` / `--direct` / `--kubeconfig`: proxy phase, then direct phase.
 pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u64) -> Result<(), String> {
-    let mut roots = match &args.certificate_authority {
+    let roots = match &args.certificate_authority {
         Some(p) => tls::certs_file(p, "--certificate-authority")?,
         None => Vec::new(),
     };
-    let mut identity = None;
-    let mut token = None;
-    let direct_url = match (&args.direct, &args.kubeconfig) {
-        (Some(url), _) => Some(trim(url)),
+    let mut auth = None;
+    let (tls, direct_url) = match (&args.direct, &args.kubeconfig) {
+        (Some(url), _) => (tls::ClientTls::new(roots)?, Some(trim(url))),
         (None, Some(path)) => {
-            let c = kubeconfig::load(path)?;
-            if let Some(ca) = &c.ca {
-                roots.extend(tls::certs(ca, "the kubeconfig's certificate-authority")?);
-            }
-            if let Some((cert, key)) = &c.identity {
-                identity = Some(tls::Identity::from_pem(cert, key)?);
-            }
-            token = c.token;
-            Some(c.server)
+            let c = kubeconfig::load(path, None)?;
+            auth = c.auth;
+            (tls::ClientTls::from_kubeconfig(c.tls, roots)?, Some(c.server))
         }
-        (None, None) => None,
+        (None, None) => (tls::ClientTls::new(roots)?, None),
     };
     if let Some(t) = flag_token(args)? {
-        token = Some(t);
+        auth = Some(Arc::new(Auth::token(&t).map_err(|e| format!("--token: {e}"))?));
     }
-    let tls = tls::ClientTls::new(roots, identity)?;
-    let direct = direct_url.map(|base| Target { name: "direct", base, token: token.clone() });
-    let proxy = args.target.as_ref().map(|u| Target { name: "proxy", base: trim(u), token: token.clone() });
+    let direct = direct_url.map(|base| Target { name: "direct", base, auth: auth.clone() });
+    let proxy = args.target.as_ref().map(|u| Target { name: "proxy", base: trim(u), auth: auth.clone() });
     for t in proxy.iter().chain(direct.iter()) {
         tls.check(&t.base)?;
     }
@@ -127,12 +122,12 @@ async fn in_process_run(
         Some((pki, _)) => tls::certs_file(&pki.ca, "the bench CA")?,
         None => Vec::new(),
     };
-    let tls = tls::ClientTls::new(roots, None)?;
+    let tls = tls::ClientTls::new(roots)?;
     let [proxy, direct] = local.targets();
     let one = env::Clients::one(&tls);
     if local.secure.is_some() {
         // The proxy's auth must really be on: a request without the token is refused.
-        let anonymous = Target { token: None, ..proxy.clone() };
+        let anonymous = Target { auth: None, ..proxy.clone() };
         let req = anonymous.request(http::Method::GET, "/api/v1/pods?limit=1", None).ok_or("bad URL")?;
         match env::send(&one, req).await {
             Err(e) if e.contains("401") => {}

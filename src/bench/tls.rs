@@ -1,6 +1,7 @@
 //! The bench clients' TLS: the trust anchors for `https://` targets (`--certificate-authority`,
-//! the kubeconfig's CA, or the in-process run's throwaway CA), an optional client certificate
-//! (from the kubeconfig), and the connector that speaks plain HTTP or TLS by the URL's scheme,
+//! the kubeconfig's CA, or the in-process run's throwaway CA), the kubeconfig's client
+//! certificate, `tls-server-name` and `insecure-skip-tls-verify` (the proxy's own TLS layer,
+//! `upstream::client_config`, so that both read a kubeconfig alike), and the connector that speaks plain HTTP or TLS by the URL's scheme,
 //! offering ALPN `h2` alone with `--http2` and no ALPN (HTTP/1.1) otherwise.
 //!
 //! Built by `bench::measure`; `env::Clients` makes one connector per client from it.
@@ -8,11 +9,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, ServerName};
+
+use crate::upstream::TlsSettings;
 
 /// TCP, then TLS for `https://` URLs.
 pub type Connector = HttpsConnector<HttpConnector>;
@@ -21,8 +24,11 @@ pub type Connector = HttpsConnector<HttpConnector>;
 #[derive(Clone)]
 pub struct ClientTls {
     config: Arc<ClientConfig>,
-    /// Whether any trust anchor was given (an `https://` target needs one).
+    /// Whether any trust anchor was given (an `https://` target needs one), or verification
+    /// is off (`insecure-skip-tls-verify`).
     has_roots: bool,
+    /// The kubeconfig's `tls-server-name`.
+    server_name: Option<ServerName<'static>>,
 }
 
 /// PEM certificates from `pem`; `what` names the source in errors.
@@ -41,24 +47,10 @@ pub fn certs_file(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>
     certs(&pem, &format!("{flag} {}", path.display()))
 }
 
-/// A client certificate chain and its key, both PEM.
-pub struct Identity {
-    pub chain: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
-}
-
-impl Identity {
-    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Identity, String> {
-        let chain = certs(cert, "client certificate")?;
-        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("client key: {e}"))?;
-        Ok(Identity { chain, key })
-    }
-}
-
 impl ClientTls {
-    /// Verifies servers against `roots` (ring provider, TLS 1.2 and 1.3) and presents
-    /// `identity` when a server asks for a client certificate.
-    pub fn new(roots: Vec<CertificateDer<'static>>, identity: Option<Identity>) -> Result<ClientTls, String> {
+    /// Verifies servers against `roots` (ring provider, TLS 1.2 and 1.3); no client
+    /// certificate (those come with a kubeconfig: [`ClientTls::from_kubeconfig`]).
+    pub fn new(roots: Vec<CertificateDer<'static>>) -> Result<ClientTls, String> {
         let mut store = RootCertStore::empty();
         let (_, ignored) = store.add_parsable_certificates(roots);
         if ignored > 0 {
@@ -69,13 +61,27 @@ impl ClientTls {
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
             .with_root_certificates(store);
-        let config = match identity {
-            Some(id) => builder
-                .with_client_auth_cert(id.chain, id.key)
-                .map_err(|e| format!("client certificate: {e}"))?,
-            None => builder.with_no_client_auth(),
+        let config = builder.with_no_client_auth();
+        Ok(ClientTls { config: Arc::new(config), has_roots, server_name: None })
+    }
+
+    /// From a kubeconfig resolved as `serve` resolves it (its CA plus `extra_roots`,
+    /// `tls-server-name`, `insecure-skip-tls-verify`, a client certificate an exec plugin may
+    /// renew during the run).
+    pub fn from_kubeconfig(
+        mut tls: TlsSettings,
+        extra_roots: Vec<CertificateDer<'static>>,
+    ) -> Result<ClientTls, String> {
+        tls.roots.extend(extra_roots);
+        let has_roots = !tls.roots.is_empty() || tls.insecure;
+        let server_name = match &tls.server_name {
+            Some(n) => {
+                Some(ServerName::try_from(n.clone()).map_err(|_| format!("invalid tls-server-name {n:?}"))?)
+            }
+            None => None,
         };
-        Ok(ClientTls { config: Arc::new(config), has_roots })
+        let config = crate::upstream::client_config(&tls, true).map_err(|e| e.to_string())?;
+        Ok(ClientTls { config: Arc::new(config), has_roots, server_name })
     }
 
     /// Refuses an `https://` URL when no trust anchor was given (it could not be verified).
@@ -94,7 +100,10 @@ impl ClientTls {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        let b = HttpsConnectorBuilder::new().with_tls_config((*self.config).clone()).https_or_http();
+        let mut b = HttpsConnectorBuilder::new().with_tls_config((*self.config).clone()).https_or_http();
+        if let Some(n) = &self.server_name {
+            b = b.with_server_name_resolver(FixedServerNameResolver::new(n.clone()));
+        }
         if http2 {
             b.enable_http2().wrap_connector(http)
         } else {
@@ -109,7 +118,7 @@ mod tests {
 
     #[test]
     fn https_needs_a_trust_anchor_and_bad_pem_is_refused() {
-        let none = ClientTls::new(Vec::new(), None).unwrap();
+        let none = ClientTls::new(Vec::new()).unwrap();
         assert!(none.check("http://127.0.0.1:1").is_ok());
         assert!(none.check("https://127.0.0.1:1").unwrap_err().contains("--certificate-authority"));
         assert!(certs(b"not a certificate", "x").unwrap_err().contains("no PEM certificate"));
@@ -117,7 +126,7 @@ mod tests {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security/server-ca.crt"),
         )
         .unwrap();
-        let some = ClientTls::new(certs(&ca, "ca").unwrap(), None).unwrap();
+        let some = ClientTls::new(certs(&ca, "ca").unwrap()).unwrap();
         assert!(some.check("https://127.0.0.1:1").is_ok());
     }
 }

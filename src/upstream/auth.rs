@@ -1,17 +1,23 @@
-//! The proxy's own credentials at the HTTP layer: a bearer token, or a token file re-read every
+//! The proxy's own credentials at the HTTP layer: a bearer token, a token file re-read every
 //! minute (bound service-account tokens rotate, and kube-client's config loader does not refresh
-//! them). Client certificates live at the TLS layer (`tls.rs`).
+//! them), or an exec credential plugin's answer, renewed by a task before it expires (the plugin
+//! itself is `exec.rs`). Client certificates live at the TLS layer (`tls.rs`); one an exec
+//! plugin returns is swapped into the TLS layer's [`IdentitySlot`] when renewed.
 //!
-//! Used by `client.rs` on the proxy's own requests only; forwarded requests never see these.
+//! Used by `client.rs` on the proxy's own requests only (forwarded requests never see these),
+//! and by the bench for its clients' bearer token.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::errors::ConfigError;
+use super::exec::{renew_at, Credential, ExecPlugin};
+use super::identity::{Identity, IdentitySlot};
 
 /// How often a token file is read again.
 pub(crate) const TOKEN_REFRESH: Duration = Duration::from_secs(60);
@@ -22,6 +28,8 @@ pub(crate) enum Auth {
     /// A fixed token (kubeconfig `token`). The header value is marked sensitive.
     Token(HeaderValue),
     TokenFile(TokenFile),
+    /// An exec credential plugin's token (it may also have returned a client certificate).
+    Exec(ExecAuth),
 }
 
 impl Auth {
@@ -36,6 +44,7 @@ impl Auth {
             Auth::None => None,
             Auth::Token(h) => Some(h.clone()),
             Auth::TokenFile(f) => Some(f.header()),
+            Auth::Exec(e) => e.header(),
         }
     }
 
@@ -45,6 +54,7 @@ impl Auth {
             Auth::None => "no bearer token".into(),
             Auth::Token(_) => "bearer token".into(),
             Auth::TokenFile(f) => format!("bearer token from {}", f.path.display()),
+            Auth::Exec(e) => e.plugin.describe(),
         }
     }
 }
@@ -97,6 +107,108 @@ impl TokenFile {
 fn read_token(path: &Path) -> Result<HeaderValue, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     bearer(&text)
+}
+
+/// Credentials from an exec plugin: the first answer (obtained at start), then a task that runs
+/// the plugin again at [`renew_at`] and swaps the new token (and certificate) in. A failed
+/// renewal keeps the current credential, says why in the log (with the plugin's stderr) and is
+/// retried every [`EXEC_RETRY`]; an expired token is still sent, so the upstream's 401 shows.
+pub(crate) struct ExecAuth {
+    plugin: ExecPlugin,
+    state: Arc<Mutex<ExecState>>,
+    /// The TLS layer's client certificate, when the plugin returns one (set by `client.rs`).
+    identity: OnceLock<Arc<IdentitySlot>>,
+    task: OnceLock<tokio::task::JoinHandle<()>>,
+}
+
+struct ExecState {
+    header: Option<HeaderValue>,
+    renew_at: Option<SystemTime>,
+    /// How many times the plugin answered (for tests and the log).
+    runs: u64,
+}
+
+/// A failed renewal is tried again after this long.
+pub(crate) const EXEC_RETRY: Duration = Duration::from_secs(5);
+/// Never two runs closer than this, whatever the expiry says.
+const EXEC_MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+impl ExecAuth {
+    /// From the plugin's first answer (the caller ran it, so that a start fails with its
+    /// message).
+    pub fn new(plugin: ExecPlugin, first: &Credential) -> Result<ExecAuth, String> {
+        let header = first.token.as_deref().map(bearer).transpose()?;
+        let state = ExecState { header, renew_at: renew_at(SystemTime::now(), first.expiry), runs: 1 };
+        Ok(ExecAuth {
+            plugin,
+            state: Arc::new(Mutex::new(state)),
+            identity: OnceLock::new(),
+            task: OnceLock::new(),
+        })
+    }
+
+    /// Where a renewed client certificate goes.
+    pub fn set_identity_slot(&self, slot: Arc<IdentitySlot>) {
+        let _ = self.identity.set(slot);
+    }
+
+    /// The current token; starts the renewal task on first use inside a runtime.
+    pub fn header(&self) -> Option<HeaderValue> {
+        if self.task.get().is_none() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let _ = self.task.get_or_init(|| {
+                    rt.spawn(renew(self.plugin.clone(), self.state.clone(), self.identity.get().cloned()))
+                });
+            }
+        }
+        self.state.lock().header.clone()
+    }
+
+    /// How many times the plugin has answered.
+    #[cfg(test)]
+    pub fn runs(&self) -> u64 {
+        self.state.lock().runs
+    }
+}
+
+impl Drop for ExecAuth {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.get() {
+            t.abort();
+        }
+    }
+}
+
+async fn renew(plugin: ExecPlugin, state: Arc<Mutex<ExecState>>, identity: Option<Arc<IdentitySlot>>) {
+    let mut last_run = Instant::now();
+    loop {
+        let Some(at) = state.lock().renew_at else { return };
+        let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::time::sleep_until((Instant::now() + wait).max(last_run + EXEC_MIN_INTERVAL)).await;
+        last_run = Instant::now();
+        let obtained = SystemTime::now();
+        let applied = plugin.run().await.and_then(|c| {
+            let header = c.token.as_deref().map(bearer).transpose()?;
+            if let (Some(slot), Some((cert, key))) = (&identity, &c.identity) {
+                let id = Identity::from_pem(cert, key).map_err(|e| format!("{}: {e}", plugin.describe()))?;
+                slot.replace(&id).map_err(|e| format!("{}: {e}", plugin.describe()))?;
+            }
+            let mut st = state.lock();
+            if header.is_some() {
+                st.header = header;
+            }
+            st.renew_at = renew_at(obtained, c.expiry);
+            st.runs += 1;
+            Ok(())
+        });
+        match applied {
+            Ok(()) => tracing::debug!(user = %plugin.user, "exec plugin renewed the credential"),
+            Err(e) => {
+                tracing::warn!("{e}; keeping the current credential, trying again in {EXEC_RETRY:?}");
+                state.lock().renew_at = Some(SystemTime::now() + EXEC_RETRY);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,14 @@ pub(crate) struct Inner {
 
 impl Inner {
     pub fn build(r: Resolved) -> Result<Inner, ConfigError> {
+        if r.tls.insecure && r.base_url.starts_with("https://") {
+            tracing::warn!(
+                upstream = %r.base_url,
+                "INSECURE: the upstream's certificate is not verified (insecure-skip-tls-verify); \
+                 anyone on the network path can pose as the apiserver and receive the proxy's \
+                 credentials and every forwarded request"
+            );
+        }
         let own = client(&r, Flavor::Own)?;
         let forward = client(&r, Flavor::Forward)?;
         let upgrade = client(&r, Flavor::Upgrade)?;

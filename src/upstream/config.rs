@@ -9,15 +9,18 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use base64::Engine;
-use kube_client::config::{AuthInfo, Config, Kubeconfig, KubeconfigError};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use kube_client::config::{AuthInfo, Config, ExecConfig, Kubeconfig, KubeconfigError};
+use rustls_pki_types::CertificateDer;
 
-use super::auth::{Auth, TokenFile};
+use super::auth::{Auth, ExecAuth, TokenFile};
 pub(crate) use super::errors::one_line;
 pub use super::errors::ConfigError;
+use super::exec::{ClusterInfo, ExecPlugin};
+pub(crate) use super::identity::Identity;
+use super::identity::{parse_certs, IdentitySlot};
 
 /// Where the connection comes from (filled by `crate::config` from CLI flags).
 #[derive(Clone, Debug, Default)]
@@ -59,13 +62,7 @@ pub(crate) struct TlsSettings {
     /// Name to verify instead of the URL's host (`tls-server-name`).
     pub server_name: Option<String>,
     /// The proxy's client certificate; only the own-requests client presents it.
-    pub identity: Option<Identity>,
-}
-
-/// A client certificate chain and its key.
-pub(crate) struct Identity {
-    pub chain: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
+    pub identity: Option<Arc<IdentitySlot>>,
 }
 
 /// The process environment `resolve` looks at, separated so that tests need not mutate it.
@@ -170,8 +167,16 @@ fn from_kubeconfig(mut kc: Kubeconfig, label: &str, context: Option<&str>) -> Re
     }
     let kerr = |message: String| ConfigError::Kubeconfig { path: label.to_owned(), message };
     let base_url = normalize_url(&url).map_err(|e| kerr(e.to_string()))?;
-    let roots = cfg.root_cert.unwrap_or_default().into_iter().map(CertificateDer::from).collect();
-    let (auth, identity) = user_credentials(&cfg.auth_info, &user_name).map_err(|e| match e {
+    let roots: Vec<CertificateDer<'static>> =
+        cfg.root_cert.unwrap_or_default().into_iter().map(CertificateDer::from).collect();
+    let cluster = ClusterInfo {
+        server: base_url.clone(),
+        tls_server_name: cfg.tls_server_name.clone().filter(|s| !s.is_empty()),
+        insecure_skip_tls_verify: cfg.accept_invalid_certs,
+        certificate_authority_pem: ca_pem(&roots),
+        config: None,
+    };
+    let (auth, identity) = user_credentials(&cfg.auth_info, &user_name, cluster).map_err(|e| match e {
         ConfigError::Kubeconfig { message, .. } => kerr(message),
         other => other,
     })?;
@@ -191,9 +196,15 @@ fn from_kubeconfig(mut kc: Kubeconfig, label: &str, context: Option<&str>) -> Re
     })
 }
 
-/// The user's bearer token / token file and client certificate. Exec plugins and auth providers
-/// are not run; a user that has nothing else is an error rather than silent anonymity.
-fn user_credentials(a: &AuthInfo, user: &str) -> Result<(Auth, Option<Identity>), ConfigError> {
+/// The user's bearer token / token file and client certificate, or else its exec plugin's
+/// (run once here, so that a plugin that fails stops the start with its message; `auth.rs`
+/// renews it). Auth providers and basic auth are not supported: a user that has nothing else
+/// is an error rather than silent anonymity.
+fn user_credentials(
+    a: &AuthInfo,
+    user: &str,
+    cluster: ClusterInfo,
+) -> Result<(Auth, Option<Arc<IdentitySlot>>), ConfigError> {
     let err = |message: String| ConfigError::Kubeconfig { path: String::new(), message };
     // kube-client keeps secrets in `secrecy` types; its serializer exposes them.
     let secrets = serde_json::to_value(a).unwrap_or_default();
@@ -232,9 +243,14 @@ fn user_credentials(a: &AuthInfo, user: &str) -> Result<(Auth, Option<Identity>)
     };
 
     if matches!(auth, Auth::None) && identity.is_none() {
-        let what = if a.exec.is_some() {
-            Some("an exec credential plugin")
-        } else if a.auth_provider.is_some() {
+        if let Some(exec) = &a.exec {
+            let info = exec.provide_cluster_info.then(|| ClusterInfo {
+                config: exec.cluster.as_ref().and_then(|c| c.config.clone()),
+                ..cluster
+            });
+            return exec_credentials(exec, user, info);
+        }
+        let what = if a.auth_provider.is_some() {
             Some("an auth-provider")
         } else if a.username.is_some() {
             Some("basic auth (username/password)")
@@ -249,6 +265,26 @@ fn user_credentials(a: &AuthInfo, user: &str) -> Result<(Auth, Option<Identity>)
         }
     }
     Ok((auth, identity))
+}
+
+/// Runs the exec plugin once: its token becomes the bearer credential, its certificate the
+/// client certificate; both are renewed before `expirationTimestamp` by `auth::ExecAuth`.
+fn exec_credentials(
+    exec: &ExecConfig,
+    user: &str,
+    cluster: Option<ClusterInfo>,
+) -> Result<(Auth, Option<Arc<IdentitySlot>>), ConfigError> {
+    let plugin = ExecPlugin::new(exec, user, cluster).map_err(ConfigError::Unsupported)?;
+    let first = plugin.run_blocking().map_err(ConfigError::Exec)?;
+    let slot = match &first.identity {
+        Some((cert, key)) => Some(identity(cert, key)?),
+        None => None,
+    };
+    let auth = ExecAuth::new(plugin, &first).map_err(ConfigError::Exec)?;
+    if let Some(slot) = &slot {
+        auth.set_identity_slot(slot.clone());
+    }
+    Ok((Auth::Exec(auth), slot))
 }
 
 fn in_cluster() -> Result<Resolved, ConfigError> {
@@ -312,25 +348,32 @@ fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, ConfigError> {
     std::fs::read(path).map_err(|e| ConfigError::read_file(what, path, e))
 }
 
+/// The CA bundle as PEM again, for an exec plugin's `spec.cluster.certificateAuthorityData`.
+fn ca_pem(roots: &[CertificateDer<'static>]) -> Option<Vec<u8>> {
+    if roots.is_empty() {
+        return None;
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut pem = String::new();
+    for c in roots {
+        let body = b64.encode(c.as_ref());
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in body.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    Some(pem.into_bytes())
+}
+
 fn decode_b64(s: &str) -> Result<Vec<u8>, String> {
     let compact: String = s.split_whitespace().collect();
     base64::engine::general_purpose::STANDARD.decode(compact).map_err(|e| e.to_string())
 }
 
-fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs =
-        CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
-    if certs.is_empty() {
-        return Err("no PEM certificate found".into());
-    }
-    Ok(certs)
-}
-
-fn identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<Identity, ConfigError> {
-    let chain = parse_certs(cert_pem).map_err(|e| ConfigError::Tls(format!("client certificate: {e}")))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| ConfigError::Tls(format!("client key: {}", one_line(&e.to_string()))))?;
-    Ok(Identity { chain, key })
+fn identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<IdentitySlot>, ConfigError> {
+    IdentitySlot::new(&Identity::from_pem(cert_pem, key_pem)?)
 }
 
 /// The system trust store, for an `https://` upstream that named no CA.

@@ -26,6 +26,8 @@ pub enum ConfigError {
     Tls(String),
     #[error("unsupported credentials: {0}")]
     Unsupported(String),
+    #[error("{0}")]
+    Exec(String),
 }
 
 impl ConfigError {

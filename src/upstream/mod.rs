@@ -33,12 +33,16 @@ mod client;
 mod config;
 mod discovery;
 mod errors;
+mod exec;
 mod forward;
+mod identity;
 mod list;
 mod rechunk;
 mod tls;
 mod watch;
 
+#[cfg(test)]
+mod exec_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -48,9 +52,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub(crate) use auth::Auth;
+pub(crate) use config::{resolve, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
 pub use list::{ListPage, MetadataPage, Selection};
+pub(crate) use tls::client_config;
 pub use watch::{RawEvent, WatchStream};
 
 #[allow(unused_imports)] // used by the docs above

@@ -62,7 +62,7 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig, ConfigError> {
+pub(crate) fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig, ConfigError> {
     let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -78,38 +78,8 @@ fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig,
         builder.with_root_certificates(roots)
     };
     match (&tls.identity, with_identity) {
-        (Some(id), true) => {
-            // Not `with_client_auth_cert`: it parses the certificate with webpki to match the
-            // key, which refuses X.509 v1 certificates (`openssl x509 -req` without
-            // extensions makes them). Whether the certificate is acceptable is the upstream's
-            // decision; kube-apiserver accepts v1 client certificates.
-            let key = provider
-                .key_provider
-                .load_private_key(id.key.clone_key())
-                .map_err(|e| ConfigError::Tls(format!("client certificate key: {e}")))?;
-            let certified = Arc::new(rustls::sign::CertifiedKey::new(id.chain.clone(), key));
-            Ok(builder.with_client_cert_resolver(Arc::new(OwnIdentity(certified))))
-        }
+        (Some(slot), true) => Ok(builder.with_client_cert_resolver(slot.clone())),
         _ => Ok(builder.with_no_client_auth()),
-    }
-}
-
-/// The proxy's own client certificate, offered whenever the upstream asks for one.
-#[derive(Debug)]
-struct OwnIdentity(Arc<rustls::sign::CertifiedKey>);
-
-impl rustls::client::ResolvesClientCert for OwnIdentity {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        sigschemes: &[rustls::SignatureScheme],
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        // Offered only if the key can sign with a scheme the server accepts.
-        self.0.key.choose_scheme(sigschemes).map(|_| self.0.clone())
-    }
-
-    fn has_certs(&self) -> bool {
-        true
     }
 }
 
@@ -157,6 +127,7 @@ impl ServerCertVerifier for NoVerification {
 mod tests {
     use super::*;
     use crate::upstream::config::Identity;
+    use crate::upstream::identity::IdentitySlot;
     use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::PrivateKeyDer;
@@ -216,7 +187,7 @@ mod tests {
         let key = PrivateKeyDer::from_pem_file(testdata("v1/client-v1.key")).unwrap();
         let tls = TlsSettings {
             roots: certs("server-ca.crt"),
-            identity: Some(Identity { chain: chain.clone(), key }),
+            identity: Some(IdentitySlot::new(&Identity { chain: chain.clone(), key }).unwrap()),
             ..TlsSettings::default()
         };
         let client = Arc::new(client_config(&tls, true).expect("a v1 certificate is accepted as our own"));

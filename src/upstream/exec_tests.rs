@@ -1,0 +1,173 @@
+//! Exec credential plugins end to end at the configuration level: a small shell plugin in a
+//! temp dir, run by `resolve` as `serve --kubeconfig` and `bench --kubeconfig` run it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::Value;
+
+use super::auth::Auth;
+use super::config::{resolve_with, Env, UpstreamOptions};
+use super::testutil::{TempDir, CA_PEM, CLIENT_KEY, CLIENT_PEM};
+
+/// Counts its runs in `count`, keeps `KUBERNETES_EXEC_INFO` in `info`, answers `tok-<n>` valid
+/// for `$LIFETIME` seconds (and the client certificate in `cert`/`key` when present).
+const PLUGIN: &str = r#"#!/bin/sh
+dir=$(dirname "$0")
+n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
+echo "$n" > "$dir/count"
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$dir/info"
+if [ -n "$FAIL" ]; then echo "starting login" >&2; echo "error: $FAIL" >&2; exit 1; fi
+exp=$(date -u -d "@$(( $(date +%s) + ${LIFETIME:-3600} ))" +%Y-%m-%dT%H:%M:%SZ)
+cert=""
+if [ -f "$dir/cert" ]; then
+  cert=$(printf ',"clientCertificateData":"%s","clientKeyData":"%s"' "$(awk 1 ORS='\\n' "$dir/cert")" "$(awk 1 ORS='\\n' "$dir/key")")
+fi
+printf '{"apiVersion":"%s","kind":"ExecCredential","status":{"token":"tok-%s","expirationTimestamp":"%s"%s}}' \
+  "${ANSWER_VERSION:-client.authentication.k8s.io/v1}" "$n" "$exp" "$cert"
+"#;
+
+fn plugin(dir: &TempDir) -> String {
+    let p = dir.write("plugin.sh", PLUGIN);
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p.display().to_string()
+}
+
+/// A kubeconfig whose user runs `command` with `extra` lines under `exec:` and `env` pairs.
+fn kubeconfig(dir: &TempDir, command: &str, extra: &str, env: &[(&str, &str)]) -> UpstreamOptions {
+    let env: String =
+        env.iter().map(|(k, v)| format!("\n      - name: {k}\n        value: \"{v}\"")).collect();
+    let ca = base64::engine::general_purpose::STANDARD.encode(CA_PEM);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters:\n- name: c\n  cluster:\n    \
+         server: https://127.0.0.1:6443\n    certificate-authority-data: {ca}\n    tls-server-name: api.test\n\
+         contexts:\n- name: x\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user:\n    exec:\n      \
+         apiVersion: client.authentication.k8s.io/v1\n      command: {command}\n{extra}      env:{env}\n",
+    );
+    let path = dir.write("config", &yaml);
+    UpstreamOptions { kubeconfig: Some(path), ..Default::default() }
+}
+
+fn env() -> Env {
+    Env { kubeconfig_var: None, home: None, in_cluster: false, ssl_cert_file: None }
+}
+
+fn runs(dir: &TempDir) -> u64 {
+    std::fs::read_to_string(dir.path().join("count")).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn the_plugin_is_run_once_with_exec_info_and_its_token_is_the_bearer() {
+    let dir = TempDir::new();
+    let cmd = plugin(&dir);
+    let opts = kubeconfig(&dir, &cmd, "      interactiveMode: Never\n      provideClusterInfo: true\n", &[]);
+    let r = resolve_with(&opts, &env()).unwrap();
+    assert!(matches!(r.auth, Auth::Exec(_)));
+    assert_eq!(r.auth.header().unwrap(), "Bearer tok-1");
+    assert!(r.auth.header().unwrap().is_sensitive());
+    assert!(!r.auth.describe().contains("tok-1"), "{}", r.auth.describe());
+    assert_eq!(runs(&dir), 1);
+
+    let info: Value = serde_json::from_slice(&std::fs::read(dir.path().join("info")).unwrap()).unwrap();
+    assert_eq!(info["apiVersion"], "client.authentication.k8s.io/v1");
+    assert_eq!(info["kind"], "ExecCredential");
+    assert_eq!(info["spec"]["interactive"], false);
+    let cluster = &info["spec"]["cluster"];
+    assert_eq!(cluster["server"], "https://127.0.0.1:6443");
+    assert_eq!(cluster["tlsServerName"], "api.test");
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster["certificateAuthorityData"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        super::identity::parse_certs(&ca).unwrap(),
+        super::identity::parse_certs(CA_PEM.as_bytes()).unwrap(),
+        "the cluster's CA, as client-go passes it"
+    );
+
+    // Without provideClusterInfo the plugin gets no cluster.
+    let opts = kubeconfig(&dir, &cmd, "", &[]);
+    resolve_with(&opts, &env()).unwrap();
+    let info: Value = serde_json::from_slice(&std::fs::read(dir.path().join("info")).unwrap()).unwrap();
+    assert!(info["spec"].get("cluster").is_none(), "{info}");
+}
+
+#[test]
+fn a_client_certificate_from_the_plugin_is_the_proxys_identity() {
+    let dir = TempDir::new();
+    let cmd = plugin(&dir);
+    dir.write("cert", CLIENT_PEM);
+    dir.write("key", CLIENT_KEY);
+    let r = resolve_with(&kubeconfig(&dir, &cmd, "", &[]), &env()).unwrap();
+    let id = r.tls.identity.as_ref().expect("the plugin's certificate");
+    assert_eq!(id.current().cert, super::identity::parse_certs(CLIENT_PEM.as_bytes()).unwrap());
+    assert_eq!(r.auth.header().unwrap(), "Bearer tok-1", "and its token");
+}
+
+#[test]
+fn a_plugin_that_fails_stops_the_start_with_its_stderr() {
+    let dir = TempDir::new();
+    let cmd = plugin(&dir);
+    let e = resolve_with(&kubeconfig(&dir, &cmd, "", &[("FAIL", "login required")]), &env())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.starts_with("user \"u\": exec plugin "), "{e}");
+    assert!(e.ends_with("stderr: starting login | error: login required"), "{e}");
+    assert!(!e.contains('\n'));
+
+    let e = resolve_with(
+        &kubeconfig(&dir, "/no/such/plugin", "      installHint: install it with brew\n", &[]),
+        &env(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("/no/such/plugin") && e.ends_with("(install it with brew)"), "{e}");
+
+    let e = resolve_with(&kubeconfig(&dir, &cmd, "      interactiveMode: Always\n", &[]), &env())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("interactiveMode Always"), "{e}");
+
+    let e = resolve_with(
+        &kubeconfig(&dir, &cmd, "", &[("ANSWER_VERSION", "client.authentication.k8s.io/v1beta1")]),
+        &env(),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("expected ExecCredential, client.authentication.k8s.io/v1"), "{e}");
+}
+
+/// `expirationTimestamp` is honoured: the plugin is not run again while its token is fresh,
+/// and is run again before the token expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_renewed_before_it_expires_and_not_before_it_is_due() {
+    let dir = TempDir::new();
+    let cmd = plugin(&dir);
+    let r = resolve_with(&kubeconfig(&dir, &cmd, "", &[("LIFETIME", "3")]), &env()).unwrap();
+    let Auth::Exec(exec) = &r.auth else { panic!("exec credentials") };
+    for _ in 0..100 {
+        assert_eq!(r.auth.header().unwrap(), "Bearer tok-1", "fresh: no second run");
+    }
+    assert_eq!(exec.runs(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while r.auth.header().unwrap() == "Bearer tok-1" {
+        assert!(tokio::time::Instant::now() < deadline, "never renewed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(r.auth.header().unwrap(), "Bearer tok-2");
+    assert_eq!(exec.runs(), 2);
+    assert_eq!(runs(&dir), 2);
+
+    // A long-lived one is left alone.
+    let long = TempDir::new();
+    let cmd = plugin(&long);
+    let r = resolve_with(&kubeconfig(&long, &cmd, "", &[]), &env()).unwrap();
+    let Auth::Exec(exec) = &r.auth else { panic!("exec credentials") };
+    assert_eq!(r.auth.header().unwrap(), "Bearer tok-1");
+    tokio::task::yield_now().await;
+    assert_eq!(exec.runs(), 1);
+}
