@@ -105,11 +105,19 @@ pub enum Backend {
 pub struct Remote {
     pub target: Target,
     pub client: HttpClient,
+    /// `--put-writes`: changes replace the whole pod (the writer before issue 18).
+    pub put_writes: bool,
 }
 
 impl Remote {
     pub fn new(target: Target, client: HttpClient) -> Arc<Remote> {
-        Arc::new(Remote { target, client })
+        Arc::new(Remote { target, client, put_writes: false })
+    }
+
+    /// A writer that replaces whole pods with PUT, as the bench did before issue 18: a real
+    /// apiserver (and the sim) refuse it with 422 once admission has filled the pod's spec in.
+    pub fn with_put_writes(target: Target, client: HttpClient) -> Arc<Remote> {
+        Arc::new(Remote { target, client, put_writes: true })
     }
 }
 
@@ -183,6 +191,12 @@ impl Backend {
                     t.request(
                         Method::POST,
                         &format!("/api/v1/namespaces/{ns}/pods"),
+                        Some(Bytes::from(obj.to_string())),
+                    )
+                } else if r.put_writes {
+                    t.request(
+                        Method::PUT,
+                        &format!("/api/v1/namespaces/{ns}/pods/{name}"),
                         Some(Bytes::from(obj.to_string())),
                     )
                 } else {

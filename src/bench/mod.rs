@@ -124,6 +124,11 @@ pub struct BenchArgs {
     /// Do not create the pods first (external mode, when a previous run made them).
     #[arg(long)]
     pub skip_seed: bool,
+    /// External mode: the writer replaces whole pods with PUT, as it did before it used
+    /// merge-patches. A real apiserver refuses those (422 "pod updates may not change fields
+    /// other than …"); kept to show that such a run fails loudly.
+    #[arg(long, hide = true)]
+    pub put_writes: bool,
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -162,6 +167,7 @@ impl BenchArgs {
             object_size: None,
             http2: false,
             skip_seed: false,
+            put_writes: false,
             json: None,
             svg: None,
             proxy_pid: None,

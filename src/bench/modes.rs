@@ -54,7 +54,11 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
     }
     let write_to = direct.clone().or(proxy.clone()).ok_or("nothing to measure")?;
     let one = env::Clients::one(&tls);
-    let backend = Backend::Http(env::Remote::new(write_to, one.clone()));
+    let backend = Backend::Http(if args.put_writes {
+        env::Remote::with_put_writes(write_to, one.clone())
+    } else {
+        env::Remote::new(write_to, one.clone())
+    });
     // Fails fast (with the TLS or HTTP error) instead of after the watch-open timeout.
     for t in proxy.iter().chain(direct.iter()) {
         let req = t.request(http::Method::GET, "/api/v1/pods?limit=1", None).ok_or("bad URL")?;

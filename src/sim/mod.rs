@@ -34,6 +34,7 @@ mod encode;
 mod http;
 mod kinds;
 mod node_authz;
+mod pods;
 mod query;
 mod read;
 mod respond;
@@ -217,7 +218,7 @@ impl Sim {
     ) -> Result<serde_json::Value, Error> {
         let res = self.resolve(resource)?;
         let name = obj.pointer("/metadata/name").and_then(|v| v.as_str()).unwrap_or("").to_owned();
-        let o = write::update(self, res, namespace, &name, obj, false)?;
+        let o = write::update(self, res, namespace, &name, obj, false, write::Writer::Internal)?;
         Ok(write::to_value(&o))
     }
 

@@ -120,7 +120,7 @@ pub async fn churn(sim: Sim, _stop: tokio::sync::watch::Receiver<bool>) {
                     a.insert("sim/churn".into(), json!(counter.to_string()));
                 }
             }
-            if let Err(e) = write::update(&sim, r, &ns, &name, v, false) {
+            if let Err(e) = write::update(&sim, r, &ns, &name, v, false, write::Writer::Internal) {
                 tracing::debug!(error = ?e, "churn update failed");
             }
         }
@@ -160,7 +160,7 @@ pub async fn lease_churn(sim: Sim) {
         if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("renewTime".into(), json!(micro_time()));
         }
-        if let Err(e) = write::update(&sim, lease_res, ns, &name, v, false) {
+        if let Err(e) = write::update(&sim, lease_res, ns, &name, v, false, write::Writer::Internal) {
             tracing::debug!(error = ?e, "lease renewal failed");
         }
     }

@@ -9,6 +9,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 
+use super::pods;
 use super::respond::{body_bytes, full, json, Body};
 use super::route::Target;
 use super::store::meta_mut;
@@ -99,17 +100,10 @@ fn defaults(group: &str, resource: &str, obj: &mut Map<String, Value>) {
             obj.insert("status".into(), serde_json::json!({"phase": "Active"}));
         }
         ("", "pods") => {
-            // The defaults the apiserver and admission give a pod (the selectable ones matter).
+            // The defaults the apiserver and admission give a pod on create (pods.rs).
             if let Some(Value::Object(spec)) = obj.get_mut("spec") {
-                for (k, v) in [
-                    ("restartPolicy", Value::from("Always")),
-                    ("terminationGracePeriodSeconds", Value::from(30)),
-                    ("dnsPolicy", Value::from("ClusterFirst")),
-                    ("serviceAccountName", Value::from("default")),
-                    ("schedulerName", Value::from("default-scheduler")),
-                ] {
-                    spec.entry(k).or_insert(v);
-                }
+                pods::defaults(spec);
+                pods::admit_create(spec, &random_suffix());
             }
             let status = obj.entry("status").or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(s) = status {
@@ -126,6 +120,14 @@ fn random_suffix() -> String {
     (0..5).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
 }
 
+/// How an update came: from a client (PUT, PATCH: validated like the apiserver's, e.g. a pod's
+/// immutable spec fields), or from the sim itself (its direct API, a binding).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    Client,
+    Internal,
+}
+
 /// Replaces an object (PUT and the direct API). With `status_only` only `status` changes;
 /// otherwise `status` is kept for kinds that have a status subresource.
 pub fn update(
@@ -135,6 +137,7 @@ pub fn update(
     url_name: &str,
     obj: Value,
     status_only: bool,
+    writer: Writer,
 ) -> Result<Arc<Object>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(res).clone();
@@ -160,6 +163,15 @@ pub fn update(
         let Value::Object(mut cur) = to_value(&current) else {
             return Err(Error::Internal("stored object is not an object".into()));
         };
+        if kind.group.is_empty() && kind.resource == "pods" && !status_only {
+            if let Some(Value::Object(spec)) = obj.get_mut("spec") {
+                pods::defaults(spec);
+            }
+            if writer == Writer::Client {
+                let new = Value::Object(obj.clone());
+                pods::validate_update(url_name, &Value::Object(cur.clone()), &new)?;
+            }
+        }
         if status_only {
             match obj.remove("status") {
                 Some(s) => cur.insert("status".into(), s),
@@ -195,6 +207,7 @@ pub async fn put(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Respon
         name,
         body,
         t.sub.as_deref() == Some("status"),
+        Writer::Client,
     )?;
     Ok(respond(StatusCode::OK, &o))
 }
@@ -227,7 +240,7 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
         _ => return Err(Error::UnsupportedMediaType),
     }
     let status_only = t.sub.as_deref() == Some("status");
-    let o = update(sim, t.res, ns, name, v, status_only)?;
+    let o = update(sim, t.res, ns, name, v, status_only, Writer::Client)?;
     Ok(respond(StatusCode::OK, &o))
 }
 
@@ -272,7 +285,7 @@ pub async fn bind(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Respo
     if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
         spec.insert("nodeName".into(), Value::String(node));
     }
-    update(sim, t.res, ns, name, v, false)?;
+    update(sim, t.res, ns, name, v, false, Writer::Internal)?;
     let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}"#;
     Ok(json(StatusCode::CREATED, full(status)))
 }
