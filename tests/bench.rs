@@ -176,3 +176,67 @@ async fn full_scenario_from_env() {
     args.tls = std::env::var("BENCH_TLS").is_ok();
     bench::run(args).await.expect("clean run");
 }
+
+/// Issue 18 item 1: against an external cluster (the sim over HTTP here) the bench renews real
+/// Leases during each phase, and `--cleanup` deletes its pods, its Leases and the namespaces
+/// it created, keeping a namespace that existed before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_runs_churn_real_leases_and_cleanup_removes_what_the_bench_made() {
+    use kube_watchcache::sim::{Sim, SimOptions};
+    let sim =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .unwrap();
+    let mut serve = kube_watchcache::config::ServeArgs::local(
+        &format!("http://{}", sim.addr),
+        &["pods"],
+        "127.0.0.1:0".parse().unwrap(),
+    );
+    serve.shutdown_grace_period = Duration::from_secs(1);
+    let proxy = kube_watchcache::app::start(&serve).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    // A namespace of the bench's names made by someone else: kept by the cleanup.
+    let kept = serde_json::json!({"metadata": {"name": "bench-3"}});
+    sim.sim.create("namespaces", "", kept).unwrap();
+    sim.sim.create("configmaps", "bench-3", serde_json::json!({"metadata": {"name": "theirs"}})).unwrap();
+
+    let mut a = tiny(Scenario::WatchFanout);
+    a.direct = Some(format!("http://{}", sim.addr));
+    a.target = Some(format!("http://{}", proxy.addr));
+    a.watchers = Some(5);
+    a.objects = Some(30);
+    a.lease_churn = Some(20.0);
+    a.cleanup = true;
+    let r = bench::measure(&a).await.expect("the run passes");
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    for t in &r.targets {
+        assert!(t.lease_renewals >= 20, "{}: {} renewals", t.name, t.lease_renewals);
+        assert_eq!(t.lease_renewals_failed, 0, "{}: {:?}", t.name, t.first_lease_error);
+    }
+    assert!(r.table().contains("lease renewals"));
+
+    let base = format!("http://{}", sim.addr);
+    for n in 0..10 {
+        let ns = format!("bench-{n}");
+        assert_eq!(names(&format!("{base}/api/v1/namespaces/{ns}/pods")).await, Vec::<String>::new(), "{ns}");
+        let leases = format!("{base}/apis/coordination.k8s.io/v1/namespaces/{ns}/leases");
+        assert_eq!(names(&leases).await, Vec::<String>::new(), "{ns}");
+    }
+    let namespaces = names(&format!("{base}/api/v1/namespaces")).await;
+    assert_eq!(namespaces.iter().filter(|n| n.starts_with("bench-")).collect::<Vec<_>>(), ["bench-3"]);
+    assert_eq!(names(&format!("{base}/api/v1/namespaces/bench-3/configmaps")).await, ["theirs"]);
+}
+
+/// The names in a LIST.
+async fn names(url: &str) -> Vec<String> {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let resp = client.get(url.parse().unwrap()).await.unwrap();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    list["items"]
+        .as_array()
+        .map(|items| items.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default()
+}

@@ -221,8 +221,9 @@ impl Backend {
     /// second run against the same upstream reuses them).
     pub async fn seed(&self, plan: &Plan) -> Result<(), String> {
         for n in 0..NAMESPACES {
-            let ns =
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("bench-{n}")}});
+            let (k, v) = super::cluster::CREATED_BY;
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": format!("bench-{n}"), "labels": {k: v}}});
             // Already existing is fine.
             let _ = match self {
                 Backend::Sim(sim) => sim.create("namespaces", "", ns).map(drop).map_err(|e| e.to_string()),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::env::{self, Backend, Local, Target};
 use super::report::Report;
 use super::scenario::Plan;
-use super::{kubeconfig, phase, tls, BenchArgs};
+use super::{cluster, kubeconfig, phase, tls, BenchArgs};
 use crate::upstream::Auth;
 
 /// The token of `--token` / `--token-file`, if given.
@@ -97,6 +97,19 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
         let (r, next) = phase.run().await?;
         seq = next;
         report.targets.push(r);
+    }
+    if args.cleanup {
+        let Backend::Http(remote) = &backend else { return Ok(()) };
+        eprintln!("cleaning up: the bench's pods and Leases, then the namespaces it created");
+        match cluster::cleanup(plan, remote.clone()).await {
+            Ok(c) => eprintln!(
+                "cleanup: deleted {} pods, {} Leases, namespaces [{}] (namespaces the bench did not create are kept)",
+                c.pods,
+                c.leases,
+                c.namespaces.join(", ")
+            ),
+            Err(e) => report.problems.push(format!("cleanup failed: {e}")),
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use http::Method;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Semaphore};
 
+use super::cluster;
 use super::env::{send, Backend, Clients, Remote, Target};
 use super::load::{self, WriteLog, MAX_IN_FLIGHT};
 use super::procstat;
@@ -208,6 +209,11 @@ impl Phase<'_> {
         ));
         let writer =
             tokio::spawn(load::writer(plan.clone(), self.backend.clone(), self.seq_base, stop_rx.clone()));
+        // An external cluster gets Lease churn from the bench (the in-process sim churns its own).
+        let leases = match &self.backend {
+            Backend::Http(r) => Some(tokio::spawn(cluster::churn(plan.clone(), r.clone(), stop_rx.clone()))),
+            Backend::Sim(_) => None,
+        };
         while load_start.elapsed() < plan.duration {
             let s = load_start.elapsed().as_secs();
             progress(&format!(
@@ -224,6 +230,10 @@ impl Phase<'_> {
         }
         let _ = stop.send(true);
         let log = writer.await.map_err(|e| e.to_string())?;
+        let lease_log = match leases {
+            Some(l) => l.await.map_err(|e| e.to_string())?,
+            None => cluster::LeaseLog::default(),
+        };
         let seconds = load_start.elapsed().as_secs_f64();
         let _ = lists.await;
         let _ = gets.await;
@@ -323,6 +333,9 @@ impl Phase<'_> {
                 hits: b.hits.saturating_sub(a.hits),
                 misses: b.misses.saturating_sub(a.misses),
             }),
+            lease_renewals: lease_log.renewed,
+            lease_renewals_failed: lease_log.failed,
+            first_lease_error: lease_log.first_error,
             ..TargetReport::default()
         };
         report.fill_costs();

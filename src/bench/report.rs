@@ -93,6 +93,14 @@ pub struct TargetReport {
     /// dominate (`list-heavy`).
     #[serde(default)]
     pub cpu_ms_per_mb_listed: Option<f64>,
+    /// Lease renewals the bench wrote to an external cluster during the phase (node-heartbeat
+    /// churn, `bench::cluster`), and how many failed.
+    #[serde(default)]
+    pub lease_renewals: u64,
+    #[serde(default)]
+    pub lease_renewals_failed: u64,
+    #[serde(default)]
+    pub first_lease_error: Option<String>,
     /// The proxy's authentication and authorization cache lookups in the phase (from its
     /// `/watchcache/metrics`), when it runs with auth on; `None` for the direct target.
     #[serde(default)]
@@ -156,6 +164,16 @@ impl Report {
                     w.writes_failed,
                     MAX_FAILED_WRITES * 100.0,
                     w.first_write_error.as_deref().unwrap_or("unknown")
+                ));
+            }
+            let leases = t.lease_renewals + t.lease_renewals_failed;
+            if t.lease_renewals_failed as f64 > MAX_FAILED_WRITES * leases as f64 {
+                self.problems.push(format!(
+                    "{}: {} of {leases} Lease renewals failed (more than {:.0} %); first: {}",
+                    t.name,
+                    t.lease_renewals_failed,
+                    MAX_FAILED_WRITES * 100.0,
+                    t.first_lease_error.as_deref().unwrap_or("unknown")
                 ));
             }
             if w.watchers > 0 && w.deliveries_expected == 0 {
@@ -228,6 +246,10 @@ impl Report {
             row("watch MB/s".into(), &|t| Some(t.watch.bytes_per_sec / 1e6), 2);
             row("changes written".into(), &|t| Some(t.watch.changes_written as f64), 0);
             row("writes failed".into(), &|t| Some(t.watch.writes_failed as f64), 0);
+            if cols.iter().any(|t| t.lease_renewals + t.lease_renewals_failed > 0) {
+                row("lease renewals".into(), &|t| Some(t.lease_renewals as f64), 0);
+                row("lease renewals failed".into(), &|t| Some(t.lease_renewals_failed as f64), 0);
+            }
             row("deliveries expected".into(), &|t| Some(t.watch.deliveries_expected as f64), 0);
             row("lag p50 ms".into(), &|t| Some(t.watch.lag.p50_ms), 2);
             row("lag p99 ms".into(), &|t| Some(t.watch.lag.p99_ms), 2);
