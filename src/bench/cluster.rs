@@ -1,7 +1,7 @@
 //! What the bench writes to an external cluster besides its pods: node-heartbeat-like Lease
 //! churn (real `coordination.k8s.io/v1` Leases `bench-lease-<i>` in namespace `bench-0`, each
 //! renewed every ~10 s as a kubelet renews its node Lease), and `--cleanup` (every pod and
-//! Lease the bench made, then the namespaces it created, labelled so).
+//! Lease the bench made, then the namespaces it created, labelled [`CREATED_BY`]).
 //!
 //! Called by `phase` (the churn, during each phase of an external run) and `modes` (cleanup at
 //! the end). The in-process sim churns its own Leases instead (`SimOptions::lease_churn_per_sec`).
@@ -17,14 +17,12 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::env::{send, Remote};
-use super::scenario::{Plan, NAMESPACES};
+use super::scenario::{Plan, CREATED_BY, NAMESPACES};
 
 /// Where the Leases live.
 pub const LEASE_NAMESPACE: &str = "bench-0";
 /// How often one Lease is renewed (a kubelet renews its node Lease every 10 s).
 const RENEW_EVERY: Duration = Duration::from_secs(10);
-/// The label on namespaces the bench created, so that `--cleanup` deletes only those.
-pub const CREATED_BY: (&str, &str) = ("app.kubernetes.io/created-by", "kube-watchcache-bench");
 
 /// How many Leases a churn of `rate` renewals per second keeps (each renewed every 10 s).
 pub fn lease_count(rate: f64) -> usize {

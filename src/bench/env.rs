@@ -17,7 +17,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::certs::Pki;
-use super::scenario::{Plan, NAMESPACES};
+use super::scenario::{Plan, CREATED_BY, NAMESPACES};
 use super::tls::{ClientTls, Connector};
 use crate::app::{self, Running};
 use crate::config::ServeArgs;
@@ -221,7 +221,7 @@ impl Backend {
     /// second run against the same upstream reuses them).
     pub async fn seed(&self, plan: &Plan) -> Result<(), String> {
         for n in 0..NAMESPACES {
-            let (k, v) = super::cluster::CREATED_BY;
+            let (k, v) = CREATED_BY;
             let ns = json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": format!("bench-{n}"), "labels": {k: v}}});
             // Already existing is fine.

@@ -119,6 +119,9 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 /// Namespaces the bench objects live in.
 pub const NAMESPACES: usize = 10;
 
+/// The label on namespaces the bench created, so that `--cleanup` deletes only those.
+pub const CREATED_BY: (&str, &str) = ("app.kubernetes.io/created-by", "kube-watchcache-bench");
+
 impl Plan {
     pub fn new(scenario: Scenario, sizes: Sizes, duration: Duration, http2: bool) -> Plan {
         let nodes = sizes.node_watchers.max(1).min(sizes.objects.max(1));
