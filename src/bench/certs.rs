@@ -12,7 +12,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-/// The files of one run.
+/// The files of one run, and the CA's issuer (node client certificates are signed with it).
 pub struct Pki {
     pub dir: PathBuf,
     /// The CA certificate (PEM): the bench clients' and the proxy's trust anchor.
@@ -21,6 +21,28 @@ pub struct Pki {
     pub proxy_key: PathBuf,
     pub sim_cert: PathBuf,
     pub sim_key: PathBuf,
+    pub issuer: Issuer<'static, KeyPair>,
+}
+
+/// A kubelet's client certificate: `CN=system:node:<node>, O=system:nodes`, client auth, signed
+/// by `ca` (the Node authorizer's identity for that node). PEM chain and key.
+pub fn node_certificate(node: &str, ca: &Issuer<'_, KeyPair>) -> Result<(String, String), String> {
+    let mut p = CertificateParams::new(Vec::<String>::new()).map_err(err(node))?;
+    p.distinguished_name.push(DnType::CommonName, format!("system:node:{node}"));
+    p.distinguished_name.push(DnType::OrganizationName, "system:nodes");
+    p.use_authority_key_identifier_extension = true;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().map_err(err(node))?;
+    let cert = p.signed_by(&key, ca).map_err(err(node))?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A CA given as PEM files (`--node-ca-cert`, `--node-ca-key`), to sign node certificates.
+pub fn issuer_from_files(cert: &Path, key: &Path) -> Result<Issuer<'static, KeyPair>, String> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let key = KeyPair::from_pem(&read(key)?).map_err(|e| format!("{}: {e}", key.display()))?;
+    Issuer::from_ca_cert_pem(&read(cert)?, key).map_err(|e| format!("{}: {e}", cert.display()))
 }
 
 fn err(what: &str) -> impl Fn(rcgen::Error) -> String + '_ {
@@ -53,6 +75,12 @@ impl Pki {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(err("CA"))?;
+        ca.distinguished_name.push(DnType::CommonName, "kube-watchcache bench CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_key = KeyPair::generate().map_err(err("CA"))?;
+        let ca_pem = ca.self_signed(&ca_key).map_err(err("CA"))?.pem();
         let pki = Pki {
             ca: dir.join("ca.crt"),
             proxy_cert: dir.join("proxy.crt"),
@@ -60,19 +88,15 @@ impl Pki {
             sim_cert: dir.join("sim.crt"),
             sim_key: dir.join("sim.key"),
             dir,
+            issuer: Issuer::new(ca, ca_key),
         };
-        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(err("CA"))?;
-        ca.distinguished_name.push(DnType::CommonName, "kube-watchcache bench CA");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_key = KeyPair::generate().map_err(err("CA"))?;
-        write(&pki.ca, &ca.self_signed(&ca_key).map_err(err("CA"))?.pem())?;
-        let issuer = Issuer::new(ca, ca_key);
+        write(&pki.ca, &ca_pem)?;
+        let issuer = &pki.issuer;
         for (cn, cert, key) in [
             ("kube-watchcache bench proxy", &pki.proxy_cert, &pki.proxy_key),
             ("kube-watchcache bench sim", &pki.sim_cert, &pki.sim_key),
         ] {
-            let (c, k) = serving(cn, &issuer)?;
+            let (c, k) = serving(cn, issuer)?;
             write(cert, &c)?;
             write(key, &k)?;
         }

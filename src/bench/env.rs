@@ -17,6 +17,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::certs::Pki;
+use super::nodes;
 use super::scenario::{Plan, CREATED_BY, NAMESPACES};
 use super::tls::{ClientTls, Connector};
 use crate::app::{self, Running};
@@ -143,6 +144,9 @@ pub fn pod(plan: &Plan, i: usize, seq: u64, sent_nanos: u128) -> Value {
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]},
         "status": {"phase": "Running"},
     });
+    if plan.node_identities {
+        v["spec"]["volumes"] = json!([nodes::secret_volume(plan.node_of(i))]);
+    }
     // uid, timestamps and the RV add ~150 bytes once stored.
     let base = v.to_string().len() + 150;
     if let Some(pad) = v.pointer_mut(&format!("/metadata/annotations/{}", PAD_KEY.replace('/', "~1"))) {
@@ -235,6 +239,9 @@ impl Backend {
                 }
             };
         }
+        if plan.node_identities {
+            self.seed_secrets(plan).await?;
+        }
         let concurrency = match self {
             Backend::Sim(_) => 1,
             Backend::Http(..) => 32,
@@ -293,6 +300,35 @@ impl Backend {
 }
 
 impl Backend {
+    /// The Secret of every (namespace, node) the plan's pods use (existing ones are kept).
+    async fn seed_secrets(&self, plan: &Plan) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..plan.sizes.objects {
+            let ((ns, _), node) = (Plan::object_key(i), plan.node_of(i));
+            if !seen.insert((ns.clone(), node)) {
+                continue;
+            }
+            let secret = nodes::secret(&ns, node);
+            let result = match self {
+                Backend::Sim(sim) => sim.create("secrets", &ns, secret).map(drop).map_err(|e| e.to_string()),
+                Backend::Http(r) => {
+                    let path = format!("/api/v1/namespaces/{ns}/secrets");
+                    let req = r
+                        .target
+                        .request(Method::POST, &path, Some(secret.to_string().into()))
+                        .ok_or("bad URL")?;
+                    send(&r.client, req).await.map(drop)
+                }
+            };
+            match result {
+                Ok(()) => {}
+                Err(e) if e.contains("HTTP 409") || e.contains("already exists") => {}
+                Err(e) => return Err(format!("seeding secret {ns}/{}: {e}", nodes::secret_name(node))),
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the upstream's pod named like `obj` is bound to another node (HTTP only; the
     /// in-process sim replaces whole objects).
     async fn bound_elsewhere(&self, obj: &Value) -> Result<bool, String> {
@@ -380,7 +416,7 @@ impl Local {
             Some(pki) => {
                 let token = format!("bench-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
                 sim.sim.set_auth(AuthScript::admin(&token));
-                (secure_serve_args(sim.addr, events, &pki, &token)?, Some((pki, token)))
+                (secure_serve_args(sim.addr, events, &pki, &token, plan.node_identities)?, Some((pki, token)))
             }
         };
         let proxy = app::start(&args).await?;
@@ -430,15 +466,16 @@ fn secure_serve_args(
     events: usize,
     pki: &Pki,
     token: &str,
+    node_identities: bool,
 ) -> Result<ServeArgs, String> {
     let token_file = pki.dir.join("token");
     std::fs::write(&token_file, token).map_err(|e| format!("{}: {e}", token_file.display()))?;
     let path = |p: &std::path::Path| p.display().to_string();
-    let flags = [
+    let mut flags = vec![
         format!("--upstream=https://{upstream}"),
         format!("--certificate-authority={}", path(&pki.ca)),
         format!("--token-file={}", path(&token_file)),
-        "--resources=pods".into(),
+        format!("--resources={}", if node_identities { "pods,secrets" } else { "pods" }),
         "--bind-address=127.0.0.1".into(),
         "--secure-port=0".into(),
         format!("--tls-cert-file={}", path(&pki.proxy_cert)),
@@ -446,6 +483,10 @@ fn secure_serve_args(
         "--auth=upstream".into(),
         "--max-watches-per-user=0".into(),
     ];
+    if node_identities {
+        // Kubelets: client certificates of the run's CA, and the Secrets their pods mount.
+        flags.push(format!("--client-ca-file={}", path(&pki.ca)));
+    }
     match ServeArgs::from_flags(&flags) {
         Ok(args) => Ok(tune(args, events)),
         Err(e) => Err(format!("the proxy's flags: {e}")),

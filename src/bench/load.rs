@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::env::{pod, Backend, HttpClient, Target};
+use super::nodes::{secret_name, NodeClients};
 use super::scenario::Plan;
 use super::stats::{Kind, PhaseStats};
 
@@ -70,8 +71,32 @@ async fn request(
     path: &str,
     keep: bool,
 ) -> Option<bytes::Bytes> {
-    let k = stats.kind(kind);
     let req = target.request(Method::GET, path, None)?;
+    timed(client, req, stats, kind, keep).await
+}
+
+/// A kubelet's GET (`nodes`), timed like the others.
+async fn send_timed(
+    client: &HttpClient,
+    req: Option<http::Request<http_body_util::Full<bytes::Bytes>>>,
+    stats: &PhaseStats,
+    kind: Kind,
+) {
+    if let Some(req) = req {
+        timed(client, req, stats, kind, false).await;
+    }
+}
+
+/// Sends `req`, reads the whole body, records latency, bytes and status under `kind`; the body
+/// when `keep` and the answer was a success.
+async fn timed(
+    client: &HttpClient,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+    stats: &PhaseStats,
+    kind: Kind,
+    keep: bool,
+) -> Option<bytes::Bytes> {
+    let k = stats.kind(kind);
     let started = Instant::now();
     let fut = async {
         let resp = client.request(req).await.map_err(|_| "transport")?;
@@ -159,16 +184,29 @@ pub async fn gets(
     plan: Plan,
     target: Target,
     client: HttpClient,
+    nodes: Option<Arc<NodeClients>>,
     stats: Arc<PhaseStats>,
     stop: watch::Receiver<bool>,
 ) {
     let (st, t, c, objects) = (stats.clone(), target, client, plan.sizes.objects.max(1));
     open_loop(plan.sizes.gets_per_sec, Kind::Get, stats, stop, move |_| {
-        let (stats, target, client) = (st.clone(), t.clone(), c.clone());
-        let (ns, name) = Plan::object_key(fastrand::usize(0..objects));
+        let (stats, target, client, nodes) = (st.clone(), t.clone(), c.clone(), nodes.clone());
+        let i = fastrand::usize(0..objects);
+        let ((ns, name), node) = (Plan::object_key(i), plan.node_of(i));
         async move {
-            let path = format!("/api/v1/namespaces/{ns}/pods/{name}?resourceVersion=0");
-            request(&target, &client, &stats, Kind::Get, &path, false).await;
+            match nodes {
+                // A kubelet reading a Secret its pod mounts, with its own certificate.
+                Some(nodes) => {
+                    let path =
+                        format!("/api/v1/namespaces/{ns}/secrets/{}?resourceVersion=0", secret_name(node));
+                    let req = NodeClients::request(&target, Method::GET, &path);
+                    send_timed(nodes.client(node), req, &stats, Kind::Get).await;
+                }
+                None => {
+                    let path = format!("/api/v1/namespaces/{ns}/pods/{name}?resourceVersion=0");
+                    request(&target, &client, &stats, Kind::Get, &path, false).await;
+                }
+            }
         }
     })
     .await

@@ -34,6 +34,7 @@
 //! | `tls` | the clients' trust anchors and connector (TLS by scheme, ALPN) |
 //! | `certs` | the throwaway CA and serving certificates of `--tls` |
 //! | `cluster` | an external cluster's Lease churn and `--cleanup` |
+//! | `nodes` | `--node-identities`: a kubelet-like client per node, with its own certificate |
 
 mod certs;
 mod cluster;
@@ -41,6 +42,7 @@ mod env;
 mod kubeconfig;
 mod load;
 mod modes;
+mod nodes;
 mod phase;
 mod procstat;
 pub mod report;
@@ -137,6 +139,19 @@ pub struct BenchArgs {
     /// kube-watchcache-bench; namespaces that existed before are kept).
     #[arg(long)]
     pub cleanup: bool,
+    /// Node watchers are kubelets: each with a client certificate of its own
+    /// (CN=system:node:node-<n>, O=system:nodes), no bearer token, kubelet's protobuf-first
+    /// Accept; each node's pods mount a Secret the node GETs (the GETs of the run). In-process
+    /// with --tls (the proxy trusts the run's CA with --client-ca-file and caches pods and
+    /// secrets), or external with --node-ca-cert and --node-ca-key (a CA the proxy trusts).
+    #[arg(long)]
+    pub node_identities: bool,
+    /// CA certificate (PEM) that signs the node certificates of --node-identities (external).
+    #[arg(long, requires = "node_ca_key")]
+    pub node_ca_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "node_ca_cert")]
+    pub node_ca_key: Option<PathBuf>,
     /// Write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -177,6 +192,9 @@ impl BenchArgs {
             skip_seed: false,
             put_writes: false,
             cleanup: false,
+            node_identities: false,
+            node_ca_cert: None,
+            node_ca_key: None,
             json: None,
             svg: None,
             proxy_pid: None,
@@ -200,7 +218,9 @@ impl BenchArgs {
         s.lease_churn_per_sec = self.lease_churn.unwrap_or(s.lease_churn_per_sec);
         s.objects = self.objects.unwrap_or(s.objects);
         s.object_size = self.object_size.unwrap_or(s.object_size);
-        Plan::new(self.scenario, s, self.duration, self.http2)
+        let mut plan = Plan::new(self.scenario, s, self.duration, self.http2);
+        plan.node_identities = self.node_identities;
+        plan
     }
 }
 
@@ -241,7 +261,9 @@ pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
             let total = plan.watch_clients().max(1);
             plan.sizes.node_watchers = plan.sizes.node_watchers * fit / total;
             plan.sizes.watchers = fit.saturating_sub(plan.sizes.node_watchers);
+            let identities = plan.node_identities;
             plan = Plan::new(plan.scenario, plan.sizes.clone(), plan.duration, plan.http2);
+            plan.node_identities = identities;
             eprintln!(
                 "the open-file limit is {soft}: running {} watch clients instead of {total} (raise it with `ulimit -n {needed}`)",
                 plan.watch_clients()

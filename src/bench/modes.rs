@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::env::{self, Backend, Local, Target};
+use super::nodes::NodeClients;
 use super::report::Report;
 use super::scenario::Plan;
 use super::{cluster, kubeconfig, phase, tls, BenchArgs};
@@ -77,6 +78,23 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
         pid(args.proxy_pid, "proxy", "--proxy-pid"),
         pid(args.direct_pid, "direct", "--direct-pid")
     );
+    let nodes = match (&args.node_ca_cert, &args.node_ca_key) {
+        (Some(cert), Some(key)) if plan.node_identities => {
+            let issuer = super::certs::issuer_from_files(cert, key)?;
+            let roots = match &args.certificate_authority {
+                Some(p) => tls::certs_file(p, "--certificate-authority")?,
+                None => Vec::new(),
+            };
+            eprintln!("making {} node certificates", plan.nodes);
+            Some(NodeClients::new(&issuer, &roots, plan.nodes, plan.http2)?)
+        }
+        _ if plan.node_identities => {
+            return Err(
+                "--node-identities against external targets needs --node-ca-cert and --node-ca-key".into()
+            )
+        }
+        _ => None,
+    };
     let mut seq = seq;
     for target in [proxy, direct].into_iter().flatten() {
         let is_proxy = target.name == "proxy";
@@ -93,6 +111,7 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
             seq_base: seq,
             measure: if is_proxy { args.proxy_pid } else { args.direct_pid }.map(Some),
             tls: tls.clone(),
+            nodes: nodes.clone(),
         };
         let (r, next) = phase.run().await?;
         seq = next;
@@ -139,6 +158,14 @@ async fn in_process_run(
         Some((pki, _)) => tls::certs_file(&pki.ca, "the bench CA")?,
         None => Vec::new(),
     };
+    let nodes = match (&local.secure, plan.node_identities) {
+        (Some((pki, _)), true) => {
+            eprintln!("making {} node certificates", plan.nodes);
+            Some(NodeClients::new(&pki.issuer, &roots, plan.nodes, plan.http2)?)
+        }
+        (None, true) => return Err("--node-identities in-process needs --tls".into()),
+        _ => None,
+    };
     let tls = tls::ClientTls::new(roots)?;
     let [proxy, direct] = local.targets();
     let one = env::Clients::one(&tls);
@@ -154,6 +181,12 @@ async fn in_process_run(
             checked by TokenReview and each read by SubjectAccessReview at the sim, both cached; a request \
             without the token got 401"
             .into();
+        if nodes.is_some() {
+            report.security.push_str(
+                "; node watchers and Secret GETs: a kubelet-like client per node, its own client certificate \
+                 (CN=system:node:node-<n>, O=system:nodes), no token, authorized by the sim's Node authorizer",
+            );
+        }
     }
     report.process = match args.proxy_pid {
         Some(p) => format!("pid {p}"),
@@ -171,6 +204,7 @@ async fn in_process_run(
             upstream: phase::UpstreamCount::Sim(local.sim.sim.clone()),
             tls: tls.clone(),
             proxy_metrics: metrics,
+            nodes: nodes.clone(),
         };
         let (r, next) = phase.run().await?;
         seq = next;

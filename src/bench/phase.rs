@@ -19,6 +19,7 @@ use tokio::sync::{watch, Semaphore};
 use super::cluster;
 use super::env::{send, Backend, Clients, Remote, Target};
 use super::load::{self, WriteLog, MAX_IN_FLIGHT};
+use super::nodes::NodeClients;
 use super::procstat;
 use super::report::{AuthLookups, RequestReport, TargetReport, WatchReport};
 use super::scenario::Plan;
@@ -87,6 +88,14 @@ pub fn auth_lookups(metrics: &str) -> Option<AuthLookups> {
             a.misses += n as u64;
         }
     }
+    // SubjectAccessReviews the proxy sent: the count of their latency histogram.
+    for l in metrics.lines().filter(|l| {
+        l.starts_with("watchcache_auth_review_duration_seconds_count{") && l.contains("subjectaccessreview")
+    }) {
+        if let Some(n) = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            out.get_or_insert_with(AuthLookups::default).subject_access_reviews += n as u64;
+        }
+    }
     out
 }
 
@@ -112,6 +121,8 @@ pub struct Phase<'a> {
     pub tls: ClientTls,
     /// The proxy's `/watchcache/metrics`, for its auth cache lookups (proxy phases only).
     pub proxy_metrics: Option<Arc<Remote>>,
+    /// `--node-identities`: a kubelet-like client per node.
+    pub nodes: Option<Arc<NodeClients>>,
 }
 
 fn progress(line: &str) {
@@ -146,6 +157,7 @@ impl Phase<'_> {
             phase_start: epoch,
             opened: Default::default(),
             connect: Semaphore::new(CONNECTS_IN_FLIGHT),
+            nodes: self.nodes.clone(),
         });
 
         // 1. Watches, all from the same RV.
@@ -204,6 +216,7 @@ impl Phase<'_> {
             plan.clone(),
             self.target.clone(),
             client,
+            self.nodes.clone(),
             stats.clone(),
             stop_rx.clone(),
         ));
@@ -332,6 +345,7 @@ impl Phase<'_> {
             auth_lookups: auth0.zip(auth1).map(|(a, b)| AuthLookups {
                 hits: b.hits.saturating_sub(a.hits),
                 misses: b.misses.saturating_sub(a.misses),
+                subject_access_reviews: b.subject_access_reviews.saturating_sub(a.subject_access_reviews),
             }),
             lease_renewals: lease_log.renewed,
             lease_renewals_failed: lease_log.failed,
@@ -391,8 +405,8 @@ mod tests {
 
     #[test]
     fn auth_lookups_are_summed_by_result() {
-        let m = "watchcache_auth_cache_lookups_total{review=\"token\",result=\"hit\"} 10\nwatchcache_auth_cache_lookups_total{review=\"access\",result=\"hit\"} 5\nwatchcache_auth_cache_lookups_total{review=\"token\",result=\"miss\"} 1\nwatchcache_auth_cache_lookups_total{review=\"access\",result=\"miss\"} 2\n";
-        assert_eq!(auth_lookups(m), Some(AuthLookups { hits: 15, misses: 3 }));
+        let m = "watchcache_auth_cache_lookups_total{review=\"token\",result=\"hit\"} 10\nwatchcache_auth_cache_lookups_total{review=\"access\",result=\"hit\"} 5\nwatchcache_auth_cache_lookups_total{review=\"token\",result=\"miss\"} 1\nwatchcache_auth_cache_lookups_total{review=\"access\",result=\"miss\"} 2\nwatchcache_auth_review_duration_seconds_count{review=\"subjectaccessreview\"} 4\nwatchcache_auth_review_duration_seconds_count{review=\"tokenreview\"} 9\n";
+        assert_eq!(auth_lookups(m), Some(AuthLookups { hits: 15, misses: 3, subject_access_reviews: 4 }));
         assert_eq!(auth_lookups("watchcache_requests_total 3\n"), None);
     }
 

@@ -113,6 +113,9 @@ pub struct TargetReport {
 pub struct AuthLookups {
     pub hits: u64,
     pub misses: u64,
+    /// SubjectAccessReviews the proxy sent upstream during the load.
+    #[serde(default)]
+    pub subject_access_reviews: u64,
 }
 
 impl TargetReport {
@@ -265,6 +268,25 @@ impl Report {
         if cols.iter().any(|t| t.auth_lookups.is_some()) {
             row("auth cache hits".into(), &|t| t.auth_lookups.map(|a| a.hits as f64), 0);
             row("auth cache misses".into(), &|t| t.auth_lookups.map(|a| a.misses as f64), 0);
+            row(
+                "auth cache hit %".into(),
+                &|t| {
+                    t.auth_lookups
+                        .filter(|a| a.hits + a.misses > 0)
+                        .map(|a| 100.0 * a.hits as f64 / (a.hits + a.misses) as f64)
+                },
+                1,
+            );
+            row("upstream SARs".into(), &|t| t.auth_lookups.map(|a| a.subject_access_reviews as f64), 0);
+            row(
+                "upstream SARs/s".into(),
+                &|t| {
+                    t.auth_lookups
+                        .filter(|_| t.seconds > 0.0)
+                        .map(|a| a.subject_access_reviews as f64 / t.seconds)
+                },
+                2,
+            );
         }
         row("CPU seconds".into(), &|t| t.cpu_seconds, 2);
         row("peak RSS MiB".into(), &|t| t.peak_rss_bytes.map(|b| b as f64 / 1048576.0), 1);

@@ -110,6 +110,9 @@ pub struct Plan {
     /// Page size of the paginated LISTs.
     pub page_limit: usize,
     pub http2: bool,
+    /// `--node-identities`: node watchers are kubelets with certificates of their own, the pods
+    /// mount a Secret per node, and the GETs are those Secrets, by their nodes.
+    pub node_identities: bool,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -125,7 +128,7 @@ pub const CREATED_BY: (&str, &str) = ("app.kubernetes.io/created-by", "kube-watc
 impl Plan {
     pub fn new(scenario: Scenario, sizes: Sizes, duration: Duration, http2: bool) -> Plan {
         let nodes = sizes.node_watchers.max(1).min(sizes.objects.max(1));
-        Plan { scenario, sizes, duration, nodes, page_limit: 500, http2 }
+        Plan { scenario, sizes, duration, nodes, page_limit: 500, http2, node_identities: false }
     }
 
     /// Namespace and name of object `i`.

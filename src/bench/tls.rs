@@ -65,6 +65,28 @@ impl ClientTls {
         Ok(ClientTls { config: Arc::new(config), has_roots, server_name: None })
     }
 
+    /// Verifies servers against `roots` and presents a client certificate (PEM chain and key):
+    /// a node identity.
+    pub fn with_identity(
+        roots: Vec<CertificateDer<'static>>,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<ClientTls, String> {
+        let mut store = RootCertStore::empty();
+        store.add_parsable_certificates(roots);
+        let has_roots = !store.is_empty();
+        let chain: Vec<CertificateDer<'static>> = certs(cert_pem, "node certificate")?;
+        let key =
+            rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("node key: {e}"))?;
+        let config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(store)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("node certificate: {e}"))?;
+        Ok(ClientTls { config: Arc::new(config), has_roots, server_name: None })
+    }
+
     /// From a kubeconfig resolved as `serve` resolves it (its CA plus `extra_roots`,
     /// `tls-server-name`, `insecure-skip-tls-verify`, a client certificate an exec plugin may
     /// renew during the run).

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::env::{Clients, Target};
+use super::nodes::NodeClients;
 use super::stats::{Kind, PhaseStats};
 use super::track::{Seen, Tracker};
 
@@ -41,6 +42,8 @@ pub struct Shared {
     pub opened: AtomicUsize,
     /// Limits concurrent connection attempts so the listen backlog does not overflow.
     pub connect: tokio::sync::Semaphore,
+    /// `--node-identities`: node watchers use their node's client and a kubelet's request.
+    pub nodes: Option<Arc<NodeClients>>,
 }
 
 #[derive(Deserialize)]
@@ -119,7 +122,8 @@ pub async fn run(
     let mut first = true;
     let mut buf: Vec<u8> = Vec::new();
     let mut lags: Vec<u64> = Vec::new();
-    let client = shared.clients.pick(index).clone();
+    let kubelet = me.node.and_then(|n| shared.nodes.as_ref().map(|c| c.client(n).clone()));
+    let client = kubelet.clone().unwrap_or_else(|| shared.clients.pick(index).clone());
     loop {
         if *stop.borrow() {
             return;
@@ -129,7 +133,11 @@ pub async fn run(
         if let Some(n) = me.node {
             url.push_str(&format!("&fieldSelector=spec.nodeName%3Dnode-{n}"));
         }
-        let Some(req) = shared.target.request(Method::GET, &url, None) else {
+        let req = match kubelet {
+            Some(_) => NodeClients::request(&shared.target, Method::GET, &url),
+            None => shared.target.request(Method::GET, &url, None),
+        };
+        let Some(req) = req else {
             me.failed.store(true, Relaxed);
             return;
         };

@@ -1,0 +1,81 @@
+//! Node identities (`bench --node-identities`): every node watcher is a kubelet-like client with
+//! a client certificate of its own (`CN=system:node:node-<n>, O=system:nodes`, signed by the
+//! in-process CA or `--node-ca-cert`/`--node-ca-key`), on its own connection (HTTP/2 with
+//! `--http2`), sending `Accept: application/vnd.kubernetes.protobuf,application/json` as kubelets
+//! do and no bearer token, so that the proxy authorizes each node as the Node authorizer sees it.
+//! Each node's pods mount a Secret `bench-node-<n>` (in the pod's namespace), which the node
+//! GETs as a kubelet does.
+//!
+//! Called by `phase` (the clients, for the watchers and the GET driver) and `env` (the Secrets
+//! and the pods' volumes at seeding).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::ACCEPT;
+use http::{HeaderValue, Method, Request};
+use http_body_util::Full;
+use rcgen::{Issuer, KeyPair};
+use serde_json::{json, Value};
+
+use super::certs::node_certificate;
+use super::env::{HttpClient, Target};
+use super::tls::ClientTls;
+
+/// What kubelets (and kube-proxy) send: protobuf first, JSON accepted.
+pub const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
+
+/// The Secret node `n`'s pods mount.
+pub fn secret_name(node: usize) -> String {
+    format!("bench-node-{node}")
+}
+
+/// The volume that makes a pod of `node` reference its Secret (the Node authorizer's graph).
+pub fn secret_volume(node: usize) -> Value {
+    json!({"name": "node-secret", "secret": {"secretName": secret_name(node)}})
+}
+
+/// The Secret itself.
+pub fn secret(ns: &str, node: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name(node), "namespace": ns},
+           "data": {"token": "YmVuY2g="}})
+}
+
+/// One client per node, each presenting that node's certificate.
+pub struct NodeClients {
+    clients: Vec<HttpClient>,
+}
+
+impl NodeClients {
+    /// Certificates for `node-0 .. node-{nodes-1}` signed by `ca`; `roots` verify the target.
+    pub fn new(
+        ca: &Issuer<'_, KeyPair>,
+        roots: &[rustls_pki_types::CertificateDer<'static>],
+        nodes: usize,
+        http2: bool,
+    ) -> Result<Arc<NodeClients>, String> {
+        let mut clients = Vec::with_capacity(nodes);
+        for n in 0..nodes {
+            let (cert, key) = node_certificate(&format!("node-{n}"), ca)?;
+            let tls = ClientTls::with_identity(roots.to_vec(), cert.as_bytes(), key.as_bytes())?;
+            let mut b = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+            b.pool_idle_timeout(std::time::Duration::from_secs(30)).http2_only(http2);
+            clients.push(b.build(tls.connector(http2)));
+        }
+        Ok(Arc::new(NodeClients { clients }))
+    }
+
+    pub fn client(&self, node: usize) -> &HttpClient {
+        &self.clients[node % self.clients.len()]
+    }
+
+    /// A kubelet's request: its Accept, no bearer token (the certificate is the identity).
+    pub fn request(target: &Target, method: Method, path_and_query: &str) -> Option<Request<Full<Bytes>>> {
+        Request::builder()
+            .method(method)
+            .uri(format!("{}{}", target.base, path_and_query))
+            .header(ACCEPT, HeaderValue::from_static(KUBELET_ACCEPT))
+            .body(Full::new(Bytes::new()))
+            .ok()
+    }
+}
