@@ -9,6 +9,7 @@
 #                    sends that token to both. No per-user watch limit (every watcher is one user).
 #
 # The caller calls `split_flags "$@"` (sets TLS and EXTRA), `start_pair`, then `run_bench ARGS...`.
+# RESOURCES (default pods) and PROXY_EXTRA (an array of more `serve` flags) may be set first.
 # Ports 18141 (sim) and 18142 (proxy).
 
 BIN=target/release/kube-watchcache
@@ -50,9 +51,9 @@ start_pair() {
         SIM=$!
         until curl -sf --cacert "$PKI/ca.crt" "https://$SIM_ADDR/version" >/dev/null; do sleep 0.5; done
         $BIN serve --upstream "https://$SIM_ADDR" --certificate-authority "$PKI/ca.crt" --token-file "$PKI/token" \
-            --resources pods --bind-address 127.0.0.1 --secure-port "${PROXY_ADDR##*:}" \
+            --resources "${RESOURCES:-pods}" --bind-address 127.0.0.1 --secure-port "${PROXY_ADDR##*:}" \
             --tls-cert-file "$PKI/proxy.crt" --tls-private-key-file "$PKI/proxy.key" \
-            --auth=upstream --max-watches-per-user=0 --log-level error &
+            --auth=upstream --max-watches-per-user=0 --log-level error ${PROXY_EXTRA[@]+"${PROXY_EXTRA[@]}"} &
         P=$!
         until curl -sf --cacert "$PKI/ca.crt" "https://$PROXY_ADDR/readyz" >/dev/null; do sleep 0.5; done
         TARGETS=(--target "https://$PROXY_ADDR" --direct "https://$SIM_ADDR"
