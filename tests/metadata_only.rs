@@ -294,3 +294,75 @@ async fn metadata_informers_are_served_from_the_cache() {
     assert_eq!(common::send(&env.client, http::Method::GET, &url, None, &h(table)).await.status, 200);
     assert_eq!(upstream_lists(), before + 2, "forwarded");
 }
+
+/// The sim's own metadata watch (what the proxy's upstream and `kube-watchcache sim` users
+/// get): every event carries the object's metadata exactly as the full event does, wrapped as
+/// PartialObjectMetadata, the property the recorded apiserver watch shows; bookmarks too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sims_metadata_watch_has_the_apiservers_shape() {
+    // The recording: each metadata event is the full event's metadata, wrapped.
+    let rec = recording();
+    let wrap = |t: &str, meta: &str| {
+        format!(
+            r#"{{"type":"{t}","object":{{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{meta}}}}}"#
+        )
+    };
+    let metadata_of = |line: &str| -> (String, String) {
+        #[derive(Deserialize)]
+        struct Ev<'a> {
+            #[serde(rename = "type")]
+            t: String,
+            #[serde(borrow)]
+            object: Obj<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Obj<'a> {
+            #[serde(borrow)]
+            metadata: &'a RawValue,
+        }
+        let ev: Ev = serde_json::from_str(line.trim_end()).unwrap();
+        (ev.t, ev.object.metadata.get().to_owned())
+    };
+    let full: Vec<&str> =
+        rec["watch"]["full"].as_array().unwrap()[1..].iter().map(|l| l.as_str().unwrap()).collect();
+    let meta: Vec<&str> =
+        rec["watch"]["metadata"].as_array().unwrap()[1..].iter().map(|l| l.as_str().unwrap()).collect();
+    for (f, m) in full.iter().zip(&meta) {
+        let (t, md) = metadata_of(f);
+        if t != "BOOKMARK" {
+            assert_eq!(m.trim_end(), wrap(&t, &md), "recorded");
+        }
+    }
+
+    // The sim, the same way.
+    let env = common::start().await;
+    env.ns("sim-meta-watch");
+    let rv = env.create_cm("sim-meta-watch", "w-0", json!({}));
+    let q = format!(
+        "/api/v1/namespaces/sim-meta-watch/configmaps?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
+    );
+    let mut f = common::open_watch(&env.client, &env.sim_url(&q)).await;
+    let mut m = common::open_watch_with(&env.client, &env.sim_url(&q), &[("Accept", META)]).await;
+    env.create_cm("sim-meta-watch", "w-1", json!({"x": "1"}));
+    env.update_cm("sim-meta-watch", "w-1", json!({"x": "2"}), "d");
+    env.delete_cm("sim-meta-watch", "w-1");
+    for want in ["ADDED", "MODIFIED", "DELETED"] {
+        let fl = String::from_utf8(f.next_line(Duration::from_secs(10)).await.expect("full event")).unwrap();
+        let ml =
+            String::from_utf8(m.next_line(Duration::from_secs(10)).await.expect("metadata event")).unwrap();
+        let (t, md) = metadata_of(&fl);
+        assert_eq!(t, want);
+        assert_eq!(ml.trim_end(), wrap(&t, &md));
+    }
+    // A watch asked in the list form: 406 as for a GET asked as a list (the apiserver's answer
+    // to that watch was not recorded; the proxy forwards it).
+    let r = common::send(
+        &env.client,
+        http::Method::GET,
+        &env.sim_url(&q),
+        None,
+        &[("Accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")],
+    )
+    .await;
+    assert_eq!(r.status.as_u16(), 406, "{}", String::from_utf8_lossy(&r.body));
+}

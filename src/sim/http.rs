@@ -119,7 +119,7 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
             let q = Query::from_query(&raw)?;
             let accept = negotiate(req.headers(), sim.store().kinds.kind(t.res).builtin)?;
             if t.force_watch || (q.watch && t.name.is_none()) {
-                watch::handle(sim, t, q).await
+                watch::handle(sim, t, q, accept).await
             } else if t.name.is_some() {
                 read::get(&sim, &t, &q, accept).await
             } else {

@@ -705,7 +705,7 @@ fn watch_configmaps(
         force_watch: false,
     };
     let q = super::query::Query::from_query(query).unwrap();
-    super::watch::spawn(sim.clone(), t, q).map_err(|_| ()).unwrap()
+    super::watch::spawn(sim.clone(), t, q, super::respond::Accept::Json).map_err(|_| ()).unwrap()
 }
 
 #[tokio::test]

@@ -20,17 +20,18 @@ use tokio::time::Instant;
 use super::encode;
 use super::query::{rv_of, watch_query, Query};
 use super::read::{is_cached, Filter};
-use super::respond::{channel_body, json, Body};
+use super::respond::{channel_body, json, Accept, Body};
 use super::route::Target;
 use super::store::{meta_mut, Entry, Since};
 use super::Sim;
 use crate::error::Error;
-use crate::resource::{frame_event, EventType, ResourceKind, Rv};
+use crate::metadata_only;
+use crate::resource::{frame_event, EventType, Object, ResourceKind, Rv};
 
 /// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
 /// ERROR events.
-pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body>, Error> {
-    let rx = spawn(sim, t, q)?;
+pub async fn handle(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<http::Response<Body>, Error> {
+    let rx = spawn(sim, t, q, accept)?;
     let mut resp = json(StatusCode::OK, channel_body(rx));
     resp.headers_mut()
         .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache, private"));
@@ -38,9 +39,15 @@ pub async fn handle(sim: Sim, t: Target, q: Query) -> Result<http::Response<Body
 }
 
 /// Validates a watch request and starts its task; the receiver yields one framed event per
-/// item and ends with the watch.
-pub fn spawn(sim: Sim, t: Target, q: Query) -> Result<mpsc::Receiver<Bytes>, Error> {
+/// item and ends with the watch. With `Accept::Metadata` (`as=PartialObjectMetadata`, what
+/// metadata informers send) every object is its PartialObjectMetadata, as the apiserver's
+/// watch transforms each event (recorded: `v1.28.7-raw/metadata-only.json`'s watch).
+pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Receiver<Bytes>, Error> {
     let kind = sim.store().kinds.kind(t.res).clone();
+    if accept != Accept::Table {
+        accept.check_form(false, &kind)?;
+    }
+    let metadata = accept == Accept::Metadata;
     // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
     let q = watch_query(q);
     q.validate()?;
@@ -52,7 +59,7 @@ pub fn spawn(sim: Sim, t: Target, q: Query) -> Result<mpsc::Receiver<Bytes>, Err
         _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };
     let (tx, rx) = mpsc::channel(256);
-    let w = Watch { sim, res: t.res, kind, filter, q, rv, deadline: Instant::now() + timeout, tx };
+    let w = Watch { sim, res: t.res, kind, filter, q, rv, deadline: Instant::now() + timeout, tx, metadata };
     tokio::spawn(w.run());
     Ok(rx)
 }
@@ -66,6 +73,8 @@ struct Watch {
     rv: Rv,
     deadline: Instant,
     tx: mpsc::Sender<Bytes>,
+    /// Objects as PartialObjectMetadata.
+    metadata: bool,
 }
 
 /// The client went away.
@@ -78,6 +87,24 @@ impl Watch {
 
     async fn send(&self, b: Bytes) -> Result<(), Gone> {
         self.tx.send(b).await.map_err(|_| Gone)
+    }
+
+    /// An object's chunks in this watch's representation.
+    fn chunks(&self, o: &Object) -> Vec<Bytes> {
+        if self.metadata {
+            vec![o.metadata_bytes()]
+        } else {
+            o.typed_chunks().to_vec()
+        }
+    }
+
+    /// A BOOKMARK's object in this watch's representation.
+    fn bookmark(&self, rv: Rv, end: bool) -> Bytes {
+        if self.metadata {
+            metadata_only::bookmark(&rv.to_string(), end)
+        } else {
+            encode::bookmark(&self.kind, rv, end)
+        }
     }
 
     async fn error(&self, e: Error) -> Result<(), Gone> {
@@ -101,13 +128,12 @@ impl Watch {
             let (cur, objects) = store.snapshot(self.res);
             for o in self.filter.scan(&objects, None) {
                 if self.filter.matches(&o.header) {
-                    self.send(frame_event(EventType::Added, &o.typed_chunks())).await?;
+                    self.send(frame_event(EventType::Added, &self.chunks(o))).await?;
                 }
             }
             pos = cur;
             if bookmarks {
-                self.send(frame_event(EventType::Bookmark, &[encode::bookmark(&self.kind, cur, true)]))
-                    .await?;
+                self.send(frame_event(EventType::Bookmark, &[self.bookmark(cur, true)])).await?;
             }
         } else if self.q.send_initial_events == Some(false)
             && matches!(self.q.resource_version.as_str(), "" | "0")
@@ -156,7 +182,7 @@ impl Watch {
                 _ = tokio::time::sleep_until(bookmark_at), if next_bookmark.is_some() => {
                     // Never backwards, never repeated (1.36).
                     if pos > sent {
-                        self.send(frame_event(EventType::Bookmark, &[encode::bookmark(&self.kind, pos, false)])).await?;
+                        self.send(frame_event(EventType::Bookmark, &[self.bookmark(pos, false)])).await?;
                         sent = pos;
                     }
                     next_bookmark = next(Instant::now(), interval, self.deadline);
@@ -171,22 +197,36 @@ impl Watch {
         let ev = &e.event;
         let cur = ev.kind != EventType::Deleted && self.filter.matches(&ev.object.header);
         let prev = ev.prev.as_ref().is_some_and(|p| self.filter.matches(&p.header));
+        // The event as stored, in this watch's representation.
+        let as_is = || {
+            if self.metadata {
+                frame_event(ev.kind, &self.chunks(&ev.object))
+            } else {
+                ev.frame.clone()
+            }
+        };
         match (cur, prev) {
-            (true, true) => Some(ev.frame.clone()),
+            (true, true) => Some(as_is()),
             (true, false) => {
                 if ev.kind == EventType::Added {
-                    Some(ev.frame.clone())
+                    Some(as_is())
                 } else {
-                    Some(frame_event(EventType::Added, &ev.object.typed_chunks()))
+                    Some(frame_event(EventType::Added, &self.chunks(&ev.object)))
                 }
             }
-            (false, true) if ev.kind == EventType::Deleted => Some(ev.frame.clone()),
+            (false, true) if ev.kind == EventType::Deleted => Some(as_is()),
             (false, true) => {
                 // Left the selection: the previous state, at this event's revision.
                 let p = ev.prev.as_ref()?;
                 let mut v: serde_json::Map<String, Value> = serde_json::from_slice(&p.typed_bytes()).ok()?;
                 meta_mut(&mut v).insert("resourceVersion".into(), Value::String(ev.rv.to_string()));
-                Some(frame_event(EventType::Deleted, &[Bytes::from(encode::object(&self.kind, &v))]))
+                let full = Bytes::from(encode::object(&self.kind, &v));
+                let object = if self.metadata {
+                    metadata_only::object(full.get(1..).unwrap_or_default())
+                } else {
+                    full
+                };
+                Some(frame_event(EventType::Deleted, &[object]))
             }
             (false, false) => None,
         }
