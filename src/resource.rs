@@ -468,13 +468,13 @@ impl Object {
     pub fn metadata_bytes(&self) -> Bytes {
         self.meta
             .get_or_init(|| {
-                let members = if self.type_prefix.is_empty() {
+                if self.type_prefix.is_empty() {
+                    // A custom resource: unstructured JSON, its metadata re-ordered as typed.
                     let i = skip_ws(&self.body, 0);
-                    self.body.get(i + 1..).unwrap_or_default()
+                    metadata_only::custom_object(self.body.get(i + 1..).unwrap_or_default())
                 } else {
-                    &self.body[..]
-                };
-                metadata_only::object(members)
+                    metadata_only::object(&self.body[..])
+                }
             })
             .clone()
     }

@@ -17,7 +17,6 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::certs::Pki;
-use super::nodes;
 use super::scenario::{Plan, CREATED_BY, NAMESPACES};
 use super::tls::{ClientTls, Connector};
 use crate::app::{self, Running};
@@ -145,7 +144,7 @@ pub fn pod(plan: &Plan, i: usize, seq: u64, sent_nanos: u128) -> Value {
         "status": {"phase": "Running"},
     });
     if plan.node_identities {
-        v["spec"]["volumes"] = json!([nodes::secret_volume(plan.node_of(i))]);
+        v["spec"]["volumes"] = json!([secret_volume(plan.node_of(i))]);
     }
     // uid, timestamps and the RV add ~150 bytes once stored.
     let base = v.to_string().len() + 150;
@@ -153,6 +152,22 @@ pub fn pod(plan: &Plan, i: usize, seq: u64, sent_nanos: u128) -> Value {
         *pad = Value::String("x".repeat(plan.sizes.object_size.saturating_sub(base)));
     }
     v
+}
+
+/// `--node-identities`: the Secret node `n`'s pods mount.
+pub fn secret_name(node: usize) -> String {
+    format!("bench-node-{node}")
+}
+
+/// The volume that makes a pod of `node` reference its Secret (the Node authorizer's graph).
+pub fn secret_volume(node: usize) -> Value {
+    json!({"name": "node-secret", "secret": {"secretName": secret_name(node)}})
+}
+
+/// The Secret itself.
+pub fn secret(ns: &str, node: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name(node), "namespace": ns},
+           "data": {"token": "YmVuY2g="}})
 }
 
 impl Backend {
@@ -308,7 +323,7 @@ impl Backend {
             if !seen.insert((ns.clone(), node)) {
                 continue;
             }
-            let secret = nodes::secret(&ns, node);
+            let secret = secret(&ns, node);
             let result = match self {
                 Backend::Sim(sim) => sim.create("secrets", &ns, secret).map(drop).map_err(|e| e.to_string()),
                 Backend::Http(r) => {
@@ -323,7 +338,7 @@ impl Backend {
             match result {
                 Ok(()) => {}
                 Err(e) if e.contains("HTTP 409") || e.contains("already exists") => {}
-                Err(e) => return Err(format!("seeding secret {ns}/{}: {e}", nodes::secret_name(node))),
+                Err(e) => return Err(format!("seeding secret {ns}/{}: {e}", secret_name(node))),
             }
         }
         Ok(())

@@ -16,8 +16,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::env::{pod, Backend, HttpClient, Target};
-use super::nodes::{secret_name, NodeClients};
+use super::env::{pod, secret_name, Backend, HttpClient, Target};
+use super::nodes::NodeClients;
 use super::scenario::Plan;
 use super::stats::{Kind, PhaseStats};
 

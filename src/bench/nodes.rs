@@ -3,11 +3,10 @@
 //! in-process CA or `--node-ca-cert`/`--node-ca-key`), on its own connection (HTTP/2 with
 //! `--http2`), sending `Accept: application/vnd.kubernetes.protobuf,application/json` as kubelets
 //! do and no bearer token, so that the proxy authorizes each node as the Node authorizer sees it.
-//! Each node's pods mount a Secret `bench-node-<n>` (in the pod's namespace), which the node
-//! GETs as a kubelet does.
+//! Each node's pods mount a Secret `bench-node-<n>` (in the pod's namespace; its shape is
+//! `env`'s, with the pods'), which the node GETs as a kubelet does.
 //!
-//! Called by `phase` (the clients, for the watchers and the GET driver) and `env` (the Secrets
-//! and the pods' volumes at seeding).
+//! Called by `phase` and `modes` (the clients, for the watchers and the GET driver).
 
 use std::sync::Arc;
 
@@ -16,7 +15,6 @@ use http::header::ACCEPT;
 use http::{HeaderValue, Method, Request};
 use http_body_util::Full;
 use rcgen::{Issuer, KeyPair};
-use serde_json::{json, Value};
 
 use super::certs::node_certificate;
 use super::env::{HttpClient, Target};
@@ -24,22 +22,6 @@ use super::tls::ClientTls;
 
 /// What kubelets (and kube-proxy) send: protobuf first, JSON accepted.
 pub const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
-
-/// The Secret node `n`'s pods mount.
-pub fn secret_name(node: usize) -> String {
-    format!("bench-node-{node}")
-}
-
-/// The volume that makes a pod of `node` reference its Secret (the Node authorizer's graph).
-pub fn secret_volume(node: usize) -> Value {
-    json!({"name": "node-secret", "secret": {"secretName": secret_name(node)}})
-}
-
-/// The Secret itself.
-pub fn secret(ns: &str, node: usize) -> Value {
-    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret_name(node), "namespace": ns},
-           "data": {"token": "YmVuY2g="}})
-}
 
 /// One client per node, each presenting that node's certificate.
 pub struct NodeClients {

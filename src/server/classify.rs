@@ -46,7 +46,7 @@ pub enum ForwardReason {
     /// A subresource (`/log`, `/exec`, `/status`, …).
     Subresource,
     /// The client wants a representation the cache cannot give in JSON (protobuf only, Table,
-    /// metadata-only of a custom resource or in the wrong form for the verb).
+    /// metadata-only in the wrong form for the verb).
     Accept,
     /// A field selector this proxy cannot evaluate for a custom resource.
     UnknownField,
@@ -404,7 +404,7 @@ fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str, wanted: Wante
     // `?watch=1` on an object URL is a plain GET; `/watch/` makes anything a watch.
     let is_get = rp.name.is_some() && !rp.watch_prefix;
     let is_list = !is_get && !opts.watch && !rp.watch_prefix;
-    let Some(repr) = accept::repr_for(wanted, is_list, kind.builtin) else {
+    let Some(repr) = accept::repr_for(wanted, is_list) else {
         return Ok(Route::Forward(ForwardReason::Accept));
     };
     if is_get {

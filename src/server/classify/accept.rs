@@ -106,11 +106,12 @@ pub fn negotiate(accept: Option<&str>) -> Option<Wanted> {
 /// The representation the cache serves a request in, given what negotiation found and the
 /// request's verb; `None` when only the apiserver can answer (e.g. a LIST asked for as
 /// PartialObjectMetadata gets the apiserver's 406, a watch asked for as a list gets objects).
-pub fn repr_for(wanted: Wanted, is_list: bool, builtin: bool) -> Option<Repr> {
+/// Built-in kinds and custom resources alike (a custom resource's metadata is re-ordered as
+/// `ObjectMeta` by `metadata_only::custom_object`).
+pub fn repr_for(wanted: Wanted, is_list: bool) -> Option<Repr> {
     match (wanted, is_list) {
         (Wanted::Object, _) => Some(Repr::Full),
-        // Custom resources are unstructured: their metadata is not encoded in ObjectMeta's order.
-        (Wanted::MetadataObject, false) | (Wanted::MetadataList, true) if builtin => Some(Repr::Metadata),
+        (Wanted::MetadataObject, false) | (Wanted::MetadataList, true) => Some(Repr::Metadata),
         _ => None,
     }
 }
@@ -161,12 +162,11 @@ mod tests {
 
     #[test]
     fn verbs_and_kinds() {
-        assert_eq!(repr_for(Wanted::MetadataList, true, true), Some(Repr::Metadata));
-        assert_eq!(repr_for(Wanted::MetadataObject, false, true), Some(Repr::Metadata));
+        assert_eq!(repr_for(Wanted::MetadataList, true), Some(Repr::Metadata));
+        assert_eq!(repr_for(Wanted::MetadataObject, false), Some(Repr::Metadata));
         // The apiserver's 406s (recorded) and its watch quirk stay its own.
-        assert_eq!(repr_for(Wanted::MetadataObject, true, true), None);
-        assert_eq!(repr_for(Wanted::MetadataList, false, true), None);
-        assert_eq!(repr_for(Wanted::MetadataList, false, false), None);
-        assert_eq!(repr_for(Wanted::Object, true, false), Some(Repr::Full));
+        assert_eq!(repr_for(Wanted::MetadataObject, true), None);
+        assert_eq!(repr_for(Wanted::MetadataList, false), None);
+        assert_eq!(repr_for(Wanted::Object, true), Some(Repr::Full));
     }
 }
