@@ -1,20 +1,19 @@
 //! The front door: listener, per-request pipeline and health endpoints.
 //!
-//! Every request passes named phases: **loopback guard** (`--auth=none` only: Host, path,
-//! method, Origin) → **limits** (URL / header size) → **request info**
-//! (`classify::request_info`, the apiserver's `RequestInfo`) → **admit** (non-long-running
-//! requests: in-flight permit held until the response body ends, timeout; before
-//! authentication, as the apiserver) → **authenticate** + **impersonate** (`auth`) → (watches:
-//! a per-user slot, whether served or forwarded) →
-//! **classify** (pure, `classify`) → **authorize** (`auth`, cache-served reads only, with the
-//! `RequestInfo`'s attributes) → **serve from cache** (`serve`; large bodies `gzip`'d when
-//! asked) | **forward upstream** (`proxy`, with the caller's identity, or the proxy's own with
-//! `--auth=none`; encoding left to the upstream). `/healthz`, `/livez` and `/readyz` are
-//! answered first (authentication only for their detail); the proxy's own metrics are at
-//! `/watchcache/metrics` and need an authenticated caller allowed `get` on that non-resource
-//! URL, like the apiserver's `/metrics` (which, with `/debug/*`, is forwarded upstream: the
-//! apiserver's own). Built by
-//! `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
+//! Every request passes the phases of a tower stack (`stack`, assembled in one place; each
+//! phase a file of `phase`, unit-tested alone): **guard** (a `Transfer-Encoding` it does not
+//! take; `--auth=none`'s loopback guard: Host, path, method, Origin) → **health** (`/healthz`,
+//! `/livez`, `/readyz`; authentication only for their detail) → **sizes** (URL / header) →
+//! **admit** (the apiserver's `RequestInfo`; non-long-running requests: in-flight permit held
+//! until the response body ends, timeout; before authentication, as the apiserver) →
+//! **authenticate** + impersonate (`auth`; the proxy's own metrics at `/watchcache/metrics`
+//! for callers allowed `get` on that non-resource URL, like the apiserver's `/metrics`
+//! (which, with `/debug/*`, is forwarded upstream: the apiserver's own)) → **classify** (pure,
+//! `classify`) → **authorize** (`auth`, cache-served reads only, with the `RequestInfo`'s
+//! attributes) → **watch slot** (per user, served or forwarded) → **compress** (large cached
+//! answers `gzip`'d when asked) → **dispatch**: serve from the cache (`serve`) or forward
+//! upstream (`proxy`, with the caller's identity, or the proxy's own with `--auth=none`). Built
+//! by `app`, which hands it the caches' readers, the upstream client and the [`auth::Auth`] (none
 //! with `--auth=none`: every caller trusted, forwarded requests unchanged).
 //!
 //! Connections: `listener` accepts (and terminates TLS, `tls`), `conn` serves each with the
@@ -36,8 +35,10 @@ pub mod health;
 pub mod limits;
 pub mod listener;
 pub mod loopback;
+pub mod phase;
 pub mod proxy;
 pub mod serve;
+pub mod stack;
 pub mod tls;
 pub mod tlsio;
 
@@ -48,7 +49,7 @@ use hyper::body::Incoming;
 
 use auth::{Attributes, Auth, Caller};
 pub use body::Body;
-use classify::{ForwardReason, RequestInfo, Route};
+use classify::{ForwardReason, RequestInfo};
 use limits::{LimitOptions, Limits};
 use serve::ServeOptions;
 
@@ -121,95 +122,10 @@ impl Server {
         }
     }
 
-    /// Handles one request (see the module doc for the phases).
+    /// Handles one request: the phases of `stack` (see the module doc).
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
-        let arrived = tokio::time::Instant::now();
-        if let Some(resp) = limits::unsupported_transfer_encoding(&req) {
-            self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-            return resp;
-        }
-        if let Some(guard) = &self.loopback {
-            if let Err(resp) = guard.check(&req) {
-                self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-                return resp;
-            }
-        }
-        if let Some((endpoint, sub)) = health::route(req.uri().path()) {
-            if req.method() == http::Method::GET || req.method() == http::Method::HEAD {
-                let access = match self.health_access(&req, sub.is_some()).await {
-                    Ok(a) => a,
-                    Err(resp) => return resp,
-                };
-                return health::handle(&self, &req, endpoint, sub, access);
-            }
-        }
-        if let Err(resp) = self.limits.check_sizes(&req) {
-            self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-            return resp;
-        }
-        // The in-flight limit comes before authentication, as in the apiserver's handler chain
-        // (WithMaxInFlightLimit is outside WithAuthentication): whether a request is
-        // long-running needs its RequestInfo only, and unauthenticated callers must not be able
-        // to make the proxy send unbounded TokenReviews.
-        let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
-        let long_running = classify::is_long_running(&info, req.uri().query());
-        let permit = if long_running {
-            None
-        } else {
-            match self.limits.admit() {
-                Ok(p) => Some(p),
-                Err(resp) => {
-                    self.record(&info.verb, "", 429, Served::Proxy, arrived);
-                    return resp;
-                }
-            }
-        };
-        let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
-        let verb = info.verb.clone();
-        let answer = self.clone().authenticated(req, info, arrived);
-        let Some(permit) = permit else {
-            return answer.await;
-        };
-        match tokio::time::timeout_at(deadline, answer).await {
-            // The permit stays taken until the body has been sent (or the deadline).
-            Ok(resp) => limits::InFlight::wrap(resp, permit, deadline),
-            Err(_) => {
-                self.record(&verb, "", 504, Served::Proxy, arrived);
-                limits::timed_out()
-            }
-        }
-    }
-
-    /// authenticate (+ impersonate) → `/watchcache/metrics` | route.
-    async fn authenticated(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        info: RequestInfo,
-        arrived: tokio::time::Instant,
-    ) -> Response<Body> {
-        let caller = match self.authenticate(&req).await {
-            Ok(c) => c,
-            Err(resp) => {
-                self.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-                return resp;
-            }
-        };
-        if req.uri().path() == health::METRICS_PATH
-            && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
-        {
-            if let Some(auth) = &self.auth {
-                let a = Attributes {
-                    verb: "get".into(),
-                    path: Some(health::METRICS_PATH.into()),
-                    ..Attributes::default()
-                };
-                if let Err(resp) = auth.authorize(&caller.effective, &a).await {
-                    return resp;
-                }
-            }
-            return health::metrics(&self);
-        }
-        self.route(req, caller, info, arrived).await
+        use phase::Next;
+        stack::stack(&self).run(req).await
     }
 
     /// Who may see the detailed health checks: everyone with `--auth=none`; else a caller
@@ -218,9 +134,9 @@ impl Server {
     /// or authorization gets the public checks. Per-check paths are not public: 401 / 403.
     // The `Err` is the refusal response itself, as in `limits`.
     #[allow(clippy::result_large_err)]
-    async fn health_access(
+    async fn health_access<B>(
         &self,
-        req: &Request<Incoming>,
+        req: &Request<B>,
         per_check: bool,
     ) -> Result<health::Access, Response<Body>> {
         let Some(auth) = &self.auth else {
@@ -251,7 +167,7 @@ impl Server {
     }
 
     /// Authentication and impersonation, or the trusted caller of `--auth=none`.
-    async fn authenticate(&self, req: &Request<Incoming>) -> Result<Caller, Response<Body>> {
+    async fn authenticate<B>(&self, req: &Request<B>) -> Result<Caller, Response<Body>> {
         let Some(auth) = &self.auth else {
             return Ok(Caller::trusted());
         };
@@ -276,76 +192,6 @@ impl Server {
             Err(resp) => {
                 self.metrics.request("watch", "", 429, Served::Proxy);
                 Err(resp)
-            }
-        }
-    }
-
-    /// classify → authorize → serve | forward.
-    async fn route(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        caller: Caller,
-        info: RequestInfo,
-        arrived: tokio::time::Instant,
-    ) -> Response<Body> {
-        let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
-        let cat = self.resources.snapshot();
-        let route =
-            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &cat.kinds[..]);
-        // A label only for cached resources: bounded whatever callers send.
-        let resource = cached_resource(&info, &cat.kinds);
-        let fwd = Forwarded { verb: &info.verb, resource: &resource, arrived };
-        match route {
-            Route::Reject(e) => {
-                self.record(&info.verb, &resource, e.to_status().code.as_u16(), Served::Proxy, arrived);
-                body::error(e)
-            }
-            Route::Forward(reason) => {
-                if reason == ForwardReason::NotCached
-                    && info.is_resource_request
-                    && info.subresource.is_empty()
-                {
-                    // With a wildcard, a resource just installed is cached at once.
-                    self.resources.missed(&info.api_group, &info.resource);
-                }
-                let slot = match self.watch_slot(&info, &caller) {
-                    Ok(s) => s,
-                    Err(resp) => return resp,
-                };
-                hold(self.forward(req, reason, &caller, fwd).await, slot)
-            }
-            Route::Cache(cr) => {
-                let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
-                let Some((reader, prober)) = cat.caches.get(&key) else {
-                    let slot = match self.watch_slot(&info, &caller) {
-                        Ok(s) => s,
-                        Err(resp) => return resp,
-                    };
-                    return hold(self.forward(req, ForwardReason::NotCached, &caller, fwd).await, slot);
-                };
-                let gr = reader.kind().group_resource();
-                let verb = cr.plan.verb();
-                if let Some(auth) = &self.auth {
-                    if let Err(resp) = auth.authorize(&caller.effective, &attributes(&info)).await {
-                        self.record(verb, &gr, resp.status().as_u16(), Served::Proxy, arrived);
-                        return resp;
-                    }
-                }
-                let slot = match self.watch_slot(&info, &caller) {
-                    Ok(s) => s,
-                    Err(resp) => return resp,
-                };
-                let src = serve::Source { reader, prober, metrics: &self.metrics };
-                match serve::serve(&cr, src, &self.serve, arrived).await {
-                    serve::Served::Response(resp) => {
-                        self.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
-                        hold(gzip::maybe_compress(req.headers(), resp), slot)
-                    }
-                    serve::Served::Forward(reason) => {
-                        let fwd = Forwarded { verb, resource: &gr, arrived };
-                        hold(self.forward(req, reason, &caller, fwd).await, slot)
-                    }
-                }
             }
         }
     }
@@ -468,14 +314,6 @@ fn cached_resource(info: &RequestInfo, kinds: &[Arc<crate::resource::ResourceKin
         .find(|k| k.group == info.api_group && k.resource == info.resource)
         .map(|k| k.group_resource())
         .unwrap_or_default()
-}
-
-/// Keeps a watch slot (if any) until the response body is done.
-fn hold(resp: Response<Body>, slot: Option<limits::WatchGuard>) -> Response<Body> {
-    match slot {
-        Some(g) => limits::Guarded::wrap(resp, g),
-        None => resp,
-    }
 }
 
 /// The authorization attributes of a request: its `RequestInfo`, exactly as the apiserver's

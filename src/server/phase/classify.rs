@@ -1,0 +1,91 @@
+//! Phase 6: classification (pure, `server::classify`): whether the cache may serve the request
+//! and how, or why it goes upstream, or the apiserver's own refusal of it (answered here). The
+//! decision goes into the extensions as [`Classified`], with the request's metrics label.
+
+use std::sync::Arc;
+
+use super::{pass, Arrived, Classified, Next, Phase, Req, ResourceLabel, Resp};
+use crate::metrics::Served;
+use crate::server::body;
+use crate::server::classify::{self, ForwardReason, RequestInfo, Route};
+use crate::server::{cached_resource, Server};
+
+#[derive(Clone)]
+pub struct Classify(pub Arc<Server>);
+
+impl<B: Send + Sync + 'static> Phase<B> for Classify {
+    async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
+        let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+        let computed;
+        let info = match req.extensions().get::<RequestInfo>() {
+            Some(i) => i,
+            None => {
+                computed = classify::request_info(req.method(), req.uri().path(), req.uri().query());
+                &computed
+            }
+        };
+        let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        let catalog = self.0.resources.snapshot();
+        let route =
+            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &catalog.kinds[..]);
+        // A label only for cached resources: bounded whatever callers send.
+        let resource = cached_resource(info, &catalog.kinds);
+        let classified = match route {
+            Route::Reject(e) => {
+                self.0.record(&info.verb, &resource, e.to_status().code.as_u16(), Served::Proxy, arrived);
+                return body::error(e);
+            }
+            Route::Forward(reason) => {
+                if reason == ForwardReason::NotCached
+                    && info.is_resource_request
+                    && info.subresource.is_empty()
+                {
+                    // With a wildcard, a resource just installed is cached at once.
+                    self.0.resources.missed(&info.api_group, &info.resource);
+                }
+                Classified::Forward(reason)
+            }
+            Route::Cache(cr) => {
+                let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
+                if catalog.caches.contains_key(&key) {
+                    Classified::Cache { cr, catalog, key }
+                } else {
+                    // Retired between the two looks: the upstream answers.
+                    Classified::Forward(ForwardReason::NotCached)
+                }
+            }
+        };
+        req.extensions_mut().insert(classified);
+        req.extensions_mut().insert(ResourceLabel(resource));
+        pass(next, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::phase::testing::{configmaps, request, run_seen, server_with};
+
+    #[tokio::test]
+    async fn refusals_are_answered_here_the_rest_is_classified() {
+        let (_w, r) = configmaps();
+        let s = server_with(Default::default(), vec![r]);
+        // Not cached: upstream.
+        let (_, seen) = run_seen(Classify(s.clone()), request("/api/v1/pods?resourceVersion=0")).await;
+        assert!(matches!(
+            seen.unwrap().get::<Classified>(),
+            Some(Classified::Forward(ForwardReason::NotCached))
+        ));
+        // Cached: served, with its label.
+        let (_, seen) = run_seen(Classify(s.clone()), request("/api/v1/configmaps?resourceVersion=0")).await;
+        let seen = seen.unwrap();
+        assert!(matches!(seen.get::<Classified>(), Some(Classified::Cache { .. })));
+        assert_eq!(seen.get::<ResourceLabel>().unwrap().0, "configmaps");
+        // The apiserver's own refusal of bad list options, answered here.
+        let (resp, seen) =
+            run_seen(Classify(s), request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact"))
+                .await;
+        assert_eq!(resp.status(), 422);
+        assert!(seen.is_none());
+    }
+}

@@ -1,0 +1,150 @@
+//! The phases of the request path, one file each, in the order `server::stack` assembles them:
+//! `guard` → `health` → `sizes` → `admit` → `authenticate` → `classify` → `authorize` →
+//! `watch_slot` → `compress` → `dispatch` (serve from the cache or forward); and what they
+//! share: the [`Phase`] trait (a phase looks at the request, answers it itself or passes it on
+//! with [`pass`], and may change the answer on its way back), its tower `Layer`/`Service`
+//! ([`PhaseLayer`], [`Phased`]), and what phases learn for later ones, carried in the request's
+//! extensions: [`Arrived`], the `RequestInfo`, the `Caller`, [`Classified`], [`ResourceLabel`].
+//! Each phase is unit-tested alone, with a stub for the rest of the stack (`testing`).
+
+pub mod admit;
+pub mod authenticate;
+pub mod authorize;
+pub mod classify;
+pub mod compress;
+pub mod dispatch;
+pub mod guard;
+pub mod health;
+pub mod sizes;
+pub mod watch_slot;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tower::{Layer, Service};
+
+use super::catalog::Catalog;
+use super::classify::{CacheRequest, ForwardReason};
+use super::Body;
+
+pub type Req<B = Incoming> = Request<B>;
+pub type Resp = Response<Body>;
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Resp, Infallible>> + Send>>;
+
+/// When the request arrived (metrics count from here).
+#[derive(Clone, Copy, Debug)]
+pub struct Arrived(pub tokio::time::Instant);
+
+/// What classification decided, for the phases after it.
+#[derive(Clone)]
+pub enum Classified {
+    /// Served from this cache (of the catalog as it was when the request was classified).
+    Cache {
+        cr: Box<CacheRequest>,
+        catalog: Arc<Catalog>,
+        key: super::catalog::Key,
+    },
+    Forward(ForwardReason),
+}
+
+/// The `group/resource` label of the request (cached resources only; empty otherwise).
+#[derive(Clone, Debug, Default)]
+pub struct ResourceLabel(pub String);
+
+/// Marks an answer the cache served (compression applies to those only).
+#[derive(Clone, Copy, Debug)]
+pub struct FromCache;
+
+/// The rest of the stack, as a phase sees it. Phases call it statically: the whole stack is
+/// one future, boxed once at the top (`Phased`'s tower `Service`), not a boxed future per
+/// phase (measured: boxing and moving one future per phase cost ~10 µs per request).
+pub trait Next<B>: Clone + Send + Sync + 'static {
+    fn run(&self, req: Req<B>) -> impl Future<Output = Resp> + Send;
+}
+
+/// Passes the request on to the rest of the stack.
+pub async fn pass<B, S: Next<B>>(next: &S, req: Req<B>) -> Resp {
+    next.run(req).await
+}
+
+/// One phase of the request path.
+pub trait Phase<B>: Clone + Send + Sync + 'static {
+    fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> impl Future<Output = Resp> + Send;
+}
+
+/// A phase as a tower `Layer`.
+#[derive(Clone)]
+pub struct PhaseLayer<P>(pub P);
+
+impl<P: Clone, S> Layer<S> for PhaseLayer<P> {
+    type Service = Phased<P, S>;
+    fn layer(&self, inner: S) -> Phased<P, S> {
+        Phased { phase: self.0.clone(), inner }
+    }
+}
+
+/// A phase in front of the rest of the stack, as a tower `Service`.
+#[derive(Clone)]
+pub struct Phased<P, S> {
+    phase: P,
+    inner: S,
+}
+
+impl<B: Send + Sync + 'static, P: Phase<B>, S: Next<B>> Next<B> for Phased<P, S> {
+    fn run(&self, req: Req<B>) -> impl Future<Output = Resp> + Send {
+        self.phase.call(req, &self.inner)
+    }
+}
+
+impl<B: Send + Sync + 'static, P: Phase<B>, S: Next<B>> Service<Req<B>> for Phased<P, S> {
+    type Response = Resp;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Every phase and the dispatch are always ready: limits are phases of their own.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Req<B>) -> BoxFuture {
+        let me = self.clone();
+        Box::pin(async move { Ok(me.run(req).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use tower::{ServiceBuilder, ServiceExt};
+
+    use super::testing::{request, server, Stub};
+    use super::*;
+
+    /// Phases compose as tower layers; the result is a tower `Service` that answers in front
+    /// and passes the rest on.
+    #[tokio::test]
+    async fn phases_compose_as_tower_layers() {
+        let s = server(Default::default());
+        let stub = Stub::default();
+        let stack = ServiceBuilder::new()
+            .layer(PhaseLayer(guard::Guard(s.clone())))
+            .layer(PhaseLayer(health::Health(s)))
+            .service(stub.clone());
+        let resp = stack.clone().oneshot(request("/healthz")).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(!stub.reached.load(Ordering::SeqCst), "health answered in front");
+        let _ = stack.oneshot(request("/api/v1/pods")).await.unwrap();
+        assert!(stub.reached.load(Ordering::SeqCst));
+        let seen = stub.seen.lock().take().unwrap();
+        assert!(seen.get::<Arrived>().is_some(), "what guard learned travels on");
+    }
+}
