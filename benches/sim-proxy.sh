@@ -12,7 +12,8 @@
 # RESOURCES (default pods) and PROXY_EXTRA (an array of more `serve` flags) may be set first.
 # Ports 18141 (sim) and 18142 (proxy).
 
-BIN=target/release/kube-watchcache
+# BIN=<binary> measures another build (paired runs); default: this tree's release build.
+BIN=${BIN:-target/release/kube-watchcache}
 SIM_ADDR=127.0.0.1:18141
 PROXY_ADDR=127.0.0.1:18142
 PKI=$(mktemp -d)
@@ -41,7 +42,7 @@ make_pki() {
 }
 
 start_pair() {
-    cargo build --release --quiet
+    [ "$BIN" = target/release/kube-watchcache ] && cargo build --release --quiet
     ulimit -n "$(ulimit -Hn)"
     if [ "${TLS:-0}" = 1 ]; then
         make_pki
@@ -71,5 +72,6 @@ start_pair() {
 }
 
 run_bench() {
-    $BIN bench "${TARGETS[@]}" --proxy-pid "$P" --direct-pid "$SIM" "$@"
+    # BENCH_BIN: the harness of another build (default: the one measured).
+    ${BENCH_BIN:-$BIN} bench "${TARGETS[@]}" --proxy-pid "$P" --direct-pid "$SIM" "$@"
 }
