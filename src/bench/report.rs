@@ -154,30 +154,29 @@ pub struct Report {
 /// refuse one now and then); past it the run fails.
 pub const MAX_FAILED_WRITES: f64 = 0.01;
 
+/// The problem when more than [`MAX_FAILED_WRITES`] of a kind of write failed.
+fn too_many_failed(target: &str, what: &str, ok: u64, failed: u64, first: Option<&str>) -> Option<String> {
+    let attempted = ok + failed;
+    (failed > 0 && failed as f64 > MAX_FAILED_WRITES * attempted as f64).then(|| {
+        format!(
+            "{target}: {failed} of {attempted} {what} failed (more than {:.0} %); first: {}",
+            MAX_FAILED_WRITES * 100.0,
+            first.unwrap_or("unknown")
+        )
+    })
+}
+
 impl Report {
     /// Collects the problems of every target; the run fails if there is any.
     pub fn check(&mut self) {
         for t in &self.targets {
             let w = &t.watch;
-            let attempted = w.changes_written + w.writes_failed;
-            if w.writes_failed > 0 && w.writes_failed as f64 > MAX_FAILED_WRITES * attempted as f64 {
-                self.problems.push(format!(
-                    "{}: {} of {attempted} writes failed (more than {:.0} %); first: {}",
-                    t.name,
-                    w.writes_failed,
-                    MAX_FAILED_WRITES * 100.0,
-                    w.first_write_error.as_deref().unwrap_or("unknown")
-                ));
-            }
-            let leases = t.lease_renewals + t.lease_renewals_failed;
-            if t.lease_renewals_failed as f64 > MAX_FAILED_WRITES * leases as f64 {
-                self.problems.push(format!(
-                    "{}: {} of {leases} Lease renewals failed (more than {:.0} %); first: {}",
-                    t.name,
-                    t.lease_renewals_failed,
-                    MAX_FAILED_WRITES * 100.0,
-                    t.first_lease_error.as_deref().unwrap_or("unknown")
-                ));
+            let writes = (w.changes_written, w.writes_failed, w.first_write_error.as_deref());
+            let leases = (t.lease_renewals, t.lease_renewals_failed, t.first_lease_error.as_deref());
+            for ((ok, failed, first), what) in [(writes, "writes"), (leases, "Lease renewals")] {
+                if let Some(p) = too_many_failed(&t.name, what, ok, failed, first) {
+                    self.problems.push(p);
+                }
             }
             if w.watchers > 0 && w.deliveries_expected == 0 {
                 self.problems.push(format!(

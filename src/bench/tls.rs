@@ -15,7 +15,7 @@ use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 
-use crate::upstream::TlsSettings;
+use crate::upstream::{Identity, IdentitySlot, TlsSettings};
 
 /// TCP, then TLS for `https://` URLs.
 pub type Connector = HttpsConnector<HttpConnector>;
@@ -66,25 +66,18 @@ impl ClientTls {
     }
 
     /// Verifies servers against `roots` and presents a client certificate (PEM chain and key):
-    /// a node identity.
+    /// a node identity. The proxy's own TLS layer, as for a kubeconfig's certificate.
     pub fn with_identity(
         roots: Vec<CertificateDer<'static>>,
         cert_pem: &[u8],
         key_pem: &[u8],
     ) -> Result<ClientTls, String> {
-        let mut store = RootCertStore::empty();
-        store.add_parsable_certificates(roots);
-        let has_roots = !store.is_empty();
-        let chain: Vec<CertificateDer<'static>> = certs(cert_pem, "node certificate")?;
-        let key =
-            rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("node key: {e}"))?;
-        let config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(store)
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| format!("node certificate: {e}"))?;
-        Ok(ClientTls { config: Arc::new(config), has_roots, server_name: None })
+        let id = Identity::from_pem(cert_pem, key_pem).map_err(|e| format!("node certificate: {e}"))?;
+        let slot = IdentitySlot::new(&id).map_err(|e| format!("node certificate: {e}"))?;
+        Self::from_kubeconfig(
+            TlsSettings { roots, identity: Some(slot), ..TlsSettings::default() },
+            Vec::new(),
+        )
     }
 
     /// From a kubeconfig resolved as `serve` resolves it (its CA plus `extra_roots`,

@@ -91,3 +91,21 @@ impl rustls::client::ResolvesClientCert for IdentitySlot {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::testutil::{CLIENT_KEY, CLIENT_PEM, SERVER_KEY, SERVER_PEM};
+
+    /// A certificate an exec plugin renews is what the next handshake presents.
+    #[test]
+    fn a_replaced_identity_is_the_current_one() {
+        let first = Identity::from_pem(CLIENT_PEM.as_bytes(), CLIENT_KEY.as_bytes()).unwrap();
+        let slot = IdentitySlot::new(&first).unwrap();
+        assert_eq!(slot.current().cert, first.chain);
+        let second = Identity::from_pem(SERVER_PEM.as_bytes(), SERVER_KEY.as_bytes()).unwrap();
+        slot.replace(&second).unwrap();
+        assert_eq!(slot.current().cert, second.chain);
+        assert!(Identity::from_pem(b"no", b"no").is_err());
+    }
+}

@@ -56,6 +56,7 @@ pub(crate) use auth::Auth;
 pub(crate) use config::{resolve, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
+pub(crate) use identity::{Identity, IdentitySlot};
 pub use list::{ListPage, MetadataPage, Selection};
 pub(crate) use tls::client_config;
 pub use watch::{RawEvent, WatchStream};

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Arrived, Next, Phase, Req, Resp};
+use super::{arrived, pass, Next, Phase, Req, Resp};
 use crate::metrics::Served;
 use crate::server::classify;
 use crate::server::limits;
@@ -22,7 +22,7 @@ pub struct Admit(pub Arc<Server>);
 
 impl<B: Send + Sync + 'static> Phase<B> for Admit {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
-        let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+        let arrived = arrived(&req);
         let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
         let long_running = classify::is_long_running(&info, req.uri().query());
         let verb = info.verb.clone();

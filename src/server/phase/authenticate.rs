@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Arrived, Next, Phase, Req, Resp};
+use super::{arrived, pass, Next, Phase, Req, Resp};
 use crate::metrics::Served;
 use crate::server::auth::Attributes;
 use crate::server::health;
@@ -15,7 +15,7 @@ pub struct Authenticate(pub Arc<Server>);
 
 impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
-        let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+        let arrived = arrived(&req);
         let caller = match self.0.authenticate(&req).await {
             Ok(c) => c,
             Err(resp) => {

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Arrived, Classified, Next, Phase, Req, Resp};
+use super::{arrived, pass, Classified, Next, Phase, Req, Resp};
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::classify::RequestInfo;
@@ -27,7 +27,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Authorize {
             return pass(next, req).await;
         };
         if let Err(resp) = auth.authorize(&caller.effective, &attributes(info)).await {
-            let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+            let arrived = arrived(&req);
             let gr = catalog.caches.get(key).map(|(r, _)| r.kind().group_resource()).unwrap_or_default();
             self.0.record(cr.plan.verb(), &gr, resp.status().as_u16(), Served::Proxy, arrived);
             return resp;

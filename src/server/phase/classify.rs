@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Arrived, Classified, Next, Phase, Req, ResourceLabel, Resp};
+use super::{arrived, pass, Classified, Next, Phase, Req, ResourceLabel, Resp};
 use crate::metrics::Served;
 use crate::server::body;
 use crate::server::classify::{self, ForwardReason, RequestInfo, Route};
@@ -15,7 +15,7 @@ pub struct Classify(pub Arc<Server>);
 
 impl<B: Send + Sync + 'static> Phase<B> for Classify {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
-        let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+        let arrived = arrived(&req);
         let computed;
         let info = match req.extensions().get::<RequestInfo>() {
             Some(i) => i,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 
-use super::{Arrived, Classified, FromCache, Next, Req, ResourceLabel, Resp};
+use super::{arrived, Classified, FromCache, Next, Req, ResourceLabel, Resp};
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::classify::{ForwardReason, RequestInfo};
@@ -28,7 +28,7 @@ impl Next<Incoming> for Dispatch {
 }
 
 async fn dispatch(server: &Server, mut req: Req<Incoming>) -> Resp {
-    let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+    let arrived = arrived(&req);
     let caller = req.extensions_mut().remove::<Caller>().unwrap_or_else(Caller::trusted);
     let info = req.extensions_mut().remove::<RequestInfo>().unwrap_or_default();
     let label = req.extensions_mut().remove::<ResourceLabel>().unwrap_or_default().0;

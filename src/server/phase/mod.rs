@@ -43,6 +43,11 @@ type BoxFuture = Pin<Box<dyn Future<Output = Result<Resp, Infallible>> + Send>>;
 #[derive(Clone, Copy, Debug)]
 pub struct Arrived(pub tokio::time::Instant);
 
+/// When `req` arrived (set by `guard`; now, for a phase tested alone).
+pub fn arrived<B>(req: &Req<B>) -> tokio::time::Instant {
+    req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0)
+}
+
 /// What classification decided, for the phases after it.
 #[derive(Clone)]
 pub enum Classified {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Arrived, Next, Phase, Req, Resp};
+use super::{arrived, pass, Next, Phase, Req, Resp};
 use crate::metrics::Served;
 use crate::server::Server;
 
@@ -13,7 +13,7 @@ pub struct Sizes(pub Arc<Server>);
 impl<B: Send + Sync + 'static> Phase<B> for Sizes {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
         if let Err(resp) = self.0.limits.check_sizes(&req) {
-            let arrived = req.extensions().get::<Arrived>().map_or_else(tokio::time::Instant::now, |a| a.0);
+            let arrived = arrived(&req);
             self.0.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
             return resp;
         }
