@@ -27,15 +27,15 @@ fn list(c: &mut Criterion) {
     let page = |limit: usize| Some(Page { limit, start: None, token_rv });
 
     let mut g = c.benchmark_group("list");
-    let full = reader.list(&reader.snapshot(), &everything, None);
+    let full = reader.list(&reader.snapshot(), &everything, None).unwrap();
     assert_eq!(full.items, n);
     g.throughput(Throughput::Bytes(full.len as u64));
     g.bench_function(format!("rv0_all_{n}_pods"), |b| {
-        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&everything), None)))
+        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&everything), None).unwrap()))
     });
 
     let metadata = Filter::default().with_repr(Repr::Metadata);
-    let meta = reader.list(&reader.snapshot(), &metadata, None);
+    let meta = reader.list(&reader.snapshot(), &metadata, None).unwrap();
     assert_eq!(meta.items, n);
     // The metadata copies are made by the first metadata-only read and kept per object version.
     let kept: usize = reader.snapshot().store.values().map(|o| o.metadata_bytes().len()).sum();
@@ -48,23 +48,23 @@ fn list(c: &mut Criterion) {
     );
     g.throughput(Throughput::Bytes(meta.len as u64));
     g.bench_function(format!("rv0_all_{n}_pods_metadata_only"), |b| {
-        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&metadata), None)))
+        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&metadata), None).unwrap()))
     });
 
     let limit = support::size(500, 20);
-    let one = reader.list(&reader.snapshot(), &everything, page(limit));
+    let one = reader.list(&reader.snapshot(), &everything, page(limit)).unwrap();
     assert_eq!(one.items, limit);
     assert!(one.continue_token.is_some());
     g.throughput(Throughput::Bytes(one.len as u64));
     g.bench_function(format!("page_{limit}_of_{n}"), |b| {
-        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&everything), page(limit))))
+        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&everything), page(limit)).unwrap()))
     });
 
-    let sel = reader.list(&reader.snapshot(), &app3, page(limit));
+    let sel = reader.list(&reader.snapshot(), &app3, page(limit)).unwrap();
     assert_eq!(sel.items, limit);
     g.throughput(Throughput::Bytes(sel.len as u64));
     g.bench_function(format!("page_{limit}_of_{n}_label_app_eq"), |b| {
-        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&app3), page(limit))))
+        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&app3), page(limit)).unwrap()))
     });
     g.finish();
 }

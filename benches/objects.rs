@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use kube_watchcache::resource::{type_prefix, Event, EventType, Object, Rv};
+use kube_watchcache::resource::{typing, Event, EventType, Object, Rv};
 use kube_watchcache::selector::{FieldSelector, LabelSelector};
 use support::PodSpec;
 
@@ -20,7 +20,7 @@ fn spec(i: usize) -> PodSpec {
 
 fn header_parse(c: &mut Criterion) {
     let kind = support::pods();
-    let prefix = type_prefix(&kind);
+    let prefix = typing(&kind);
     let bytes = support::pod_json(&spec(42));
     let mut g = c.benchmark_group("header_parse");
     g.throughput(Throughput::Bytes(bytes.len() as u64));

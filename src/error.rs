@@ -118,6 +118,10 @@ pub enum Error {
     /// but the requested object is a list (*core.ConfigMapList)`), without `details`.
     #[error("{0}")]
     TransformNotAcceptable(String),
+    /// An object asked for in protobuf has no exact protobuf encoding: never sent to a client,
+    /// the request goes upstream instead (`server::serve`).
+    #[error("no exact protobuf encoding")]
+    NoExactEncoding,
 }
 
 /// `configmaps` or `widgets.example.com`.
@@ -276,7 +280,7 @@ impl Error {
             Error::Internal(_) => (500, "InternalError", None, None),
             Error::ServiceUnavailable(_) => (503, "ServiceUnavailable", None, None),
             Error::NotAcceptable(_) => (406, "NotAcceptable", Some(Details::default()), None),
-            Error::MediaTypesNotAccepted(_) | Error::TransformNotAcceptable(_) => {
+            Error::MediaTypesNotAccepted(_) | Error::TransformNotAcceptable(_) | Error::NoExactEncoding => {
                 (406, "NotAcceptable", None, None)
             }
         };

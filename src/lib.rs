@@ -15,6 +15,7 @@
 //! | --- | --- |
 //! | [`resource`] | plain types: `ResourceKind`, `ObjectKey`, `Rv`, `Object`, `Event` |
 //! | [`metadata_only`] | the `PartialObjectMetadata` encodings (metadata-only reads) of cached bytes |
+//! | [`proto`] | protobuf answers: the Kubernetes schema, JSON → protobuf transcoding, envelopes |
 //! | [`error`] | the error enum and the one function that renders apiserver `Status` JSON |
 //! | [`params`] | ListOptions query parsing, defaulting, validation, continue tokens |
 //! | [`selector`] | label and field selectors: parsing (apiserver texts) and matching |
@@ -42,6 +43,7 @@ pub mod error;
 pub mod metadata_only;
 pub mod metrics;
 pub mod params;
+pub mod proto;
 pub mod reflector;
 pub mod resource;
 pub mod rlimit;

@@ -19,19 +19,28 @@ use serde_json::value::RawValue;
 /// How a cached read encodes its objects for the client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Repr {
-    /// The objects as received (the resource's own kind).
+    /// The objects as received (the resource's own kind), in JSON.
     #[default]
     Full,
     /// `meta.k8s.io/v1` PartialObjectMetadata in JSON.
     Metadata,
+    /// The objects in protobuf (built-in kinds), as the apiserver encodes them (`proto`).
+    FullProto,
+    /// PartialObjectMetadata in protobuf.
+    MetadataProto,
 }
 
 impl Repr {
-    /// Index for per-representation arrays (`[Full, Metadata]`).
+    /// Every representation, in `index` order.
+    pub const ALL: [Repr; 4] = [Repr::Full, Repr::Metadata, Repr::FullProto, Repr::MetadataProto];
+
+    /// Index for per-representation arrays (`[Full, Metadata, FullProto, MetadataProto]`).
     pub fn index(self) -> usize {
         match self {
             Repr::Full => 0,
             Repr::Metadata => 1,
+            Repr::FullProto => 2,
+            Repr::MetadataProto => 3,
         }
     }
 
@@ -40,6 +49,28 @@ impl Repr {
         match self {
             Repr::Full => "full",
             Repr::Metadata => "metadata",
+            Repr::FullProto => "full_protobuf",
+            Repr::MetadataProto => "metadata_protobuf",
+        }
+    }
+
+    /// Protobuf rather than JSON.
+    pub fn is_proto(self) -> bool {
+        matches!(self, Repr::FullProto | Repr::MetadataProto)
+    }
+
+    /// PartialObjectMetadata rather than the object.
+    pub fn is_metadata(self) -> bool {
+        matches!(self, Repr::Metadata | Repr::MetadataProto)
+    }
+
+    /// The same shape in the other encoding.
+    pub fn with_proto(self, proto: bool) -> Repr {
+        match (self.is_metadata(), proto) {
+            (false, false) => Repr::Full,
+            (true, false) => Repr::Metadata,
+            (false, true) => Repr::FullProto,
+            (true, true) => Repr::MetadataProto,
         }
     }
 }

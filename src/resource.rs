@@ -13,6 +13,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 
 use crate::metadata_only::{self, Repr};
+use crate::proto::{self, ProtoType};
 
 /// A resourceVersion issued by the upstream (an etcd revision). The proxy never invents one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -252,6 +253,13 @@ pub struct Object {
     /// The object as PartialObjectMetadata, made at the first metadata-only read of this
     /// version and shared by every later one (`metadata_only::object`).
     meta: OnceLock<Bytes>,
+    /// How the resource encodes in protobuf (shared by all its objects).
+    proto_type: Arc<ProtoType>,
+    /// The object's protobuf message (no envelope), made at the first protobuf read of this
+    /// version; `None` if it cannot be encoded exactly.
+    proto: OnceLock<Option<Bytes>>,
+    /// The same for its PartialObjectMetadata.
+    proto_meta: OnceLock<Option<Bytes>>,
 }
 
 /// Why an object could not be taken from upstream bytes.
@@ -411,7 +419,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
 impl Object {
     /// Takes an object from upstream JSON bytes (a list item, a watch event's object or a
     /// GET body). Only `metadata` and the selectable fields are parsed.
-    pub fn parse(kind: &ResourceKind, type_prefix: &Bytes, bytes: Bytes) -> Result<Object, ParseError> {
+    pub fn parse(kind: &ResourceKind, typing: &Typing, bytes: Bytes) -> Result<Object, ParseError> {
         let raw: RawObject = serde_json::from_slice(&bytes)?;
         let name = raw.metadata.name.as_deref().filter(|n| !n.is_empty()).ok_or(ParseError::NoName)?;
         let namespace = raw.metadata.namespace.as_deref().unwrap_or("");
@@ -459,8 +467,11 @@ impl Object {
         Ok(Object {
             header,
             body,
-            type_prefix: if kind.builtin { type_prefix.clone() } else { Bytes::new() },
+            type_prefix: if kind.builtin { typing.prefix.clone() } else { Bytes::new() },
             meta: OnceLock::new(),
+            proto_type: typing.proto.clone(),
+            proto: OnceLock::new(),
+            proto_meta: OnceLock::new(),
         })
     }
 
@@ -479,21 +490,50 @@ impl Object {
             .clone()
     }
 
-    /// Chunks of the object with `kind`/`apiVersion` in the representation asked for (GET
-    /// answers, watch events, metadata-only list items).
-    pub fn chunks_as(&self, repr: Repr) -> [Bytes; 2] {
-        match repr {
-            Repr::Full => self.typed_chunks(),
-            Repr::Metadata => [self.metadata_bytes(), Bytes::new()],
+    /// How the resource encodes in protobuf.
+    pub fn proto_type(&self) -> &ProtoType {
+        &self.proto_type
+    }
+
+    /// The object's protobuf message without envelope, whole or metadata only (made once per
+    /// version); `None` if it cannot be encoded exactly (the read goes upstream).
+    pub fn proto_message(&self, metadata: bool) -> Option<Bytes> {
+        if metadata {
+            self.proto_meta.get_or_init(|| self.proto_type.encode_metadata(&self.metadata_bytes())).clone()
+        } else {
+            self.proto.get_or_init(|| self.proto_type.encode(&self.typed_bytes())).clone()
         }
     }
 
-    /// Chunks of the object as a list item in the representation asked for.
-    pub fn item_chunks_as(&self, repr: Repr) -> [Bytes; 2] {
-        match repr {
+    /// Chunks of the object with `kind`/`apiVersion` in the representation asked for (GET
+    /// answers, watch events, metadata-only list items); in protobuf, the enveloped object
+    /// (`k8s\0` + Unknown). `None`: no exact protobuf for it.
+    pub fn chunks_as(&self, repr: Repr) -> Option<[Bytes; 3]> {
+        Some(match repr {
+            Repr::Full => {
+                let [a, b] = self.typed_chunks();
+                [a, b, Bytes::new()]
+            }
+            Repr::Metadata => [self.metadata_bytes(), Bytes::new(), Bytes::new()],
+            Repr::FullProto | Repr::MetadataProto => {
+                let msg = self.proto_message(repr.is_metadata())?;
+                let head = proto::envelope::head(self.proto_type.type_meta(repr.is_metadata()), msg.len());
+                [Bytes::from(head), msg, Bytes::from_static(proto::envelope::UNKNOWN_TAIL)]
+            }
+        })
+    }
+
+    /// Chunks of the object as a list item in the representation asked for; in protobuf, the
+    /// `items` key and length, then the message. `None`: no exact protobuf for it.
+    pub fn item_chunks_as(&self, repr: Repr) -> Option<[Bytes; 2]> {
+        Some(match repr {
             Repr::Full => self.item_chunks(),
             Repr::Metadata => [self.metadata_bytes(), Bytes::new()],
-        }
+            Repr::FullProto | Repr::MetadataProto => {
+                let msg = self.proto_message(repr.is_metadata())?;
+                [proto::envelope::item_prefix(msg.len()), msg]
+            }
+        })
     }
 
     /// Chunks of the object as a built-in list item (no kind/apiVersion) or as a CR list item.
@@ -538,6 +578,8 @@ impl Object {
             return out;
         }
         out.meta = OnceLock::new();
+        out.proto = OnceLock::new();
+        out.proto_meta = OnceLock::new();
         let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
         if let Some(pos) = find(&self.body, needle.as_bytes()) {
             let mut b = BytesMut::with_capacity(self.body.len() + 8);
@@ -555,21 +597,40 @@ impl Object {
         self.item_len_as(Repr::Full)
     }
 
-    /// Length of the object as a list item in the representation asked for.
+    /// Length of the object as a list item in the representation asked for (0 if it has no
+    /// exact protobuf).
     pub fn item_len_as(&self, repr: Repr) -> usize {
-        let [a, b] = self.item_chunks_as(repr);
-        a.len() + b.len()
+        self.item_chunks_as(repr).map_or(0, |[a, b]| a.len() + b.len())
     }
 }
 
-/// `{"kind":"Pod","apiVersion":"v1",` for a built-in kind: the bytes that precede the other
-/// members of a typed object as the apiserver encodes it.
-pub fn type_prefix(kind: &ResourceKind) -> Bytes {
-    Bytes::from(format!(
-        "{{\"kind\":{},\"apiVersion\":{},",
-        serde_json::Value::String(kind.kind.clone()),
-        serde_json::Value::String(kind.api_version())
-    ))
+/// How the objects of one resource are typed when encoded: in JSON, the prefix of a typed
+/// object; in protobuf, the kind's message and envelope. Made once per resource, shared by its
+/// objects.
+#[derive(Clone, Debug)]
+pub struct Typing {
+    /// `{"kind":"Pod","apiVersion":"v1",` for a built-in kind: the bytes that precede the
+    /// other members of a typed object as the apiserver encodes it.
+    pub prefix: Bytes,
+    pub proto: Arc<ProtoType>,
+}
+
+/// The [`Typing`] of a resource kind.
+pub fn typing(kind: &ResourceKind) -> Typing {
+    Typing {
+        prefix: Bytes::from(format!(
+            "{{\"kind\":{},\"apiVersion\":{},",
+            serde_json::Value::String(kind.kind.clone()),
+            serde_json::Value::String(kind.api_version())
+        )),
+        proto: Arc::new(ProtoType::new(
+            &kind.group,
+            &kind.version,
+            &kind.kind,
+            kind.builtin,
+            kind.group_resource(),
+        )),
+    }
 }
 
 /// Returns the bytes of a JSON object that has top-level `kind`/`apiVersion` after those
@@ -699,6 +760,17 @@ impl EventType {
     }
 }
 
+/// Frames one watch event of `object` in the representation asked for (JSON line or protobuf
+/// frame); `None` if it has no exact protobuf encoding.
+pub fn frame_object(t: EventType, object: &Object, repr: Repr) -> Option<Bytes> {
+    let chunks = object.chunks_as(repr)?;
+    Some(if repr.is_proto() {
+        proto::envelope::watch_event(t.as_str(), &[&chunks[0], &chunks[1], &chunks[2]])
+    } else {
+        frame_event(t, &chunks)
+    })
+}
+
 /// Frames one watch event line: `{"type":"T","object":<obj>}\n`.
 pub fn frame_event(t: EventType, object: &[Bytes]) -> Bytes {
     let len: usize = object.iter().map(Bytes::len).sum();
@@ -727,21 +799,29 @@ pub struct Event {
     pub frame: Bytes,
     /// The same, metadata only: framed at the first metadata-only watcher, once for all.
     meta_frame: OnceLock<Bytes>,
+    /// The same in protobuf, whole and metadata only (`None`: no exact protobuf).
+    proto_frames: [OnceLock<Option<Bytes>>; 2],
 }
 
 impl Event {
     pub fn new(kind: EventType, rv: Rv, object: Arc<Object>, prev: Option<Arc<Object>>) -> Event {
         let frame = frame_event(kind, &object.typed_chunks());
-        Event { kind, rv, object, prev, frame, meta_frame: OnceLock::new() }
+        Event { kind, rv, object, prev, frame, meta_frame: OnceLock::new(), proto_frames: Default::default() }
     }
 
-    /// The event's frame in the representation a watcher asked for.
-    pub fn frame_as(&self, repr: Repr) -> Bytes {
+    /// The event's frame in the representation a watcher asked for; `None` if it has no exact
+    /// protobuf encoding.
+    pub fn frame_as(&self, repr: Repr) -> Option<Bytes> {
         match repr {
-            Repr::Full => self.frame.clone(),
-            Repr::Metadata => {
-                self.meta_frame.get_or_init(|| frame_event(self.kind, &self.object.chunks_as(repr))).clone()
-            }
+            Repr::Full => Some(self.frame.clone()),
+            Repr::Metadata => Some(
+                self.meta_frame
+                    .get_or_init(|| frame_event(self.kind, &[self.object.metadata_bytes()]))
+                    .clone(),
+            ),
+            Repr::FullProto | Repr::MetadataProto => self.proto_frames[usize::from(repr.is_metadata())]
+                .get_or_init(|| frame_object(self.kind, &self.object, repr))
+                .clone(),
         }
     }
 }
@@ -774,7 +854,7 @@ mod tests {
     #[test]
     fn parse_strips_type_meta_and_reads_fields() {
         let k = pods();
-        let p = type_prefix(&k);
+        let p = typing(&k);
         let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","namespace":"ns","resourceVersion":"12","labels":{"app":"a"}},"spec":{"nodeName":"n1","hostNetwork":true,"containers":[{"name":"c"}]},"status":{"phase":"Pending"}}"#;
         let o = Object::parse(&k, &p, Bytes::from_static(raw)).unwrap();
         assert_eq!(o.header.key.as_str(), "ns/p1");
@@ -794,7 +874,7 @@ mod tests {
     #[test]
     fn list_item_without_type_meta_gains_it_for_watch() {
         let k = pods();
-        let p = type_prefix(&k);
+        let p = typing(&k);
         let raw = br#"{"metadata":{"name":"p1","namespace":"ns","resourceVersion":"3"}}"#;
         let o = Object::parse(&k, &p, Bytes::from_static(raw)).unwrap();
         assert_eq!(o.item_chunks().concat(), raw.to_vec());
@@ -808,7 +888,7 @@ mod tests {
     fn custom_resources_are_kept_whole() {
         let k = ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false);
         let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"ns","resourceVersion":"9"}}"#;
-        let o = Object::parse(&k, &type_prefix(&k), Bytes::from_static(raw)).unwrap();
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
         assert_eq!(o.item_chunks().concat(), raw.to_vec());
         assert_eq!(o.typed_bytes().as_ref(), &raw[..]);
     }
@@ -817,7 +897,7 @@ mod tests {
     fn type_meta_out_of_front_is_reencoded() {
         let k = pods();
         let raw = br#"{"metadata":{"name":"p1","resourceVersion":"3"},"kind":"Pod","apiVersion":"v1"}"#;
-        let o = Object::parse(&k, &type_prefix(&k), Bytes::from_static(raw)).unwrap();
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&o.item_chunks().concat()).unwrap();
         assert!(v.get("kind").is_none());
         let v: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap();
@@ -828,7 +908,7 @@ mod tests {
     fn with_rv_rewrites_metadata_resource_version() {
         let k = pods();
         let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","resourceVersion":"3"}}"#;
-        let o = Object::parse(&k, &type_prefix(&k), Bytes::from_static(raw)).unwrap();
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
         let d = o.with_rv(Rv(17));
         assert_eq!(d.header.rv, Rv(17));
         let v: serde_json::Value = serde_json::from_slice(&d.typed_bytes()).unwrap();
@@ -844,7 +924,7 @@ mod tests {
     #[test]
     fn rejects_objects_without_name() {
         let k = pods();
-        assert!(Object::parse(&k, &type_prefix(&k), Bytes::from_static(br#"{"metadata":{}}"#)).is_err());
-        assert!(Object::parse(&k, &type_prefix(&k), Bytes::from_static(b"not json")).is_err());
+        assert!(Object::parse(&k, &typing(&k), Bytes::from_static(br#"{"metadata":{}}"#)).is_err());
+        assert!(Object::parse(&k, &typing(&k), Bytes::from_static(b"not json")).is_err());
     }
 }

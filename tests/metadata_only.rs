@@ -87,11 +87,11 @@ fn lists_of_every_builtin_kind_equal_the_apiservers_bytes() {
             let meta = serde_json::from_str::<RawList>(recorded).unwrap().metadata.get().to_owned();
             recorded.replacen(&meta, &format!(r#"{{"resourceVersion":"{rv}"}}"#), 1)
         };
-        let got = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), page()).to_vec();
+        let got = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), page()).unwrap().to_vec();
         let want = expected(body(&entry["metadata"]));
         assert_eq!(String::from_utf8(got).unwrap(), want, "{name}: metadata-only LIST");
         // The full list too: the cache's JSON is the apiserver's.
-        let got = r.list(&snap, &Filter::default(), page()).to_vec();
+        let got = r.list(&snap, &Filter::default(), page()).unwrap().to_vec();
         assert_eq!(String::from_utf8(got).unwrap(), expected(full), "{name}: full LIST");
     }
 }
@@ -132,9 +132,9 @@ fn an_empty_metadata_list_has_null_items_as_the_apiserver_encodes_it() {
     let rv = Rv(rv["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap());
     w.replace(Vec::new(), rv);
     let snap = r.snapshot();
-    let got = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), None).to_vec();
+    let got = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), None).unwrap().to_vec();
     assert_eq!(String::from_utf8(got).unwrap(), body(&e["metadata"]));
-    let got = r.list(&snap, &Filter::default(), None).to_vec();
+    let got = r.list(&snap, &Filter::default(), None).unwrap().to_vec();
     assert_eq!(String::from_utf8(got).unwrap(), body(&e["full"]), "full lists keep []");
 }
 
@@ -395,7 +395,7 @@ async fn custom_resources_metadata_equals_the_apiservers_bytes() {
     let recorded = body(&rec["lists"]["metadata"]);
     let meta = serde_json::from_str::<RawList>(recorded).unwrap().metadata.get().to_owned();
     let want = recorded.replacen(&meta, &format!(r#"{{"resourceVersion":"{rv}"}}"#), 1);
-    let got = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), None).to_vec();
+    let got = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), None).unwrap().to_vec();
     assert_eq!(String::from_utf8(got).unwrap(), want, "metadata-only LIST of a custom resource");
 
     // GET

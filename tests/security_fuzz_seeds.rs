@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kube_watchcache::params::ContinueToken;
-use kube_watchcache::resource::{type_prefix, Object, ResourceKind};
+use kube_watchcache::resource::{typing, Object, ResourceKind};
 use kube_watchcache::selector::{FieldSelector, LabelSelector};
 use kube_watchcache::server::auth::x509;
 use kube_watchcache::server::classify::{classify, parse_path};
@@ -105,7 +105,7 @@ fn objects_never_panic() {
     let kinds = kinds();
     for input in inputs("object") {
         for k in &kinds {
-            let _ = Object::parse(k, &type_prefix(k), Bytes::from(input.clone()));
+            let _ = Object::parse(k, &typing(k), Bytes::from(input.clone()));
         }
     }
 }

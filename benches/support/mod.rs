@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::Criterion;
 use kube_watchcache::cache::{self, CacheOptions, Reader, Watch, Writer};
-use kube_watchcache::resource::{type_prefix, EventType, Object, ResourceKind, Rv};
+use kube_watchcache::resource::{typing, EventType, Object, ResourceKind, Rv};
 
 /// The core `pods` resource.
 pub fn pods() -> ResourceKind {
@@ -128,7 +128,7 @@ pub fn pod_json(p: &PodSpec) -> Bytes {
 /// Parses a pod as the reflector would.
 pub fn pod(p: &PodSpec) -> Object {
     let kind = pods();
-    match Object::parse(&kind, &type_prefix(&kind), pod_json(p)) {
+    match Object::parse(&kind, &typing(&kind), pod_json(p)) {
         Ok(o) => o,
         Err(e) => panic!("bench pod does not parse: {e}"),
     }

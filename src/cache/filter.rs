@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 
 use crate::metadata_only::Repr;
-use crate::resource::{frame_event, Event, EventType, Object};
+use crate::resource::{frame_object, Event, EventType, Object};
 use crate::selector::{FieldSelector, LabelSelector};
 
 /// What a request selects.
@@ -66,11 +66,13 @@ impl Filter {
         self.namespace.is_none() && self.name.is_none() && self.labels.is_empty() && self.fields.is_empty()
     }
 
-    /// The frame this watcher receives for `ev`, or `None` if the event does not concern it.
-    pub fn frame_for(&self, ev: &Event, lazy: &LazyFrames) -> Option<Bytes> {
+    /// The frame this watcher receives for `ev`, `None` if the event does not concern it, or
+    /// [`NoExactEncoding`] if it is asked for in protobuf and has no exact encoding.
+    pub fn frame_for(&self, ev: &Event, lazy: &LazyFrames) -> Result<Option<Bytes>, NoExactEncoding> {
         let repr = self.repr;
+        let framed = |f: Option<Bytes>| f.map(Some).ok_or(NoExactEncoding);
         if self.is_everything() {
-            return Some(ev.frame_as(repr));
+            return framed(ev.frame_as(repr));
         }
         let cur = ev.kind != EventType::Deleted && self.matches(&ev.object);
         let prev = match ev.kind {
@@ -78,36 +80,38 @@ impl Filter {
             _ => ev.prev.as_deref().is_some_and(|p| self.matches(p)),
         };
         match (cur, prev, ev.kind) {
-            (true, true, _) | (true, false, EventType::Added) => Some(ev.frame_as(repr)),
-            (true, false, _) => Some(lazy.added(ev, repr)),
-            (false, true, EventType::Deleted) => Some(ev.frame_as(repr)),
-            (false, true, _) => Some(lazy.deleted(ev, repr)),
-            (false, false, _) => None,
+            (true, true, _) | (true, false, EventType::Added) => framed(ev.frame_as(repr)),
+            (true, false, _) => framed(lazy.added(ev, repr)),
+            (false, true, EventType::Deleted) => framed(ev.frame_as(repr)),
+            (false, true, _) => framed(lazy.deleted(ev, repr)),
+            (false, false, _) => Ok(None),
         }
     }
 }
+
+/// An event a protobuf watcher asked for has no exact protobuf encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoExactEncoding;
 
 /// Transition frames of one event, framed once (per representation) for all the watchers
 /// that need them.
 #[derive(Debug, Default)]
 pub struct LazyFrames {
-    added: [OnceLock<Bytes>; 2],
-    deleted: [OnceLock<Bytes>; 2],
+    added: [OnceLock<Option<Bytes>>; 4],
+    deleted: [OnceLock<Option<Bytes>>; 4],
 }
 
 impl LazyFrames {
-    fn added(&self, ev: &Event, repr: Repr) -> Bytes {
-        self.added[repr.index()]
-            .get_or_init(|| frame_event(EventType::Added, &ev.object.chunks_as(repr)))
-            .clone()
+    fn added(&self, ev: &Event, repr: Repr) -> Option<Bytes> {
+        self.added[repr.index()].get_or_init(|| frame_object(EventType::Added, &ev.object, repr)).clone()
     }
 
     /// DELETED carrying the previous object with `metadata.resourceVersion` = the event's RV.
-    fn deleted(&self, ev: &Event, repr: Repr) -> Bytes {
+    fn deleted(&self, ev: &Event, repr: Repr) -> Option<Bytes> {
         self.deleted[repr.index()]
             .get_or_init(|| {
                 let prev = ev.prev.as_deref().unwrap_or(&ev.object);
-                frame_event(EventType::Deleted, &prev.with_rv(ev.rv).chunks_as(repr))
+                frame_object(EventType::Deleted, &prev.with_rv(ev.rv), repr)
             })
             .clone()
     }

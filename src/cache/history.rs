@@ -160,14 +160,14 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resource::{type_prefix, EventType, Object, ResourceKind};
+    use crate::resource::{typing, EventType, Object, ResourceKind};
     use bytes::Bytes;
     use proptest::prelude::*;
 
     fn event(rv: u64) -> Arc<Event> {
         let k = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
         let json = format!(r#"{{"metadata":{{"name":"c{rv}","namespace":"ns","resourceVersion":"{rv}"}}}}"#);
-        let o = Arc::new(Object::parse(&k, &type_prefix(&k), Bytes::from(json)).unwrap());
+        let o = Arc::new(Object::parse(&k, &typing(&k), Bytes::from(json)).unwrap());
         Arc::new(Event::new(EventType::Added, Rv(rv), o, None))
     }
 

@@ -16,6 +16,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use super::{Filter, Snapshot};
 use crate::metadata_only::{self, Repr};
 use crate::params::ContinueToken;
+use crate::proto::{self, envelope};
 use crate::resource::{Object, ObjectKey, ResourceKind, Rv};
 
 /// Pagination of one LIST request.
@@ -100,11 +101,12 @@ impl Iterator for ListChunks {
             buf.put_slice(&h);
         }
         for obj in self.objects.by_ref() {
-            if !self.first {
+            if !self.first && !self.repr.is_proto() {
                 buf.put_u8(b',');
             }
             self.first = false;
-            let [a, b] = obj.item_chunks_as(self.repr);
+            // Made (and checked) by `render`: always there.
+            let Some([a, b]) = obj.item_chunks_as(self.repr) else { continue };
             if b.len() >= CHUNK / 2 {
                 // A big object goes out as it is stored, without a copy.
                 buf.put_slice(&a);
@@ -124,7 +126,9 @@ impl Iterator for ListChunks {
     }
 }
 
-pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> ListBody {
+/// The LIST body of `snap` for `filter` and `page`; `None` when the representation is protobuf
+/// and an item has no exact protobuf encoding (the request then goes upstream).
+pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> Option<ListBody> {
     // The key prefix of the request: `ns/` for a namespaced request, nothing cluster-wide.
     let prefix = match (&filter.namespace, kind.namespaced) {
         (Some(ns), true) => format!("{ns}/"),
@@ -191,13 +195,53 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
             envelope_tail(kind, rv, continue_token.as_deref(), remaining),
         ),
         Repr::Metadata => metadata_envelope(rv, continue_token.as_deref(), remaining, items.is_empty()),
+        Repr::FullProto | Repr::MetadataProto => {
+            let mut items_len = 0;
+            for o in &items {
+                let [a, b] = o.item_chunks_as(repr)?;
+                items_len += a.len() + b.len();
+            }
+            proto_envelope(kind, repr, rv, continue_token.as_deref(), remaining, items_len)
+        }
     };
     let (head, tail) = (Bytes::from(head), Bytes::from(tail));
-    let len = head.len()
-        + tail.len()
-        + items.iter().map(|o| o.item_len_as(repr)).sum::<usize>()
-        + items.len().saturating_sub(1);
-    ListBody { head, items: items.len(), fetched, objects: items, tail, repr, len, continue_token, remaining }
+    let separators = if repr.is_proto() { 0 } else { items.len().saturating_sub(1) };
+    let len = head.len() + tail.len() + items.iter().map(|o| o.item_len_as(repr)).sum::<usize>() + separators;
+    Some(ListBody {
+        head,
+        items: items.len(),
+        fetched,
+        objects: items,
+        tail,
+        repr,
+        len,
+        continue_token,
+        remaining,
+    })
+}
+
+/// A protobuf list's envelope: `k8s\0`, Unknown{TypeMeta of the list kind (or
+/// PartialObjectMetadataList), raw: the list message}, whose ListMeta (field 1) precedes the
+/// items (field 2, `items_len` bytes with their keys).
+fn proto_envelope(
+    kind: &ResourceKind,
+    repr: Repr,
+    rv: Rv,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    items_len: usize,
+) -> (Vec<u8>, Vec<u8>) {
+    let list_meta = envelope::list_meta(&rv.to_string(), cont, remaining);
+    let mut meta_field = Vec::with_capacity(list_meta.len() + 4);
+    proto::wire::len_field(&mut meta_field, 1, &list_meta);
+    let type_meta = if repr.is_metadata() {
+        proto::metadata_list_type_meta().to_vec()
+    } else {
+        envelope::type_meta(&kind.api_version(), &kind.list_kind())
+    };
+    let mut head = envelope::head(&type_meta, meta_field.len() + items_len);
+    head.extend_from_slice(&meta_field);
+    (head, envelope::UNKNOWN_TAIL.to_vec())
 }
 
 /// A PartialObjectMetadataList's envelope (the same for every kind): typed ListMeta, and

@@ -31,7 +31,7 @@ pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
 use crate::metadata_only::Repr;
-use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, ResourceKind, Rv};
+use crate::resource::{typing, Event, EventType, Object, ObjectKey, ResourceKind, Rv, Typing};
 use budget::TimeBudget;
 use filter::{Dispatched, LazyFrames};
 use watchers::{Difference, Watchers};
@@ -84,7 +84,7 @@ struct State {
 
 struct Shared {
     kind: ResourceKind,
-    type_prefix: Bytes,
+    typing: Typing,
     opts: CacheOptions,
     state: Mutex<State>,
     progress: progress::Sender<Progress>,
@@ -103,7 +103,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
     let (tx, _rx) =
         progress::channel(Progress { rv: Rv(0), ready: false, since: Instant::now(), last_error: None });
     let shared = Arc::new(Shared {
-        type_prefix: type_prefix(&kind),
+        typing: typing(&kind),
         kind,
         state: Mutex::new(State {
             store: Store::new(),
@@ -148,7 +148,7 @@ impl Writer {
 
     /// Parses an upstream object of this resource.
     pub fn parse(&self, bytes: Bytes) -> Result<Object, crate::resource::ParseError> {
-        Object::parse(&self.shared.kind, &self.shared.type_prefix, bytes)
+        Object::parse(&self.shared.kind, &self.shared.typing, bytes)
     }
 
     /// Installs a complete upstream list at `list_rv` (the first sync and every relist); the
@@ -168,8 +168,9 @@ impl Writer {
             let events = diff(&st.store, &next);
             let live = st.watchers.len();
             let cache_rv = st.rv;
-            let bookmarks = [Repr::Full, Repr::Metadata]
-                .map(|repr| watch::bookmark_frame(&self.shared.kind, list_rv, false, repr));
+            let bookmarks = Repr::ALL.map(|repr| {
+                watch::bookmark_frame(&self.shared.kind, &self.shared.typing.proto, list_rv, false, repr)
+            });
             let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv, &bookmarks);
             tracing::info!(
                 resource = %self.shared.kind.group_resource(),
@@ -351,7 +352,7 @@ impl Reader {
 
     /// Parses an upstream object of this resource (as the writer does).
     pub fn parse(&self, bytes: Bytes) -> Result<Object, crate::resource::ParseError> {
-        Object::parse(&self.shared.kind, &self.shared.type_prefix, bytes)
+        Object::parse(&self.shared.kind, &self.shared.typing, bytes)
     }
 
     /// Number of objects currently cached.
@@ -454,8 +455,14 @@ impl Reader {
         watch::start(self, req)
     }
 
-    /// Renders a LIST body from a snapshot.
-    pub fn list(&self, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> ListBody {
+    /// How the resource's objects encode in protobuf (and whether they all could).
+    pub fn proto_type(&self) -> &crate::proto::ProtoType {
+        &self.shared.typing.proto
+    }
+
+    /// Renders a LIST body from a snapshot; `None` when it is asked for in protobuf and an item
+    /// has no exact protobuf encoding (the request then goes upstream).
+    pub fn list(&self, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> Option<ListBody> {
         list::render(&self.shared.kind, snap, filter, page)
     }
 }

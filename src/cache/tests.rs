@@ -55,7 +55,7 @@ async fn take(w: &mut Watch, n: usize) -> Vec<(String, String, String)> {
 async fn lists_in_key_order_without_type_meta() {
     let (_w, r) = setup();
     let snap = r.snapshot();
-    let body = r.list(&snap, &Filter::default(), None);
+    let body = r.list(&snap, &Filter::default(), None).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["kind"], "ConfigMapList");
     assert_eq!(v["metadata"]["resourceVersion"], "10");
@@ -70,15 +70,16 @@ async fn pages_carry_tokens_and_remaining_counts() {
     let (_w, r) = setup();
     let snap = r.snapshot();
     let page = Page { limit: 2, start: None, token_rv: 10 };
-    let body = r.list(&snap, &Filter::default(), Some(page));
+    let body = r.list(&snap, &Filter::default(), Some(page)).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 2);
     assert_eq!(v["metadata"]["remainingItemCount"], 1);
     let tok = crate::params::ContinueToken::decode(v["metadata"]["continue"].as_str().unwrap()).unwrap();
     assert_eq!(tok.rv, 10);
     assert_eq!(tok.start, "a/x\u{0}");
-    let body =
-        r.list(&snap, &Filter::default(), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
+    let body = r
+        .list(&snap, &Filter::default(), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }))
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"][0]["metadata"]["name"], "z");
     assert!(v["metadata"].get("continue").is_none());
@@ -89,7 +90,7 @@ async fn pages_carry_tokens_and_remaining_counts() {
 async fn namespace_scope_uses_relative_keys() {
     let (_w, r) = setup();
     let f = Filter::new(Some("a".into()), None, LabelSelector::default(), FieldSelector::default());
-    let body = r.list(&r.snapshot(), &f, None);
+    let body = r.list(&r.snapshot(), &f, None).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 1, "a-b/y is not in namespace a");
     assert_eq!(v["items"][0]["metadata"]["name"], "x");
@@ -335,18 +336,19 @@ async fn a_selective_page_has_a_continue_token_whenever_items_remain() {
     let snap = r.snapshot();
     // Key order: a-b/y (app=a), a/x (app=a), b/z (app=b). Two app=a items, limit 2: z remains,
     // not selected, yet the page carries a token (the next page is empty), and no count.
-    let body = r.list(&snap, &label("a"), Some(Page { limit: 2, start: None, token_rv: 10 }));
+    let body = r.list(&snap, &label("a"), Some(Page { limit: 2, start: None, token_rv: 10 })).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 2);
     assert!(v["metadata"].get("remainingItemCount").is_none());
     let tok = crate::params::ContinueToken::decode(v["metadata"]["continue"].as_str().unwrap()).unwrap();
     assert_eq!(tok.start, "a/x\u{0}");
-    let body = r.list(&snap, &label("a"), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 }));
+    let body =
+        r.list(&snap, &label("a"), Some(Page { limit: 2, start: Some(tok.start), token_rv: 10 })).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 0);
     assert!(v["metadata"].get("continue").is_none());
     // The last item selected at the limit: nothing remains, no token.
-    let body = r.list(&snap, &label("b"), Some(Page { limit: 1, start: None, token_rv: 10 }));
+    let body = r.list(&snap, &label("b"), Some(Page { limit: 1, start: None, token_rv: 10 })).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert!(v["metadata"].get("continue").is_none());
     // `metadata.name=x` in a namespace reads one key: no token though items follow it.
@@ -359,7 +361,7 @@ async fn a_selective_page_has_a_continue_token_whenever_items_remain() {
         LabelSelector::default(),
         FieldSelector::parse("metadata.name=x", &cms()).unwrap(),
     );
-    let body = r.list(&snap, &f, Some(Page { limit: 1, start: None, token_rv: 10 }));
+    let body = r.list(&snap, &f, Some(Page { limit: 1, start: None, token_rv: 10 })).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body.to_vec()).unwrap();
     assert_eq!(v["items"].as_array().unwrap().len(), 1);
     assert!(v["metadata"].get("continue").is_none());
@@ -500,7 +502,7 @@ async fn big_lists_stream_in_bounded_chunks_and_stay_valid_json() {
         items.push(w.parse(Bytes::from(json)).unwrap());
     }
     w.replace(items, Rv(1000));
-    let body = r.list(&r.snapshot(), &Filter::default(), None);
+    let body = r.list(&r.snapshot(), &Filter::default(), None).unwrap();
     let len = body.len;
     let chunks: Vec<Bytes> = body.into_chunks().collect();
     assert!(chunks.len() > 10);

@@ -20,7 +20,8 @@ use super::watchers::{Delivery, WatcherId};
 use super::{Reader, Shared};
 use crate::error::Error;
 use crate::metadata_only::{self, Repr};
-use crate::resource::{frame_event, EventType, Object, ResourceKind, Rv};
+use crate::proto::ProtoType;
+use crate::resource::{frame_event, frame_object, EventType, Object, ResourceKind, Rv};
 
 /// Where a watch starts.
 #[derive(Clone, Debug)]
@@ -111,7 +112,10 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             WatchStart::After(rv) => {
                 let replay = st.history.since(rv)?;
                 for ev in &replay {
-                    if let Some(f) = filter.frame_for(ev, &LazyFrames::default()) {
+                    // A replayed event without an exact protobuf encoding: the apiserver serves it.
+                    if let Some(f) =
+                        filter.frame_for(ev, &LazyFrames::default()).map_err(|_| Error::NoExactEncoding)?
+                    {
                         pending.push_back(f);
                     }
                 }
@@ -149,6 +153,11 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                     end_bookmark = Some(st.rv);
                 }
             }
+        }
+        // In protobuf, every initial object must have its exact encoding (made now, once per
+        // object version), or the apiserver serves the watch.
+        if repr.is_proto() && !initial.iter().all(|o| o.chunks_as(repr).is_some()) {
+            return Err(Error::NoExactEncoding);
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, req.bookmarks, queue);
         drop(st);
@@ -233,15 +242,25 @@ impl Watch {
             }
             if let Some(initial) = self.initial.as_mut() {
                 match initial.next() {
-                    Some(obj) => {
-                        return Poll::Ready(Some(frame_event(EventType::Added, &obj.chunks_as(self.repr))))
-                    }
+                    // Encodings checked at the start: always there.
+                    Some(obj) => match frame_object(EventType::Added, &obj, self.repr) {
+                        Some(f) => return Poll::Ready(Some(f)),
+                        None => {
+                            self.done = true;
+                            return Poll::Ready(None);
+                        }
+                    },
                     None => self.initial = None,
                 }
             }
             if let Some(rv) = self.end_bookmark.take() {
                 self.last_rv = self.last_rv.max(rv);
-                return Poll::Ready(Some(bookmark_frame(&self.shared.kind, rv, true, self.repr)));
+                if let Some(f) =
+                    bookmark_frame(&self.shared.kind, &self.shared.typing.proto, rv, true, self.repr)
+                {
+                    return Poll::Ready(Some(f));
+                }
+                continue;
             }
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(d)) => {
@@ -302,7 +321,11 @@ impl Watch {
         }
         if cache_rv > self.last_rv {
             self.last_rv = cache_rv;
-            self.pending.push_back(bookmark_frame(&self.shared.kind, cache_rv, false, self.repr));
+            if let Some(f) =
+                bookmark_frame(&self.shared.kind, &self.shared.typing.proto, cache_rv, false, self.repr)
+            {
+                self.pending.push_back(f);
+            }
         }
         // After the pre-deadline bookmark there is no other.
         self.next_bookmark = bookmark_time(now, self.shared.opts.bookmark_interval, self.deadline);
@@ -322,9 +345,36 @@ impl Drop for Watch {
 /// `k8s.io/initial-events-end` annotation for the end of a watch-list's initial events), and
 /// the zero-valued non-omitempty members of the built-in Pod type (reference §3.2); metadata
 /// only, the PartialObjectMetadata the apiserver makes of that object.
-pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool, repr: Repr) -> Bytes {
-    if repr == Repr::Metadata {
-        return frame_event(EventType::Bookmark, &[metadata_only::bookmark(&rv.to_string(), end_of_initial)]);
+///
+/// In protobuf, the same objects encoded as the apiserver encodes its (zero-valued) object;
+/// `None` only if the schema cannot encode them.
+pub fn bookmark_frame(
+    kind: &ResourceKind,
+    proto: &ProtoType,
+    rv: Rv,
+    end_of_initial: bool,
+    repr: Repr,
+) -> Option<Bytes> {
+    let object = bookmark_object(kind, rv, end_of_initial, repr.is_metadata());
+    if !repr.is_proto() {
+        return Some(frame_event(EventType::Bookmark, &[object]));
+    }
+    let (msg, type_meta) = if repr.is_metadata() {
+        (proto.encode_metadata(&object)?, proto.type_meta(true))
+    } else {
+        (proto.encode(&object)?, proto.type_meta(false))
+    };
+    let head = crate::proto::envelope::head(type_meta, msg.len());
+    Some(crate::proto::envelope::watch_event(
+        EventType::Bookmark.as_str(),
+        &[&head, &msg, crate::proto::envelope::UNKNOWN_TAIL],
+    ))
+}
+
+/// The JSON object of a BOOKMARK (see [`bookmark_frame`]).
+fn bookmark_object(kind: &ResourceKind, rv: Rv, end_of_initial: bool, metadata: bool) -> Bytes {
+    if metadata {
+        return metadata_only::bookmark(&rv.to_string(), end_of_initial);
     }
     let annotations =
         if end_of_initial { r#","annotations":{"k8s.io/initial-events-end":"true"}"# } else { "" };
@@ -346,7 +396,7 @@ pub fn bookmark_frame(kind: &ResourceKind, rv: Rv, end_of_initial: bool, repr: R
             serde_json::Value::from(kind.kind.as_str())
         )
     };
-    frame_event(EventType::Bookmark, &[Bytes::from(obj)])
+    Bytes::from(obj)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::filter::{Dispatched, Filter};
+use super::filter::{Dispatched, Filter, NoExactEncoding};
 use crate::resource::{Object, Rv};
 
 /// One frame queued to a watcher: the event's RV (for bookmark ordering) and its bytes.
@@ -221,7 +221,7 @@ impl Watchers {
         diff: &[Difference],
         cache_rv: Rv,
         list_rv: Rv,
-        bookmarks: &[Bytes; 2],
+        bookmarks: &[Option<Bytes>; 4],
     ) -> usize {
         // The differences each indexed slot is offered (as `dispatch` would).
         let mut by_slot: HashMap<Slot, Vec<&Difference>> = HashMap::new();
@@ -241,8 +241,9 @@ impl Watchers {
                 e.min_rv >= list_rv
             };
             if stays && e.bookmarks && e.min_rv < list_rv && cache_rv < list_rv {
-                let frame = bookmarks[e.filter.repr.index()].clone();
-                let _ = e.tx.try_send(Delivery { rv: list_rv, frame });
+                if let Some(frame) = bookmarks[e.filter.repr.index()].clone() {
+                    let _ = e.tx.try_send(Delivery { rv: list_rv, frame });
+                }
             }
             stays && !e.tx.is_closed()
         };
@@ -338,8 +339,15 @@ fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut 
         if d.event.rv <= e.min_rv {
             return !e.tx.is_closed();
         }
-        let Some(frame) = e.filter.frame_for(&d.event, &d.lazy) else {
-            return !e.tx.is_closed();
+        let frame = match e.filter.frame_for(&d.event, &d.lazy) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return !e.tx.is_closed(),
+            Err(NoExactEncoding) => {
+                // Its stream ends after what it has; the client resumes from its last RV, and
+                // the resource's protobuf reads go upstream from now on.
+                tracing::info!(rv = %d.event.rv, "ending a protobuf watcher: an event without an exact protobuf encoding");
+                return false;
+            }
         };
         match e.tx.try_send(Delivery { rv: d.event.rv, frame }) {
             Ok(()) => {

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{FieldSelector, LabelSelector};
 use crate::error::Error;
-use crate::resource::{type_prefix, Header, Object, ResourceKind};
+use crate::resource::{typing, Header, Object, ResourceKind};
 
 /// 400s the apiserver gives for requests whose selectors are fine.
 const NOT_SELECTOR_ERRORS: &[&str] = &["fieldSelector metadata.name doesn't match requested name"];
@@ -110,7 +110,7 @@ fn parse(step: &Step) -> Result<(LabelSelector, FieldSelector), Error> {
 
 fn header(kind: &ResourceKind, object: &Value) -> Header {
     let bytes = Bytes::from(serde_json::to_vec(object).unwrap());
-    Object::parse(kind, &type_prefix(kind), bytes).unwrap().header
+    Object::parse(kind, &typing(kind), bytes).unwrap().header
 }
 
 fn is_watch(step: &Step) -> bool {

@@ -36,6 +36,26 @@ pub fn error(e: crate::error::Error) -> http::Response<Body> {
     e.into_response::<Bytes>().map(full)
 }
 
+/// The apiserver `Status` response for an error, in protobuf when the client negotiated it
+/// (as the apiserver's `ErrorNegotiated`); JSON if the Status cannot be encoded.
+pub fn error_as(e: crate::error::Error, proto: bool) -> http::Response<Body> {
+    let resp = e.into_response::<Bytes>();
+    if !proto {
+        return resp.map(full);
+    }
+    let (mut parts, json) = resp.into_parts();
+    match crate::proto::encode_status(&json) {
+        Ok(pb) => {
+            parts.headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(crate::proto::CONTENT_TYPE),
+            );
+            http::Response::from_parts(parts, full(pb))
+        }
+        Err(_) => http::Response::from_parts(parts, full(json)),
+    }
+}
+
 /// A watch stream: the events as they come, flushed as they come. Events that are already
 /// queued when the connection asks for more go out as one frame (one write, full TLS records):
 /// a watcher that fell behind catches up with fewer writes, an idle one pays nothing.

@@ -130,7 +130,7 @@ pub struct CacheRequest {
     pub fields: FieldSelector,
     pub opts: ListOptions,
     pub plan: Plan,
-    /// The objects as received, or metadata only (`accept::negotiate`).
+    /// The objects as received or metadata only, in JSON or protobuf (`accept::negotiate`).
     pub repr: Repr,
 }
 
@@ -390,21 +390,27 @@ pub fn classify(
         // e.g. /api/v1/namespaces/ns/nodes: let the apiserver answer as it does.
         return Route::Forward(ForwardReason::NotCached);
     }
-    let Some(wanted) = accept::negotiate(accept) else {
+    let Some((wanted, proto)) = accept::negotiate(accept, kind.builtin) else {
         return Route::Forward(ForwardReason::Accept);
     };
-    match decide(&rp, kind, query.unwrap_or(""), wanted) {
+    match decide(&rp, kind, query.unwrap_or(""), wanted, proto) {
         Ok(r) => r,
         Err(e) => Route::Reject(e),
     }
 }
 
-fn decide(rp: &ResourcePath, kind: Arc<ResourceKind>, query: &str, wanted: Wanted) -> Result<Route, Error> {
+fn decide(
+    rp: &ResourcePath,
+    kind: Arc<ResourceKind>,
+    query: &str,
+    wanted: Wanted,
+    proto: bool,
+) -> Result<Route, Error> {
     let mut opts = ListOptions::from_query(query)?;
     // `?watch=1` on an object URL is a plain GET; `/watch/` makes anything a watch.
     let is_get = rp.name.is_some() && !rp.watch_prefix;
     let is_list = !is_get && !opts.watch && !rp.watch_prefix;
-    let Some(repr) = accept::repr_for(wanted, is_list) else {
+    let Some(repr) = accept::repr_for(wanted, is_list, proto) else {
         return Ok(Route::Forward(ForwardReason::Accept));
     };
     if is_get {
@@ -497,7 +503,7 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
 
 mod accept;
 
-pub use accept::Wanted;
+pub use accept::{error_in_proto, Wanted};
 
 #[cfg(test)]
 mod tests;

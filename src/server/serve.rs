@@ -15,6 +15,7 @@ use super::classify::{CacheRequest, ForwardReason, Plan};
 use super::consistent::{Initial, Prober};
 use crate::cache::{Filter, Page, Reader, WatchRequest, WatchStart};
 use crate::error::Error;
+use crate::metadata_only::Repr;
 use crate::metrics::{Metrics, ReadWait};
 use crate::resource::{frame_event, EventType, Rv};
 use crate::upstream::{MetadataPage, Selection};
@@ -80,9 +81,13 @@ async fn wait_fresh(src: &Source<'_>, rv: Rv, wait: Duration) -> Result<(), Erro
 
 /// Serves `req`, which arrived at `arrived`, from the cache.
 pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arrived: Instant) -> Served {
+    // Protobuf only while every object of the resource could be encoded exactly.
+    if req.repr.is_proto() && !src.reader.proto_type().serves(req.repr.is_metadata()) {
+        return Served::Forward(ForwardReason::Accept);
+    }
     match serve_inner(req, &src, opts, arrived).await {
         Ok(s) => s,
-        Err(e) => e.into(),
+        Err(e) => Served::Response(body::error_as(e, req.repr.is_proto())),
     }
 }
 
@@ -140,14 +145,16 @@ async fn proven_by_metadata(
         snap.rv = meta.rv;
     }
     let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
-    let body = reader.list(&snap, &filter(req, false), page);
+    let Some(body) = reader.list(&snap, &filter(req, false), page) else {
+        return Ok(Served::Forward(ForwardReason::Accept));
+    };
     // Caught up: fresh by RV alone. Else the cache's page must be exactly the upstream's at R.
     let proven = caught_up || same_page(&body, &meta);
     src.prober.metadata_streak.record(proven);
     if !proven {
         return Ok(Served::Forward(ForwardReason::MostRecent));
     }
-    Ok(respond_list(src, body))
+    Ok(respond_list(src, body, req.repr))
 }
 
 /// Whether a page rendered from the cache holds exactly the objects (same keys, same
@@ -200,11 +207,15 @@ async fn serve_inner(
             let name = req.name.as_deref().unwrap_or("");
             match reader.get(ns, name) {
                 Some(obj) => {
-                    // Ended by a newline, as Go's JSON encoder ends the apiserver's.
-                    let [a, b] = obj.chunks_as(req.repr);
-                    let chunks = vec![a, b, bytes::Bytes::from_static(b"\n")];
+                    let Some([a, b, c]) = obj.chunks_as(req.repr) else {
+                        return Ok(Served::Forward(ForwardReason::Accept));
+                    };
+                    // JSON ends with a newline, as Go's JSON encoder ends the apiserver's.
+                    let end = if req.repr.is_proto() { c } else { bytes::Bytes::from_static(b"\n") };
+                    let chunks = vec![a, b, end];
                     let len: usize = chunks.iter().map(|c| c.len()).sum();
-                    let mut resp = json_response(StatusCode::OK, body::chunks(chunks));
+                    let mut resp =
+                        response(StatusCode::OK, body::chunks(chunks), content_type(req.repr, false));
                     // Known length: lets a large object be gzip'd like the apiserver's (> 128 KiB).
                     resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
                     Ok(Served::Response(resp))
@@ -288,7 +299,7 @@ async fn serve_inner(
         Plan::WatchList { min_rv } => {
             if let Some(rv) = min_rv {
                 if let Err(e) = wait_fresh(src, *rv, opts.freshness_wait).await {
-                    return Ok(error_event_stream(&e));
+                    return Ok(error_event_stream(&e, req.repr));
                 }
             }
             watch(reader, req, opts, WatchStart::InitialEvents)
@@ -317,15 +328,18 @@ fn list(
     snap: crate::cache::Snapshot,
     page: Option<Page>,
 ) -> Result<Served, Error> {
-    let body = src.reader.list(&snap, &filter(req, false), page);
-    Ok(respond_list(src, body))
+    match src.reader.list(&snap, &filter(req, false), page) {
+        Some(body) => Ok(respond_list(src, body, req.repr)),
+        // An item without an exact protobuf encoding: the apiserver answers it.
+        None => Ok(Served::Forward(ForwardReason::Accept)),
+    }
 }
 
 /// The response for a rendered LIST body (counted in the list metrics).
-fn respond_list(src: &Source<'_>, body: crate::cache::ListBody) -> Served {
+fn respond_list(src: &Source<'_>, body: crate::cache::ListBody, repr: Repr) -> Served {
     src.metrics.list_served(&src.reader.kind().group_resource(), body.fetched, body.items);
     let len = body.len;
-    let mut resp = json_response(StatusCode::OK, body::lazy(body.into_chunks()));
+    let mut resp = response(StatusCode::OK, body::lazy(body.into_chunks()), content_type(repr, false));
     resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Served::Response(resp)
 }
@@ -350,20 +364,29 @@ fn watch(
         deadline: Instant::now() + timeout,
     };
     match reader.watch(wr) {
-        Ok(w) => Ok(Served::Response(watch_response(body::watch(w)))),
+        Ok(w) => Ok(Served::Response(response(StatusCode::OK, body::watch(w), content_type(req.repr, true)))),
         // A cache that stopped (shutdown) refuses the watch before any stream, as the
         // apiserver's stopped cacher does (HTTP 503): the client retries, elsewhere.
         Err(e @ Error::ServiceUnavailable(_)) => Err(e),
+        // An object of the replay or of the initial events has no exact protobuf encoding.
+        Err(Error::NoExactEncoding) => Ok(Served::Forward(ForwardReason::Accept)),
         // Cached watches report their other errors (410 too old) as HTTP 200 + one ERROR event.
-        Err(e) => Ok(error_event_stream(&e)),
+        Err(e) => Ok(error_event_stream(&e, req.repr)),
     }
 }
 
 /// HTTP 200 with exactly one ERROR event carrying the error's Status, then the end.
-fn error_event_stream(e: &Error) -> Served {
+fn error_event_stream(e: &Error, repr: Repr) -> Served {
     let status = e.to_status();
-    let frame = frame_event(EventType::Error, &[status.body]);
-    Served::Response(watch_response(body::chunks(vec![frame])))
+    let frame = if repr.is_proto() {
+        match crate::proto::encode_status(&status.body) {
+            Ok(s) => crate::proto::envelope::watch_event(EventType::Error.as_str(), &[&s]),
+            Err(_) => return Served::Forward(ForwardReason::Accept),
+        }
+    } else {
+        frame_event(EventType::Error, &[status.body])
+    };
+    Served::Response(response(StatusCode::OK, body::chunks(vec![frame]), content_type(repr, true)))
 }
 
 /// What a request gets while the cache is not synced (reference §8.2): GETs and plain
@@ -388,20 +411,26 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         Some(e) => format!("storage is (re)initializing: {e}"),
         None => "storage is (re)initializing".to_owned(),
     };
-    Served::Response(body::error(Error::TooManyRequests { message, retry_after }))
+    Served::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.repr.is_proto()))
 }
 
-fn json_response(code: StatusCode, body: Body) -> Response<Body> {
+/// The apiserver's `Content-Type` for a representation (a watch stream's in protobuf is
+/// `…;stream=watch`; JSON streams are `application/json`).
+fn content_type(repr: Repr, watch: bool) -> &'static str {
+    match (repr.is_proto(), watch) {
+        (false, _) => "application/json",
+        (true, false) => crate::proto::CONTENT_TYPE,
+        (true, true) => crate::proto::WATCH_CONTENT_TYPE,
+    }
+}
+
+fn response(code: StatusCode, body: Body, content_type: &'static str) -> Response<Body> {
     let mut resp = Response::new(body);
     *resp.status_mut() = code;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
     resp
-}
-
-fn watch_response(body: Body) -> Response<Body> {
-    json_response(StatusCode::OK, body)
 }
 
 #[cfg(test)]
@@ -528,8 +557,8 @@ mod tests {
         w.replace(objs, Rv(7));
         let snap = r.snapshot();
         let page = |limit| Some(Page { limit, start: None, token_rv: 20 });
-        let all = r.list(&snap, &Filter::default(), None);
-        let two = r.list(&snap, &Filter::default(), page(2));
+        let all = r.list(&snap, &Filter::default(), None).unwrap();
+        let two = r.list(&snap, &Filter::default(), page(2)).unwrap();
         let meta = |items: &[(&str, u64)], cont: bool, remaining: Option<u64>| MetadataPage {
             rv: Rv(20),
             continue_token: cont.then(|| "t".to_owned()),

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use super::encode;
 use super::kinds::Kinds;
 use crate::error::Error;
-use crate::resource::{type_prefix, Event, EventType, Object, ObjectKey, Rv};
+use crate::resource::{typing, Event, EventType, Object, ObjectKey, Rv};
 
 /// The objects of one resource, ordered by key.
 pub type Objects = OrdMap<ObjectKey, Arc<Object>>;
@@ -40,7 +40,7 @@ struct State {
 
 pub struct Store {
     pub kinds: Kinds,
-    prefixes: Vec<Bytes>,
+    prefixes: Vec<crate::resource::Typing>,
     window: usize,
     state: Mutex<State>,
     rev_tx: tokio::sync::watch::Sender<u64>,
@@ -54,7 +54,7 @@ pub enum Since {
 
 impl Store {
     pub fn new(kinds: Kinds, window: usize) -> Store {
-        let prefixes = kinds.all.iter().map(|s| type_prefix(&s.kind)).collect();
+        let prefixes = kinds.all.iter().map(|s| typing(&s.kind)).collect();
         let n = kinds.all.len();
         // Revision 1 is etcd's first; start a little above it like a fresh cluster.
         let (rev_tx, _) = tokio::sync::watch::channel(1);

@@ -1,15 +1,20 @@
 //! Content negotiation for cached reads: which representation the apiserver would answer an
-//! `Accept` header with, and whether the cache can give the client that representation in
-//! JSON (DESIGN §3, issue 17).
+//! `Accept` header with, and whether the cache can give the client that representation, in
+//! JSON or in protobuf (DESIGN §3, issue 17).
 //!
 //! The apiserver (`negotiation.NegotiateMediaTypeOptions`) walks the clauses of
 //! `goautoneg.ParseAccept` (sorted by q, then by specificity; stable for the handful of
 //! clauses clients send), skips those whose media type or parameters it does not serve, and
 //! answers with the first one left. Its representation (the object itself, or
-//! `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`, or a Table) is what the client wants;
-//! the cache serves it when the first JSON clause the client accepts asks for the same one
-//! (protobuf- or YAML-first clients that also accept it in JSON get JSON, as before). Anything
-//! else (Table, v1beta1, protobuf only, unknown parameters) is forwarded, which is exact.
+//! `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`, or a Table) and its encoding are what
+//! the client gets: JSON and protobuf from the cache (protobuf clauses are skipped for whole
+//! custom resources, which have no protobuf — the apiserver's `StandardSerializers` — but not
+//! for their metadata); a YAML-first client that also accepts the same representation in
+//! JSON gets JSON. Anything else (Table, v1beta1, YAML only, unknown parameters such as
+//! `stream=watch`) is forwarded, which is exact.
+//!
+//! Errors are negotiated apart (`error_in_proto`), as the apiserver's `ErrorNegotiated` does:
+//! without transforms, so a metadata-only protobuf client gets its Status in JSON.
 //!
 //! Pure; called by `classify`, tested with a table.
 
@@ -32,7 +37,9 @@ pub enum Wanted {
 enum Media {
     /// `application/json`, `application/*`, `*/*`: the cache can answer it.
     Json,
-    /// YAML or protobuf: the apiserver can, the cache cannot.
+    /// `application/vnd.kubernetes.protobuf`.
+    Protobuf,
+    /// YAML: the apiserver can, the cache cannot.
     OtherSupported,
     /// Not a type the apiserver serves: the clause is skipped.
     Unsupported,
@@ -60,7 +67,8 @@ fn parse(range: &str) -> Option<Clause> {
     };
     let media = match media.as_str() {
         "application/json" | "application/*" | "*/*" => Media::Json,
-        "application/yaml" | "application/vnd.kubernetes.protobuf" => Media::OtherSupported,
+        "application/vnd.kubernetes.protobuf" => Media::Protobuf,
+        "application/yaml" => Media::OtherSupported,
         _ => Media::Unsupported,
     };
     let (mut as_, mut g, mut v, mut q, mut other) = (None, None, None, 1.0f32, false);
@@ -87,20 +95,49 @@ fn parse(range: &str) -> Option<Clause> {
     Some(Clause { media, wanted, q, wildcards })
 }
 
-/// The representation the apiserver would answer `accept` with, if the cache can give it in
-/// JSON; `None` if the request must go upstream. An absent or empty header is JSON.
-pub fn negotiate(accept: Option<&str>) -> Option<Wanted> {
-    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
-        return Some(Wanted::Object);
-    };
+fn clauses(accept: &str) -> Vec<Clause> {
     let mut clauses: Vec<Clause> = accept.split(',').filter_map(parse).collect();
     // Stable: equal clauses keep the client's order.
     clauses.sort_by(|a, b| b.q.total_cmp(&a.q).then(a.wildcards.cmp(&b.wildcards)));
     // q=0 means "not acceptable" (RFC 9110); the cache never relies on such a clause.
-    let usable = || clauses.iter().filter(|c| c.q > 0.0 && c.media != Media::Unsupported);
+    clauses.retain(|c| c.q > 0.0 && c.media != Media::Unsupported);
+    clauses
+}
+
+/// The representation the apiserver would answer `accept` with for a resource (`builtin`:
+/// not a custom resource), and whether in protobuf, if the cache can give it; `None` if the
+/// request must go upstream. An absent or empty header is JSON.
+pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<(Wanted, bool)> {
+    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
+        return Some((Wanted::Object, false));
+    };
+    let clauses = clauses(accept);
+    // A custom resource has no protobuf of its own; its PartialObjectMetadata has.
+    let usable =
+        || clauses.iter().filter(|c| c.media != Media::Protobuf || builtin || c.wanted != Wanted::Object);
     let first = usable().next()?;
-    let json = usable().find(|c| c.media == Media::Json)?;
-    (json.wanted == first.wanted && json.wanted != Wanted::Other).then_some(json.wanted)
+    if first.wanted == Wanted::Other {
+        return None;
+    }
+    match first.media {
+        Media::Json => Some((first.wanted, false)),
+        Media::Protobuf => Some((first.wanted, true)),
+        // YAML first: JSON if the client takes the same representation in JSON.
+        _ => {
+            let json = usable().find(|c| c.media == Media::Json)?;
+            (json.wanted == first.wanted).then_some((json.wanted, false))
+        }
+    }
+}
+
+/// Whether the apiserver would send an error `Status` for `accept` in protobuf: its
+/// `ErrorNegotiated` takes the first clause it can encode a Status in, transforms (`as=…`)
+/// excluded, so only a plain protobuf clause ahead of every plain JSON one.
+pub fn error_in_proto(accept: Option<&str>) -> bool {
+    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
+        return false;
+    };
+    clauses(accept).iter().find(|c| c.wanted == Wanted::Object).is_some_and(|c| c.media == Media::Protobuf)
 }
 
 /// The representation the cache serves a request in, given what negotiation found and the
@@ -108,12 +145,13 @@ pub fn negotiate(accept: Option<&str>) -> Option<Wanted> {
 /// PartialObjectMetadata gets the apiserver's 406, a watch asked for as a list gets objects).
 /// Built-in kinds and custom resources alike (a custom resource's metadata is re-ordered as
 /// `ObjectMeta` by `metadata_only::custom_object`).
-pub fn repr_for(wanted: Wanted, is_list: bool) -> Option<Repr> {
-    match (wanted, is_list) {
-        (Wanted::Object, _) => Some(Repr::Full),
-        (Wanted::MetadataObject, false) | (Wanted::MetadataList, true) => Some(Repr::Metadata),
-        _ => None,
-    }
+pub fn repr_for(wanted: Wanted, is_list: bool, proto: bool) -> Option<Repr> {
+    let repr = match (wanted, is_list) {
+        (Wanted::Object, _) => Repr::Full,
+        (Wanted::MetadataObject, false) | (Wanted::MetadataList, true) => Repr::Metadata,
+        _ => return None,
+    };
+    Some(repr.with_proto(proto))
 }
 
 #[cfg(test)]
@@ -127,26 +165,32 @@ mod tests {
     fn negotiation_table() {
         let pb_meta_list =
             "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
-        let cases: &[(&str, Option<Wanted>)] = &[
-            ("", Some(Wanted::Object)),
-            ("application/json", Some(Wanted::Object)),
-            ("*/*", Some(Wanted::Object)),
-            ("application/vnd.kubernetes.protobuf,application/json", Some(Wanted::Object)),
-            ("application/vnd.kubernetes.protobuf, */*", Some(Wanted::Object)),
-            ("application/yaml,application/json", Some(Wanted::Object)),
-            ("application/vnd.kubernetes.protobuf", None),
+        const J: bool = false;
+        const P: bool = true;
+        let cases: &[(&str, Option<(Wanted, bool)>)] = &[
+            ("", Some((Wanted::Object, J))),
+            ("application/json", Some((Wanted::Object, J))),
+            ("*/*", Some((Wanted::Object, J))),
+            ("application/vnd.kubernetes.protobuf,application/json", Some((Wanted::Object, P))),
+            ("application/vnd.kubernetes.protobuf, */*", Some((Wanted::Object, P))),
+            ("application/json, application/vnd.kubernetes.protobuf", Some((Wanted::Object, J))),
+            ("application/json;q=0.9, application/vnd.kubernetes.protobuf", Some((Wanted::Object, P))),
+            ("application/vnd.kubernetes.protobuf;q=0.5, application/json;q=0.9", Some((Wanted::Object, J))),
+            ("application/vnd.kubernetes.protobuf;q=0, application/json", Some((Wanted::Object, J))),
+            ("application/yaml,application/json", Some((Wanted::Object, J))),
+            ("application/vnd.kubernetes.protobuf", Some((Wanted::Object, P))),
+            // A stream parameter is not one the cache interprets: upstream.
+            ("application/vnd.kubernetes.protobuf;stream=watch", None),
             ("text/html", None),
-            ("text/html, application/json", Some(Wanted::Object)),
-            (META, Some(Wanted::MetadataObject)),
-            (META_LIST, Some(Wanted::MetadataList)),
+            ("text/html, application/json", Some((Wanted::Object, J))),
+            (META, Some((Wanted::MetadataObject, J))),
+            (META_LIST, Some((Wanted::MetadataList, J))),
             // client-go's metadata client (the garbage collector, the quota controller).
-            (&format!("{pb_meta_list},{META_LIST},application/json"), Some(Wanted::MetadataList)),
-            // It wants metadata; its only JSON clause is the whole object: the apiserver's
-            // protobuf metadata is not what the cache can give.
-            (&format!("{pb_meta_list},application/json"), None),
+            (&format!("{pb_meta_list},{META_LIST},application/json"), Some((Wanted::MetadataList, P))),
+            (&format!("{pb_meta_list},application/json"), Some((Wanted::MetadataList, P))),
             // q-values order the clauses (recorded: plain JSON wins over metadata at q=0.5).
-            (&format!("{META_LIST};q=0.5,application/json"), Some(Wanted::Object)),
-            (&format!("application/json;q=0.5,{META_LIST}"), Some(Wanted::MetadataList)),
+            (&format!("{META_LIST};q=0.5,application/json"), Some((Wanted::Object, J))),
+            (&format!("application/json;q=0.5,{META_LIST}"), Some((Wanted::MetadataList, J))),
             ("application/json;q=0", None),
             // Table (kubectl), v1beta1, no g/v, unknown parameters: upstream.
             ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json", None),
@@ -156,17 +200,43 @@ mod tests {
             ("application/json;g=meta.k8s.io;v=v1", None),
         ];
         for (accept, want) in cases {
-            assert_eq!(negotiate(Some(accept)), *want, "Accept: {accept}");
+            assert_eq!(negotiate(Some(accept), true), *want, "Accept: {accept}");
         }
     }
 
     #[test]
+    fn custom_resources_have_protobuf_metadata_only() {
+        let pb = "application/vnd.kubernetes.protobuf";
+        // Recorded (crd-accept-protobuf.json): protobuf alone is a 406 (upstream answers it),
+        // protobuf-first gets JSON.
+        assert_eq!(negotiate(Some(pb), false), None);
+        assert_eq!(negotiate(Some(&format!("{pb}, application/json")), false), Some((Wanted::Object, false)));
+        let gc = format!("{pb};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,{META_LIST},application/json");
+        assert_eq!(negotiate(Some(&gc), false), Some((Wanted::MetadataList, true)));
+    }
+
+    #[test]
+    fn errors_are_negotiated_without_transforms() {
+        let pb = "application/vnd.kubernetes.protobuf";
+        assert!(error_in_proto(Some(&format!("{pb}, application/json"))));
+        assert!(error_in_proto(Some(pb)));
+        assert!(!error_in_proto(Some("application/json")));
+        assert!(!error_in_proto(None));
+        assert!(!error_in_proto(Some(&format!("{pb};q=0.5, application/json"))));
+        // The garbage collector: its protobuf clause asks for a transform; JSON Status.
+        let gc = format!("{pb};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,{META_LIST},application/json");
+        assert!(!error_in_proto(Some(&gc)));
+    }
+
+    #[test]
     fn verbs_and_kinds() {
-        assert_eq!(repr_for(Wanted::MetadataList, true), Some(Repr::Metadata));
-        assert_eq!(repr_for(Wanted::MetadataObject, false), Some(Repr::Metadata));
+        assert_eq!(repr_for(Wanted::MetadataList, true, false), Some(Repr::Metadata));
+        assert_eq!(repr_for(Wanted::MetadataObject, false, false), Some(Repr::Metadata));
+        assert_eq!(repr_for(Wanted::MetadataObject, false, true), Some(Repr::MetadataProto));
         // The apiserver's 406s (recorded) and its watch quirk stay its own.
-        assert_eq!(repr_for(Wanted::MetadataObject, true), None);
-        assert_eq!(repr_for(Wanted::MetadataList, false), None);
-        assert_eq!(repr_for(Wanted::Object, true), Some(Repr::Full));
+        assert_eq!(repr_for(Wanted::MetadataObject, true, true), None);
+        assert_eq!(repr_for(Wanted::MetadataList, false, false), None);
+        assert_eq!(repr_for(Wanted::Object, true, false), Some(Repr::Full));
+        assert_eq!(repr_for(Wanted::Object, true, true), Some(Repr::FullProto));
     }
 }

@@ -93,8 +93,8 @@ fn content_negotiation() {
     assert!(matches!(accept("application/vnd.kubernetes.protobuf,application/json"), Route::Cache(_)));
     assert!(matches!(accept("application/vnd.kubernetes.protobuf, */*"), Route::Cache(_)));
     assert!(matches!(accept("application/json"), Route::Cache(_)));
-    // Protobuf only, Table first (kubectl) → upstream.
-    assert!(matches!(accept("application/vnd.kubernetes.protobuf"), Route::Forward(ForwardReason::Accept)));
+    // Protobuf only → cache, in protobuf; Table first (kubectl) → upstream.
+    assert!(matches!(accept("application/vnd.kubernetes.protobuf"), Route::Cache(_)));
     assert!(matches!(
         accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"),
         Route::Forward(ForwardReason::Accept)
@@ -107,8 +107,9 @@ fn content_negotiation() {
         Route::Cache(c) => Some(c.repr),
         _ => None,
     };
-    assert_eq!(repr(accept(meta_list)), Some(Repr::Metadata));
+    assert_eq!(repr(accept(meta_list)), Some(Repr::MetadataProto));
     assert_eq!(repr(accept("application/json")), Some(Repr::Full));
+    assert_eq!(repr(accept("application/vnd.kubernetes.protobuf,application/json")), Some(Repr::FullProto));
     assert_eq!(
         repr(route(Method::GET, &format!("{CMS}/a"), "resourceVersion=0", Some(meta))),
         Some(Repr::Metadata)
@@ -121,11 +122,12 @@ fn content_negotiation() {
         route(Method::GET, CMS, "watch=1&resourceVersion=0", Some(meta_list)),
         Route::Forward(ForwardReason::Accept)
     ));
-    // Custom resources too (their metadata re-ordered as ObjectMeta).
-    assert_eq!(
-        repr(route(Method::GET, "/apis/example.com/v1/widgets", "resourceVersion=0", Some(meta_list))),
-        Some(Repr::Metadata)
-    );
+    // Custom resources too (their metadata re-ordered as ObjectMeta), in protobuf; their
+    // whole objects only in JSON.
+    let widgets = |a: &str| route(Method::GET, "/apis/example.com/v1/widgets", "resourceVersion=0", Some(a));
+    assert_eq!(repr(widgets(meta_list)), Some(Repr::MetadataProto));
+    assert_eq!(repr(widgets("application/vnd.kubernetes.protobuf, application/json")), Some(Repr::Full));
+    assert!(matches!(widgets("application/vnd.kubernetes.protobuf"), Route::Forward(ForwardReason::Accept)));
 }
 
 #[test]

@@ -33,7 +33,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
         let classified = match route {
             Route::Reject(e) => {
                 self.0.record(&info.verb, &resource, e.to_status().code.as_u16(), Served::Proxy, arrived);
-                return body::error(e);
+                return body::error_as(e, classify::error_in_proto(accept));
             }
             Route::Forward(reason) => {
                 if reason == ForwardReason::NotCached

@@ -1,0 +1,134 @@
+//! Protobuf answers from the cache (issue 17): the apiserver's own encoding of the objects the
+//! cache holds in JSON, made by transcoding with the Kubernetes schema (`schema`,
+//! `transcode`) and framed as the apiserver frames it (`envelope`).
+//!
+//! Why transcoding and not a second upstream stream in protobuf: one reflector per resource
+//! (one list, one watch, one history, one order of events), and no protobuf bytes held for
+//! resources nobody asks for in protobuf. A message is made at the first protobuf read of an
+//! object version and shared by every later one (`resource::Object`), a watch frame once per
+//! event for all protobuf watchers (`resource::Event`).
+//!
+//! What the schema cannot prove it encodes exactly (a member of a newer API version, a
+//! type the table marks as hand-written and the transcoder does not know) is not served in
+//! protobuf: see `Encoding` in `resource`.
+
+pub mod envelope;
+pub mod schema;
+pub mod transcode;
+pub mod wire;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+
+pub use transcode::Unsupported;
+
+/// `Content-Type` of protobuf objects and lists.
+pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// `Content-Type` of protobuf watch streams.
+pub const WATCH_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+
+const META_V1: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
+
+/// How the objects of one cached resource are encoded in protobuf: the kind's message (built-in
+/// kinds only; a custom resource has metadata-only protobuf), its envelope's TypeMeta, and
+/// whether every object so far could be encoded. One per cache, shared by its objects.
+#[derive(Debug)]
+pub struct ProtoType {
+    msg: Option<usize>,
+    /// `runtime.TypeMeta` {apiVersion, kind}.
+    type_meta: Vec<u8>,
+    /// `pods`, `deployments.apps`: for the log line.
+    resource: String,
+    /// An object could not be encoded: protobuf reads of this resource go upstream from now on.
+    failed: AtomicBool,
+}
+
+impl ProtoType {
+    /// The protobuf type of a kind; `builtin` kinds get their message if the schema has one.
+    pub fn new(group: &str, version: &str, kind: &str, builtin: bool, resource: String) -> ProtoType {
+        let msg = if builtin { schema::schema().kind(group, version, kind) } else { None };
+        let api_version = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+        ProtoType {
+            msg,
+            type_meta: envelope::type_meta(&api_version, kind),
+            resource,
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether reads of this resource may be served in protobuf (metadata only, or whole
+    /// objects): the kind has a message and no object has failed to encode.
+    pub fn serves(&self, metadata: bool) -> bool {
+        (metadata || self.msg.is_some()) && !self.failed.load(Ordering::Relaxed)
+    }
+
+    /// The TypeMeta of an enveloped object (the kind's, or PartialObjectMetadata's).
+    pub fn type_meta(&self, metadata: bool) -> &[u8] {
+        if metadata {
+            metadata_type_meta()
+        } else {
+            &self.type_meta
+        }
+    }
+
+    /// The message (no envelope) of an object given as the apiserver's JSON; `None` (and
+    /// protobuf reads of this resource forwarded from now on) if it cannot be proven exact.
+    pub fn encode(&self, json: &[u8]) -> Option<Bytes> {
+        let msg = self.msg?;
+        self.outcome(transcode::object(schema::schema(), msg, json).map(Bytes::from))
+    }
+
+    /// The PartialObjectMetadata message of an object's PartialObjectMetadata JSON (what
+    /// `metadata_only` makes, byte-equal to the apiserver's).
+    pub fn encode_metadata(&self, json: &[u8]) -> Option<Bytes> {
+        self.outcome(encode_metadata(json))
+    }
+
+    fn outcome(&self, r: Result<Bytes, Unsupported>) -> Option<Bytes> {
+        match r {
+            Ok(b) => Some(b),
+            Err(e) => {
+                if !self.failed.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        resource = %self.resource,
+                        error = %e,
+                        "an object the protobuf schema cannot encode exactly: protobuf reads of this resource go upstream from now on"
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
+/// `meta.k8s.io/v1` PartialObjectMetadata's TypeMeta.
+pub fn metadata_type_meta() -> &'static [u8] {
+    static TM: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    TM.get_or_init(|| envelope::type_meta("meta.k8s.io/v1", "PartialObjectMetadata"))
+}
+
+/// `meta.k8s.io/v1` PartialObjectMetadataList's TypeMeta.
+pub fn metadata_list_type_meta() -> &'static [u8] {
+    static TM: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    TM.get_or_init(|| envelope::type_meta("meta.k8s.io/v1", "PartialObjectMetadataList"))
+}
+
+fn encode_metadata(json: &[u8]) -> Result<Bytes, Unsupported> {
+    let s = schema::schema();
+    let msg = s
+        .message(&format!("{META_V1}.PartialObjectMetadata"))
+        .ok_or_else(|| Unsupported("no PartialObjectMetadata in the schema".into()))?;
+    transcode::object(s, msg, json).map(Bytes::from)
+}
+
+/// A `Status` (the JSON `error::Error` renders) as the apiserver sends it in protobuf: the
+/// whole envelope.
+pub fn encode_status(json: &[u8]) -> Result<Bytes, Unsupported> {
+    let s = schema::schema();
+    let msg = s
+        .message(&format!("{META_V1}.Status"))
+        .ok_or_else(|| Unsupported("no Status in the schema".into()))?;
+    let body = transcode::object(s, msg, json)?;
+    Ok(envelope::object(&envelope::type_meta("v1", "Status"), &body))
+}

@@ -1,0 +1,559 @@
+//! JSON → protobuf, as the apiserver would have encoded the same object: the JSON it sent is
+//! read against the schema and written the way gogo's generated `MarshalToSizedBuffer` writes
+//! the Go struct it came from (fields in ascending number order, non-pointer fields always —
+//! zero values included —, pointers only when set, map keys sorted, repeated fields unpacked).
+//! The special types (Time, MicroTime, Quantity, IntOrString, raw JSON, …) follow their
+//! hand-written Marshal.
+//!
+//! Anything the schema does not know (a member of a newer API version, a value of the wrong
+//! JSON type) is [`Unsupported`]: the caller then does not serve protobuf for it, it never
+//! guesses. Pure; called by `proto::Encoder` once per object version.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine;
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::schema::{Card, Message, Scalar, Schema, Special, Ty};
+use super::wire;
+
+/// Why an object cannot be transcoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported(pub String);
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+type R<T> = Result<T, Unsupported>;
+
+fn unsupported<T>(what: impl Into<String>) -> R<T> {
+    Err(Unsupported(what.into()))
+}
+
+/// The encoded message `msg` of the JSON object `json` (a whole object as the apiserver sent
+/// it: top-level `kind` and `apiVersion` are TypeMeta, which protobuf carries in its envelope).
+pub fn object(schema: &Schema, msg: usize, json: &[u8]) -> R<Vec<u8>> {
+    let members = Members::parse(json)?;
+    let mut used = vec![false; members.0.len()];
+    let mut out = Vec::with_capacity(json.len() / 2);
+    encode_members(schema, &schema.messages[msg], &members, &mut used, &mut out)?;
+    for (i, (k, _)) in members.0.iter().enumerate() {
+        if !used[i] && k != "kind" && k != "apiVersion" {
+            return unsupported(format!("{}: unknown member {k:?}", schema.messages[msg].name));
+        }
+    }
+    Ok(out)
+}
+
+/// The members of a JSON object, values unparsed (borrowed from the input).
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    fn parse(json: &'a [u8]) -> R<Members<'a>> {
+        serde_json::from_slice(json).map_err(|e| Unsupported(format!("not a JSON object: {e}")))
+    }
+
+    fn of(v: &'a RawValue) -> R<Members<'a>> {
+        Members::parse(v.get().as_bytes())
+    }
+
+    /// The last occurrence of `name` (Go's decoder keeps the last), marking every one used.
+    fn find(&self, name: &str, used: &mut [bool]) -> Option<&'a RawValue> {
+        let mut found = None;
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if k == name {
+                used[i] = true;
+                found = Some(*v);
+            }
+        }
+        found
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(Key(k)) = m.next_key::<Key<'de>>()? {
+                    out.push((k, m.next_value::<&'de RawValue>()?));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// An object key, borrowed when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Key<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+fn text(v: &RawValue) -> &str {
+    v.get().trim()
+}
+
+fn is_null(v: &RawValue) -> bool {
+    text(v) == "null"
+}
+
+fn elements(v: &RawValue) -> R<Vec<&RawValue>> {
+    struct Seq<'a>(Vec<&'a RawValue>);
+    impl<'de: 'a, 'a> Deserialize<'de> for Seq<'a> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(std::marker::PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+                type Value = Seq<'a>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a JSON array")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(e) = s.next_element::<&'de RawValue>()? {
+                        out.push(e);
+                    }
+                    Ok(Seq(out))
+                }
+            }
+            d.deserialize_seq(V(std::marker::PhantomData))
+        }
+    }
+    serde_json::from_str::<Seq>(v.get()).map(|s| s.0).map_err(|e| Unsupported(format!("not an array: {e}")))
+}
+
+fn string(v: &RawValue) -> R<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct S<'a>(#[serde(borrow)] Cow<'a, str>);
+    serde_json::from_str::<S>(v.get())
+        .map(|s| s.0)
+        .map_err(|_| Unsupported(format!("not a string: {}", v.get())))
+}
+
+/// Writes the fields of `m` read from `members` (an inline field reads the same members).
+fn encode_members(s: &Schema, m: &Message, members: &Members, used: &mut [bool], out: &mut Vec<u8>) -> R<()> {
+    if m.special.is_some() || m.array {
+        return unsupported(format!("{} as a JSON object", m.name));
+    }
+    for f in &m.fields {
+        if f.inline {
+            let Ty::Message(idx) = f.ty else { return unsupported("inline scalar") };
+            let before = used.iter().filter(|u| **u).count();
+            let mut buf = Vec::new();
+            encode_members(s, &s.messages[idx], members, used, &mut buf)?;
+            if f.card == Card::Opt && used.iter().filter(|u| **u).count() == before {
+                continue;
+            }
+            wire::len_field(out, f.number, &buf);
+            continue;
+        }
+        let v = members.find(&f.json, used).filter(|v| !is_null(v));
+        match f.card {
+            Card::One => single(s, f.number, &f.ty, v, out)?,
+            Card::Opt => {
+                if v.is_some() {
+                    single(s, f.number, &f.ty, v, out)?
+                }
+            }
+            Card::Rep => {
+                if let Some(v) = v {
+                    for e in elements(v)? {
+                        single(s, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), out)?;
+                    }
+                }
+            }
+            Card::Map => {
+                if let Some(v) = v {
+                    map(s, f.number, &f.ty, v, out)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn map(s: &Schema, number: u32, ty: &Ty, v: &RawValue, out: &mut Vec<u8>) -> R<()> {
+    let Ty::Map(key_ty, value_ty) = ty else { return unsupported("a map field of a non-map type") };
+    if *key_ty != Scalar::String {
+        return unsupported("a map with non-string keys");
+    }
+    let mut entries = Members::of(v)?.0;
+    // Go: sort.Strings of the keys (byte order). Duplicate keys: the last one wins.
+    entries.reverse();
+    entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    entries.dedup_by(|a, b| a.0 == b.0);
+    let mut entry = Vec::new();
+    for (k, val) in entries {
+        entry.clear();
+        wire::len_field(&mut entry, 1, k.as_bytes());
+        single(s, 2, value_ty, Some(val).filter(|v| !is_null(v)), &mut entry)?;
+        wire::len_field(out, number, &entry);
+    }
+    Ok(())
+}
+
+/// One value of field `number` (`None`: absent or null, written as the zero value).
+fn single(s: &Schema, number: u32, ty: &Ty, v: Option<&RawValue>, out: &mut Vec<u8>) -> R<()> {
+    match ty {
+        Ty::Scalar(sc) => scalar(number, *sc, v, out),
+        Ty::Message(idx) => {
+            let body = message_value(s, *idx, v)?;
+            wire::len_field(out, number, &body);
+            Ok(())
+        }
+        Ty::Map(..) => unsupported("a map inside a map"),
+    }
+}
+
+/// The body of message `idx` from its JSON value (`None`: the Go zero value).
+fn message_value(s: &Schema, idx: usize, v: Option<&RawValue>) -> R<Vec<u8>> {
+    let m = &s.messages[idx];
+    if let Some(sp) = m.special {
+        return special(s, m, sp, v);
+    }
+    let mut out = Vec::new();
+    if m.array {
+        // A named slice: the JSON array is field 1.
+        let Some(f) = m.fields.first() else { return unsupported(format!("{} has no field", m.name)) };
+        if let Some(v) = v {
+            for e in elements(v)? {
+                single(s, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), &mut out)?;
+            }
+        }
+        return Ok(out);
+    }
+    let members = match v {
+        Some(v) => Members::of(v)?,
+        None => Members(Vec::new()),
+    };
+    let mut used = vec![false; members.0.len()];
+    encode_members(s, m, &members, &mut used, &mut out)?;
+    if let Some(i) = used.iter().position(|u| !u) {
+        return unsupported(format!("{}: unknown member {:?}", m.name, members.0[i].0));
+    }
+    Ok(out)
+}
+
+fn scalar(number: u32, sc: Scalar, v: Option<&RawValue>, out: &mut Vec<u8>) -> R<()> {
+    match sc {
+        Scalar::String => {
+            let s = match v {
+                Some(v) => string(v)?,
+                None => Cow::Borrowed(""),
+            };
+            wire::len_field(out, number, s.as_bytes());
+        }
+        Scalar::Bytes => {
+            let b = match v {
+                Some(v) => base64::engine::general_purpose::STANDARD
+                    .decode(string(v)?.as_bytes())
+                    .map_err(|e| Unsupported(format!("bytes: {e}")))?,
+                None => Vec::new(),
+            };
+            wire::len_field(out, number, &b);
+        }
+        Scalar::Bool => {
+            let b = match v.map(text) {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(t) => return unsupported(format!("not a bool: {t}")),
+            };
+            wire::varint_field(out, number, u64::from(b));
+        }
+        Scalar::Int32 | Scalar::Int64 => {
+            let n: i64 = match v {
+                Some(v) => {
+                    text(v).parse().map_err(|_| Unsupported(format!("not an integer: {}", v.get())))?
+                }
+                None => 0,
+            };
+            if sc == Scalar::Int32 && i32::try_from(n).is_err() {
+                return unsupported(format!("{n} is not an int32"));
+            }
+            wire::varint_field(out, number, n as u64);
+        }
+        Scalar::Uint32 | Scalar::Uint64 => {
+            let n: u64 = match v {
+                Some(v) => text(v)
+                    .parse()
+                    .map_err(|_| Unsupported(format!("not an unsigned integer: {}", v.get())))?,
+                None => 0,
+            };
+            if sc == Scalar::Uint32 && u32::try_from(n).is_err() {
+                return unsupported(format!("{n} is not a uint32"));
+            }
+            wire::varint_field(out, number, n);
+        }
+        Scalar::Double | Scalar::Float => {
+            let x: f64 = match v {
+                Some(v) => text(v).parse().map_err(|_| Unsupported(format!("not a number: {}", v.get())))?,
+                None => 0.0,
+            };
+            if sc == Scalar::Double {
+                wire::tag(out, number, wire::FIXED64);
+                out.extend_from_slice(&x.to_le_bytes());
+            } else {
+                wire::tag(out, number, wire::FIXED32);
+                out.extend_from_slice(&(x as f32).to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn special(s: &Schema, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Vec<u8>> {
+    let mut out = Vec::new();
+    match sp {
+        Special::Time | Special::MicroTime => {
+            // Zero (JSON null): Marshal writes nothing.
+            if let Some(v) = v {
+                let t: jiff::Timestamp =
+                    string(v)?.parse().map_err(|e| Unsupported(format!("time {}: {e}", v.get())))?;
+                let nanos = match sp {
+                    // Time.ProtoTime drops the nanoseconds ("our JSON only handled seconds").
+                    Special::Time => 0,
+                    _ => i64::from(t.subsec_nanosecond()) / 1000 * 1000,
+                };
+                wire::varint_field(&mut out, 1, t.as_second() as u64);
+                wire::varint_field(&mut out, 2, nanos as u64);
+            }
+        }
+        Special::Duration => {
+            let ns = match v {
+                Some(v) => {
+                    go_duration(&string(v)?).ok_or_else(|| Unsupported(format!("duration {}", v.get())))?
+                }
+                None => 0,
+            };
+            wire::varint_field(&mut out, 1, ns as u64);
+        }
+        Special::Quantity => {
+            // Marshal writes q.String(); the JSON is the same canonical string ("0" when zero).
+            let q = match v {
+                Some(v) => string(v)?,
+                None => Cow::Borrowed("0"),
+            };
+            wire::len_field(&mut out, 1, q.as_bytes());
+        }
+        Special::IntOrString => {
+            // type (0 int, 1 string), intVal, strVal: always all three.
+            match v {
+                Some(v) if text(v).starts_with('"') => {
+                    wire::varint_field(&mut out, 1, 1);
+                    wire::varint_field(&mut out, 2, 0);
+                    wire::len_field(&mut out, 3, string(v)?.as_bytes());
+                }
+                _ => {
+                    let n: i64 = match v {
+                        Some(v) => {
+                            text(v).parse().map_err(|_| Unsupported(format!("int-or-string {}", v.get())))?
+                        }
+                        None => 0,
+                    };
+                    if i32::try_from(n).is_err() {
+                        return unsupported(format!("{n} is not an int32"));
+                    }
+                    wire::varint_field(&mut out, 1, 0);
+                    wire::varint_field(&mut out, 2, n as u64);
+                    wire::len_field(&mut out, 3, b"");
+                }
+            }
+        }
+        Special::RawJson => {
+            // The JSON bytes themselves, when set.
+            if let Some(v) = v {
+                wire::len_field(&mut out, 1, text(v).as_bytes());
+            }
+        }
+        Special::SchemaOrArray | Special::SchemaOrStringArray => {
+            // field 1: the schema object; field 2: the array (schemas, or strings).
+            if let Some(v) = v {
+                let field = |n: u32| m.fields.iter().find(|f| f.number == n);
+                let (Some(one), Some(two)) = (field(1), field(2)) else {
+                    return unsupported(format!("{}: unexpected fields", m.name));
+                };
+                if text(v).starts_with('[') {
+                    for e in elements(v)? {
+                        single(s, 2, &two.ty, Some(e).filter(|e| !is_null(e)), &mut out)?;
+                    }
+                } else {
+                    single(s, 1, &one.ty, Some(v), &mut out)?;
+                }
+            }
+        }
+        Special::SchemaOrBool => {
+            // allows (always), then the schema when the JSON is an object.
+            let Some(schema_field) = m.fields.iter().find(|f| f.number == 2) else {
+                return unsupported(format!("{}: unexpected fields", m.name));
+            };
+            match v.map(text) {
+                None | Some("false") => wire::varint_field(&mut out, 1, 0),
+                Some("true") => wire::varint_field(&mut out, 1, 1),
+                Some(_) => {
+                    wire::varint_field(&mut out, 1, 1);
+                    single(s, 2, &schema_field.ty, v, &mut out)?;
+                }
+            }
+        }
+        Special::Unknown => return unsupported(format!("{} has a hand-written encoding", m.name)),
+    }
+    Ok(out)
+}
+
+/// Go's `time.ParseDuration`, in nanoseconds (what `metav1.Duration`'s JSON holds).
+fn go_duration(s: &str) -> Option<i64> {
+    let (neg, mut rest) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_end..];
+    }
+    let ns = total.round() as i64;
+    Some(if neg { -ns } else { ns })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::parse(
+            "g core v1 t\n\
+             m k8s.io.apimachinery.pkg.apis.meta.v1.Time special\nf 1 seconds int64 one\nf 2 nanos int32 one\n\
+             m k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime special\nf 1 seconds int64 one\nf 2 nanos int32 one\n\
+             m t.Src\nf 1 path string one\n\
+             m t.Vol\nf 1 name string one\nf 2 src t.Src one inline\n\
+             m t.Obj\nf 1 name string one\nf 2 n int32 one\nf 3 p int64 opt\nf 4 on bool one\n\
+             f 5 tags string rep\nf 6 labels map<string,string> map\nf 7 vols t.Vol rep\n\
+             f 8 t k8s.io.apimachinery.pkg.apis.meta.v1.Time one\nf 9 dt k8s.io.apimachinery.pkg.apis.meta.v1.Time opt\nf 10 data map<string,bytes> map\nf 11 ratio double opt\n",
+        )
+        .unwrap()
+    }
+
+    fn enc(json: &str) -> R<Vec<u8>> {
+        let s = schema();
+        object(&s, s.message("t.Obj").unwrap(), json.as_bytes())
+    }
+
+    #[test]
+    fn zero_values_of_non_pointer_fields_are_written() {
+        // name "", n 0, on false, t (zero time: empty) — p, dt, ratio and the slices not.
+        assert_eq!(enc(r#"{"kind":"Obj","apiVersion":"v1"}"#).unwrap(), [0x0a, 0, 0x10, 0, 0x20, 0, 0x42, 0]);
+    }
+
+    #[test]
+    fn fields_in_number_order_maps_sorted_slices_unpacked() {
+        let got = enc(
+            r#"{"labels":{"b":"2","a":"1"},"tags":["x",""],"p":-1,"n":-2,"name":"o","on":true,
+                "t":"1970-01-01T00:01:40Z","vols":[{"name":"v","path":"/p"}],"data":{"k":"AAE="},"ratio":0.5}"#,
+        )
+        .unwrap();
+        let mut want = vec![0x0a, 1, b'o', 0x10];
+        want.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        want.extend_from_slice(&[0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        want.extend_from_slice(&[0x20, 1, 0x2a, 1, b'x', 0x2a, 0]);
+        want.extend_from_slice(&[
+            0x32, 6, 0x0a, 1, b'a', 0x12, 1, b'1', 0x32, 6, 0x0a, 1, b'b', 0x12, 1, b'2',
+        ]);
+        // Vol{name, src{path}}: the inline source is a nested message.
+        want.extend_from_slice(&[0x3a, 9, 0x0a, 1, b'v', 0x12, 4, 0x0a, 2, b'/', b'p']);
+        want.extend_from_slice(&[0x42, 4, 0x08, 100, 0x10, 0]);
+        want.extend_from_slice(&[0x52, 7, 0x0a, 1, b'k', 0x12, 2, 0, 1]);
+        want.push(0x59);
+        want.extend_from_slice(&0.5f64.to_le_bytes());
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn what_the_schema_does_not_know_is_unsupported() {
+        assert!(enc(r#"{"name":"o","newField":1}"#).is_err());
+        assert!(enc(r#"{"vols":[{"name":"v","other":1}]}"#).is_err());
+        assert!(enc(r#"{"n":"1"}"#).is_err());
+        assert!(enc(r#"{"n":4294967296}"#).is_err());
+        assert!(enc(r#"[1]"#).is_err());
+        assert!(enc(r#"{"t":"yesterday"}"#).is_err());
+    }
+
+    #[test]
+    fn micro_time_keeps_microseconds_time_drops_fractions() {
+        let s = schema();
+        let t = |name: &str, json: &str| {
+            let v: Box<RawValue> = serde_json::from_str(json).unwrap();
+            special(
+                &s,
+                &s.messages[s.message(name).unwrap()],
+                s.messages[s.message(name).unwrap()].special.unwrap(),
+                Some(&v),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            t("k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", r#""1970-01-01T00:00:01.000002Z""#),
+            [0x08, 1, 0x10, 0xd0, 0x0f]
+        );
+        assert_eq!(
+            t("k8s.io.apimachinery.pkg.apis.meta.v1.Time", r#""1970-01-01T00:00:01.5Z""#),
+            [0x08, 1, 0x10, 0]
+        );
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration("1h0m0s"), Some(3_600_000_000_000));
+        assert_eq!(go_duration("1.5s"), Some(1_500_000_000));
+        assert_eq!(go_duration("-300ms"), Some(-300_000_000));
+        assert_eq!(go_duration("0"), Some(0));
+        assert_eq!(go_duration("1x"), None);
+    }
+}
