@@ -38,6 +38,14 @@ proto fields (Time, MicroTime via Timestamp; Quantity), the fields are taken
 from generated.proto: scalars `one` (the hand-written Marshal always writes
 them), messages `opt`.
 
+`since=<minor>` (last token, after `inline`) marks a field that the v0.28.0
+release of its repository does not have in the generated.proto of its package
+(so a Kubernetes 1.28 apiserver never writes it): <minor> is the smallest N in
+28..36 whose tag v0.N.0 (else the newest v0.N.x) has that message with a field
+of that number. Only generated.proto is read at those older tags; a message
+new after 1.28 gets since= on each of its fields. The tags used are listed in
+a header comment.
+
 Map values: a message value is always written (even when empty); a bytes
 value is left out when nil (gogo: `if v != nil`).
 
@@ -66,6 +74,9 @@ import sys
 from collections import defaultdict
 
 DEFAULT_TAG = "v0.36.3"
+# since=<minor>: the Kubernetes minor versions compared (the oldest one is the
+# baseline: its fields get no since= token).
+SINCE_MINORS = list(range(28, 37))
 MIRRORS = "/work/.mirror"
 REPOS = [
     # (key, go module path, default mirror dir)
@@ -192,6 +203,30 @@ class Repo:
         data = self._cat.stdout.read(size)
         self._cat.stdout.read(1)
         return data.decode("utf-8")
+
+
+class TagReader(Repo):
+    """Read access to an older tag of the same mirror (for the since= column)."""
+
+    def __init__(self, base, tag):
+        self.key, self.module, self.gitdir = base.key, base.module, base.gitdir
+        self.requested = self.tag = tag
+        self.commit = self._git("rev-parse", tag + "^{commit}").strip()
+        self._cat = None
+        self._tree = None
+
+
+def since_tag(repo, minor):
+    """v0.<minor>.0 of repo's mirror, else its newest v0.<minor>.x tag, else None."""
+    tags = set(repo._git("tag", "--list").split())
+    if "v0.%d.0" % minor in tags:
+        return "v0.%d.0" % minor
+    cands = []
+    for t in tags:
+        mm = re.fullmatch(r"v0\.(\d+)\.(\d+)", t)
+        if mm and int(mm.group(1)) == minor:
+            cands.append((int(mm.group(2)), t))
+    return max(cands)[1] if cands else None
 
 
 # ------------------------------------------------------------ proto parsing
@@ -988,12 +1023,14 @@ def main():
             args.tag = args.positional[4]
 
     repos = {}
+    readers = {}  # (module, tag) -> TagReader of an older tag
     for key, mod, _ in REPOS:
         repos[mod] = Repo(key, mod, getattr(args, key), args.tag)
     world = World(repos)
 
     # ---- the packages whose generated.proto make up the table
     proto_pkgs = []  # (go pkg path, ProtoFile)
+    proto_src = {}   # go pkg path -> (module, path of its generated.proto)
     for mod, repo in sorted(repos.items()):
         for f in sorted(repo.tree()):
             if not f.endswith("/generated.proto"):
@@ -1011,6 +1048,7 @@ def main():
             if pf.go_package and pf.go_package != gopath:
                 fail("%s: go_package %s != %s" % (pf.path, pf.go_package, gopath))
             proto_pkgs.append((gopath, pf))
+            proto_src[gopath] = (mod, f)
             world.proto_of_go[gopath] = pf.package
     all_msgs = {}  # full name -> (gopath, ProtoFile, name)
     for gopath, pf in proto_pkgs:
@@ -1257,6 +1295,51 @@ def main():
         if full not in out_msgs:
             fail("%s: missing from the table" % full)
 
+    # ---- since=<minor>: first minor whose generated.proto has the field
+    since_tags = {}  # module -> [(minor, tag)]
+    for _, mod, _ in REPOS:
+        lst = []
+        for minor in SINCE_MINORS:
+            t = since_tag(repos[mod], minor)
+            if t is None:
+                fail("%s: no v0.%d.x tag in %s (needed for since=)" % (mod, minor, repos[mod].gitdir))
+                continue
+            lst.append((minor, t))
+        since_tags[mod] = lst
+    old_fields = {}  # (module, proto path) -> [(minor, {message: {numbers}} or None)]
+    for gopath in sorted(proto_src):
+        mod, f = proto_src[gopath]
+        per = []
+        for minor, t in since_tags[mod]:
+            if t == repos[mod].tag:
+                rd = repos[mod]
+            else:
+                if (mod, t) not in readers:
+                    readers[(mod, t)] = TagReader(repos[mod], t)
+                rd = readers[(mod, t)]
+            if f not in rd.tree():
+                per.append((minor, None))
+                continue
+            opf = ProtoFile("%s@%s/%s" % (mod, t, f), rd.read(f))
+            per.append((minor, {n: {x.number for x in fl} for n, fl in opf.messages.items()}))
+        old_fields[(mod, f)] = per
+    since = {}  # (full, num) -> minor, only for fields missing from the baseline
+    since_count = defaultdict(int)
+    for full in sorted(out_msgs):
+        gopath, pf, name = all_msgs[full]
+        per = old_fields[proto_src[gopath]]
+        for num, jn, t, card, inline in out_msgs[full][1]:
+            first = None
+            for minor, msgs in per:
+                if msgs is not None and num in msgs.get(name, ()):
+                    first = minor
+                    break
+            if first is None:
+                fail("%s field %d %s: in no generated.proto of the since= tags" % (full, num, jn))
+            elif first != SINCE_MINORS[0]:
+                since[(full, num)] = first
+                since_count[first] += 1
+
     # ---- generated.pb.go cross-check
     pb_checked = 0
     pb_fields = 0
@@ -1313,6 +1396,8 @@ def main():
         warn("inline field that is not 'one': " + s)
     for s in from_proto:
         warn("special message field taken from generated.proto (no Go field): " + s)
+    warn("since=: %d fields not in v0.%d: %s" % (len(since), SINCE_MINORS[0], ", ".join(
+        "%d at %d" % (since_count[m], m) for m in sorted(since_count))))
     for n in notes:
         warn("note: " + n)
     for full in sorted(special):
@@ -1334,13 +1419,17 @@ def main():
     for n in notes:
         if "no tag" in n:
             out.append("# " + n)
+    out.append("# since=<minor>: first of %s whose generated.proto has the field (none: already in %s)" % (
+        "; ".join("%s %s" % (mod, " ".join(t for _, t in since_tags[mod])) for _, mod, _ in REPOS),
+        ", ".join(sorted({since_tags[mod][0][1] for _, mod, _ in REPOS}))))
     for g in glines:
         out.append("g %s %s %s" % g)
     for full in sorted(out_msgs):
         flags, lines = out_msgs[full]
         out.append(" ".join(["m", full] + flags))
         for num, jn, t, card, inline in lines:
-            out.append("f %d %s %s %s%s" % (num, jn, t, card, " inline" if inline else ""))
+            out.append("f %d %s %s %s%s%s" % (num, jn, t, card, " inline" if inline else "",
+                                               " since=%d" % since[(full, num)] if (full, num) in since else ""))
     text = "\n".join(out) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as fh:
