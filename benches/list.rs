@@ -2,7 +2,9 @@
 //! body is the concatenation of the stored bytes: throughput in bytes/s), and one page of 500
 //! with and without a label selector (`limit=500`, continue token minted); and the same full
 //! LIST metadata-only (PartialObjectMetadataList, issue 17), whose size and extra memory (each
-//! object's PartialObjectMetadata, kept once made) are printed.
+//! object's PartialObjectMetadata, kept once made) are printed; and the same full LIST in
+//! protobuf (issue 17), measured in JSON bytes per second so that the two throughputs compare
+//! as lists of the same objects, with its size and the memory its kept encodings add.
 //!
 //! Run: `cargo bench --bench list`; smoke: `BENCH_SMOKE=1 cargo bench --bench list`.
 
@@ -49,6 +51,26 @@ fn list(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(meta.len as u64));
     g.bench_function(format!("rv0_all_{n}_pods_metadata_only"), |b| {
         b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&metadata), None).unwrap()))
+    });
+
+    // Protobuf (issue 17): the first read encodes each object version once and keeps it; the
+    // figures are the bytes on the wire and what the kept encodings add to the JSON store.
+    let proto = Filter::default().with_repr(Repr::FullProto);
+    let pb = reader.list(&reader.snapshot(), &proto, None).expect("bench pods encode");
+    assert_eq!(pb.items, n);
+    let json_kept: usize = reader.snapshot().store.values().map(|o| o.body.len()).sum();
+    let pb_kept: usize =
+        reader.snapshot().store.values().filter_map(|o| o.proto_message(false)).map(|m| m.len()).sum();
+    println!(
+        "list: {n} pods: JSON {} bytes, protobuf {} bytes ({:.0} %); JSON store {json_kept} bytes, protobuf kept {pb_kept} bytes: {:.2}x the JSON store with protobuf readers",
+        full.len,
+        pb.len,
+        100.0 * pb.len as f64 / full.len as f64,
+        (json_kept + pb_kept) as f64 / json_kept as f64,
+    );
+    g.throughput(Throughput::Bytes(full.len as u64));
+    g.bench_function(format!("rv0_all_{n}_pods_protobuf"), |b| {
+        b.iter(|| drain(reader.list(&reader.snapshot(), black_box(&proto), None).unwrap()))
     });
 
     let limit = support::size(500, 20);

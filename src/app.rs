@@ -154,6 +154,19 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     upstream.observe(metrics.clone());
     let wanted = Wanted::parse(&args.resources)?;
     let discovered = caches::discover_wanted(&upstream, &wanted).await?;
+    // Protobuf answers are the upstream's version's encoding (fields added since are not
+    // written); unknown (no /version): the newest.
+    let version = upstream.get_json("/version").await.ok();
+    let version = version.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    match version.as_ref().and_then(crate::proto::minor_of_version) {
+        Some(minor) => {
+            crate::proto::set_upstream_minor(minor);
+            tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)");
+        }
+        None => {
+            tracing::warn!("upstream /version has no minor version: protobuf answers use the newest schema")
+        }
+    }
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
         (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
             cert: cert.clone(),

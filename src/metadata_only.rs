@@ -235,6 +235,48 @@ fn typed_members(raw: &[u8], fields: &[Field]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// The annotation apps/v1's conversion adds to a DaemonSet from its internal
+/// `spec.templateGeneration`: the apiserver makes PartialObjectMetadata before that conversion,
+/// so its metadata-only answers (JSON and protobuf, recorded from 1.28.7) do not have it.
+pub const DAEMONSET_CONVERSION_ANNOTATION: &str = "deprecated.daemonset.template.generation";
+
+/// A PartialObjectMetadata (as [`object`] makes it) without the annotation `key` (and without
+/// `annotations` if it was the only one). Apiserver output only: the member is
+/// `"key":"value"` with a value without escapes.
+pub fn without_annotation(pom: Bytes, key: &str) -> Bytes {
+    let s = &pom[..];
+    let needle = format!("\"{key}\":\"");
+    let Some(start) = find(s, needle.as_bytes()) else { return pom };
+    let Some(len) = s[start + needle.len()..].iter().position(|&b| b == b'"' || b == b'\\') else {
+        return pom;
+    };
+    if s[start + needle.len() + len] != b'"' {
+        return pom;
+    }
+    let mut end = start + needle.len() + len + 1;
+    let mut start = start;
+    if s.get(end) == Some(&b',') {
+        end += 1;
+    } else if start > 0 && s[start - 1] == b',' {
+        start -= 1;
+    }
+    let mut out = Vec::with_capacity(s.len());
+    out.extend_from_slice(&s[..start]);
+    out.extend_from_slice(&s[end..]);
+    // The only annotation: Go omits the empty map.
+    for empty in [&b",\"annotations\":{}"[..], &b"\"annotations\":{},"[..], &b"\"annotations\":{}"[..]] {
+        if let Some(i) = find(&out, empty) {
+            out.drain(i..i + empty.len());
+            break;
+        }
+    }
+    Bytes::from(out)
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
+
 /// Fast path: apiserver output has `metadata` first after `kind`/`apiVersion`.
 fn leading_metadata(members: &[u8]) -> Option<Vec<u8>> {
     let rest = members.strip_prefix(br#""metadata":"#)?;
@@ -289,6 +331,30 @@ mod tests {
             &object(members)[..],
             br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"b"}}"#
         );
+    }
+
+    #[test]
+    fn a_daemonsets_conversion_annotation_is_not_metadata() {
+        let k = DAEMONSET_CONVERSION_ANNOTATION;
+        let only = object(
+            format!(r#""metadata":{{"name":"d","annotations":{{"{k}":"1"}},"uid":"u"}}}}"#).as_bytes(),
+        );
+        assert_eq!(
+            &without_annotation(only, k)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"d","uid":"u"}}"#
+        );
+        let two = object(format!(r#""metadata":{{"annotations":{{"a":"x","{k}":"2"}}}}}}"#).as_bytes());
+        assert_eq!(
+            &without_annotation(two, k)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"annotations":{"a":"x"}}}"#
+        );
+        let first = object(format!(r#""metadata":{{"annotations":{{"{k}":"3","z":"y"}}}}}}"#).as_bytes());
+        assert_eq!(
+            &without_annotation(first, k)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"annotations":{"z":"y"}}}"#
+        );
+        let none = object(br#""metadata":{"name":"d"}}"#);
+        assert_eq!(without_annotation(none.clone(), k), none);
     }
 
     #[test]

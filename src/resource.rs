@@ -483,6 +483,9 @@ impl Object {
                     // A custom resource: unstructured JSON, its metadata re-ordered as typed.
                     let i = skip_ws(&self.body, 0);
                     metadata_only::custom_object(self.body.get(i + 1..).unwrap_or_default())
+                } else if self.type_prefix.starts_with(br#"{"kind":"DaemonSet","apiVersion":"apps/"#) {
+                    let pom = metadata_only::object(&self.body[..]);
+                    metadata_only::without_annotation(pom, metadata_only::DAEMONSET_CONVERSION_ANNOTATION)
                 } else {
                     metadata_only::object(&self.body[..])
                 }

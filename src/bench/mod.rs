@@ -43,6 +43,7 @@ mod kubeconfig;
 mod load;
 mod modes;
 mod nodes;
+mod pbwatch;
 mod phase;
 mod procstat;
 pub mod report;

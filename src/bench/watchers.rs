@@ -174,6 +174,12 @@ pub async fn run(
         } else {
             me.reconnects.fetch_add(1, Relaxed);
         }
+        // Kubelets ask protobuf first: the proxy answers in protobuf, an upstream that cannot
+        // (the sim) in JSON lines.
+        let proto = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/vnd.kubernetes.protobuf"));
         let mut body = resp.into_body();
         buf.clear();
         loop {
@@ -191,14 +197,24 @@ pub async fn run(
             let mut gave_up = false;
             {
                 let mut t = me.tracker.lock();
-                while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
-                    let line = &buf[start..start + pos];
-                    start += pos + 1;
-                    if line.is_empty() {
-                        continue;
+                let parsed: Vec<Parsed> = if proto {
+                    let (frames, used) = super::pbwatch::frames(&buf);
+                    start = used;
+                    frames.into_iter().map(super::pbwatch::parse_frame).collect()
+                } else {
+                    let mut out = Vec::new();
+                    while let Some(pos) = buf[start..].iter().position(|&b| b == b'\n') {
+                        let line = &buf[start..start + pos];
+                        start += pos + 1;
+                        if !line.is_empty() {
+                            out.push(parse_line(line));
+                        }
                     }
+                    out
+                };
+                for p in parsed {
                     events += 1;
-                    match parse_line(line) {
+                    match p {
                         Parsed::Event { rv, seq, sent_nanos } => {
                             if t.observe(rv, seq) != Seen::Duplicate {
                                 if let (Some(sent), Some(_)) = (sent_nanos, seq) {

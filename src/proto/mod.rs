@@ -17,11 +17,30 @@ pub mod schema;
 pub mod transcode;
 pub mod wire;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use bytes::Bytes;
 
 pub use transcode::Unsupported;
+
+/// The upstream's Kubernetes minor version (`/version`), newest until known: fields its types
+/// do not have yet are not written (`schema::Field::since`).
+static UPSTREAM_MINOR: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Records the upstream's minor version (from its `/version`).
+pub fn set_upstream_minor(minor: u32) {
+    UPSTREAM_MINOR.store(minor, Ordering::Relaxed);
+}
+
+fn upstream_minor() -> u32 {
+    UPSTREAM_MINOR.load(Ordering::Relaxed)
+}
+
+/// The minor version in a `/version` answer (`"minor":"28"` or `"28+"`).
+pub fn minor_of_version(version: &serde_json::Value) -> Option<u32> {
+    let m = version.get("minor")?.as_str()?;
+    m.trim_end_matches('+').parse().ok()
+}
 
 /// `Content-Type` of protobuf objects and lists.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";

@@ -63,7 +63,8 @@ pub enum Special {
     Quantity,
     /// intstr.IntOrString: a JSON number or string.
     IntOrString,
-    /// runtime.RawExtension, meta/v1 FieldsV1, apiextensions JSON: the JSON bytes themselves.
+    /// meta/v1 FieldsV1 (made by the apiserver), apiextensions JSON (normalised by it): the
+    /// JSON bytes themselves.
     RawJson,
     /// apiextensions JSONSchemaPropsOrArray: a schema object or an array of them.
     SchemaOrArray,
@@ -84,6 +85,9 @@ pub struct Field {
     pub card: Card,
     /// The JSON has the nested message's members inline in this object.
     pub inline: bool,
+    /// The Kubernetes minor version whose types first have the field (0: 1.28 or older): an
+    /// older apiserver does not write it, not even as a zero value.
+    pub since: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -132,7 +136,10 @@ fn special(name: &str) -> Special {
             Special::Quantity
         }
         "IntOrString" if name.starts_with("k8s.io.apimachinery.pkg.util.intstr.") => Special::IntOrString,
-        "RawExtension" if name.starts_with("k8s.io.apimachinery.pkg.runtime.") => Special::RawJson,
+        // Its bytes are what the writer sent (any spacing, unescaped `<`): the JSON the cache
+        // holds is their compaction, which cannot prove them (recorded: a ControllerRevision
+        // written with spaces). Such objects go upstream in protobuf.
+        "RawExtension" if name.starts_with("k8s.io.apimachinery.pkg.runtime.") => Special::Unknown,
         "JSON" if name.contains("apiextensions") => Special::RawJson,
         "JSONSchemaPropsOrArray" => Special::SchemaOrArray,
         "JSONSchemaPropsOrBool" => Special::SchemaOrBool,
@@ -179,7 +186,7 @@ impl Schema {
     /// Parses the table format `tools/protoschema.py` writes.
     pub fn parse(text: &str) -> Result<Schema, String> {
         let mut s = Schema::default();
-        let mut raw_fields: Vec<Vec<(u32, String, RawTy, Card, bool)>> = Vec::new();
+        let mut raw_fields: Vec<Vec<(u32, String, RawTy, Card, bool, u32)>> = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -215,20 +222,31 @@ impl Schema {
                         "map" => Card::Map,
                         _ => return Err(bad()),
                     };
-                    let inline = w.get(5) == Some(&"inline");
-                    raw_fields.last_mut().ok_or_else(bad)?.push((number, w[2].to_owned(), ty, card, inline));
+                    let inline = w[5..].contains(&"inline");
+                    let since = match w[5..].iter().find_map(|t| t.strip_prefix("since=")) {
+                        Some(n) => n.parse().map_err(|_| bad())?,
+                        None => 0,
+                    };
+                    raw_fields.last_mut().ok_or_else(bad)?.push((
+                        number,
+                        w[2].to_owned(),
+                        ty,
+                        card,
+                        inline,
+                        since,
+                    ));
                 }
                 _ => return Err(bad()),
             }
         }
         for (i, fields) in raw_fields.into_iter().enumerate() {
             let mut out = Vec::with_capacity(fields.len());
-            for (number, json, ty, card, inline) in fields {
+            for (number, json, ty, card, inline, since) in fields {
                 let ty = s.resolve(ty).map_err(|e| format!("{}.{json}: {e}", s.messages[i].name))?;
                 if inline && !matches!(ty, Ty::Message(_)) {
                     return Err(format!("{}.{json}: inline but not a message", s.messages[i].name));
                 }
-                out.push(Field { number, json, ty, card, inline });
+                out.push(Field { number, json, ty, card, inline, since });
             }
             out.sort_by_key(|f| f.number);
             s.messages[i].fields = out;
@@ -283,6 +301,9 @@ mod tests {
         ] {
             assert!(s.kind(g, v, k).is_some(), "{g}/{v} {k}");
         }
+        let status = &s.messages[s.message("k8s.io.api.core.v1.PodStatus").unwrap()];
+        let observed = status.fields.iter().find(|f| f.json == "observedGeneration").unwrap();
+        assert_eq!(observed.since, 33, "PodStatus.observedGeneration is 1.33's");
         let pod = &s.messages[s.kind("", "v1", "Pod").unwrap()];
         let numbers: Vec<u32> = pod.fields.iter().map(|f| f.number).collect();
         assert_eq!(numbers, [1, 2, 3]);
@@ -293,8 +314,9 @@ mod tests {
         assert_eq!((dgps.number, dgps.card), (10, Card::Opt));
         let time = &s.messages[s.message("k8s.io.apimachinery.pkg.apis.meta.v1.Time").unwrap()];
         assert_eq!(time.special, Some(Special::Time));
-        // Every message marked special is one the transcoder knows, but for two that no cached
-        // object holds (discovery's GroupVersion string, runtime.Unknown).
+        // Every message marked special is one the transcoder knows, but for discovery's
+        // GroupVersion string and runtime.Unknown (no cached object holds them) and
+        // RawExtension (deliberately: see `special`).
         for m in &s.messages {
             let exempt = m.name.ends_with("meta.v1.GroupVersion")
                 || m.name == "k8s.io.apimachinery.pkg.runtime.Unknown";
@@ -310,9 +332,11 @@ mod tests {
         assert!(Schema::parse("m a.B\nf x name string one").is_err());
         assert!(Schema::parse("m a.B\nf 1 name a.C one").is_err());
         assert!(Schema::parse("m a.B\nf 1 name string sometimes").is_err());
-        let s = Schema::parse("g core v1 p\nm p.A\nf 2 b string one\nf 1 a map<string,p.A> map").unwrap();
+        let s = Schema::parse("g core v1 p\nm p.A\nf 2 b string one since=33\nf 1 a map<string,p.A> map")
+            .unwrap();
         let a = &s.messages[s.kind("", "v1", "A").unwrap()];
         assert_eq!(a.fields[0].json, "a");
         assert_eq!(a.fields[0].ty, Ty::Map(Scalar::String, Box::new(Ty::Message(0))));
+        assert_eq!((a.fields[0].since, a.fields[1].since), (0, 33));
     }
 }

@@ -37,7 +37,8 @@ fn unsupported<T>(what: impl Into<String>) -> R<T> {
 }
 
 /// The encoded message `msg` of the JSON object `json` (a whole object as the apiserver sent
-/// it: top-level `kind` and `apiVersion` are TypeMeta, which protobuf carries in its envelope).
+/// it: `kind` and `apiVersion` are TypeMeta, which protobuf carries in its envelope, or not at
+/// all for an embedded object).
 pub fn object(schema: &Schema, msg: usize, json: &[u8]) -> R<Vec<u8>> {
     let members = Members::parse(json)?;
     let mut used = vec![false; members.0.len()];
@@ -163,19 +164,25 @@ fn encode_members(s: &Schema, m: &Message, members: &Members, used: &mut [bool],
     if m.special.is_some() || m.array {
         return unsupported(format!("{} as a JSON object", m.name));
     }
+    let minor = super::upstream_minor();
     for f in &m.fields {
         if f.inline {
             let Ty::Message(idx) = f.ty else { return unsupported("inline scalar") };
             let before = used.iter().filter(|u| **u).count();
             let mut buf = Vec::new();
             encode_members(s, &s.messages[idx], members, used, &mut buf)?;
-            if f.card == Card::Opt && used.iter().filter(|u| **u).count() == before {
+            let absent = used.iter().filter(|u| **u).count() == before;
+            if absent && (f.card == Card::Opt || f.since > minor) {
                 continue;
             }
             wire::len_field(out, f.number, &buf);
             continue;
         }
         let v = members.find(&f.json, used).filter(|v| !is_null(v));
+        if v.is_none() && f.since > minor {
+            // A field the upstream's version does not have: it writes nothing for it.
+            continue;
+        }
         match f.card {
             Card::One => single(s, f.number, &f.ty, v, out)?,
             Card::Opt => {
@@ -256,8 +263,10 @@ fn message_value(s: &Schema, idx: usize, v: Option<&RawValue>) -> R<Vec<u8>> {
     };
     let mut used = vec![false; members.0.len()];
     encode_members(s, m, &members, &mut used, &mut out)?;
-    if let Some(i) = used.iter().position(|u| !u) {
-        return unsupported(format!("{}: unknown member {:?}", m.name, members.0[i].0));
+    // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
+    let unknown = used.iter().zip(&members.0).find(|(u, (k, _))| !**u && k != "kind" && k != "apiVersion");
+    if let Some((_, (k, _))) = unknown {
+        return unsupported(format!("{}: unknown member {k:?}", m.name));
     }
     Ok(out)
 }

@@ -116,7 +116,9 @@ pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<(Wanted, bool)> 
     let usable =
         || clauses.iter().filter(|c| c.media != Media::Protobuf || builtin || c.wanted != Wanted::Object);
     let first = usable().next()?;
-    if first.wanted == Wanted::Other {
+    // Recorded: `application/*` alone is a 406 for a built-in kind (200 JSON for a custom
+    // resource); the apiserver answers it.
+    if first.wanted == Wanted::Other || (builtin && first.media == Media::Json && first.wildcards == 1) {
         return None;
     }
     match first.media {
@@ -171,6 +173,7 @@ mod tests {
             ("", Some((Wanted::Object, J))),
             ("application/json", Some((Wanted::Object, J))),
             ("*/*", Some((Wanted::Object, J))),
+            ("application/*", None),
             ("application/vnd.kubernetes.protobuf,application/json", Some((Wanted::Object, P))),
             ("application/vnd.kubernetes.protobuf, */*", Some((Wanted::Object, P))),
             ("application/json, application/vnd.kubernetes.protobuf", Some((Wanted::Object, J))),

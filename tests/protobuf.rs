@@ -1,0 +1,589 @@
+//! Protobuf from the cache (issue 17, items 1, 2 and 4): the proxy's protobuf bytes against
+//! what a real kube-apiserver 1.28.7 answered (`tests/recordings/v1.28.7-raw/protobuf.json`,
+//! recorded by `record_protobuf.py`): for every built-in kind, the JSON LIST and GET go into a
+//! cache as a reflector would put them, and what the cache renders in protobuf (whole objects
+//! and PartialObjectMetadata) must be the apiserver's protobuf of the same object versions,
+//! byte for byte; a watch seen three ways at once, a watch-list, the error Statuses, and the
+//! negotiation table (what the cache serves must be what the apiserver answered, or go
+//! upstream).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http::Method;
+use kube_watchcache::cache::{self, CacheOptions, Filter, WatchRequest, WatchStart};
+use kube_watchcache::error::Error;
+use kube_watchcache::metadata_only::Repr;
+use kube_watchcache::resource::{EventType, ResourceKind, Rv};
+use kube_watchcache::server::classify::{classify, Route};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+fn recording() -> Value {
+    // The recordings are a 1.28.7 apiserver's: fields added since are not its to write.
+    kube_watchcache::proto::set_upstream_minor(28);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/recordings/v1.28.7-raw/protobuf.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn b64(v: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(v["body_b64"].as_str().expect("body_b64")).unwrap()
+}
+
+/// Where two protobuf encodings first differ, as a path of field numbers through the nested
+/// messages, for a readable failure; `None` if they are equal.
+fn diff(got: &[u8], want: &[u8]) -> Option<String> {
+    if got == want {
+        return None;
+    }
+    // Envelopes and frames: skip the magic or the length prefix to reach messages.
+    let strip = |b: &[u8]| -> Vec<u8> {
+        if let Some(r) = b.strip_prefix(b"k8s\0") {
+            r.to_vec()
+        } else if b.len() > 4 && u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize == b.len() - 4 {
+            b[4..].to_vec()
+        } else {
+            b.to_vec()
+        }
+    };
+    Some(format!(
+        "lengths {} / {}: {}",
+        got.len(),
+        want.len(),
+        field_diff(&strip(got), &strip(want), String::new())
+    ))
+}
+
+/// The fields of a message, or `None` if the bytes are not one.
+fn fields(b: &[u8]) -> Option<Vec<(u64, u8, &[u8])>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let varint = |i: &mut usize| -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*i)?;
+            *i += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    };
+    while i < b.len() {
+        let key = varint(&mut i)?;
+        let start = i;
+        match key & 7 {
+            0 => {
+                varint(&mut i)?;
+            }
+            1 => i += 8,
+            5 => i += 4,
+            2 => {
+                let len = varint(&mut i)? as usize;
+                let s = i;
+                i = i.checked_add(len)?;
+                out.push((key >> 3, 2, b.get(s..i)?));
+                continue;
+            }
+            _ => return None,
+        }
+        out.push((key >> 3, (key & 7) as u8, b.get(start..i)?));
+    }
+    Some(out)
+}
+
+fn field_diff(got: &[u8], want: &[u8], path: String) -> String {
+    let (Some(g), Some(w)) = (fields(got), fields(want)) else {
+        return format!(
+            "{path}: got {:?}, want {:?}",
+            String::from_utf8_lossy(got),
+            String::from_utf8_lossy(want)
+        );
+    };
+    for i in 0..g.len().max(w.len()) {
+        match (g.get(i), w.get(i)) {
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(a), Some(b)) if a.0 == b.0 && a.1 == 2 && b.1 == 2 => {
+                return field_diff(a.2, b.2, format!("{path}.{}[{i}]", a.0));
+            }
+            (a, b) => {
+                let show = |f: Option<&(u64, u8, &[u8])>| {
+                    f.map(|f| format!("field {} {:?}", f.0, String::from_utf8_lossy(f.2)))
+                        .unwrap_or("nothing".into())
+                };
+                return format!("{path} [{i}]: got {}, want {}", show(a), show(b));
+            }
+        }
+    }
+    format!("{path}: equal fields, different bytes")
+}
+
+/// Kinds whose objects hold bytes the JSON cannot prove (a ControllerRevision's `data`, a
+/// RawExtension, is what its writer sent): never served in protobuf, forwarded instead.
+const FORWARDED: &[&str] = &["controllerrevisions"];
+
+/// Why the transcoder refuses `json` as `kind` (for a readable failure).
+fn why(group: &str, version: &str, kind: &str, json: &str) -> String {
+    let s = kube_watchcache::proto::schema::schema();
+    match s.kind(group, version, kind) {
+        Some(msg) => match kube_watchcache::proto::transcode::object(s, msg, json.as_bytes()) {
+            Ok(_) => "encodes".into(),
+            Err(e) => e.to_string(),
+        },
+        None => "no message".into(),
+    }
+}
+
+#[derive(Deserialize)]
+struct RawList<'a> {
+    #[serde(borrow)]
+    metadata: &'a RawValue,
+    #[serde(borrow)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+fn group_version(path: &str) -> (String, String) {
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts[1] {
+        "api" => (String::new(), parts[2].to_owned()),
+        _ => (parts[2].to_owned(), parts[3].to_owned()),
+    }
+}
+
+#[test]
+fn lists_of_every_builtin_kind_equal_the_apiservers_protobuf() {
+    let rec = recording();
+    let lists = rec["lists"].as_array().unwrap();
+    assert!(lists.len() >= 40, "the recording covers the built-in kinds");
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for entry in lists {
+        let name = format!("{} {}", entry["group"], entry["resource"]);
+        let json = entry["json"]["body"].as_str().unwrap();
+        let list: RawList = serde_json::from_str(json).unwrap();
+        let meta: Value = serde_json::from_str(list.metadata.get()).unwrap();
+        let Some(rv) = meta["resourceVersion"].as_str() else { continue }; // componentstatuses
+        let rv = Rv(rv.parse().unwrap());
+        let (g, v) = group_version(entry["path"].as_str().unwrap());
+        let kind = ResourceKind::new(
+            &g,
+            &v,
+            entry["resource"].as_str().unwrap(),
+            entry["kind"].as_str().unwrap(),
+            entry["namespaced"].as_bool().unwrap(),
+            true,
+        );
+        let (mut w, r) = cache::new(kind, CacheOptions::default());
+        let items = list.items.unwrap_or_default();
+        let objects = items.iter().map(|i| w.parse(Bytes::from(i.get().to_owned())).unwrap()).collect();
+        w.replace(objects, rv);
+        let snap = r.snapshot();
+        for (repr, recorded) in
+            [(Repr::FullProto, &entry["proto"]), (Repr::MetadataProto, &entry["meta_proto"])]
+        {
+            assert_eq!(recorded["status"].as_u64(), Some(200), "{name}");
+            let forwarded =
+                repr == Repr::FullProto && FORWARDED.contains(&entry["resource"].as_str().unwrap());
+            let got = match r.list(&snap, &Filter::default().with_repr(repr), None) {
+                Some(_) if forwarded => {
+                    failures.push(format!("{name} {repr:?}: encoded, but cannot be proven"));
+                    continue;
+                }
+                None if forwarded => continue,
+                Some(b) => b.to_vec(),
+                None => {
+                    let first = items.first().map(|i| i.get()).unwrap_or("");
+                    let reason = why(&g, &v, entry["kind"].as_str().unwrap(), first);
+                    failures.push(format!("{name} {repr:?}: not encodable: {reason}"));
+                    continue;
+                }
+            };
+            if let Some(d) = diff(&got, &b64(recorded)) {
+                failures.push(format!("{name} {repr:?}: {d}"));
+            }
+            compared += 1;
+        }
+    }
+    assert!(failures.is_empty(), "{} of {compared} differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(compared >= 90);
+}
+
+#[test]
+fn gets_of_every_builtin_kind_equal_the_apiservers_protobuf() {
+    let rec = recording();
+    let gets = rec["gets"].as_array().unwrap();
+    assert!(gets.len() >= 40);
+    let mut failures = Vec::new();
+    for entry in gets {
+        let path = entry["path"].as_str().unwrap();
+        let json = entry["json"]["body"].as_str().unwrap();
+        let obj: Value = serde_json::from_str(json).unwrap();
+        let (g, v) = group_version(path);
+        let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
+        let kind = ResourceKind::new(&g, &v, "things", obj["kind"].as_str().unwrap(), !ns.is_empty(), true);
+        let (mut w, r) = cache::new(kind, CacheOptions::default());
+        let o = w.parse(Bytes::from(json.trim_end().to_owned())).unwrap();
+        let rv = o.header.rv;
+        w.replace(vec![o], rv);
+        let cached = r.get(ns, obj["metadata"]["name"].as_str().unwrap()).unwrap();
+        for (repr, recorded) in
+            [(Repr::FullProto, &entry["proto"]), (Repr::MetadataProto, &entry["meta_proto"])]
+        {
+            if recorded["status"].as_u64() != Some(200) {
+                // A custom resource in protobuf: the apiserver's 406 (forwarded by the proxy).
+                continue;
+            }
+            let forwarded =
+                repr == Repr::FullProto && FORWARDED.iter().any(|f| path.contains(&format!("/{f}/")));
+            let Some(chunks) = cached.chunks_as(repr) else {
+                if !forwarded {
+                    let reason = why(&g, &v, obj["kind"].as_str().unwrap(), json);
+                    failures.push(format!("{path} {repr:?}: not encodable: {reason}"));
+                }
+                continue;
+            };
+            assert!(!forwarded, "{path}: encoded, but cannot be proven");
+            if let Some(d) = diff(&chunks.concat(), &b64(recorded)) {
+                failures.push(format!("{path} {repr:?}: {d}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Splits a protobuf watch stream into its frames (with their length prefixes).
+fn frames(stream: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 4 <= stream.len() {
+        let len = u32::from_be_bytes(stream[at..at + 4].try_into().unwrap()) as usize;
+        out.push(&stream[at..at + 4 + len]);
+        at += 4 + len;
+    }
+    assert_eq!(at, stream.len(), "whole frames");
+    out
+}
+
+#[derive(Deserialize)]
+struct Ev<'a> {
+    #[serde(rename = "type")]
+    t: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_seen_three_ways_equals_the_apiservers_frames() {
+    let rec = recording();
+    let wr = &rec["watch"];
+    let start: u64 = wr["start_resourceVersion"].as_str().unwrap().parse().unwrap();
+    let json_stream = String::from_utf8(b64(&wr["json"])).unwrap();
+    let proto_stream = b64(&wr["proto"]);
+    let meta_stream = b64(&wr["meta_proto"]);
+    let (proto_frames, meta_frames) = (frames(&proto_stream), frames(&meta_stream));
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let opts = CacheOptions { bookmark_interval: Duration::from_secs(60), ..Default::default() };
+    let (mut w, r) = cache::new(kind, opts);
+    w.replace(Vec::new(), Rv(start));
+    let ns = wr["path"].as_str().unwrap().split('/').nth(4).unwrap().to_owned();
+    let open = |repr: Repr| {
+        let filter = Filter::new(Some(ns.clone()), None, Default::default(), Default::default());
+        r.watch(WatchRequest {
+            filter: filter.with_repr(repr),
+            start: WatchStart::After(Rv(start)),
+            bookmarks: true,
+            deadline: tokio::time::Instant::now() + Duration::from_secs(300),
+        })
+        .unwrap()
+    };
+    let (mut full, mut meta) = (open(Repr::FullProto), open(Repr::MetadataProto));
+    let mut compared = 0;
+    let mut cache_rv = Rv(start);
+    for (i, line) in json_stream.lines().enumerate() {
+        let ev: Ev = serde_json::from_str(line).unwrap();
+        let t = EventType::parse(ev.t).unwrap();
+        if t == EventType::Bookmark {
+            // The periodic BOOKMARK at the RV the cache has: made when the resource moves on.
+            let rv: Value = serde_json::from_str(ev.object.get()).unwrap();
+            let rv: u64 = rv["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+            if rv > cache_rv.0 {
+                let other = json!({"metadata": {"name": format!("x{rv}"), "namespace": "elsewhere", "resourceVersion": rv.to_string()}});
+                w.apply(EventType::Added, w.parse(Bytes::from(other.to_string())).unwrap())
+                    .unwrap()
+                    .finish()
+                    .await;
+                cache_rv = Rv(rv);
+            }
+            tokio::time::advance(Duration::from_secs(61)).await;
+        } else {
+            let obj = w.parse(Bytes::from(ev.object.get().to_owned())).unwrap();
+            cache_rv = obj.header.rv;
+            w.apply(t, obj).unwrap().finish().await;
+        }
+        let got = full.next().await.unwrap();
+        assert_eq!(diff(&got, proto_frames[i]), None, "{} frame {i}", ev.t);
+        let got = meta.next().await.unwrap();
+        assert_eq!(diff(&got, meta_frames[i]), None, "{} metadata frame {i}", ev.t);
+        compared += 1;
+    }
+    assert!(compared >= 3, "ADDED, MODIFIED, DELETED at least");
+    assert_eq!(compared, proto_frames.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_list_equals_the_apiservers_frames() {
+    let rec = recording();
+    let wl = &rec["watchlist"];
+    let json_stream = String::from_utf8(b64(&wl["json"])).unwrap();
+    let (proto_stream, meta_stream) = (b64(&wl["proto"]), b64(&wl["meta_proto"]));
+    let (proto_frames, meta_frames) = (frames(&proto_stream), frames(&meta_stream));
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (mut w, r) = cache::new(kind, CacheOptions::default());
+    let events: Vec<Ev> = json_stream.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let initial: Vec<_> = events
+        .iter()
+        .filter(|e| e.t == "ADDED")
+        .map(|e| w.parse(Bytes::from(e.object.get().to_owned())).unwrap())
+        .collect();
+    let end: Value = serde_json::from_str(events.last().unwrap().object.get()).unwrap();
+    assert_eq!(events.last().unwrap().t, "BOOKMARK");
+    let end_rv = Rv(end["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap());
+    w.replace(initial, end_rv);
+    let ns = wl["path"].as_str().unwrap().split('/').nth(4).unwrap().to_owned();
+    for (repr, recorded) in [(Repr::FullProto, &proto_frames), (Repr::MetadataProto, &meta_frames)] {
+        let filter = Filter::new(Some(ns.clone()), None, Default::default(), Default::default());
+        let mut watch = r
+            .watch(WatchRequest {
+                filter: filter.with_repr(repr),
+                start: WatchStart::InitialEvents,
+                bookmarks: true,
+                deadline: tokio::time::Instant::now() + Duration::from_secs(300),
+            })
+            .unwrap();
+        // The initial events and the end-of-initial-events bookmark (the periodic bookmarks
+        // after it are the first test's).
+        let end = events.iter().position(|e| e.t == "BOOKMARK").unwrap();
+        assert_eq!(recorded.len(), events.len());
+        // The apiserver sends the initial events in its store's order (not sorted; recorded
+        // differently for the two streams): compared as a set, then the bookmark.
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..end {
+            got.push(watch.next().await.unwrap().to_vec());
+        }
+        let mut want: Vec<Vec<u8>> = recorded[..end].iter().map(|f| f.to_vec()).collect();
+        got.sort();
+        want.sort();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(diff(g, w), None, "{repr:?} initial event {i}");
+        }
+        let bookmark = watch.next().await.unwrap();
+        assert_eq!(diff(&bookmark, recorded[end]), None, "{repr:?} end-of-initial-events BOOKMARK");
+    }
+}
+
+#[tokio::test]
+async fn error_statuses_equal_the_apiservers_protobuf() {
+    let rec = recording();
+    let errors = rec["errors"].as_array().unwrap();
+    let cms = Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true));
+    let mut checked = 0;
+    for e in errors {
+        let want = b64(e);
+        let name = e["name"].as_str().unwrap();
+        let status: Value = {
+            // What the recorded Status says, to build the same error here.
+            let text = String::from_utf8_lossy(&want).to_string();
+            json!({ "text": text })
+        };
+        let err = match name {
+            "get-missing-rv0" => {
+                let missing = e["path"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+                Some(Error::not_found(&cms, &missing))
+            }
+            "list-bad-label-selector" | "list-bad-continue" | "list-rvm-exact-without-rv" => {
+                let query: Value = e["query"].clone();
+                let q = form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(query.as_object().unwrap().iter().map(|(k, v)| (k, v.as_str().unwrap())))
+                    .finish();
+                match classify(
+                    &Method::GET,
+                    e["path"].as_str().unwrap(),
+                    Some(&q),
+                    Some(e["accept"].as_str().unwrap()),
+                    &[cms.clone()][..],
+                ) {
+                    Route::Reject(err) => Some(err),
+                    other => panic!("{name}: {other:?}"),
+                }
+            }
+            _ => None,
+        };
+        let Some(err) = err else { continue };
+        let accept = e["accept"].as_str().unwrap();
+        let resp = kube_watchcache::server::body::error_as(
+            err,
+            kube_watchcache::server::classify::error_in_proto(Some(accept)),
+        );
+        assert_eq!(resp.status().as_u16() as u64, e["status"].as_u64().unwrap(), "{name}");
+        assert_eq!(resp.headers()["content-type"], e["content_type"].as_str().unwrap(), "{name}");
+        let got = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+        assert_eq!(diff(&got, &want), None, "{name} ({accept}): {}", status["text"]);
+        checked += 1;
+    }
+    assert!(checked >= 8, "404, 400s and 422 in both Accept forms");
+}
+
+/// What the cache does with each recorded Accept: serve exactly the representation the
+/// apiserver answered with, or forward it.
+#[test]
+fn negotiation_serves_what_the_apiserver_answered_or_forwards() {
+    let rec = recording();
+    let table = rec["negotiation"].as_array().unwrap();
+    assert!(table.len() >= 60);
+    let kinds = [
+        Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true)),
+        Arc::new(ResourceKind::new("rec.example.com", "v1", "widgets", "Widget", true, false)),
+    ];
+    let mut served = 0;
+    for e in table {
+        let path = e["path"].as_str().unwrap();
+        let (g, v) = group_version(path);
+        let resource =
+            path.rsplit('/').nth(usize::from(e["target"].as_str().unwrap().ends_with("get"))).unwrap();
+        let kinds: Vec<Arc<ResourceKind>> = kinds
+            .iter()
+            .map(|k| {
+                if k.builtin {
+                    k.clone()
+                } else {
+                    Arc::new(ResourceKind::new(&g, &v, resource, "Widget", true, false))
+                }
+            })
+            .collect();
+        let q = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(e["query"].as_object().unwrap().iter().map(|(k, v)| (k, v.as_str().unwrap())))
+            .finish();
+        let accept = e["accept"].as_str().unwrap();
+        let route = classify(&Method::GET, path, Some(&q), Some(accept), &kinds[..]);
+        let status = e["status"].as_u64().unwrap();
+        let content_type = e["content_type"].as_str().unwrap();
+        let body = if e.get("body_b64").is_some() { b64(e) } else { Vec::new() };
+        let what = format!("{} {accept} → {status} {content_type}", e["target"]);
+        match route {
+            Route::Cache(cr) => {
+                assert_eq!(status, 200, "{what}: the cache must not serve what the apiserver refused");
+                assert_eq!(cr.repr.is_proto(), content_type.contains("protobuf"), "{what}: {:?}", cr.repr);
+                if cr.repr.is_proto() {
+                    // Whole objects or PartialObjectMetadata, as the recorded envelope says.
+                    let meta = body.windows(21).any(|w| w == b"PartialObjectMetadata");
+                    assert_eq!(cr.repr.is_metadata(), meta, "{what}");
+                }
+                served += 1;
+            }
+            Route::Forward(_) => {}
+            Route::Reject(err) => panic!("{what}: rejected {err:?}"),
+        }
+    }
+    assert!(served >= 30, "most recorded negotiations are served from the cache ({served})");
+}
+
+/// The envelope's TypeMeta kind and the raw message of a protobuf body.
+fn unwrap_envelope(body: &[u8]) -> (String, Vec<u8>) {
+    let unknown = body.strip_prefix(b"k8s\0").expect("the k8s\\0 magic");
+    let f = fields(unknown).expect("an Unknown");
+    let type_meta = fields(f.iter().find(|x| x.0 == 1).unwrap().2).unwrap();
+    let kind = String::from_utf8(type_meta.iter().find(|x| x.0 == 2).unwrap().2.to_vec()).unwrap();
+    (kind, f.iter().find(|x| x.0 == 2).unwrap().2.to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
+    const KUBELET: &str = "application/vnd.kubernetes.protobuf, application/json";
+    const GC_LIST: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let env = common::start().await;
+    env.ns("p");
+    for i in 0..3 {
+        env.create_cm("p", &format!("cm-{i}"), json!({"app": "a"}));
+    }
+    let rv = env.create_cm("p", "cm-3", json!({"app": "b"}));
+    env.synced_to(rv).await;
+    let upstream = || env.upstream_path("/api/v1/namespaces/p/configmaps");
+    let before = upstream();
+    let send = |path: &str, accept: &'static str| {
+        let url = env.proxy_url(path);
+        let client = env.client.clone();
+        async move { common::send(&client, Method::GET, &url, None, &[("accept", accept)]).await }
+    };
+
+    // LIST: a ConfigMapList in protobuf, four items, each the ConfigMap message.
+    let list = send("/api/v1/namespaces/p/configmaps?resourceVersion=0", KUBELET).await;
+    assert_eq!(list.status, 200);
+    assert_eq!(list.headers["content-type"], "application/vnd.kubernetes.protobuf");
+    let (kind, msg) = unwrap_envelope(&list.body);
+    assert_eq!(kind, "ConfigMapList");
+    let items: Vec<_> = fields(&msg).unwrap().into_iter().filter(|f| f.0 == 2).collect();
+    assert_eq!(items.len(), 4);
+    // The JSON list of the same objects, transcoded here, gives the same item bytes.
+    let json_list = env.get("/api/v1/namespaces/p/configmaps?resourceVersion=0").await.json();
+    let s = kube_watchcache::proto::schema::schema();
+    let cm = s.kind("", "v1", "ConfigMap").unwrap();
+    for (item, want) in json_list["items"].as_array().unwrap().iter().zip(&items) {
+        let got = kube_watchcache::proto::transcode::object(s, cm, item.to_string().as_bytes()).unwrap();
+        assert_eq!(got, want.2, "item bytes");
+    }
+
+    // The garbage collector's metadata list.
+    let meta = send("/api/v1/namespaces/p/configmaps?resourceVersion=0", GC_LIST).await;
+    assert_eq!(meta.headers["content-type"], "application/vnd.kubernetes.protobuf");
+    assert_eq!(unwrap_envelope(&meta.body).0, "PartialObjectMetadataList");
+
+    // GET, and a missing object's 404 as a protobuf Status.
+    let get = send("/api/v1/namespaces/p/configmaps/cm-1?resourceVersion=0", KUBELET).await;
+    assert_eq!(get.status, 200);
+    assert_eq!(unwrap_envelope(&get.body).0, "ConfigMap");
+    let missing = send("/api/v1/namespaces/p/configmaps/nope?resourceVersion=0", KUBELET).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(unwrap_envelope(&missing.body).0, "Status");
+    assert_eq!(upstream(), before, "all of it from the cache");
+
+    // WATCH: length-prefixed frames, a MODIFIED as the write happens.
+    let url = env.proxy_url(&format!("/api/v1/namespaces/p/configmaps?watch=1&resourceVersion={rv}"));
+    let resp = env
+        .client
+        .request(
+            http::Request::get(&url)
+                .header("accept", KUBELET)
+                .body(http_body_util::Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
+    env.update_cm("p", "cm-2", json!({"app": "a"}), "v2");
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    let frame = loop {
+        let f = tokio::time::timeout(Duration::from_secs(10), http_body_util::BodyExt::frame(&mut body))
+            .await
+            .expect("an event")
+            .unwrap()
+            .unwrap();
+        buf.extend_from_slice(&f.into_data().unwrap());
+        if buf.len() >= 4 && buf.len() >= 4 + u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize {
+            break buf;
+        }
+    };
+    let event = fields(&frame[4..]).unwrap();
+    assert_eq!(event[0].2, b"MODIFIED");
+    let raw = fields(event[1].2).unwrap();
+    assert_eq!(unwrap_envelope(raw[0].2).0, "ConfigMap");
+    assert_eq!(upstream(), before, "the watch too");
+}
