@@ -81,7 +81,7 @@ async fn alternate_representations_are_forwarded() {
         Method::GET,
         &env.proxy_url("/api/v1/configmaps?resourceVersion=0"),
         None,
-        &[("accept", "application/vnd.kubernetes.protobuf")],
+        &[("accept", "application/yaml")],
     )
     .await;
     let s = send(
@@ -89,12 +89,12 @@ async fn alternate_representations_are_forwarded() {
         Method::GET,
         &env.sim_url("/api/v1/configmaps?resourceVersion=0"),
         None,
-        &[("accept", "application/vnd.kubernetes.protobuf")],
+        &[("accept", "application/yaml")],
     )
     .await;
     assert_eq!(r.status, s.status);
     assert_eq!(env.upstream_requests("/api/v1/configmaps", "resourceVersion=0"), before + 2);
-    // Protobuf first but JSON accepted (kubelet): served from the cache.
+    // Protobuf first but JSON accepted (kubelet): served from the cache, in protobuf.
     let r = send(
         &env.client,
         Method::GET,
@@ -104,7 +104,7 @@ async fn alternate_representations_are_forwarded() {
     )
     .await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.headers["content-type"], "application/vnd.kubernetes.protobuf");
     assert_eq!(env.upstream_requests("/api/v1/configmaps", "resourceVersion=0"), before + 2);
 }
 

@@ -43,6 +43,7 @@ mod kubeconfig;
 mod load;
 mod modes;
 mod nodes;
+mod parsed;
 mod pbwatch;
 mod phase;
 mod procstat;

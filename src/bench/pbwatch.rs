@@ -7,7 +7,7 @@
 //!
 //! Called by `bench::watchers` when a watch answers in protobuf.
 
-use super::watchers::Parsed;
+use super::parsed::Parsed;
 
 /// One field of a message: its number and its value.
 enum Value<'a> {

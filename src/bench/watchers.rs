@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::env::{Clients, Target};
 use super::nodes::NodeClients;
+use super::parsed::Parsed;
 use super::stats::{Kind, PhaseStats};
 use super::track::{Seen, Tracker};
 
@@ -77,15 +78,6 @@ struct Stamps<'a> {
     sent: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "bench.kube-watchcache.io/seq")]
     seq: Option<Cow<'a, str>>,
-}
-
-/// One parsed watch line.
-#[derive(Debug, PartialEq)]
-pub enum Parsed {
-    Event { rv: u64, seq: Option<u64>, sent_nanos: Option<u128> },
-    Bookmark { rv: u64 },
-    Error { code: u16 },
-    Garbage,
 }
 
 pub fn parse_line(line: &[u8]) -> Parsed {
