@@ -2,7 +2,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use kube_watchcache::resource::{type_prefix, Object, ResourceKind};
+use kube_watchcache::resource::{typing, Object, ResourceKind};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
         ResourceKind::new("", "v1", "pods", "Pod", true, true),
         ResourceKind::new("", "v1", "nodes", "Node", false, true),
     ] {
-        let prefix = type_prefix(&kind);
+        let prefix = typing(&kind);
         let _ = Object::parse(&kind, &prefix, Bytes::copy_from_slice(data));
     }
 });
