@@ -3,7 +3,9 @@
 //! - `all_watchers/N`: N cluster-wide watchers, each receives every event (O(N));
 //! - `kubelet/N`: N kubelets, watcher i with `fieldSelector=spec.nodeName=node-i`; an event
 //!   concerns one node, and the node index makes it ~constant in N;
-//! - `no_watchers`: the apply alone, the floor of both curves.
+//! - `no_watchers`: the apply alone, the floor of both curves;
+//! - `all_watchers_protobuf/N`, `kubelet_protobuf/N`: the same with protobuf watchers (issue 17):
+//!   each event is transcoded once (its object version is new) and framed once for all of them.
 //!
 //! Only the applies are timed (`iter_custom`); the objects are prepared before and the
 //! watchers' queues drained after each chunk, so no watcher is closed for being slow (checked).
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kube_watchcache::cache::{CacheOptions, Filter, Reader, Watch, WatchRequest, WatchStart, Writer};
+use kube_watchcache::metadata_only::Repr;
 use kube_watchcache::resource::{EventType, Object, Rv};
 use kube_watchcache::selector::{FieldSelector, LabelSelector};
 use support::PodSpec;
@@ -47,7 +50,7 @@ struct Fixture {
 }
 
 impl Fixture {
-    fn new(shape: Shape, watchers: usize) -> Fixture {
+    fn new(shape: Shape, watchers: usize, repr: Repr) -> Fixture {
         let pods = support::size(10_000, 200);
         let nodes = if shape == Shape::Kubelet { watchers.max(1) } else { 100 };
         let opts = CacheOptions {
@@ -69,7 +72,8 @@ impl Fixture {
                         Ok(f) => Filter::new(None, None, LabelSelector::default(), f),
                         Err(e) => panic!("{e}"),
                     },
-                };
+                }
+                .with_repr(repr);
                 let req = WatchRequest { filter, start: WatchStart::Now, bookmarks: false, deadline };
                 match reader.watch(req) {
                     Ok(w) => w,
@@ -137,30 +141,47 @@ fn fanout(c: &mut Criterion) {
     let mut g = c.benchmark_group("fanout_apply");
 
     g.throughput(Throughput::Elements(1));
-    let mut f = Fixture::new(Shape::All, 0);
+    let mut f = Fixture::new(Shape::All, 0, Repr::Full);
     g.bench_function("no_watchers", |b| b.iter_custom(|iters| f.run(iters)));
     f.check();
     drop(f);
 
-    for &n in &sizes {
-        let mut f = Fixture::new(Shape::All, n);
-        // Throughput in deliveries: each apply reaches every watcher.
-        g.throughput(Throughput::Elements(n as u64));
-        g.bench_with_input(BenchmarkId::new("all_watchers", n), &n, |b, _| {
+    for (repr, suffix) in [(Repr::Full, ""), (Repr::FullProto, "_protobuf")] {
+        for &n in &sizes {
+            let mut f = Fixture::new(Shape::All, n, repr);
+            // Throughput in deliveries: each apply reaches every watcher.
+            g.throughput(Throughput::Elements(n as u64));
+            g.bench_with_input(BenchmarkId::new(format!("all_watchers{suffix}"), n), &n, |b, _| {
+                b.iter_custom(|iters| f.run(iters))
+            });
+            f.check();
+        }
+    }
+    for (repr, suffix) in [(Repr::Full, ""), (Repr::FullProto, "_protobuf")] {
+        for &n in &sizes {
+            bench_kubelets(&mut g, n, repr, suffix);
+        }
+    }
+    g.finish();
+}
+
+fn bench_kubelets(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    n: usize,
+    repr: Repr,
+    suffix: &str,
+) {
+    {
+        let mut f = Fixture::new(Shape::Kubelet, n, repr);
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new(format!("kubelet{suffix}"), n), &n, |b, _| {
             b.iter_custom(|iters| f.run(iters))
         });
-        f.check();
-    }
-    for &n in &sizes {
-        let mut f = Fixture::new(Shape::Kubelet, n);
-        g.throughput(Throughput::Elements(1));
-        g.bench_with_input(BenchmarkId::new("kubelet", n), &n, |b, _| b.iter_custom(|iters| f.run(iters)));
         f.check();
         let offered = f.reader.watcher_stats().offered;
         let events = f.next_rv - f.pool.len() as u64 - 1;
         assert!(offered <= 2 * events, "kubelet fan-out examined {offered} watchers for {events} events");
     }
-    g.finish();
 }
 
 criterion_group! {

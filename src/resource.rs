@@ -13,7 +13,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 
 use crate::metadata_only::{self, Repr};
-use crate::proto::{self, ProtoType};
+use crate::proto::{self, ProtoType, Rope};
 
 /// A resourceVersion issued by the upstream (an etcd revision). The proxy never invents one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -256,10 +256,10 @@ pub struct Object {
     /// How the resource encodes in protobuf (shared by all its objects).
     proto_type: Arc<ProtoType>,
     /// The object's protobuf message (no envelope), made at the first protobuf read of this
-    /// version; `None` if it cannot be encoded exactly.
-    proto: OnceLock<Option<Bytes>>,
-    /// The same for its PartialObjectMetadata.
-    proto_meta: OnceLock<Option<Bytes>>,
+    /// version, its long strings shared with `body`; `None` if it cannot be encoded exactly.
+    proto: OnceLock<Option<Rope>>,
+    /// The same for its PartialObjectMetadata (sharing with `meta`).
+    proto_meta: OnceLock<Option<Rope>>,
 }
 
 /// Why an object could not be taken from upstream bytes.
@@ -500,11 +500,19 @@ impl Object {
 
     /// The object's protobuf message without envelope, whole or metadata only (made once per
     /// version); `None` if it cannot be encoded exactly (the read goes upstream).
-    pub fn proto_message(&self, metadata: bool) -> Option<Bytes> {
+    pub fn proto_message(&self, metadata: bool) -> Option<&Rope> {
         if metadata {
-            self.proto_meta.get_or_init(|| self.proto_type.encode_metadata(&self.metadata_bytes())).clone()
+            self.proto_meta
+                .get_or_init(|| self.proto_type.encode_metadata_shared(&self.metadata_bytes()))
+                .as_ref()
         } else {
-            self.proto.get_or_init(|| self.proto_type.encode(&self.typed_bytes())).clone()
+            self.proto
+                .get_or_init(|| {
+                    let typed = self.typed_bytes();
+                    let prefix = typed.len() - self.body.len();
+                    self.proto_type.encode_shared(&typed, &self.body, prefix)
+                })
+                .as_ref()
         }
     }
 
@@ -521,7 +529,7 @@ impl Object {
             Repr::FullProto | Repr::MetadataProto => {
                 let msg = self.proto_message(repr.is_metadata())?;
                 let head = proto::envelope::head(self.proto_type.type_meta(repr.is_metadata()), msg.len());
-                [Bytes::from(head), msg, Bytes::from_static(proto::envelope::UNKNOWN_TAIL)]
+                [Bytes::from(head), msg.to_bytes(), Bytes::from_static(proto::envelope::UNKNOWN_TAIL)]
             }
         })
     }
@@ -534,7 +542,7 @@ impl Object {
             Repr::Metadata => [self.metadata_bytes(), Bytes::new()],
             Repr::FullProto | Repr::MetadataProto => {
                 let msg = self.proto_message(repr.is_metadata())?;
-                [proto::envelope::item_prefix(msg.len()), msg]
+                [proto::envelope::item_prefix(msg.len()), msg.to_bytes()]
             }
         })
     }
@@ -603,6 +611,11 @@ impl Object {
     /// Length of the object as a list item in the representation asked for (0 if it has no
     /// exact protobuf).
     pub fn item_len_as(&self, repr: Repr) -> usize {
+        if repr.is_proto() {
+            return self
+                .proto_message(repr.is_metadata())
+                .map_or(0, |m| proto::envelope::item_prefix_len(m.len()) + m.len());
+        }
         self.item_chunks_as(repr).map_or(0, |[a, b]| a.len() + b.len())
     }
 }

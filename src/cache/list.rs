@@ -105,7 +105,18 @@ impl Iterator for ListChunks {
                 buf.put_u8(b',');
             }
             self.first = false;
-            // Made (and checked) by `render`: always there.
+            if self.repr.is_proto() {
+                // Made (and checked) by `render`: always there. Its parts (some shared with the
+                // stored JSON) are copied once, into this chunk.
+                let Some(msg) = obj.proto_message(self.repr.is_metadata()) else { continue };
+                buf.put_slice(&envelope::item_prefix(msg.len()));
+                msg.parts().iter().for_each(|p| buf.put_slice(p));
+                if buf.len() >= CHUNK - 4096 {
+                    return Some(buf.freeze());
+                }
+                continue;
+            }
+            // Always there in JSON.
             let Some([a, b]) = obj.item_chunks_as(self.repr) else { continue };
             if b.len() >= CHUNK / 2 {
                 // A big object goes out as it is stored, without a copy.
@@ -198,8 +209,8 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         Repr::FullProto | Repr::MetadataProto => {
             let mut items_len = 0;
             for o in &items {
-                let [a, b] = o.item_chunks_as(repr)?;
-                items_len += a.len() + b.len();
+                let msg = o.proto_message(repr.is_metadata())?;
+                items_len += envelope::item_prefix_len(msg.len()) + msg.len();
             }
             proto_envelope(kind, repr, rv, continue_token.as_deref(), remaining, items_len)
         }

@@ -63,6 +63,11 @@ pub fn item_prefix(len: usize) -> Bytes {
     Bytes::from(out)
 }
 
+/// The length of [`item_prefix`] for an item of `len` bytes.
+pub fn item_prefix_len(len: usize) -> usize {
+    1 + wire::varint_len(len as u64)
+}
+
 /// One watch stream frame: the length, then WatchEvent {type, object: RawExtension{raw:
 /// `object` (an enveloped object, possibly in parts)}}.
 pub fn watch_event(event_type: &str, object: &[&[u8]]) -> Bytes {

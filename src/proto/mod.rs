@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use bytes::Bytes;
 
-pub use transcode::Unsupported;
+pub use transcode::{Rope, Unsupported};
 
 /// The upstream's Kubernetes minor version (`/version`), newest until known: fields its types
 /// do not have yet are not written (`schema::Field::since`).
@@ -104,7 +104,24 @@ impl ProtoType {
         self.outcome(encode_metadata(json))
     }
 
-    fn outcome(&self, r: Result<Bytes, Unsupported>) -> Option<Bytes> {
+    /// An object's message as a [`Rope`] sharing its long strings with `stored`: `json` is
+    /// `prefix_len` bytes (its `kind`/`apiVersion`) followed by `stored`, the object's bytes as
+    /// the cache keeps them. Made once per object version.
+    pub fn encode_shared(&self, json: &[u8], stored: &Bytes, prefix_len: usize) -> Option<Rope> {
+        let msg = self.msg?;
+        self.outcome(transcode::object_shared(schema::schema(), msg, json, stored, prefix_len))
+    }
+
+    /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.
+    pub fn encode_metadata_shared(&self, json: &Bytes) -> Option<Rope> {
+        let s = schema::schema();
+        let Some(msg) = s.message(&format!("{META_V1}.PartialObjectMetadata")) else {
+            return self.outcome(Err(Unsupported("no PartialObjectMetadata in the schema".into())));
+        };
+        self.outcome(transcode::object_shared(s, msg, json, json, 0))
+    }
+
+    fn outcome<T>(&self, r: Result<T, Unsupported>) -> Option<T> {
         match r {
             Ok(b) => Some(b),
             Err(e) => {

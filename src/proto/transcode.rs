@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine;
+use bytes::Bytes;
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -40,16 +41,167 @@ fn unsupported<T>(what: impl Into<String>) -> R<T> {
 /// it: `kind` and `apiVersion` are TypeMeta, which protobuf carries in its envelope, or not at
 /// all for an embedded object).
 pub fn object(schema: &Schema, msg: usize, json: &[u8]) -> R<Vec<u8>> {
-    let members = Members::parse(json)?;
+    let cx = Cx { s: schema, minor: super::upstream_minor(), json, stored: None };
+    Ok(encode_object(&cx, msg)?.into_rope().to_vec())
+}
+
+/// The same, as a [`Rope`] whose long strings and raw JSON (managedFields' `fieldsV1`, large
+/// annotations, ConfigMap data) are shared with `stored` instead of copied: `json` is
+/// `prefix_len` bytes followed by `stored` (the object's bytes as the cache keeps them).
+pub fn object_shared(schema: &Schema, msg: usize, json: &[u8], stored: &Bytes, prefix_len: usize) -> R<Rope> {
+    let cx = Cx { s: schema, minor: super::upstream_minor(), json, stored: Some((stored, prefix_len)) };
+    Ok(encode_object(&cx, msg)?.into_rope())
+}
+
+fn encode_object(cx: &Cx, msg: usize) -> R<Out> {
+    let members = Members::parse(cx.json)?;
     let mut used = vec![false; members.0.len()];
-    let mut out = Vec::with_capacity(json.len() / 2);
-    encode_members(schema, &schema.messages[msg], &members, &mut used, &mut out)?;
+    let mut out = Out::default();
+    encode_members(cx, &cx.s.messages[msg], &members, &mut used, &mut out)?;
     for (i, (k, _)) in members.0.iter().enumerate() {
         if !used[i] && k != "kind" && k != "apiVersion" {
-            return unsupported(format!("{}: unknown member {k:?}", schema.messages[msg].name));
+            return unsupported(format!("{}: unknown member {k:?}", cx.s.messages[msg].name));
         }
     }
     Ok(out)
+}
+
+/// Strings at least this long are shared with the stored JSON rather than copied (a part costs
+/// a `Bytes`, 32 bytes).
+const SHARE_MIN: usize = 64;
+
+/// What a transcoding reads: the schema, the upstream's version, the JSON and, when the result
+/// may share bytes with it, the stored bytes the JSON ends with.
+struct Cx<'a> {
+    s: &'a Schema,
+    minor: u32,
+    json: &'a [u8],
+    stored: Option<(&'a Bytes, usize)>,
+}
+
+impl Cx<'_> {
+    /// `part` (a slice of `self.json`) as a slice of the stored bytes, if it lies in them.
+    fn shared(&self, part: &[u8]) -> Option<Bytes> {
+        let (stored, prefix) = self.stored?;
+        let base = self.json.as_ptr() as usize;
+        let at = (part.as_ptr() as usize).checked_sub(base + prefix)?;
+        stored.get(at..at + part.len())?;
+        Some(stored.slice(at..at + part.len()))
+    }
+}
+
+/// Protobuf bytes in parts (see [`object_shared`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rope {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Rope {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
+    /// The bytes in one buffer (one part: no copy).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            parts => Bytes::from(parts.concat()),
+        }
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts.concat()
+    }
+
+    /// Bytes kept by this rope itself (the shared parts belong to the stored JSON).
+    pub fn own_bytes(&self, stored: &Bytes) -> usize {
+        let range = stored.as_ptr() as usize..stored.as_ptr() as usize + stored.len();
+        self.parts.iter().filter(|p| !range.contains(&(p.as_ptr() as usize))).map(Bytes::len).sum()
+    }
+}
+
+/// A message being written: copied bytes in `cur` (what the wire functions write into, through
+/// `DerefMut`), shared parts before it.
+#[derive(Default)]
+struct Out {
+    parts: Vec<Bytes>,
+    parts_len: usize,
+    cur: Vec<u8>,
+}
+
+impl std::ops::Deref for Out {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.cur
+    }
+}
+
+impl std::ops::DerefMut for Out {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.cur
+    }
+}
+
+impl Out {
+    fn total(&self) -> usize {
+        self.parts_len + self.cur.len()
+    }
+
+    fn flush(&mut self) {
+        if !self.cur.is_empty() {
+            let cur = Bytes::from(std::mem::take(&mut self.cur));
+            self.parts_len += cur.len();
+            self.parts.push(cur);
+        }
+    }
+
+    fn share(&mut self, b: Bytes) {
+        self.flush();
+        self.parts_len += b.len();
+        self.parts.push(b);
+    }
+
+    /// Field `number`, length-delimited, holding `child`.
+    fn message_field(&mut self, number: u32, child: Out) {
+        wire::tag(self, number, wire::LEN);
+        wire::varint(self, child.total() as u64);
+        if child.parts.is_empty() {
+            self.cur.extend_from_slice(&child.cur);
+        } else {
+            self.flush();
+            self.parts_len += child.parts_len;
+            self.parts.extend(child.parts);
+            self.cur = child.cur;
+        }
+    }
+
+    /// Field `number`, length-delimited, holding `data` (a slice of the JSON): shared when
+    /// long and in the stored bytes, else copied.
+    fn bytes_field(&mut self, cx: &Cx, number: u32, data: &[u8]) {
+        match cx.shared(data).filter(|_| data.len() >= SHARE_MIN) {
+            Some(b) => {
+                wire::tag(self, number, wire::LEN);
+                wire::varint(self, b.len() as u64);
+                self.share(b);
+            }
+            None => wire::len_field(self, number, data),
+        }
+    }
+
+    fn into_rope(mut self) -> Rope {
+        self.flush();
+        Rope { len: self.parts_len, parts: self.parts }
+    }
 }
 
 /// The members of a JSON object, values unparsed (borrowed from the input).
@@ -160,22 +312,22 @@ fn string(v: &RawValue) -> R<Cow<'_, str>> {
 }
 
 /// Writes the fields of `m` read from `members` (an inline field reads the same members).
-fn encode_members(s: &Schema, m: &Message, members: &Members, used: &mut [bool], out: &mut Vec<u8>) -> R<()> {
+fn encode_members(cx: &Cx, m: &Message, members: &Members, used: &mut [bool], out: &mut Out) -> R<()> {
     if m.special.is_some() || m.array {
         return unsupported(format!("{} as a JSON object", m.name));
     }
-    let minor = super::upstream_minor();
+    let minor = cx.minor;
     for f in &m.fields {
         if f.inline {
             let Ty::Message(idx) = f.ty else { return unsupported("inline scalar") };
             let before = used.iter().filter(|u| **u).count();
-            let mut buf = Vec::new();
-            encode_members(s, &s.messages[idx], members, used, &mut buf)?;
+            let mut buf = Out::default();
+            encode_members(cx, &cx.s.messages[idx], members, used, &mut buf)?;
             let absent = used.iter().filter(|u| **u).count() == before;
             if absent && (f.card == Card::Opt || f.since > minor) {
                 continue;
             }
-            wire::len_field(out, f.number, &buf);
+            out.message_field(f.number, buf);
             continue;
         }
         let v = members.find(&f.json, used).filter(|v| !is_null(v));
@@ -184,22 +336,22 @@ fn encode_members(s: &Schema, m: &Message, members: &Members, used: &mut [bool],
             continue;
         }
         match f.card {
-            Card::One => single(s, f.number, &f.ty, v, out)?,
+            Card::One => single(cx, f.number, &f.ty, v, out)?,
             Card::Opt => {
                 if v.is_some() {
-                    single(s, f.number, &f.ty, v, out)?
+                    single(cx, f.number, &f.ty, v, out)?
                 }
             }
             Card::Rep => {
                 if let Some(v) = v {
                     for e in elements(v)? {
-                        single(s, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), out)?;
+                        single(cx, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), out)?;
                     }
                 }
             }
             Card::Map => {
                 if let Some(v) = v {
-                    map(s, f.number, &f.ty, v, out)?;
+                    map(cx, f.number, &f.ty, v, out)?;
                 }
             }
         }
@@ -207,7 +359,7 @@ fn encode_members(s: &Schema, m: &Message, members: &Members, used: &mut [bool],
     Ok(())
 }
 
-fn map(s: &Schema, number: u32, ty: &Ty, v: &RawValue, out: &mut Vec<u8>) -> R<()> {
+fn map(cx: &Cx, number: u32, ty: &Ty, v: &RawValue, out: &mut Out) -> R<()> {
     let Ty::Map(key_ty, value_ty) = ty else { return unsupported("a map field of a non-map type") };
     if *key_ty != Scalar::String {
         return unsupported("a map with non-string keys");
@@ -217,23 +369,22 @@ fn map(s: &Schema, number: u32, ty: &Ty, v: &RawValue, out: &mut Vec<u8>) -> R<(
     entries.reverse();
     entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     entries.dedup_by(|a, b| a.0 == b.0);
-    let mut entry = Vec::new();
     for (k, val) in entries {
-        entry.clear();
+        let mut entry = Out::default();
         wire::len_field(&mut entry, 1, k.as_bytes());
-        single(s, 2, value_ty, Some(val).filter(|v| !is_null(v)), &mut entry)?;
-        wire::len_field(out, number, &entry);
+        single(cx, 2, value_ty, Some(val).filter(|v| !is_null(v)), &mut entry)?;
+        out.message_field(number, entry);
     }
     Ok(())
 }
 
 /// One value of field `number` (`None`: absent or null, written as the zero value).
-fn single(s: &Schema, number: u32, ty: &Ty, v: Option<&RawValue>, out: &mut Vec<u8>) -> R<()> {
+fn single(cx: &Cx, number: u32, ty: &Ty, v: Option<&RawValue>, out: &mut Out) -> R<()> {
     match ty {
-        Ty::Scalar(sc) => scalar(number, *sc, v, out),
+        Ty::Scalar(sc) => scalar(cx, number, *sc, v, out),
         Ty::Message(idx) => {
-            let body = message_value(s, *idx, v)?;
-            wire::len_field(out, number, &body);
+            let body = message_value(cx, *idx, v)?;
+            out.message_field(number, body);
             Ok(())
         }
         Ty::Map(..) => unsupported("a map inside a map"),
@@ -241,18 +392,18 @@ fn single(s: &Schema, number: u32, ty: &Ty, v: Option<&RawValue>, out: &mut Vec<
 }
 
 /// The body of message `idx` from its JSON value (`None`: the Go zero value).
-fn message_value(s: &Schema, idx: usize, v: Option<&RawValue>) -> R<Vec<u8>> {
-    let m = &s.messages[idx];
+fn message_value(cx: &Cx, idx: usize, v: Option<&RawValue>) -> R<Out> {
+    let m = &cx.s.messages[idx];
     if let Some(sp) = m.special {
-        return special(s, m, sp, v);
+        return special(cx, m, sp, v);
     }
-    let mut out = Vec::new();
+    let mut out = Out::default();
     if m.array {
         // A named slice: the JSON array is field 1.
         let Some(f) = m.fields.first() else { return unsupported(format!("{} has no field", m.name)) };
         if let Some(v) = v {
             for e in elements(v)? {
-                single(s, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), &mut out)?;
+                single(cx, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), &mut out)?;
             }
         }
         return Ok(out);
@@ -262,7 +413,7 @@ fn message_value(s: &Schema, idx: usize, v: Option<&RawValue>) -> R<Vec<u8>> {
         None => Members(Vec::new()),
     };
     let mut used = vec![false; members.0.len()];
-    encode_members(s, m, &members, &mut used, &mut out)?;
+    encode_members(cx, m, &members, &mut used, &mut out)?;
     // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
     let unknown = used.iter().zip(&members.0).find(|(u, (k, _))| !**u && k != "kind" && k != "apiVersion");
     if let Some((_, (k, _))) = unknown {
@@ -271,14 +422,22 @@ fn message_value(s: &Schema, idx: usize, v: Option<&RawValue>) -> R<Vec<u8>> {
     Ok(out)
 }
 
-fn scalar(number: u32, sc: Scalar, v: Option<&RawValue>, out: &mut Vec<u8>) -> R<()> {
+fn scalar(cx: &Cx, number: u32, sc: Scalar, v: Option<&RawValue>, out: &mut Out) -> R<()> {
     match sc {
         Scalar::String => {
             let s = match v {
                 Some(v) => string(v)?,
                 None => Cow::Borrowed(""),
             };
-            wire::len_field(out, number, s.as_bytes());
+            match (&s, v) {
+                // Without escapes the JSON holds the string's own bytes, between its quotes.
+                (Cow::Borrowed(b), Some(v)) if !text(v).contains('\\') => {
+                    let inner = &text(v).as_bytes()[1..text(v).len() - 1];
+                    debug_assert_eq!(inner, b.as_bytes());
+                    out.bytes_field(cx, number, inner);
+                }
+                _ => wire::len_field(out, number, s.as_bytes()),
+            }
         }
         Scalar::Bytes => {
             let b = match v {
@@ -338,8 +497,8 @@ fn scalar(number: u32, sc: Scalar, v: Option<&RawValue>, out: &mut Vec<u8>) -> R
     Ok(())
 }
 
-fn special(s: &Schema, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Vec<u8>> {
-    let mut out = Vec::new();
+fn special(cx: &Cx, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Out> {
+    let mut out = Out::default();
     match sp {
         Special::Time | Special::MicroTime => {
             // Zero (JSON null): Marshal writes nothing.
@@ -399,7 +558,7 @@ fn special(s: &Schema, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Vec<
         Special::RawJson => {
             // The JSON bytes themselves, when set.
             if let Some(v) = v {
-                wire::len_field(&mut out, 1, text(v).as_bytes());
+                out.bytes_field(cx, 1, text(v).as_bytes());
             }
         }
         Special::SchemaOrArray | Special::SchemaOrStringArray => {
@@ -411,10 +570,10 @@ fn special(s: &Schema, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Vec<
                 };
                 if text(v).starts_with('[') {
                     for e in elements(v)? {
-                        single(s, 2, &two.ty, Some(e).filter(|e| !is_null(e)), &mut out)?;
+                        single(cx, 2, &two.ty, Some(e).filter(|e| !is_null(e)), &mut out)?;
                     }
                 } else {
-                    single(s, 1, &one.ty, Some(v), &mut out)?;
+                    single(cx, 1, &one.ty, Some(v), &mut out)?;
                 }
             }
         }
@@ -428,7 +587,7 @@ fn special(s: &Schema, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Vec<
                 Some("true") => wire::varint_field(&mut out, 1, 1),
                 Some(_) => {
                     wire::varint_field(&mut out, 1, 1);
-                    single(s, 2, &schema_field.ty, v, &mut out)?;
+                    single(cx, 2, &schema_field.ty, v, &mut out)?;
                 }
             }
         }
@@ -539,13 +698,9 @@ mod tests {
         let s = schema();
         let t = |name: &str, json: &str| {
             let v: Box<RawValue> = serde_json::from_str(json).unwrap();
-            special(
-                &s,
-                &s.messages[s.message(name).unwrap()],
-                s.messages[s.message(name).unwrap()].special.unwrap(),
-                Some(&v),
-            )
-            .unwrap()
+            let cx = Cx { s: &s, minor: u32::MAX, json: json.as_bytes(), stored: None };
+            let m = &s.messages[s.message(name).unwrap()];
+            special(&cx, m, m.special.unwrap(), Some(&v)).unwrap().into_rope().to_vec()
         };
         assert_eq!(
             t("k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", r#""1970-01-01T00:00:01.000002Z""#),
@@ -555,6 +710,25 @@ mod tests {
             t("k8s.io.apimachinery.pkg.apis.meta.v1.Time", r#""1970-01-01T00:00:01.5Z""#),
             [0x08, 1, 0x10, 0]
         );
+    }
+
+    #[test]
+    fn long_strings_are_shared_with_the_stored_json_and_the_bytes_stay_the_same() {
+        let s = schema();
+        let long = "x".repeat(100);
+        let body = format!(
+            r#""name":"{long}","tags":["short","{long}"],"labels":{{"k":"{long}","e":"a\u003cb{long}"}}}}"#
+        );
+        let stored = Bytes::from(body.clone());
+        let json = format!(r#"{{"kind":"Obj","apiVersion":"v1",{body}"#);
+        let msg = s.message("t.Obj").unwrap();
+        let rope = object_shared(&s, msg, json.as_bytes(), &stored, json.len() - body.len()).unwrap();
+        assert_eq!(rope.to_vec(), object(&s, msg, json.as_bytes()).unwrap(), "same bytes");
+        assert_eq!(rope.len(), rope.to_vec().len());
+        // name, the long tag and the long label value are shared; the escaped one is copied.
+        let own = rope.own_bytes(&stored);
+        assert_eq!(rope.len() - own, 300, "three 100-byte strings shared");
+        assert!(rope.parts().len() > 3);
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! the client gets: JSON and protobuf from the cache (protobuf clauses are skipped for whole
 //! custom resources, which have no protobuf — the apiserver's `StandardSerializers` — but not
 //! for their metadata); a YAML-first client that also accepts the same representation in
-//! JSON gets JSON. Anything else (Table, v1beta1, YAML only, unknown parameters such as
-//! `stream=watch`) is forwarded, which is exact.
+//! JSON gets JSON. Anything else (Table, v1beta1, YAML only, unknown parameters) is forwarded,
+//! which is exact.
 //!
 //! Errors are negotiated apart (`error_in_proto`), as the apiserver's `ErrorNegotiated` does:
 //! without transforms, so a metadata-only protobuf client gets its Status in JSON.
@@ -72,6 +72,7 @@ fn parse(range: &str) -> Option<Clause> {
         _ => Media::Unsupported,
     };
     let (mut as_, mut g, mut v, mut q, mut other) = (None, None, None, 1.0f32, false);
+    let mut stream = false;
     for p in it {
         let (k, val) = p.split_once('=').unwrap_or((p, ""));
         let val = val.trim().trim_matches('"');
@@ -80,11 +81,15 @@ fn parse(range: &str) -> Option<Clause> {
             "g" => g = Some(val.to_owned()),
             "v" => v = Some(val.to_owned()),
             "q" => q = val.parse::<f32>().unwrap_or(0.0),
+            // Recorded: `vnd.kubernetes.protobuf;stream=watch` is served as protobuf (LIST and
+            // GET included); other stream parameters are the apiserver's to judge.
+            "stream" if val == "watch" => stream = true,
             "" => {}
             _ => other = true,
         }
     }
     let meta_v1 = g.as_deref() == Some("meta.k8s.io") && v.as_deref() == Some("v1");
+    let other = other || (stream && media != Media::Protobuf);
     let wanted = match (as_.as_deref(), other) {
         (_, true) => Wanted::Other,
         (None, false) if g.is_none() && v.is_none() => Wanted::Object,
@@ -182,8 +187,11 @@ mod tests {
             ("application/vnd.kubernetes.protobuf;q=0, application/json", Some((Wanted::Object, J))),
             ("application/yaml,application/json", Some((Wanted::Object, J))),
             ("application/vnd.kubernetes.protobuf", Some((Wanted::Object, P))),
-            // A stream parameter is not one the cache interprets: upstream.
-            ("application/vnd.kubernetes.protobuf;stream=watch", None),
+            // Recorded: the stream parameter of protobuf is served (LIST and GET too); JSON's
+            // and other values are the apiserver's to judge.
+            ("application/vnd.kubernetes.protobuf;stream=watch", Some((Wanted::Object, P))),
+            ("application/json;stream=watch", None),
+            ("application/vnd.kubernetes.protobuf;stream=other", None),
             ("text/html", None),
             ("text/html, application/json", Some((Wanted::Object, J))),
             (META, Some((Wanted::MetadataObject, J))),
