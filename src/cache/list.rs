@@ -109,7 +109,9 @@ impl Iterator for ListChunks {
                 // Made (and checked) by `render`: always there. Its parts (some shared with the
                 // stored JSON) are copied once, into this chunk.
                 let Some(msg) = obj.proto_message(self.repr.is_metadata()) else { continue };
-                buf.put_slice(&envelope::item_prefix(msg.len()));
+                // The `items` key and length, written in place (no buffer per item).
+                buf.put_u8(0x12);
+                proto::wire::put_varint(&mut buf, msg.len() as u64);
                 msg.parts().iter().for_each(|p| buf.put_slice(p));
                 if buf.len() >= CHUNK - 4096 {
                     return Some(buf.freeze());

@@ -131,12 +131,18 @@ impl Rope {
 }
 
 /// A message being written: copied bytes in `cur` (what the wire functions write into, through
-/// `DerefMut`), shared parts before it.
+/// `DerefMut`), finished parts before it — copied runs and shared slices alternating, so that a
+/// rope has 2k+1 parts for k shared strings however deep they sit.
 #[derive(Default)]
 struct Out {
-    parts: Vec<Bytes>,
+    parts: Vec<Part>,
     parts_len: usize,
     cur: Vec<u8>,
+}
+
+enum Part {
+    Owned(Vec<u8>),
+    Shared(Bytes),
 }
 
 impl std::ops::Deref for Out {
@@ -159,30 +165,29 @@ impl Out {
 
     fn flush(&mut self) {
         if !self.cur.is_empty() {
-            let cur = Bytes::from(std::mem::take(&mut self.cur));
+            let cur = std::mem::take(&mut self.cur);
             self.parts_len += cur.len();
-            self.parts.push(cur);
+            self.parts.push(Part::Owned(cur));
         }
     }
 
     fn share(&mut self, b: Bytes) {
         self.flush();
         self.parts_len += b.len();
-        self.parts.push(b);
+        self.parts.push(Part::Shared(b));
     }
 
-    /// Field `number`, length-delimited, holding `child`.
+    /// Field `number`, length-delimited, holding `child` (its copied runs join ours).
     fn message_field(&mut self, number: u32, child: Out) {
         wire::tag(self, number, wire::LEN);
         wire::varint(self, child.total() as u64);
-        if child.parts.is_empty() {
-            self.cur.extend_from_slice(&child.cur);
-        } else {
-            self.flush();
-            self.parts_len += child.parts_len;
-            self.parts.extend(child.parts);
-            self.cur = child.cur;
+        for p in child.parts {
+            match p {
+                Part::Owned(v) => self.cur.extend_from_slice(&v),
+                Part::Shared(b) => self.share(b),
+            }
         }
+        self.cur.extend_from_slice(&child.cur);
     }
 
     /// Field `number`, length-delimited, holding `data` (a slice of the JSON): shared when
@@ -200,7 +205,15 @@ impl Out {
 
     fn into_rope(mut self) -> Rope {
         self.flush();
-        Rope { len: self.parts_len, parts: self.parts }
+        let parts = self
+            .parts
+            .into_iter()
+            .map(|p| match p {
+                Part::Owned(v) => Bytes::from(v),
+                Part::Shared(b) => b,
+            })
+            .collect();
+        Rope { len: self.parts_len, parts }
     }
 }
 

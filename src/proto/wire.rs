@@ -13,12 +13,17 @@ pub const LEN: u8 = 2;
 pub const FIXED32: u8 = 5;
 
 /// Appends `v` as a base-128 varint.
-pub fn varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn varint(out: &mut Vec<u8>, v: u64) {
+    put_varint(out, v);
+}
+
+/// Appends `v` as a varint to any buffer (a LIST's chunk).
+pub fn put_varint(out: &mut impl bytes::BufMut, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put_u8((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put_u8(v as u8);
 }
 
 /// The length of `v` as a varint.
