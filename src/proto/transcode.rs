@@ -18,7 +18,7 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::schema::{Card, Message, Scalar, Schema, Special, Ty};
+use super::schema::{Card, Field, Message, Scalar, Schema, Special, Ty};
 use super::wire;
 
 /// Why an object cannot be transcoded.
@@ -54,10 +54,10 @@ pub fn object_shared(schema: &Schema, msg: usize, json: &[u8], stored: &Bytes, p
 }
 
 fn encode_object(cx: &Cx, msg: usize) -> R<Out> {
-    let members = Members::parse(cx.json)?;
+    let mut members = read_object(cx, msg, cx.json)?;
     let mut used = vec![false; members.0.len()];
     let mut out = Out::default();
-    encode_members(cx, &cx.s.messages[msg], &members, &mut used, &mut out)?;
+    encode_members(cx, &cx.s.messages[msg], &mut members, &mut used, &mut out)?;
     for (i, (k, _)) in members.0.iter().enumerate() {
         if !used[i] && k != "kind" && k != "apiVersion" {
             return unsupported(format!("{}: unknown member {k:?}", cx.s.messages[msg].name));
@@ -217,36 +217,195 @@ impl Out {
     }
 }
 
-/// The members of a JSON object, values unparsed (borrowed from the input).
-struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// A member's value: as found (`Raw`), or already encoded when its field is a message or a list
+/// of messages (read in the same pass as its parent: no object is scanned twice).
+enum Val<'a> {
+    Raw(&'a RawValue),
+    /// A message field's body (`None`: JSON null).
+    Msg(Option<Out>),
+    /// A repeated message field's bodies (`None`: a null list; a `None` element: a null one).
+    Msgs(Option<Vec<Option<Out>>>),
+    Taken,
+}
 
-impl<'a> Members<'a> {
-    fn parse(json: &'a [u8]) -> R<Members<'a>> {
-        serde_json::from_slice(json).map_err(|e| Unsupported(format!("not a JSON object: {e}")))
-    }
-
-    fn of(v: &'a RawValue) -> R<Members<'a>> {
-        Members::parse(v.get().as_bytes())
-    }
-
-    /// The last occurrence of `name` (Go's decoder keeps the last), marking every one used.
-    fn find(&self, name: &str, used: &mut [bool]) -> Option<&'a RawValue> {
-        let mut found = None;
-        for (i, (k, v)) in self.0.iter().enumerate() {
-            if k == name {
-                used[i] = true;
-                found = Some(*v);
-            }
+impl Val<'_> {
+    fn is_null(&self) -> bool {
+        match self {
+            Val::Raw(r) => is_null(r),
+            Val::Msg(m) => m.is_none(),
+            Val::Msgs(m) => m.is_none(),
+            Val::Taken => true,
         }
-        found
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
+/// The members of a JSON object, values borrowed from the input or encoded.
+struct Members<'a>(Vec<(Cow<'a, str>, Val<'a>)>);
+
+impl<'a> Members<'a> {
+    /// The last occurrence of `name` (Go's decoder keeps the last), marking every one used.
+    fn find(&mut self, name: &str, used: &mut [bool]) -> Option<Val<'a>> {
+        let mut found = None;
+        for (i, (k, _)) in self.0.iter().enumerate() {
+            if k == name {
+                used[i] = true;
+                found = Some(i);
+            }
+        }
+        found.map(|i| std::mem::replace(&mut self.0[i].1, Val::Taken))
+    }
+}
+
+/// The field of `m` (or of a message inline in it) that a JSON member `key` sets.
+fn field_for<'s>(s: &'s Schema, m: &'s Message, key: &str) -> Option<&'s Field> {
+    for f in &m.fields {
+        if f.inline {
+            if let Ty::Message(i) = f.ty {
+                if let Some(x) = field_for(s, &s.messages[i], key) {
+                    return Some(x);
+                }
+            }
+        } else if f.json == key {
+            return Some(f);
+        }
+    }
+    None
+}
+
+/// The message a field holds, when it is read as an object (not special, not a JSON array).
+fn plain_message(s: &Schema, f: &Field) -> Option<usize> {
+    match f.ty {
+        Ty::Message(i) if s.messages[i].special.is_none() && !s.messages[i].array => Some(i),
+        _ => None,
+    }
+}
+
+/// Reads an object's members for message `m`, encoding the message-valued ones as they come.
+fn read_members<'de, A: MapAccess<'de>>(cx: &Cx, m: &Message, mut map: A) -> Result<Members<'de>, A::Error> {
+    let mut out = Vec::new();
+    while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+        let f = field_for(cx.s, m, &k);
+        let val = match f.and_then(|f| plain_message(cx.s, f).map(|i| (f.card, i))) {
+            Some((Card::One | Card::Opt, idx)) => Val::Msg(map.next_value_seed(MsgSeed { cx, idx })?),
+            Some((Card::Rep, idx)) => Val::Msgs(map.next_value_seed(MsgsSeed { cx, idx })?),
+            _ => Val::Raw(map.next_value::<&'de RawValue>()?),
+        };
+        out.push((k, val));
+    }
+    Ok(Members(out))
+}
+
+/// Encodes `members` as message `m`; every member must be one of its fields (or TypeMeta).
+fn encode_read(cx: &Cx, m: &Message, mut members: Members) -> R<Out> {
+    let mut used = vec![false; members.0.len()];
+    let mut out = Out::default();
+    encode_members(cx, m, &mut members, &mut used, &mut out)?;
+    // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
+    let unknown = used.iter().zip(&members.0).find(|(u, (k, _))| !**u && k != "kind" && k != "apiVersion");
+    if let Some((_, (k, _))) = unknown {
+        return unsupported(format!("{}: unknown member {k:?}", m.name));
+    }
+    Ok(out)
+}
+
+/// A message field's value: its body, `None` for null.
+struct MsgSeed<'c, 'a> {
+    cx: &'c Cx<'a>,
+    idx: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for MsgSeed<'_, '_> {
+    type Value = Option<Out>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Out>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MsgSeed<'_, '_> {
+    type Value = Option<Out>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object or null")
+    }
+    fn visit_unit<E>(self) -> Result<Option<Out>, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Option<Out>, A::Error> {
+        let m = &self.cx.s.messages[self.idx];
+        let members = read_members(self.cx, m, map)?;
+        encode_read(self.cx, m, members).map(Some).map_err(|e| serde::de::Error::custom(e.0))
+    }
+}
+
+/// A repeated message field's value.
+struct MsgsSeed<'c, 'a> {
+    cx: &'c Cx<'a>,
+    idx: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for MsgsSeed<'_, '_> {
+    type Value = Option<Vec<Option<Out>>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MsgsSeed<'_, '_> {
+    type Value = Option<Vec<Option<Out>>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array or null")
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(e) = seq.next_element_seed(MsgSeed { cx: self.cx, idx: self.idx })? {
+            out.push(e);
+        }
+        Ok(Some(out))
+    }
+}
+
+/// A whole object read in one pass as message `msg`.
+struct ObjectSeed<'c, 'a> {
+    cx: &'c Cx<'a>,
+    msg: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ObjectSeed<'_, '_> {
+    type Value = Members<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Members<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
+    type Value = Members<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Members<'de>, A::Error> {
+        read_members(self.cx, &self.cx.s.messages[self.msg], map)
+    }
+}
+
+/// Reads `json` (a slice of `cx.json`) as message `msg` in one pass.
+fn read_object<'a>(cx: &Cx, msg: usize, json: &'a [u8]) -> R<Members<'a>> {
+    use serde::de::DeserializeSeed;
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let members = ObjectSeed { cx, msg }.deserialize(&mut de).map_err(|e| Unsupported(format!("{e}")))?;
+    de.end().map_err(|e| Unsupported(format!("{e}")))?;
+    Ok(members)
+}
+
+/// The members of a JSON object, values unparsed (map entries).
+struct RawMembers<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawMembers<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V<'a>(std::marker::PhantomData<&'a ()>);
         impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Members<'a>;
+            type Value = RawMembers<'a>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a JSON object")
             }
@@ -255,7 +414,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
                 while let Some(Key(k)) = m.next_key::<Key<'de>>()? {
                     out.push((k, m.next_value::<&'de RawValue>()?));
                 }
-                Ok(Members(out))
+                Ok(RawMembers(out))
             }
         }
         d.deserialize_map(V(std::marker::PhantomData))
@@ -325,7 +484,7 @@ fn string(v: &RawValue) -> R<Cow<'_, str>> {
 }
 
 /// Writes the fields of `m` read from `members` (an inline field reads the same members).
-fn encode_members(cx: &Cx, m: &Message, members: &Members, used: &mut [bool], out: &mut Out) -> R<()> {
+fn encode_members(cx: &Cx, m: &Message, members: &mut Members, used: &mut [bool], out: &mut Out) -> R<()> {
     if m.special.is_some() || m.array {
         return unsupported(format!("{} as a JSON object", m.name));
     }
@@ -343,30 +502,31 @@ fn encode_members(cx: &Cx, m: &Message, members: &Members, used: &mut [bool], ou
             out.message_field(f.number, buf);
             continue;
         }
-        let v = members.find(&f.json, used).filter(|v| !is_null(v));
+        let v = members.find(&f.json, used).filter(|v| !v.is_null());
         if v.is_none() && f.since > minor {
             // A field the upstream's version does not have: it writes nothing for it.
             continue;
         }
-        match f.card {
-            Card::One => single(cx, f.number, &f.ty, v, out)?,
-            Card::Opt => {
-                if v.is_some() {
-                    single(cx, f.number, &f.ty, v, out)?
-                }
-            }
-            Card::Rep => {
-                if let Some(v) = v {
-                    for e in elements(v)? {
-                        single(cx, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), out)?;
+        match (f.card, v) {
+            (Card::One, None) => single(cx, f.number, &f.ty, None, out)?,
+            (_, None) => {}
+            (_, Some(Val::Msg(Some(body)))) => out.message_field(f.number, body),
+            (Card::Rep, Some(Val::Msgs(Some(list)))) => {
+                for body in list {
+                    match body {
+                        Some(body) => out.message_field(f.number, body),
+                        None => single(cx, f.number, &f.ty, None, out)?,
                     }
                 }
             }
-            Card::Map => {
-                if let Some(v) = v {
-                    map(cx, f.number, &f.ty, v, out)?;
+            (Card::One | Card::Opt, Some(Val::Raw(v))) => single(cx, f.number, &f.ty, Some(v), out)?,
+            (Card::Rep, Some(Val::Raw(v))) => {
+                for e in elements(v)? {
+                    single(cx, f.number, &f.ty, Some(e).filter(|e| !is_null(e)), out)?;
                 }
             }
+            (Card::Map, Some(Val::Raw(v))) => map(cx, f.number, &f.ty, v, out)?,
+            (_, Some(_)) => return unsupported(format!("{}.{}: unexpected value", m.name, f.json)),
         }
     }
     Ok(())
@@ -377,7 +537,9 @@ fn map(cx: &Cx, number: u32, ty: &Ty, v: &RawValue, out: &mut Out) -> R<()> {
     if *key_ty != Scalar::String {
         return unsupported("a map with non-string keys");
     }
-    let mut entries = Members::of(v)?.0;
+    let mut entries: Vec<(Cow<str>, &RawValue)> = serde_json::from_str::<RawMembers>(v.get())
+        .map_err(|e| Unsupported(format!("not a JSON object: {e}")))?
+        .0;
     // Go: sort.Strings of the keys (byte order). Duplicate keys: the last one wins.
     entries.reverse();
     entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
@@ -422,17 +584,11 @@ fn message_value(cx: &Cx, idx: usize, v: Option<&RawValue>) -> R<Out> {
         return Ok(out);
     }
     let members = match v {
-        Some(v) => Members::of(v)?,
+        Some(v) => read_object(cx, idx, v.get().as_bytes())?,
         None => Members(Vec::new()),
     };
-    let mut used = vec![false; members.0.len()];
-    encode_members(cx, m, &members, &mut used, &mut out)?;
-    // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
-    let unknown = used.iter().zip(&members.0).find(|(u, (k, _))| !**u && k != "kind" && k != "apiVersion");
-    if let Some((_, (k, _))) = unknown {
-        return unsupported(format!("{}: unknown member {k:?}", m.name));
-    }
-    Ok(out)
+    drop(out);
+    encode_read(cx, m, members)
 }
 
 fn scalar(cx: &Cx, number: u32, sc: Scalar, v: Option<&RawValue>, out: &mut Out) -> R<()> {
