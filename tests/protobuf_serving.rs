@@ -70,7 +70,12 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
     }
     let rv = env.create_cm("p", "cm-3", json!({"app": "b"}));
     env.synced_to(rv).await;
-    let upstream = || env.upstream_path("/api/v1/namespaces/p/configmaps");
+    // What the proxy sent upstream (this test's own direct requests carry a marker).
+    let upstream = || {
+        env.sim.sim.request_count(|r| {
+            r.path.starts_with("/api/v1/namespaces/p/configmaps") && !r.headers.contains_key("x-test-direct")
+        })
+    };
     let before = upstream();
     let send = |path: &str, accept: &'static str| {
         let url = env.proxy_url(path);
@@ -95,10 +100,25 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
         assert_eq!(got, want.2, "item bytes");
     }
 
+    // The sim speaks protobuf too (as the recorded apiserver): the same bytes, served directly.
+    let direct = |path: &str, accept: &'static str| {
+        let url = env.sim_url(path);
+        let client = env.client.clone();
+        async move {
+            common::send(&client, Method::GET, &url, None, &[("accept", accept), ("x-test-direct", "1")])
+                .await
+        }
+    };
+    let sim_list = direct("/api/v1/namespaces/p/configmaps?resourceVersion=0", KUBELET).await;
+    assert_eq!(sim_list.headers["content-type"], "application/vnd.kubernetes.protobuf");
+    assert_eq!(sim_list.body, list.body, "the sim's protobuf LIST = the proxy's");
+
     // The garbage collector's metadata list.
     let meta = send("/api/v1/namespaces/p/configmaps?resourceVersion=0", GC_LIST).await;
     assert_eq!(meta.headers["content-type"], "application/vnd.kubernetes.protobuf");
     assert_eq!(unwrap_envelope(&meta.body).0, "PartialObjectMetadataList");
+    let sim_meta = direct("/api/v1/namespaces/p/configmaps?resourceVersion=0", GC_LIST).await;
+    assert_eq!(sim_meta.body, meta.body, "metadata-only protobuf LIST, sim = proxy");
 
     // GET, and a missing object's 404 as a protobuf Status.
     let get = send("/api/v1/namespaces/p/configmaps/cm-1?resourceVersion=0", KUBELET).await;
@@ -107,7 +127,15 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
     let missing = send("/api/v1/namespaces/p/configmaps/nope?resourceVersion=0", KUBELET).await;
     assert_eq!(missing.status, 404);
     assert_eq!(unwrap_envelope(&missing.body).0, "Status");
-    assert_eq!(upstream(), before, "all of it from the cache");
+    let sim_get = direct("/api/v1/namespaces/p/configmaps/cm-1?resourceVersion=0", KUBELET).await;
+    assert_eq!(sim_get.body, get.body, "GET, sim = proxy");
+    let sim_missing = direct("/api/v1/namespaces/p/configmaps/nope?resourceVersion=0", KUBELET).await;
+    assert_eq!(
+        (sim_missing.status, &sim_missing.body),
+        (missing.status, &missing.body),
+        "404 Status, sim = proxy"
+    );
+    assert_eq!(upstream(), before, "all of it from the cache (the direct requests are marked)");
 
     // WATCH: length-prefixed frames, a MODIFIED as the write happens.
     let url = env.proxy_url(&format!("/api/v1/namespaces/p/configmaps?watch=1&resourceVersion={rv}"));

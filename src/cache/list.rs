@@ -233,9 +233,7 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     })
 }
 
-/// A protobuf list's envelope: `k8s\0`, Unknown{TypeMeta of the list kind (or
-/// PartialObjectMetadataList), raw: the list message}, whose ListMeta (field 1) precedes the
-/// items (field 2, `items_len` bytes with their keys).
+/// A protobuf list's envelope (`envelope::list_head`) and tail.
 fn proto_envelope(
     kind: &ResourceKind,
     repr: Repr,
@@ -244,17 +242,15 @@ fn proto_envelope(
     remaining: Option<usize>,
     items_len: usize,
 ) -> (Vec<u8>, Vec<u8>) {
-    let list_meta = envelope::list_meta(&rv.to_string(), cont, remaining);
-    let mut meta_field = Vec::with_capacity(list_meta.len() + 4);
-    proto::wire::len_field(&mut meta_field, 1, &list_meta);
     let type_meta = if repr.is_metadata() {
         proto::metadata_list_type_meta().to_vec()
     } else {
         envelope::type_meta(&kind.api_version(), &kind.list_kind())
     };
-    let mut head = envelope::head(&type_meta, meta_field.len() + items_len);
-    head.extend_from_slice(&meta_field);
-    (head, envelope::UNKNOWN_TAIL.to_vec())
+    (
+        envelope::list_head(&type_meta, &rv.to_string(), cont, remaining, items_len),
+        envelope::UNKNOWN_TAIL.to_vec(),
+    )
 }
 
 /// A PartialObjectMetadataList's envelope (the same for every kind): typed ListMeta, and

@@ -55,6 +55,24 @@ pub fn list_meta(rv: &str, cont: Option<&str>, remaining: Option<usize>) -> Vec<
     out
 }
 
+/// A protobuf list's envelope up to its items: `k8s\0`, Unknown{`type_meta` (the list kind, or
+/// PartialObjectMetadataList), raw: the list message}, whose ListMeta (field 1) precedes the
+/// items (field 2, `items_len` bytes with their keys). [`UNKNOWN_TAIL`] follows the items.
+pub fn list_head(
+    type_meta: &[u8],
+    rv: &str,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    items_len: usize,
+) -> Vec<u8> {
+    let list_meta = list_meta(rv, cont, remaining);
+    let mut meta_field = Vec::with_capacity(list_meta.len() + 4);
+    wire::len_field(&mut meta_field, 1, &list_meta);
+    let mut out = head(type_meta, meta_field.len() + items_len);
+    out.extend_from_slice(&meta_field);
+    out
+}
+
 /// The key and length that precede one list item (`items`, field 2 of every list).
 pub fn item_prefix(len: usize) -> Bytes {
     let mut out = Vec::with_capacity(6);

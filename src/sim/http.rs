@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::query::Query;
-use super::respond::{error_response, full, negotiate, Body};
+use super::respond::{error_in_proto, error_response, error_response_as, full, negotiate, Body};
 use super::route::{route, Route, Target};
 use super::{discovery, read, review, subresource, watch, write, RequestRecord, Sim};
 use crate::error::Error;
@@ -104,7 +104,10 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
         Route::Group(g) => discovery::group(&sim.served_kinds(), &g),
         Route::Resources(g, v) => discovery::resources(&sim.served_kinds(), &g, &v),
         Route::Resource(t) if sim.is_withdrawn(t.res) => page_not_found(),
-        Route::Resource(t) => resource(sim, t, req).await.unwrap_or_else(error_response),
+        Route::Resource(t) => {
+            let proto = error_in_proto(req.headers());
+            resource(sim, t, req).await.unwrap_or_else(|e| error_response_as(e, proto))
+        }
     }
 }
 

@@ -13,12 +13,13 @@ use serde_json::json;
 
 use super::encode::{self, ListMeta};
 use super::query::{rv_of, ContinueToken, Query, RvMatch, RvParam};
-use super::respond::{chunks_body, full, json as json_response, Accept, Body};
+use super::respond::{chunks_body, full, json as json_response, protobuf, Accept, Body};
 use super::route::Target;
 use super::store::Objects;
 use super::Sim;
 use crate::error::Error;
-use crate::metadata_only;
+use crate::metadata_only::{self, Repr};
+use crate::proto::envelope;
 use crate::resource::{Header, Object, ObjectKey, ResourceKind, Rv};
 use crate::selector::{FieldSelector, LabelSelector};
 
@@ -190,6 +191,16 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
     if accept == Accept::MetadataList {
         return Ok(metadata_list(list_rv, continue_token, remaining, &items));
     }
+    if matches!(accept, Accept::Protobuf | Accept::ProtoMetadataList) {
+        return proto_list(
+            &kind,
+            list_rv,
+            continue_token,
+            remaining,
+            &items,
+            accept == Accept::ProtoMetadataList,
+        );
+    }
     let meta = ListMeta { rv: list_rv, continue_token, remaining };
     let chunks = encode::list_chunks(&kind, &meta, items.iter().map(|o| o.item_chunks()).collect());
     Ok(json_response(StatusCode::OK, chunks_body(chunks)))
@@ -226,7 +237,52 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
     if accept == Accept::Metadata {
         return Ok(json_response(StatusCode::OK, full(object_body(o.metadata_bytes()))));
     }
+    if matches!(accept, Accept::Protobuf | Accept::ProtoMetadata) {
+        let repr = if accept == Accept::Protobuf { Repr::FullProto } else { Repr::MetadataProto };
+        let chunks = o.chunks_as(repr).ok_or_else(no_protobuf)?;
+        return Ok(protobuf(StatusCode::OK, chunks_body(chunks.to_vec()), false));
+    }
     Ok(json_response(StatusCode::OK, full(object_body(o.typed_bytes()))))
+}
+
+/// An object the schema cannot encode (the apiserver always can: a sim limitation).
+fn no_protobuf() -> Error {
+    Error::Internal("the simulated apiserver cannot encode this object in protobuf".into())
+}
+
+/// A LIST in protobuf: the envelope, ListMeta, each item's message (whole or metadata only).
+fn proto_list(
+    kind: &ResourceKind,
+    rv: Rv,
+    token: Option<String>,
+    remaining: Option<u64>,
+    items: &[Arc<Object>],
+    metadata: bool,
+) -> Result<Response<Body>, Error> {
+    let mut messages = Vec::with_capacity(items.len());
+    for o in items {
+        messages.push(o.proto_message(metadata).ok_or_else(no_protobuf)?);
+    }
+    let items_len: usize = messages.iter().map(|m| envelope::item_prefix_len(m.len()) + m.len()).sum();
+    let type_meta = if metadata {
+        crate::proto::metadata_list_type_meta().to_vec()
+    } else {
+        envelope::type_meta(&kind.api_version(), &kind.list_kind())
+    };
+    let head = envelope::list_head(
+        &type_meta,
+        &rv.to_string(),
+        token.as_deref(),
+        remaining.map(|n| n as usize),
+        items_len,
+    );
+    let mut chunks = vec![Bytes::from(head)];
+    for m in messages {
+        chunks.push(envelope::item_prefix(m.len()));
+        chunks.extend(m.parts().iter().cloned());
+    }
+    chunks.push(Bytes::from_static(envelope::UNKNOWN_TAIL));
+    Ok(protobuf(StatusCode::OK, chunks_body(chunks), false))
 }
 
 /// A GET answer: the object and the newline Go's JSON encoder ends it with (recorded).

@@ -55,6 +55,12 @@ pub enum Accept {
     Metadata,
     /// `as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`: metadata only, a list (LIST).
     MetadataList,
+    /// `application/vnd.kubernetes.protobuf` (built-in kinds).
+    Protobuf,
+    /// Protobuf, `as=PartialObjectMetadata` (any kind).
+    ProtoMetadata,
+    /// Protobuf, `as=PartialObjectMetadataList` (any kind).
+    ProtoMetadataList,
 }
 
 impl Accept {
@@ -70,48 +76,76 @@ impl Accept {
         let name = if kind.builtin { kind.kind.as_str() } else { "Unstructured" };
         let go_type = |list: bool| format!("*{package}.{name}{}", if list { "List" } else { "" });
         match (self, is_list) {
-            (Accept::Metadata, true) => Err(Error::TransformNotAcceptable(format!(
+            (Accept::Metadata | Accept::ProtoMetadata, true) => Err(Error::TransformNotAcceptable(format!(
                 "you requested PartialObjectMetadata, but the requested object is a list ({})",
                 go_type(true)
             ))),
-            (Accept::MetadataList, false) => Err(Error::TransformNotAcceptable(format!(
-                "you requested PartialObjectMetadataList, but the requested object is not a list ({})",
-                go_type(false)
-            ))),
+            (Accept::MetadataList | Accept::ProtoMetadataList, false) => {
+                Err(Error::TransformNotAcceptable(format!(
+                    "you requested PartialObjectMetadataList, but the requested object is not a list ({})",
+                    go_type(false)
+                )))
+            }
             _ => Ok(()),
         }
     }
 }
 
-/// Content negotiation: plain JSON when any media range allows it, a Table when that comes
-/// first, else 406 with the apiserver's texts (accept-unsupported.json, crd-accept-protobuf.json).
+/// A media range: its type and its parameters (lowercase names).
+type Range = (String, Vec<(String, String)>);
+
+/// The media ranges of an `Accept` header, most preferred first (by `q`, stable; `q=0`
+/// dropped).
+fn ranges(raw: &str) -> Vec<Range> {
+    let mut out: Vec<(f32, Range)> = raw
+        .split(',')
+        .map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let mt = parts.next().unwrap_or("").to_ascii_lowercase();
+            let params: Vec<(String, String)> = parts
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                .collect();
+            let q = params.iter().find(|(k, _)| k == "q").map_or(1.0, |(_, v)| v.parse().unwrap_or(0.0));
+            (q, (mt, params))
+        })
+        .filter(|(q, _)| *q > 0.0)
+        .collect();
+    out.sort_by(|a, b| b.0.total_cmp(&a.0));
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Content negotiation: the most preferred range the sim can produce — JSON, a Table, metadata
+/// only, or protobuf (whole objects of built-in kinds, metadata of any; recorded in
+/// `v1.28.7-raw/protobuf.json`) — else 406 with the apiserver's texts (accept-unsupported.json,
+/// crd-accept-protobuf.json).
 pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Error> {
     let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Accept::Json);
     };
     let mut saw_unknown_as = false;
-    for range in raw.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let mt = parts.next().unwrap_or("").to_ascii_lowercase();
-        let params: Vec<(String, String)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
+    for (mt, params) in ranges(raw) {
         let as_ = params.iter().find(|(k, _)| k == "as").map(|(_, v)| v.as_str());
-        if !matches!(mt.as_str(), "application/json" | "*/*" | "application/*" | "") {
+        let proto = mt == PROTOBUF;
+        if !proto && !matches!(mt.as_str(), "application/json" | "*/*" | "application/*" | "") {
             continue;
         }
         match as_ {
+            None if proto && !builtin => continue,
+            None if proto => return Ok(Accept::Protobuf),
             None => return Ok(Accept::Json),
-            Some("Table") => return Ok(Accept::Table),
+            Some("Table") if !proto => return Ok(Accept::Table),
             Some(form @ ("PartialObjectMetadata" | "PartialObjectMetadataList"))
                 if params.iter().any(|(k, v)| k == "g" && v == "meta.k8s.io")
                     && params.iter().any(|(k, v)| k == "v" && v == "v1") =>
             {
-                return Ok(if form == "PartialObjectMetadata" {
-                    Accept::Metadata
-                } else {
-                    Accept::MetadataList
+                return Ok(match (form == "PartialObjectMetadata", proto) {
+                    (true, false) => Accept::Metadata,
+                    (false, false) => Accept::MetadataList,
+                    (true, true) => Accept::ProtoMetadata,
+                    (false, true) => Accept::ProtoMetadataList,
                 });
             }
             Some(_) => saw_unknown_as = true,
@@ -126,6 +160,45 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Err
         return Err(Error::MediaTypesNotAccepted(types.into()));
     }
     Err(Error::NotAcceptable("406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".into()))
+}
+
+/// Whether an error `Status` goes out in protobuf: the most preferred range without a
+/// transform is protobuf (the apiserver's `ErrorNegotiated`).
+pub fn error_in_proto(headers: &http::HeaderMap) -> bool {
+    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    ranges(raw)
+        .into_iter()
+        .find(|(mt, p)| {
+            !p.iter().any(|(k, _)| k == "as")
+                && matches!(mt.as_str(), PROTOBUF | "application/json" | "*/*" | "application/*" | "")
+        })
+        .is_some_and(|(mt, _)| mt == PROTOBUF)
+}
+
+/// An `Error` as a Status in protobuf when `proto` (JSON if it cannot be encoded).
+pub fn error_response_as(e: Error, proto: bool) -> Response<Body> {
+    if !proto {
+        return error_response(e);
+    }
+    let (mut parts, json) = e.into_response::<Bytes>().into_parts();
+    match crate::proto::encode_status(&json) {
+        Ok(pb) => {
+            parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROTOBUF));
+            Response::from_parts(parts, full(pb))
+        }
+        Err(_) => Response::from_parts(parts, full(json)),
+    }
+}
+
+/// A protobuf response (objects and lists; watches say `;stream=watch`).
+pub fn protobuf(status: StatusCode, body: Body, watch: bool) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let ct = if watch { crate::proto::WATCH_CONTENT_TYPE } else { crate::proto::CONTENT_TYPE };
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    resp
 }
 
 /// Reads a request body (at most 3 MiB, the apiserver's limit).
@@ -150,7 +223,25 @@ mod tests {
     #[test]
     fn negotiation() {
         assert_eq!(negotiate(&http::HeaderMap::new(), true).unwrap(), Accept::Json);
-        assert_eq!(negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true).unwrap(), Accept::Json);
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true).unwrap(),
+            Accept::Protobuf
+        );
+        // Recorded: protobuf-first custom resources get JSON; q orders the ranges.
+        assert_eq!(negotiate(&h("application/vnd.kubernetes.protobuf, */*"), false).unwrap(), Accept::Json);
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf;q=0.5, application/json"), true).unwrap(),
+            Accept::Json
+        );
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), false)
+                .unwrap(),
+            Accept::ProtoMetadataList
+        );
+        assert!(error_in_proto(&h("application/vnd.kubernetes.protobuf, application/json")));
+        assert!(!error_in_proto(&h(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+        )));
         assert_eq!(
             negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true).unwrap(),
             Accept::Table

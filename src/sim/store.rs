@@ -53,6 +53,11 @@ pub enum Since {
 }
 
 impl Store {
+    /// How resource `res` is typed when encoded (JSON prefix, protobuf message).
+    pub fn typing(&self, res: usize) -> &crate::resource::Typing {
+        &self.prefixes[res]
+    }
+
     pub fn new(kinds: Kinds, window: usize) -> Store {
         let prefixes = kinds.all.iter().map(|s| typing(&s.kind)).collect();
         let n = kinds.all.len();

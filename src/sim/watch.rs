@@ -20,19 +20,24 @@ use tokio::time::Instant;
 use super::encode;
 use super::query::{rv_of, watch_query, Query};
 use super::read::{is_cached, Filter};
-use super::respond::{channel_body, json, Accept, Body};
+use super::respond::{channel_body, json, protobuf, Accept, Body};
 use super::route::Target;
 use super::store::{meta_mut, Entry, Since};
 use super::Sim;
 use crate::error::Error;
-use crate::metadata_only;
-use crate::resource::{frame_event, EventType, Object, ResourceKind, Rv};
+use crate::metadata_only::{self, Repr};
+use crate::proto::envelope;
+use crate::resource::{frame_event, frame_object, EventType, Object, ResourceKind, Rv, Typing};
 
 /// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
 /// ERROR events.
 pub async fn handle(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<http::Response<Body>, Error> {
     let rx = spawn(sim, t, q, accept)?;
-    let mut resp = json(StatusCode::OK, channel_body(rx));
+    let mut resp = if matches!(accept, Accept::Protobuf | Accept::ProtoMetadata) {
+        protobuf(StatusCode::OK, channel_body(rx), true)
+    } else {
+        json(StatusCode::OK, channel_body(rx))
+    };
     resp.headers_mut()
         .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache, private"));
     Ok(resp)
@@ -47,7 +52,9 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
     if accept != Accept::Table {
         accept.check_form(false, &kind)?;
     }
-    let metadata = accept == Accept::Metadata;
+    let metadata = matches!(accept, Accept::Metadata | Accept::ProtoMetadata);
+    let proto = matches!(accept, Accept::Protobuf | Accept::ProtoMetadata);
+    let typing = sim.store().typing(t.res).clone();
     // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
     let q = watch_query(q);
     q.validate()?;
@@ -59,7 +66,19 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
         _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };
     let (tx, rx) = mpsc::channel(256);
-    let w = Watch { sim, res: t.res, kind, filter, q, rv, deadline: Instant::now() + timeout, tx, metadata };
+    let w = Watch {
+        sim,
+        res: t.res,
+        kind,
+        filter,
+        q,
+        rv,
+        deadline: Instant::now() + timeout,
+        tx,
+        metadata,
+        proto,
+        typing,
+    };
     tokio::spawn(w.run());
     Ok(rx)
 }
@@ -75,6 +94,9 @@ struct Watch {
     tx: mpsc::Sender<Bytes>,
     /// Objects as PartialObjectMetadata.
     metadata: bool,
+    /// Frames in protobuf (`…;stream=watch`).
+    proto: bool,
+    typing: Typing,
 }
 
 /// The client went away.
@@ -108,7 +130,52 @@ impl Watch {
     }
 
     async fn error(&self, e: Error) -> Result<(), Gone> {
-        self.send(frame_event(EventType::Error, &[e.to_status().body])).await
+        let status = e.to_status().body;
+        let frame = match self.proto.then(|| crate::proto::encode_status(&status)) {
+            Some(Ok(pb)) => envelope::watch_event(EventType::Error.as_str(), &[&pb]),
+            _ => frame_event(EventType::Error, &[status]),
+        };
+        self.send(frame).await
+    }
+
+    fn repr(&self) -> Repr {
+        let shape = if self.metadata { Repr::Metadata } else { Repr::Full };
+        shape.with_proto(self.proto)
+    }
+
+    /// An event of a stored object in this watch's representation.
+    fn object_frame(&self, t: EventType, o: &Object) -> Bytes {
+        if !self.proto {
+            return frame_event(t, &self.chunks(o));
+        }
+        frame_object(t, o, self.repr()).unwrap_or_else(|| self.unencodable())
+    }
+
+    /// An event of an object given as JSON (a BOOKMARK's, a DELETED one rewritten) in this
+    /// watch's representation: whole typed object or PartialObjectMetadata, as `self.metadata`.
+    fn json_frame(&self, t: EventType, json: Bytes) -> Bytes {
+        if !self.proto {
+            return frame_event(t, &[json]);
+        }
+        let p = &self.typing.proto;
+        let msg = if self.metadata { p.encode_metadata(&json) } else { p.encode(&json) };
+        match msg {
+            Some(msg) => {
+                let head = envelope::head(p.type_meta(self.metadata), msg.len());
+                envelope::watch_event(t.as_str(), &[&head, &msg, envelope::UNKNOWN_TAIL])
+            }
+            None => self.unencodable(),
+        }
+    }
+
+    /// An ERROR event for an object the schema cannot encode (the apiserver always can).
+    fn unencodable(&self) -> Bytes {
+        let e = Error::Internal("the simulated apiserver cannot encode this object in protobuf".into());
+        let status = e.to_status().body;
+        match crate::proto::encode_status(&status) {
+            Ok(pb) => envelope::watch_event(EventType::Error.as_str(), &[&pb]),
+            Err(_) => frame_event(EventType::Error, &[status]),
+        }
     }
 
     async fn stream(&self) -> Result<(), Gone> {
@@ -128,12 +195,12 @@ impl Watch {
             let (cur, objects) = store.snapshot(self.res);
             for o in self.filter.scan(&objects, None) {
                 if self.filter.matches(&o.header) {
-                    self.send(frame_event(EventType::Added, &self.chunks(o))).await?;
+                    self.send(self.object_frame(EventType::Added, o)).await?;
                 }
             }
             pos = cur;
             if bookmarks {
-                self.send(frame_event(EventType::Bookmark, &[self.bookmark(cur, true)])).await?;
+                self.send(self.json_frame(EventType::Bookmark, self.bookmark(cur, true))).await?;
             }
         } else if self.q.send_initial_events == Some(false)
             && matches!(self.q.resource_version.as_str(), "" | "0")
@@ -182,7 +249,7 @@ impl Watch {
                 _ = tokio::time::sleep_until(bookmark_at), if next_bookmark.is_some() => {
                     // Never backwards, never repeated (1.36).
                     if pos > sent {
-                        self.send(frame_event(EventType::Bookmark, &[self.bookmark(pos, false)])).await?;
+                        self.send(self.json_frame(EventType::Bookmark, self.bookmark(pos, false))).await?;
                         sent = pos;
                     }
                     next_bookmark = next(Instant::now(), interval, self.deadline);
@@ -199,7 +266,9 @@ impl Watch {
         let prev = ev.prev.as_ref().is_some_and(|p| self.filter.matches(&p.header));
         // The event as stored, in this watch's representation.
         let as_is = || {
-            if self.metadata {
+            if self.proto {
+                ev.frame_as(self.repr()).unwrap_or_else(|| self.unencodable())
+            } else if self.metadata {
                 frame_event(ev.kind, &self.chunks(&ev.object))
             } else {
                 ev.frame.clone()
@@ -211,7 +280,7 @@ impl Watch {
                 if ev.kind == EventType::Added {
                     Some(as_is())
                 } else {
-                    Some(frame_event(EventType::Added, &self.chunks(&ev.object)))
+                    Some(self.object_frame(EventType::Added, &ev.object))
                 }
             }
             (false, true) if ev.kind == EventType::Deleted => Some(as_is()),
@@ -226,7 +295,7 @@ impl Watch {
                 } else {
                     full
                 };
-                Some(frame_event(EventType::Deleted, &[object]))
+                Some(self.json_frame(EventType::Deleted, object))
             }
             (false, false) => None,
         }
