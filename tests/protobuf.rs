@@ -7,12 +7,15 @@
 //! negotiation table (what the cache serves must be what the apiserver answered, or go
 //! upstream). Clients through the proxy: `tests/protobuf_serving.rs`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
+use common::pb::fields;
 use http::Method;
 use kube_watchcache::cache::{self, CacheOptions, Filter, WatchRequest, WatchStart};
 use kube_watchcache::error::Error;
@@ -57,45 +60,6 @@ fn diff(got: &[u8], want: &[u8]) -> Option<String> {
         want.len(),
         field_diff(&strip(got), &strip(want), String::new())
     ))
-}
-
-/// The fields of a message, or `None` if the bytes are not one.
-fn fields(b: &[u8]) -> Option<Vec<(u64, u8, &[u8])>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    let varint = |i: &mut usize| -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = *b.get(*i)?;
-            *i += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Some(v);
-            }
-        }
-        None
-    };
-    while i < b.len() {
-        let key = varint(&mut i)?;
-        let start = i;
-        match key & 7 {
-            0 => {
-                varint(&mut i)?;
-            }
-            1 => i += 8,
-            5 => i += 4,
-            2 => {
-                let len = varint(&mut i)? as usize;
-                let s = i;
-                i = i.checked_add(len)?;
-                out.push((key >> 3, 2, b.get(s..i)?));
-                continue;
-            }
-            _ => return None,
-        }
-        out.push((key >> 3, (key & 7) as u8, b.get(start..i)?));
-    }
-    Some(out)
 }
 
 fn field_diff(got: &[u8], want: &[u8], path: String) -> String {

@@ -5,6 +5,7 @@
 pub mod churn;
 pub mod fault;
 pub mod mirror;
+pub mod pb;
 
 use std::net::SocketAddr;
 use std::time::Duration;
