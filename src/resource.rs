@@ -534,17 +534,15 @@ impl Object {
         })
     }
 
-    /// Chunks of the object as a list item in the representation asked for; in protobuf, the
-    /// `items` key and length, then the message. `None`: no exact protobuf for it.
+    /// Chunks of the object as a JSON list item in the representation asked for; `None` in
+    /// protobuf, whose list items are the kept message's parts (`proto_message`), written by the
+    /// list without a copy of their own.
     pub fn item_chunks_as(&self, repr: Repr) -> Option<[Bytes; 2]> {
-        Some(match repr {
-            Repr::Full => self.item_chunks(),
-            Repr::Metadata => [self.metadata_bytes(), Bytes::new()],
-            Repr::FullProto | Repr::MetadataProto => {
-                let msg = self.proto_message(repr.is_metadata())?;
-                [proto::envelope::item_prefix(msg.len()), msg.to_bytes()]
-            }
-        })
+        match repr {
+            Repr::Full => Some(self.item_chunks()),
+            Repr::Metadata => Some([self.metadata_bytes(), Bytes::new()]),
+            Repr::FullProto | Repr::MetadataProto => None,
+        }
     }
 
     /// Chunks of the object as a built-in list item (no kind/apiVersion) or as a CR list item.

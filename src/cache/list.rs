@@ -242,11 +242,7 @@ fn proto_envelope(
     remaining: Option<usize>,
     items_len: usize,
 ) -> (Vec<u8>, Vec<u8>) {
-    let type_meta = if repr.is_metadata() {
-        proto::metadata_list_type_meta().to_vec()
-    } else {
-        envelope::type_meta(&kind.api_version(), &kind.list_kind())
-    };
+    let type_meta = proto::list_type_meta(&kind.api_version(), &kind.list_kind(), repr.is_metadata());
     (
         envelope::list_head(&type_meta, &rv.to_string(), cont, remaining, items_len),
         envelope::UNKNOWN_TAIL.to_vec(),

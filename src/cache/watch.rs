@@ -156,7 +156,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         }
         // In protobuf, every initial object must have its exact encoding (made now, once per
         // object version), or the apiserver serves the watch.
-        if repr.is_proto() && !initial.iter().all(|o| o.chunks_as(repr).is_some()) {
+        if repr.is_proto() && !initial.iter().all(|o| o.proto_message(repr.is_metadata()).is_some()) {
             return Err(Error::NoExactEncoding);
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, req.bookmarks, queue);
@@ -359,16 +359,7 @@ pub fn bookmark_frame(
     if !repr.is_proto() {
         return Some(frame_event(EventType::Bookmark, &[object]));
     }
-    let (msg, type_meta) = if repr.is_metadata() {
-        (proto.encode_metadata(&object)?, proto.type_meta(true))
-    } else {
-        (proto.encode(&object)?, proto.type_meta(false))
-    };
-    let head = crate::proto::envelope::head(type_meta, msg.len());
-    Some(crate::proto::envelope::watch_event(
-        EventType::Bookmark.as_str(),
-        &[&head, &msg, crate::proto::envelope::UNKNOWN_TAIL],
-    ))
+    proto.json_event(EventType::Bookmark.as_str(), &object, repr.is_metadata())
 }
 
 /// The JSON object of a BOOKMARK (see [`bookmark_frame`]).

@@ -121,6 +121,14 @@ impl ProtoType {
         self.outcome(transcode::object_shared(s, msg, json, json, 0))
     }
 
+    /// One watch frame of type `event_type` whose object is given as JSON (a BOOKMARK's, a
+    /// rewritten DELETED one): the kind's object, or its PartialObjectMetadata when `metadata`.
+    pub fn json_event(&self, event_type: &str, json: &[u8], metadata: bool) -> Option<Bytes> {
+        let msg = if metadata { self.encode_metadata(json)? } else { self.encode(json)? };
+        let head = envelope::head(self.type_meta(metadata), msg.len());
+        Some(envelope::watch_event(event_type, &[&head, &msg, envelope::UNKNOWN_TAIL]))
+    }
+
     fn outcome<T>(&self, r: Result<T, Unsupported>) -> Option<T> {
         match r {
             Ok(b) => Some(b),
@@ -150,6 +158,15 @@ pub fn metadata_list_type_meta() -> &'static [u8] {
     TM.get_or_init(|| envelope::type_meta("meta.k8s.io/v1", "PartialObjectMetadataList"))
 }
 
+/// The TypeMeta of a list's envelope: the kind's list, or PartialObjectMetadataList.
+pub fn list_type_meta(api_version: &str, list_kind: &str, metadata: bool) -> Vec<u8> {
+    if metadata {
+        metadata_list_type_meta().to_vec()
+    } else {
+        envelope::type_meta(api_version, list_kind)
+    }
+}
+
 fn encode_metadata(json: &[u8]) -> Result<Bytes, Unsupported> {
     let s = schema::schema();
     let msg = s
@@ -167,4 +184,10 @@ pub fn encode_status(json: &[u8]) -> Result<Bytes, Unsupported> {
         .ok_or_else(|| Unsupported("no Status in the schema".into()))?;
     let body = transcode::object(s, msg, json)?;
     Ok(envelope::object(&envelope::type_meta("v1", "Status"), &body))
+}
+
+/// A watch ERROR frame carrying a `Status` (the JSON `error::Error` renders), in protobuf.
+pub fn status_event(json: &[u8]) -> Result<Bytes, Unsupported> {
+    let status = encode_status(json)?;
+    Ok(envelope::watch_event("ERROR", &[&status]))
 }

@@ -379,8 +379,8 @@ fn watch(
 fn error_event_stream(e: &Error, repr: Repr) -> Served {
     let status = e.to_status();
     let frame = if repr.is_proto() {
-        match crate::proto::encode_status(&status.body) {
-            Ok(s) => crate::proto::envelope::watch_event(EventType::Error.as_str(), &[&s]),
+        match crate::proto::status_event(&status.body) {
+            Ok(frame) => frame,
             Err(_) => return Served::Forward(ForwardReason::Accept),
         }
     } else {

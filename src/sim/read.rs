@@ -246,7 +246,7 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
 }
 
 /// An object the schema cannot encode (the apiserver always can: a sim limitation).
-fn no_protobuf() -> Error {
+pub(super) fn no_protobuf() -> Error {
     Error::Internal("the simulated apiserver cannot encode this object in protobuf".into())
 }
 
@@ -264,11 +264,7 @@ fn proto_list(
         messages.push(o.proto_message(metadata).ok_or_else(no_protobuf)?);
     }
     let items_len: usize = messages.iter().map(|m| envelope::item_prefix_len(m.len()) + m.len()).sum();
-    let type_meta = if metadata {
-        crate::proto::metadata_list_type_meta().to_vec()
-    } else {
-        envelope::type_meta(&kind.api_version(), &kind.list_kind())
-    };
+    let type_meta = crate::proto::list_type_meta(&kind.api_version(), &kind.list_kind(), metadata);
     let head = envelope::list_head(
         &type_meta,
         &rv.to_string(),

@@ -19,14 +19,13 @@ use tokio::time::Instant;
 
 use super::encode;
 use super::query::{rv_of, watch_query, Query};
-use super::read::{is_cached, Filter};
+use super::read::{is_cached, no_protobuf, Filter};
 use super::respond::{channel_body, json, protobuf, Accept, Body};
 use super::route::Target;
 use super::store::{meta_mut, Entry, Since};
 use super::Sim;
 use crate::error::Error;
 use crate::metadata_only::{self, Repr};
-use crate::proto::envelope;
 use crate::resource::{frame_event, frame_object, EventType, Object, ResourceKind, Rv, Typing};
 
 /// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
@@ -131,11 +130,7 @@ impl Watch {
 
     async fn error(&self, e: Error) -> Result<(), Gone> {
         let status = e.to_status().body;
-        let frame = match self.proto.then(|| crate::proto::encode_status(&status)) {
-            Some(Ok(pb)) => envelope::watch_event(EventType::Error.as_str(), &[&pb]),
-            _ => frame_event(EventType::Error, &[status]),
-        };
-        self.send(frame).await
+        self.send(self.status_frame(status)).await
     }
 
     fn repr(&self) -> Repr {
@@ -157,25 +152,20 @@ impl Watch {
         if !self.proto {
             return frame_event(t, &[json]);
         }
-        let p = &self.typing.proto;
-        let msg = if self.metadata { p.encode_metadata(&json) } else { p.encode(&json) };
-        match msg {
-            Some(msg) => {
-                let head = envelope::head(p.type_meta(self.metadata), msg.len());
-                envelope::watch_event(t.as_str(), &[&head, &msg, envelope::UNKNOWN_TAIL])
-            }
-            None => self.unencodable(),
+        self.typing.proto.json_event(t.as_str(), &json, self.metadata).unwrap_or_else(|| self.unencodable())
+    }
+
+    /// An ERROR event carrying `status`, in this watch's encoding.
+    fn status_frame(&self, status: Bytes) -> Bytes {
+        match self.proto.then(|| crate::proto::status_event(&status)) {
+            Some(Ok(frame)) => frame,
+            _ => frame_event(EventType::Error, &[status]),
         }
     }
 
     /// An ERROR event for an object the schema cannot encode (the apiserver always can).
     fn unencodable(&self) -> Bytes {
-        let e = Error::Internal("the simulated apiserver cannot encode this object in protobuf".into());
-        let status = e.to_status().body;
-        match crate::proto::encode_status(&status) {
-            Ok(pb) => envelope::watch_event(EventType::Error.as_str(), &[&pb]),
-            Err(_) => frame_event(EventType::Error, &[status]),
-        }
+        self.status_frame(no_protobuf().to_status().body)
     }
 
     async fn stream(&self) -> Result<(), Gone> {
