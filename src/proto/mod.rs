@@ -59,8 +59,10 @@ pub struct ProtoType {
     type_meta: Vec<u8>,
     /// `pods`, `deployments.apps`: for the log line.
     resource: String,
-    /// An object could not be encoded: protobuf reads of this resource go upstream from now on.
-    failed: AtomicBool,
+    /// An object could not be encoded (whole, metadata only): those protobuf reads of this
+    /// resource go upstream from now on. Apart, so that a kind whose whole objects cannot be
+    /// proven (ControllerRevisions) keeps its metadata-only protobuf (the garbage collector's).
+    failed: [AtomicBool; 2],
 }
 
 impl ProtoType {
@@ -72,14 +74,14 @@ impl ProtoType {
             msg,
             type_meta: envelope::type_meta(&api_version, kind),
             resource,
-            failed: AtomicBool::new(false),
+            failed: Default::default(),
         }
     }
 
     /// Whether reads of this resource may be served in protobuf (metadata only, or whole
     /// objects): the kind has a message and no object has failed to encode.
     pub fn serves(&self, metadata: bool) -> bool {
-        (metadata || self.msg.is_some()) && !self.failed.load(Ordering::Relaxed)
+        (metadata || self.msg.is_some()) && !self.failed[usize::from(metadata)].load(Ordering::Relaxed)
     }
 
     /// The TypeMeta of an enveloped object (the kind's, or PartialObjectMetadata's).
@@ -95,13 +97,13 @@ impl ProtoType {
     /// protobuf reads of this resource forwarded from now on) if it cannot be proven exact.
     pub fn encode(&self, json: &[u8]) -> Option<Bytes> {
         let msg = self.msg?;
-        self.outcome(transcode::object(schema::schema(), msg, json).map(Bytes::from))
+        self.outcome(false, transcode::object(schema::schema(), msg, json).map(Bytes::from))
     }
 
     /// The PartialObjectMetadata message of an object's PartialObjectMetadata JSON (what
     /// `metadata_only` makes, byte-equal to the apiserver's).
     pub fn encode_metadata(&self, json: &[u8]) -> Option<Bytes> {
-        self.outcome(encode_metadata(json))
+        self.outcome(true, encode_metadata(json))
     }
 
     /// An object's message as a [`Rope`] sharing its long strings with `stored`: `json` is
@@ -109,16 +111,16 @@ impl ProtoType {
     /// the cache keeps them. Made once per object version.
     pub fn encode_shared(&self, json: &[u8], stored: &Bytes, prefix_len: usize) -> Option<Rope> {
         let msg = self.msg?;
-        self.outcome(transcode::object_shared(schema::schema(), msg, json, stored, prefix_len))
+        self.outcome(false, transcode::object_shared(schema::schema(), msg, json, stored, prefix_len))
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.
     pub fn encode_metadata_shared(&self, json: &Bytes) -> Option<Rope> {
         let s = schema::schema();
         let Some(msg) = s.message(&format!("{META_V1}.PartialObjectMetadata")) else {
-            return self.outcome(Err(Unsupported("no PartialObjectMetadata in the schema".into())));
+            return self.outcome(true, Err(Unsupported("no PartialObjectMetadata in the schema".into())));
         };
-        self.outcome(transcode::object_shared(s, msg, json, json, 0))
+        self.outcome(true, transcode::object_shared(s, msg, json, json, 0))
     }
 
     /// One watch frame of type `event_type` whose object is given as JSON (a BOOKMARK's, a
@@ -129,15 +131,16 @@ impl ProtoType {
         Some(envelope::watch_event(event_type, &[&head, &msg, envelope::UNKNOWN_TAIL]))
     }
 
-    fn outcome<T>(&self, r: Result<T, Unsupported>) -> Option<T> {
+    fn outcome<T>(&self, metadata: bool, r: Result<T, Unsupported>) -> Option<T> {
         match r {
             Ok(b) => Some(b),
             Err(e) => {
-                if !self.failed.swap(true, Ordering::Relaxed) {
+                if !self.failed[usize::from(metadata)].swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         resource = %self.resource,
+                        metadata_only = metadata,
                         error = %e,
-                        "an object the protobuf schema cannot encode exactly: protobuf reads of this resource go upstream from now on"
+                        "an object the protobuf schema cannot encode exactly: these protobuf reads of this resource go upstream from now on"
                     );
                 }
                 None
