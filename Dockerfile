@@ -2,7 +2,7 @@
 #
 #   docker build -t kube-watchcache:dev .
 #
-# The build context is an allowlist (.dockerignore): Cargo.toml, Cargo.lock, src/, benches/.
+# The build context is an allowlist (.dockerignore): Cargo.toml, Cargo.lock, src/, benches/, crates/.
 #
 # Base images are pinned by digest. Both digests were taken from public Dockerfiles and build
 # logs that pinned these tags in 2026 (rust:1.95-bookworm, and distroless static-debian12:nonroot
@@ -24,21 +24,30 @@ ENV RUSTFLAGS="-C target-feature=+crt-static" \
 ARG TARGET=x86_64-unknown-linux-gnu
 
 # Dependency layer: only the manifests and empty targets, so this layer (all dependencies
-# compiled) is reused until Cargo.toml or Cargo.lock changes. Cargo.toml declares a [lib], the
-# [[bin]] and four [[bench]] targets; every one needs a file for the manifest to load.
+# compiled) is reused until a Cargo.toml or Cargo.lock changes. The workspace has four members
+# (the core library with four [[bench]] targets, the binary, the sim and the harness); every
+# target needs a file for the manifests to load.
+#
+# The binary is built without its default `tools` feature: the image is the proxy alone, and
+# links neither the simulated apiserver nor the load harness (`sim`, `demo` and `bench` are not
+# in it; `cargo run --release -- bench …` from a checkout has them).
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches \
-    && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
+COPY crates/cli/Cargo.toml crates/cli/
+COPY crates/sim/Cargo.toml crates/sim/
+COPY crates/bench/Cargo.toml crates/bench/
+RUN mkdir -p src benches crates/cli/src crates/sim/src crates/bench/src \
+    && echo 'fn main() {}' > crates/cli/src/main.rs \
+    && touch src/lib.rs crates/sim/src/lib.rs crates/bench/src/lib.rs \
     && for b in objects list fanout history; do echo 'fn main() {}' > "benches/$b.rs"; done \
-    && cargo build --release --locked --target "$TARGET" --bin kube-watchcache \
-    && cargo clean --release --target "$TARGET" -p kube-watchcache \
-    && rm -rf src benches
+    && cargo build --release --locked --target "$TARGET" -p kube-watchcache-cli --no-default-features \
+    && cargo clean --release --target "$TARGET" -p kube-watchcache -p kube-watchcache-cli \
+    && rm -rf src benches crates
 
-# The real sources (benches/ too: the manifest names its targets).
+# The real sources (benches/ and the other members too: the manifests name their targets).
 COPY src ./src
 COPY benches ./benches
-RUN cargo build --release --locked --target "$TARGET" --bin kube-watchcache \
+COPY crates ./crates
+RUN cargo build --release --locked --target "$TARGET" -p kube-watchcache-cli --no-default-features \
     && cp "target/$TARGET/release/kube-watchcache" /kube-watchcache \
     && /kube-watchcache --version
 

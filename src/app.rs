@@ -1,6 +1,7 @@
 //! Wiring only: builds the upstream client, discovers the cached resources, creates one cache
 //! and one reflector per resource, and serves; on shutdown, stops in the order of STYLE habit 9
-//! (not ready → stop accepting → end watches → drain). Also the `demo` subcommand.
+//! (not ready → stop accepting → end watches → drain). Also small helpers the binary's other
+//! subcommands share (signals, stdout, the open-files limit).
 //!
 //! Called by `main`, and by integration tests through `start`.
 
@@ -321,7 +322,7 @@ fn security(
 }
 
 /// Every watch is a socket: start with the soft open-files limit at the hard one.
-fn raise_open_files() {
+pub fn raise_open_files() {
     let (soft, hard) = crate::rlimit::raise_nofile();
     tracing::info!(soft, hard, "open files limit");
 }
@@ -332,48 +333,6 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
     raise_open_files();
     let running = start(&args).await?;
     running.run_until_signal().await;
-    Ok(())
-}
-
-/// `kube-watchcache sim`.
-pub async fn sim(args: crate::config::SimArgs) -> Result<(), String> {
-    raise_open_files();
-    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => {
-            Some(crate::sim::SimTls { cert_file: cert.clone(), key_file: key.clone() })
-        }
-        _ => None,
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let opts = crate::sim::SimOptions {
-        listen: args.listen,
-        objects: args.objects,
-        churn_per_sec: args.churn,
-        lease_churn_per_sec: args.lease_churn,
-        compaction_window: args.compaction_window,
-        tls,
-        ..Default::default()
-    };
-    let admin = match &args.admin_token_file {
-        Some(path) => {
-            let token = std::fs::read_to_string(path)
-                .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
-            let token = token.trim().to_owned();
-            if token.is_empty() {
-                return Err(format!("--admin-token-file {}: the file is empty", path.display()));
-            }
-            Some(token)
-        }
-        None => None,
-    };
-    let handle = crate::sim::Sim::start(opts).await.map_err(|e| format!("sim: {}: {e}", args.listen))?;
-    if let Some(token) = admin {
-        handle.sim.set_auth(crate::sim::AuthScript::admin(&token));
-    }
-    tracing::info!(addr = %handle.addr, %scheme, "simulated apiserver serving");
-    say(&format!("simulated apiserver on {scheme}://{}", handle.addr));
-    wait_for_signal().await;
-    handle.shutdown().await;
     Ok(())
 }
 

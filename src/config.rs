@@ -489,66 +489,6 @@ impl ServeArgs {
     }
 }
 
-/// Flags of `sim`.
-#[derive(Debug, Args, Clone)]
-pub struct SimArgs {
-    /// Address to serve the simulated apiserver on (plain HTTP, or HTTPS with --tls-cert-file).
-    #[arg(long, default_value = "127.0.0.1:8001")]
-    pub listen: SocketAddr,
-    /// Number of sample objects to create at start (configmaps and pods in a few namespaces).
-    #[arg(long, default_value_t = 100)]
-    pub objects: usize,
-    /// Random updates per second to the sample objects.
-    #[arg(long, default_value_t = 0.0)]
-    pub churn: f64,
-    /// Node-heartbeat Lease renewals per second (a resource the proxy does not cache that
-    /// moves the global revision, as in every live cluster); 0 turns them off.
-    #[arg(long, default_value_t = 20.0)]
-    pub lease_churn: f64,
-    /// How many revisions the simulated etcd keeps before compacting.
-    #[arg(long, default_value_t = 10_000)]
-    pub compaction_window: usize,
-    /// Serve HTTPS (HTTP/1.1 and HTTP/2 by ALPN) with this certificate (PEM, leaf first);
-    /// needs --tls-private-key-file.
-    #[arg(long, requires = "tls_private_key_file")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// The key of --tls-cert-file (PEM).
-    #[arg(long, requires = "tls_cert_file")]
-    pub tls_private_key_file: Option<PathBuf>,
-    /// A file holding a bearer token that the sim's TokenReview accepts as user `admin` (group
-    /// `system:masters`), which its SubjectAccessReview allows everything: what a proxy with
-    /// `--auth=upstream` in front of the sim needs. Without it every review says no. The sim
-    /// itself does not check tokens on other requests.
-    #[arg(long)]
-    pub admin_token_file: Option<PathBuf>,
-}
-
-/// Flags of `demo`.
-#[derive(Debug, Args, Clone)]
-pub struct DemoArgs {
-    /// Address of the proxy (plain HTTP, loopback).
-    #[arg(long, default_value = "127.0.0.1:8001")]
-    pub listen: SocketAddr,
-    /// Address of the simulated apiserver (plain HTTP, loopback).
-    #[arg(long, default_value = "127.0.0.1:8002")]
-    pub sim_listen: SocketAddr,
-    /// Sample objects in the simulated apiserver.
-    #[arg(long, default_value_t = 200)]
-    pub objects: usize,
-    /// Random updates per second in the simulated apiserver.
-    #[arg(long, default_value_t = 2.0)]
-    pub churn: f64,
-    /// Lease renewals per second in the simulated apiserver (node heartbeats, not cached).
-    #[arg(long, default_value_t = 20.0)]
-    pub lease_churn: f64,
-    /// Stop after this long instead of waiting for Ctrl-C (e.g. `30s`).
-    #[arg(long, value_parser = parse_duration)]
-    pub duration: Option<Duration>,
-    /// Length of the short benchmark (proxy vs direct, per side) run before the prompt; 0 skips it.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    pub bench: Duration,
-}
-
 /// The longest duration Go's `time.ParseDuration` accepts (`math.MaxInt64` nanoseconds).
 const MAX_DURATION_NANOS: u128 = i64::MAX as u128;
 

@@ -25,20 +25,18 @@
 //! | [`caches`] | which resources are cached: discovery, retries, rediscovery, one cache + reflector each |
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
 //! | [`metrics`] | Prometheus registry |
-//! | [`sim`] | the simulated apiserver (tests, demos, load) |
-//! | [`bench`] | the load-testing harness: proxy vs direct upstream in one run |
-//! | [`config`] | CLI flags → validated configuration |
+//! | [`config`] | `serve`'s flags → validated configuration |
 //! | [`wanted`] | `--resources`: names, the wildcard `*`, exclusions |
 //! | [`app`] | wiring: builds everything and drains it on shutdown |
+//!
+//! The binary (`crates/cli`), the simulated apiserver (`crates/sim`) and the load harness
+//! (`crates/bench`) are crates of their own built on this one; nothing here uses them.
 #![forbid(unsafe_code)]
 
 pub mod app;
-pub mod bench;
 pub mod cache;
 pub mod caches;
-pub mod cli;
 pub mod config;
-pub mod demo;
 pub mod error;
 pub mod metadata_only;
 pub mod metrics;
@@ -50,6 +48,5 @@ pub mod rlimit;
 pub mod selector;
 pub mod server;
 pub mod shutdown;
-pub mod sim;
 pub mod upstream;
 pub mod wanted;

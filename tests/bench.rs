@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use kube_watchcache::bench::{self, BenchArgs, Report, Scenario};
+use kube_watchcache_bench::{self as bench, BenchArgs, Report, Scenario};
 
 fn tiny(scenario: Scenario) -> BenchArgs {
     let mut a = BenchArgs::new(scenario, Duration::from_secs(2));
@@ -182,7 +182,7 @@ async fn full_scenario_from_env() {
 /// it created, keeping a namespace that existed before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_runs_churn_real_leases_and_cleanup_removes_what_the_bench_made() {
-    use kube_watchcache::sim::{Sim, SimOptions};
+    use kube_watchcache_sim::{Sim, SimOptions};
     let sim =
         Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
             .await

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kube_watchcache::app;
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_sim::{Sim, SimOptions};
 use serde_json::Value;
 
 /// Scenarios (or single steps, `Some(n)`) that cannot apply, and why.

@@ -21,8 +21,8 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube_watchcache::app;
-use kube_watchcache::bench::{self, BenchArgs, Scenario};
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_bench::{BenchArgs, Scenario};
+use kube_watchcache_sim::{Sim, SimOptions};
 use parking_lot::Mutex;
 
 /// `tok-<run>-<expiry in Unix seconds>`, valid for `$LIFETIME` seconds.
@@ -207,7 +207,7 @@ async fn bench_with_an_exec_kubeconfig_runs_longer_than_a_token_lives() {
     a.lists_per_sec = Some(2.0);
     a.gets_per_sec = Some(10.0);
     a.lease_churn = Some(0.0);
-    let report = bench::measure(&a).await.expect("the run passes");
+    let report = kube_watchcache_bench::measure(&a).await.expect("the run passes");
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     let direct = report.targets.iter().find(|t| t.name == "direct").expect("direct phase");
     assert!(direct.watch.changes_written > 0 && direct.watch.deliveries_expected > 0);

@@ -24,7 +24,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::ServeArgs;
-use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_sim::{Sim, SimOptions};
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 

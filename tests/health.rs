@@ -10,7 +10,7 @@ use common::fault::Fault;
 use common::{send, serve_args, Resp};
 use http::{Method, StatusCode};
 use kube_watchcache::app;
-use kube_watchcache::sim::{AuthScript, Rule, ScriptUser, Sim, SimOptions};
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimOptions};
 
 fn body(r: &Resp) -> String {
     String::from_utf8_lossy(&r.body).into_owned()

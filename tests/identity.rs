@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
-use kube_watchcache::sim::{AuthScript, Rule, Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{AuthScript, Rule, Sim, SimHandle, SimOptions};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};

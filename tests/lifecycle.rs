@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kube_watchcache::app;
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_sim::{Sim, SimOptions};
 use serde_json::json;
 
 /// Polls `f` every 50 ms until it is true; fails after `secs` seconds.

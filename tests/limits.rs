@@ -12,7 +12,7 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::ServeArgs;
-use kube_watchcache::sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
 use serde_json::json;
 
 struct Env {

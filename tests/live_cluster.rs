@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::watcher;
 use kube::{Api, Client, Config};
 use kube_watchcache::app;
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_sim::{Sim, SimOptions};
 use serde_json::{json, Value};
 
 /// Lease renewals per second in these tests (a busy cluster's heartbeats).

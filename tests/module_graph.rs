@@ -1,9 +1,13 @@
-//! The house (issue 19): no import circles between the crate's modules. Reads `src/`, takes
-//! every `crate::a[::b]` and `super::x` path outside comments and `#[cfg(test)]` code as an
-//! edge, and looks for cycles among the top-level modules, and among the files of each
-//! package (`server`, `upstream`, `sim`, `cache`, `bench`, `selector`, ...). Before:
-//! `app` ↔ `bench` ↔ `config`, `server::conn` ↔ `server::listener`, `upstream::auth` ↔
-//! `upstream::config`, the sim's `http` ↔ its handlers.
+//! The house (issue 19). No import circles between a crate's modules: reads each crate's
+//! `src/` (the core's, and `crates/{sim,bench,cli}/src`), takes every `crate::a[::b]` and
+//! `super::x` path outside comments and `#[cfg(test)]` code as an edge, and looks for cycles
+//! among the top-level modules, and among the files of each package (`server`, `upstream`,
+//! `cache`, `selector`, ...). Before: `app` ↔ `bench` ↔ `config`, `server::conn` ↔
+//! `server::listener`, `upstream::auth` ↔ `upstream::config`, the sim's `http` ↔ its handlers.
+//!
+//! No upward arrows between crates: the core (this package) depends on neither the sim nor the
+//! harness, the binary links them only with its `tools` feature, and the sim uses from the core
+//! only what the recordings check (`SIM_USES`, each entry with the recording that checks it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -59,8 +63,25 @@ fn paths_after<'a>(code: &'a str, prefix: &'a str) -> impl Iterator<Item = Vec<S
     })
 }
 
-fn graph() -> Graph {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The workspace's root (this package's directory).
+fn ws(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Code outside comments and `#[cfg(test)]` items (the first `#[cfg(test)]` ends a file's code).
+fn code_of(text: &str) -> String {
+    text.split("#[cfg(test)]")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module graph of the crate whose sources are in `src` (relative to the workspace).
+fn graph(src: &str) -> Graph {
+    let root = ws(src);
     let mut all = Vec::new();
     files(&root, &mut all);
     let mut g = Graph::new();
@@ -69,15 +90,7 @@ fn graph() -> Graph {
         if m.is_empty() || m == ["lib"] || m == ["main"] {
             continue;
         }
-        let text = std::fs::read_to_string(&p).unwrap();
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap_or("")
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let code = code_of(&std::fs::read_to_string(&p).unwrap());
         let mut to = BTreeSet::new();
         for path in paths_after(&code, "crate::") {
             to.insert(path);
@@ -171,14 +184,129 @@ fn cycles(g: &Graph, level: impl Fn(&[String]) -> Option<Vec<String>>) -> Vec<Ve
 
 #[test]
 fn no_import_circles_between_modules() {
-    let g = graph();
-    assert!(g.len() > 50, "the sources were read: {} modules", g.len());
-    let top = cycles(&g, |m| Some(m[..1].to_vec()));
-    assert!(top.is_empty(), "top-level import circles: {top:?}");
-    let packages: BTreeSet<String> = g.keys().filter(|m| m.len() > 1).map(|m| m[0].clone()).collect();
-    for p in packages {
-        let within = cycles(&g, |m| (m.len() > 1 && m[0] == p).then(|| m[..2].to_vec()));
-        assert!(within.is_empty(), "import circles in {p}: {within:?}");
+    for (src, at_least) in
+        [("src", 50), ("crates/sim/src", 15), ("crates/bench/src", 15), ("crates/cli/src", 2)]
+    {
+        let g = graph(src);
+        assert!(g.len() >= at_least, "the sources of {src} were read: {} modules", g.len());
+        let top = cycles(&g, |m| Some(m[..1].to_vec()));
+        assert!(top.is_empty(), "top-level import circles in {src}: {top:?}");
+        let packages: BTreeSet<String> = g.keys().filter(|m| m.len() > 1).map(|m| m[0].clone()).collect();
+        for p in packages {
+            let within = cycles(&g, |m| (m.len() > 1 && m[0] == p).then(|| m[..2].to_vec()));
+            assert!(within.is_empty(), "import circles in {src}/{p}: {within:?}");
+        }
+    }
+}
+
+/// A `[section]` of a Cargo.toml: its lines up to the next section.
+fn section<'a>(toml: &'a str, name: &str) -> Vec<&'a str> {
+    let head = format!("[{name}]");
+    toml.lines()
+        .skip_while(|l| l.trim() != head)
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .collect()
+}
+
+#[test]
+fn the_serving_path_links_neither_the_sim_nor_the_harness() {
+    let read = |p: &str| std::fs::read_to_string(ws(p)).unwrap();
+    let root = read("Cargo.toml");
+    let deps = section(&root, "dependencies");
+    assert!(deps.len() > 20, "{deps:?}");
+    assert!(
+        deps.iter().all(|l| !l.contains("kube-watchcache")),
+        "the core depends on a crate built on it: {deps:?}"
+    );
+    // The tests and benches may use them (development-only edges).
+    assert!(section(&root, "dev-dependencies").iter().any(|l| l.starts_with("kube-watchcache-sim")));
+    // The core's code names neither.
+    let mut files_ = Vec::new();
+    files(&ws("src"), &mut files_);
+    for p in files_ {
+        let code = code_of(&std::fs::read_to_string(&p).unwrap());
+        assert!(
+            !code.contains("kube_watchcache_sim") && !code.contains("kube_watchcache_bench"),
+            "{}",
+            p.display()
+        );
+    }
+    // The binary links them only with `tools`, its default, which the image build turns off.
+    let cli = read("crates/cli/Cargo.toml");
+    for dep in ["kube-watchcache-sim", "kube-watchcache-bench"] {
+        let line = section(&cli, "dependencies").into_iter().find(|l| l.starts_with(dep)).expect(dep);
+        assert!(line.contains("optional = true"), "{line}");
+        let tools = section(&cli, "features").into_iter().find(|l| l.starts_with("tools")).expect("tools");
+        assert!(tools.contains(&format!("dep:{dep}")), "{tools}");
+    }
+    let docker = read("Dockerfile");
+    let builds: Vec<&str> = docker.lines().filter(|l| l.contains("cargo build")).collect();
+    assert!(!builds.is_empty() && builds.iter().all(|l| l.contains("--no-default-features")), "{builds:?}");
+    // Its dependency layer stubs every target the manifests name, or the manifests do not load.
+    let stubs = docker.lines().find(|l| l.contains("for b in ")).expect("the benches' stub loop");
+    for bench in root.split("[[bench]]").skip(1) {
+        let name = bench.lines().find_map(|l| l.strip_prefix("name = ")).expect("name").trim_matches('"');
+        assert!(
+            stubs.split_whitespace().any(|w| w.trim_end_matches(';') == name),
+            "bench {name} has no stub in the Dockerfile"
+        );
+    }
+    // The sim does not depend on the harness.
+    assert!(section(&read("crates/sim/Cargo.toml"), "dependencies")
+        .iter()
+        .all(|l| !l.starts_with("kube-watchcache-bench")));
+}
+
+/// What the simulated apiserver takes from the proxy's core, and what checks it. The sim is the
+/// test double the proxy is checked against, so a bug in code they share would pass unseen,
+/// unless the sim's answers are compared with the real apiserver's: every entry is checked by
+/// recordings the sim itself is replayed against (`tests/conformance.rs` runs every scenario
+/// against the sim directly, then through the proxy), or is not apiserver semantics at all.
+const SIM_USES: &[(&str, &str)] = &[
+    // Plain types and the object bytes as received; the JSON watch frame.
+    ("resource", "recordings/v1.28.7/watch-rv-0.json"),
+    // Status JSON: codes, reasons, messages, causes.
+    ("error", "recordings/v1.28.7/list-multiple-validation-errors.json"),
+    // ListOptions parsing, resourceVersion(Match) rules, continue tokens, booleans.
+    ("params", "recordings/v1.28.7/list-continue-invalid-tokens.json"),
+    // Selector grammar and its 400 texts (also how the sim's reviews read a request's selectors).
+    ("selector", "recordings/v1.28.7/label-selector-malformed.json"),
+    // PartialObjectMetadata(List): byte-equal to the recorded apiserver's.
+    ("metadata_only", "recordings/v1.28.7-raw/metadata-only.json"),
+    // Protobuf: byte-equal to the recorded apiserver's (tests/protobuf.rs).
+    ("proto", "recordings/v1.28.7-raw/protobuf.json"),
+    // Not semantics: the rustls crypto provider of the HTTPS listener.
+    ("server::tls::server_provider", ""),
+    // Not semantics: `kube-watchcache sim`'s signal wait, stdout line and open-files limit.
+    ("app", ""),
+];
+
+#[test]
+fn the_sim_uses_only_core_code_the_recordings_check() {
+    let mut files_ = Vec::new();
+    files(&ws("crates/sim/src"), &mut files_);
+    let mut used = BTreeSet::new();
+    for p in &files_ {
+        let code = code_of(&std::fs::read_to_string(p).unwrap());
+        for path in paths_after(&code, "kube_watchcache::") {
+            let allowed = SIM_USES.iter().any(|(m, _)| {
+                let m: Vec<&str> = m.split("::").collect();
+                path.len() >= m.len() && path.iter().zip(&m).all(|(a, b)| a == b)
+            });
+            assert!(
+                allowed,
+                "{}: the sim uses kube_watchcache::{} (add it to SIM_USES with what checks it)",
+                p.display(),
+                path.join("::")
+            );
+            used.insert(path[0].clone());
+        }
+    }
+    assert!(used.len() >= 6, "the sim's sources were read: {used:?}");
+    for (m, recording) in SIM_USES {
+        assert!(recording.is_empty() || ws("tests").join(recording).is_file(), "{m}: {recording} is missing");
     }
 }
 

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use common::*;
 use http::Method;
 use http_body_util::{BodyExt, Full};
-use kube_watchcache::sim::SimOptions;
+use kube_watchcache_sim::SimOptions;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

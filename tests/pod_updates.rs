@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use kube_watchcache::bench::{self, BenchArgs, Scenario};
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_bench::{self as bench, BenchArgs, Scenario};
+use kube_watchcache_sim::{Sim, SimOptions};
 use serde_json::{json, Value};
 
 fn recording() -> Value {

@@ -14,7 +14,7 @@ use common::mirror::{resume, Applied, Mirror, Next, Stream};
 use common::{client, serve_args, HttpClient};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::resource::Rv;
-use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
 use serde_json::{json, Value};
 
 const NS: &str = "t";

@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::{SecurityArgs, ServeArgs};
-use kube_watchcache::sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{json, Value};

@@ -296,7 +296,7 @@ async fn paginated_lists_are_consistent_snapshots() {
 /// token's RV it is served from the cache, however old.
 #[tokio::test]
 async fn continue_tokens_older_than_the_window_are_answered_by_the_upstream() {
-    let sim = kube_watchcache::sim::Sim::start(kube_watchcache::sim::SimOptions {
+    let sim = kube_watchcache_sim::Sim::start(kube_watchcache_sim::SimOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         objects: 0,
         ..Default::default()

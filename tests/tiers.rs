@@ -24,7 +24,7 @@ use common::mirror::{Mirror, Next, Stream};
 use common::{client, serve_args};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::resource::Rv;
-use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
 use serde_json::json;
 
 const CLIENTS: usize = 6;

@@ -12,7 +12,7 @@ use common::{send, serve_args};
 use http::{Method, StatusCode};
 use kube_watchcache::app;
 use kube_watchcache::config::SecurityArgs;
-use kube_watchcache::sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
 use serde_json::json;
 
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";

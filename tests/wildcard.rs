@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kube_watchcache::app;
-use kube_watchcache::sim::{Sim, SimOptions};
+use kube_watchcache_sim::{Sim, SimOptions};
 use serde_json::json;
 
 /// Polls `f` every 50 ms until it is true; fails after `secs` seconds.
@@ -25,7 +25,7 @@ where
     }
 }
 
-async fn sim_with_a_widget() -> kube_watchcache::sim::SimHandle {
+async fn sim_with_a_widget() -> kube_watchcache_sim::SimHandle {
     let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
         .await
         .unwrap();

@@ -23,7 +23,7 @@ use super::identity::{Identity, IdentitySlot};
 pub(crate) const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 
 /// The proxy's bearer credentials.
-pub(crate) enum Auth {
+pub enum Auth {
     None,
     /// A fixed token (kubeconfig `token`). The header value is marked sensitive.
     Token(HeaderValue),
@@ -72,7 +72,7 @@ fn bearer(token: &str) -> Result<HeaderValue, String> {
 
 /// A token file, read at start (a missing or empty file is a configuration error) and again on
 /// use once [`TOKEN_REFRESH`] has passed. A failed re-read keeps the previous token.
-pub(crate) struct TokenFile {
+pub struct TokenFile {
     path: PathBuf,
     state: Mutex<Cached>,
 }
@@ -113,7 +113,7 @@ fn read_token(path: &Path) -> Result<HeaderValue, String> {
 /// the plugin again at [`renew_at`] and swaps the new token (and certificate) in. A failed
 /// renewal keeps the current credential, says why in the log (with the plugin's stderr) and is
 /// retried every [`EXEC_RETRY`]; an expired token is still sent, so the upstream's 401 shows.
-pub(crate) struct ExecAuth {
+pub struct ExecAuth {
     plugin: ExecPlugin,
     state: Arc<Mutex<ExecState>>,
     /// The TLS layer's client certificate, when the plugin returns one (set by `client.rs`).
@@ -136,7 +136,7 @@ const EXEC_MIN_INTERVAL: Duration = Duration::from_secs(1);
 impl ExecAuth {
     /// From the plugin's first answer (the caller ran it, so that a start fails with its
     /// message).
-    pub fn new(plugin: ExecPlugin, first: &Credential) -> Result<ExecAuth, String> {
+    pub(crate) fn new(plugin: ExecPlugin, first: &Credential) -> Result<ExecAuth, String> {
         let header = first.token.as_deref().map(bearer).transpose()?;
         let state = ExecState { header, renew_at: renew_at(SystemTime::now(), first.expiry), runs: 1 };
         Ok(ExecAuth {

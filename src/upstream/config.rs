@@ -44,7 +44,7 @@ pub struct UpstreamOptions {
 }
 
 /// The outcome of resolving [`UpstreamOptions`].
-pub(crate) struct Resolved {
+pub struct Resolved {
     /// `scheme://authority[/prefix]`, no trailing slash.
     pub base_url: String,
     /// Where it came from, for [`super::Upstream::describe`].
@@ -55,7 +55,7 @@ pub(crate) struct Resolved {
 
 /// What the TLS layer needs.
 #[derive(Default)]
-pub(crate) struct TlsSettings {
+pub struct TlsSettings {
     /// Trust anchors for the upstream's certificate (empty for `http://` or when insecure).
     pub roots: Vec<CertificateDer<'static>>,
     pub insecure: bool,
@@ -85,7 +85,7 @@ impl Env {
 }
 
 /// Resolves the options against the process environment.
-pub(crate) fn resolve(opts: &UpstreamOptions) -> Result<Resolved, ConfigError> {
+pub fn resolve(opts: &UpstreamOptions) -> Result<Resolved, ConfigError> {
     resolve_with(opts, &Env::from_process())
 }
 

@@ -17,7 +17,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::errors::{one_line, ConfigError};
 
 /// A client certificate chain and its key.
-pub(crate) struct Identity {
+pub struct Identity {
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
 }
@@ -57,7 +57,7 @@ pub(crate) fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, St
 
 /// The certificate the own connections present; replaced in place on renewal.
 #[derive(Debug)]
-pub(crate) struct IdentitySlot(RwLock<Arc<CertifiedKey>>);
+pub struct IdentitySlot(RwLock<Arc<CertifiedKey>>);
 
 impl IdentitySlot {
     pub fn new(id: &Identity) -> Result<Arc<IdentitySlot>, ConfigError> {

@@ -52,13 +52,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub(crate) use auth::Auth;
-pub(crate) use config::{resolve, TlsSettings};
+pub use auth::Auth;
+pub use config::{resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
-pub(crate) use identity::{Identity, IdentitySlot};
+pub use identity::{Identity, IdentitySlot};
 pub use list::{ListPage, MetadataPage, Selection};
-pub(crate) use tls::client_config;
+pub use tls::client_config;
 pub use watch::{RawEvent, WatchStream};
 
 #[allow(unused_imports)] // used by the docs above

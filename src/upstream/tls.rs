@@ -62,7 +62,7 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-pub(crate) fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig, ConfigError> {
+pub fn client_config(tls: &TlsSettings, with_identity: bool) -> Result<ClientConfig, ConfigError> {
     let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_watchcache::sim::Sim;
+use kube_watchcache_sim::Sim;
 use serde_json::json;
 
 use super::mirror::{resume, Applied, Mirror, Next, Stream};

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::ServeArgs;
-use kube_watchcache::sim::{Sim, SimHandle, SimOptions};
+use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
 use serde_json::{json, Value};
 
 pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use http::Method;
-use kube_watchcache::sim::Sim;
+use kube_watchcache_sim::Sim;
 use serde_json::{json, Value};
 
 use crate::common::{send, HttpClient};

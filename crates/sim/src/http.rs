@@ -1,0 +1,138 @@
+//! The HTTP front of the simulated apiserver: the accept loop (HTTP/1.1 + h2c through
+//! `hyper_util`'s auto builder, upgrades allowed; HTTPS when `tls` gives an acceptor), request recording, content negotiation and
+//! dispatch to `discovery`, `read`, `watch`, `write` and `subresource`.
+//!
+//! Started by `Sim::start`; stopped by the shutdown signal in `SimHandle`. The handlers it
+//! dispatches to build their answers with `respond`, never with this module.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use super::query::Query;
+use super::respond::{error_in_proto, error_response, error_response_as, full, negotiate, Body};
+use super::route::{route, Route, Target};
+use super::{discovery, read, review, subresource, watch, write, RequestRecord, Sim};
+use kube_watchcache::error::Error;
+
+fn page_not_found() -> Response<Body> {
+    let mut resp = Response::new(full(Bytes::from_static(b"404 page not found\n")));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    resp
+}
+
+/// Accepts connections until `shutdown` flips; each connection is dropped at shutdown too.
+/// With `tls`, every connection is a TLS handshake first (in its own task), then the same
+/// HTTP/1.1 + h2 service.
+pub async fn serve(
+    listener: TcpListener,
+    sim: Sim,
+    tls: Option<TlsAcceptor>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let _ = stream.set_nodelay(true);
+        let (sim, tls, stop) = (sim.clone(), tls.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            match tls {
+                None => connection(stream, sim, stop).await,
+                Some(acceptor) => {
+                    let mut stop_handshake = stop.clone();
+                    let handshake = tokio::select! {
+                        h = acceptor.accept(stream) => h,
+                        _ = stop_handshake.wait_for(|s| *s) => return,
+                    };
+                    // A failed handshake is the client's problem; the listener goes on.
+                    if let Ok(stream) = handshake {
+                        connection(stream, sim, stop).await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Serves one connection (HTTP/1.1 with upgrades, or h2 by its preface) until it ends or the
+/// sim shuts down.
+async fn connection<I>(io: I, sim: Sim, mut stop: tokio::sync::watch::Receiver<bool>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let sim = sim.clone();
+        async move { Ok::<_, Infallible>(handle(sim, req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    tokio::select! {
+        _ = conn => {}
+        _ = stop.wait_for(|s| *s) => {}
+    }
+}
+
+/// One request: record it, route it, answer it.
+pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
+    sim.record(RequestRecord {
+        method: req.method().to_string(),
+        path: req.uri().path().to_owned(),
+        query: req.uri().query().unwrap_or("").to_owned(),
+        headers: req.headers().clone(),
+    });
+    if review::is_review(req.method(), req.uri().path()) {
+        return review::handle(sim, req).await;
+    }
+    // Resources whose CRD was deleted (`Sim::set_served`) are neither routed nor discovered.
+    match route(&sim.store().kinds, req.uri().path()) {
+        Route::PageNotFound => page_not_found(),
+        Route::NoSuchResource => error_response(Error::NoSuchResource),
+        Route::Health => Response::new(full(Bytes::from_static(b"ok"))),
+        Route::Version => discovery::version(),
+        Route::CoreVersions => discovery::core_versions(req.headers()),
+        Route::Groups => discovery::groups(&sim.served_kinds()),
+        Route::Group(g) => discovery::group(&sim.served_kinds(), &g),
+        Route::Resources(g, v) => discovery::resources(&sim.served_kinds(), &g, &v),
+        Route::Resource(t) if sim.is_withdrawn(t.res) => page_not_found(),
+        Route::Resource(t) => {
+            let proto = error_in_proto(req.headers());
+            resource(sim, t, req).await.unwrap_or_else(|e| error_response_as(e, proto))
+        }
+    }
+}
+
+async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    let raw = req.uri().query().unwrap_or("").to_owned();
+    if let Some(sub) = t.sub.clone() {
+        return subresource::handle(sim, t, &sub, &raw, req).await;
+    }
+    let method = req.method().clone();
+    match (method, t.name.is_some()) {
+        (Method::GET, _) => {
+            let q = Query::from_query(&raw)?;
+            let accept = negotiate(req.headers(), sim.store().kinds.kind(t.res).builtin)?;
+            if t.force_watch || (q.watch && t.name.is_none()) {
+                watch::handle(sim, t, q, accept).await
+            } else if t.name.is_some() {
+                read::get(&sim, &t, &q, accept).await
+            } else {
+                read::list(&sim, &t, &q, accept).await
+            }
+        }
+        (Method::POST, false) => write::post(&sim, &t, req).await,
+        (Method::PUT, true) => write::put(&sim, &t, req).await,
+        (Method::PATCH, true) => write::patch(&sim, &t, req).await,
+        (Method::DELETE, true) => write::delete(&sim, &t, &raw),
+        _ => Err(Error::MethodNotAllowed),
+    }
+}

@@ -1,0 +1,264 @@
+//! What every handler of the simulated apiserver answers with: the body type and its builders,
+//! `Error` rendering, JSON responses, content negotiation and request-body reading. Used by
+//! `http` (the front) and the handlers it dispatches to (`discovery`, `read`, `watch`,
+//! `write`, `subresource`, `review`), none of which uses `http`.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+
+use kube_watchcache::error::Error;
+
+/// Every response body of the sim.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+pub fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed()
+}
+
+/// A body that streams what is sent on `rx` (watches, followed logs) and ends when the
+/// sender is dropped.
+pub fn channel_body(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    BodyExt::boxed(StreamBody::new(stream))
+}
+
+/// A body made of ready chunks (list responses: no copy of the stored bytes).
+pub fn chunks_body(chunks: Vec<Bytes>) -> Body {
+    let stream = futures_util::stream::iter(chunks.into_iter().map(|b| Ok::<_, Infallible>(Frame::data(b))));
+    BodyExt::boxed(StreamBody::new(stream))
+}
+
+/// An `Error` rendered by the crate's one renderer, with the sim's body type.
+pub fn error_response(e: Error) -> Response<Body> {
+    e.into_response::<Full<Bytes>>().map(BodyExt::boxed)
+}
+
+pub fn json(status: StatusCode, body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// What the client accepts, among what the sim can produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accept {
+    Json,
+    Table,
+    /// `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`: metadata only, one object (GET).
+    Metadata,
+    /// `as=PartialObjectMetadataList;g=meta.k8s.io;v=v1`: metadata only, a list (LIST).
+    MetadataList,
+    /// `application/vnd.kubernetes.protobuf` (built-in kinds).
+    Protobuf,
+    /// Protobuf, `as=PartialObjectMetadata` (any kind).
+    ProtoMetadata,
+    /// Protobuf, `as=PartialObjectMetadataList` (any kind).
+    ProtoMetadataList,
+}
+
+impl Accept {
+    /// The apiserver's `asPartialObjectMetadata[List]` refusal when the representation does
+    /// not fit the answer (recorded in `v1.28.7-raw/metadata-only.json`, `edges`): `go_type` is
+    /// the internal type, e.g. `*core.ConfigMapList`.
+    pub fn check_form(
+        self,
+        is_list: bool,
+        kind: &kube_watchcache::resource::ResourceKind,
+    ) -> Result<(), Error> {
+        let package = match kind.group.split('.').next() {
+            _ if !kind.builtin => "unstructured",
+            Some("") | None => "core",
+            Some(p) => p,
+        };
+        let name = if kind.builtin { kind.kind.as_str() } else { "Unstructured" };
+        let go_type = |list: bool| format!("*{package}.{name}{}", if list { "List" } else { "" });
+        match (self, is_list) {
+            (Accept::Metadata | Accept::ProtoMetadata, true) => Err(Error::TransformNotAcceptable(format!(
+                "you requested PartialObjectMetadata, but the requested object is a list ({})",
+                go_type(true)
+            ))),
+            (Accept::MetadataList | Accept::ProtoMetadataList, false) => {
+                Err(Error::TransformNotAcceptable(format!(
+                    "you requested PartialObjectMetadataList, but the requested object is not a list ({})",
+                    go_type(false)
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A media range: its type and its parameters (lowercase names).
+type Range = (String, Vec<(String, String)>);
+
+/// The media ranges of an `Accept` header, most preferred first (by `q`, stable; `q=0`
+/// dropped).
+fn ranges(raw: &str) -> Vec<Range> {
+    let mut out: Vec<(f32, Range)> = raw
+        .split(',')
+        .map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let mt = parts.next().unwrap_or("").to_ascii_lowercase();
+            let params: Vec<(String, String)> = parts
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                .collect();
+            let q = params.iter().find(|(k, _)| k == "q").map_or(1.0, |(_, v)| v.parse().unwrap_or(0.0));
+            (q, (mt, params))
+        })
+        .filter(|(q, _)| *q > 0.0)
+        .collect();
+    out.sort_by(|a, b| b.0.total_cmp(&a.0));
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Content negotiation: the most preferred range the sim can produce — JSON, a Table, metadata
+/// only, or protobuf (whole objects of built-in kinds, metadata of any; recorded in
+/// `v1.28.7-raw/protobuf.json`) — else 406 with the apiserver's texts (accept-unsupported.json,
+/// crd-accept-protobuf.json).
+pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Error> {
+    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Ok(Accept::Json);
+    };
+    let mut saw_unknown_as = false;
+    for (mt, params) in ranges(raw) {
+        let as_ = params.iter().find(|(k, _)| k == "as").map(|(_, v)| v.as_str());
+        let proto = mt == PROTOBUF;
+        if !proto && !matches!(mt.as_str(), "application/json" | "*/*" | "application/*" | "") {
+            continue;
+        }
+        match as_ {
+            None if proto && !builtin => continue,
+            None if proto => return Ok(Accept::Protobuf),
+            None => return Ok(Accept::Json),
+            Some("Table") if !proto => return Ok(Accept::Table),
+            Some(form @ ("PartialObjectMetadata" | "PartialObjectMetadataList"))
+                if params.iter().any(|(k, v)| k == "g" && v == "meta.k8s.io")
+                    && params.iter().any(|(k, v)| k == "v" && v == "v1") =>
+            {
+                return Ok(match (form == "PartialObjectMetadata", proto) {
+                    (true, false) => Accept::Metadata,
+                    (false, false) => Accept::MetadataList,
+                    (true, true) => Accept::ProtoMetadata,
+                    (false, true) => Accept::ProtoMetadataList,
+                });
+            }
+            Some(_) => saw_unknown_as = true,
+        }
+    }
+    if saw_unknown_as || !builtin {
+        let types = if builtin {
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+        } else {
+            "application/json, application/yaml"
+        };
+        return Err(Error::MediaTypesNotAccepted(types.into()));
+    }
+    Err(Error::NotAcceptable("406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".into()))
+}
+
+/// Whether an error `Status` goes out in protobuf: the most preferred range without a
+/// transform is protobuf (the apiserver's `ErrorNegotiated`).
+pub fn error_in_proto(headers: &http::HeaderMap) -> bool {
+    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    ranges(raw)
+        .into_iter()
+        .find(|(mt, p)| {
+            !p.iter().any(|(k, _)| k == "as")
+                && matches!(mt.as_str(), PROTOBUF | "application/json" | "*/*" | "application/*" | "")
+        })
+        .is_some_and(|(mt, _)| mt == PROTOBUF)
+}
+
+/// An `Error` as a Status in protobuf when `proto` (JSON if it cannot be encoded).
+pub fn error_response_as(e: Error, proto: bool) -> Response<Body> {
+    if !proto {
+        return error_response(e);
+    }
+    let (mut parts, json) = e.into_response::<Bytes>().into_parts();
+    match kube_watchcache::proto::encode_status(&json) {
+        Ok(pb) => {
+            parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROTOBUF));
+            Response::from_parts(parts, full(pb))
+        }
+        Err(_) => Response::from_parts(parts, full(json)),
+    }
+}
+
+/// A protobuf response (objects and lists; watches say `;stream=watch`).
+pub fn protobuf(status: StatusCode, body: Body, watch: bool) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let ct =
+        if watch { kube_watchcache::proto::WATCH_CONTENT_TYPE } else { kube_watchcache::proto::CONTENT_TYPE };
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    resp
+}
+
+/// Reads a request body (at most 3 MiB, the apiserver's limit).
+pub async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, Error> {
+    let limited = http_body_util::Limited::new(req.into_body(), 3 * 1024 * 1024);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(Error::BadRequest(format!("unable to read request body: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(v: &str) -> http::HeaderMap {
+        let mut m = http::HeaderMap::new();
+        m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        m
+    }
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(negotiate(&http::HeaderMap::new(), true).unwrap(), Accept::Json);
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true).unwrap(),
+            Accept::Protobuf
+        );
+        // Recorded: protobuf-first custom resources get JSON; q orders the ranges.
+        assert_eq!(negotiate(&h("application/vnd.kubernetes.protobuf, */*"), false).unwrap(), Accept::Json);
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf;q=0.5, application/json"), true).unwrap(),
+            Accept::Json
+        );
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), false)
+                .unwrap(),
+            Accept::ProtoMetadataList
+        );
+        assert!(error_in_proto(&h("application/vnd.kubernetes.protobuf, application/json")));
+        assert!(!error_in_proto(&h(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+        )));
+        assert_eq!(
+            negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true).unwrap(),
+            Accept::Table
+        );
+        assert_eq!(
+            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), true).unwrap(),
+            Accept::MetadataList
+        );
+        assert!(
+            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2"), true).is_err()
+        );
+        assert!(negotiate(&h("application/vnd.kubernetes.protobuf"), false).is_err());
+        assert!(negotiate(&h("text/html"), true).is_err());
+    }
+}

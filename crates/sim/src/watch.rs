@@ -1,0 +1,300 @@
+//! WATCH streams (reference §1.7, §3): initial events for watch-lists (1.36 defaulting turns
+//! RV ""/0 watches into watch-lists), replay of the log from RV N, live events, selector
+//! transitions (ADDED/DELETED when an object enters or leaves the selection), bookmarks, and
+//! the in-stream ERROR events (410 too old, 504 too large).
+//!
+//! Called by `http`. Each watch is a task that reads the store's log and writes framed events
+//! into a channel the response body drains; it ends at the deadline, when the client goes away,
+//! or when it fell so far behind that its revisions were compacted (closed without an event,
+//! like a cacher watcher whose interval was invalidated).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::encode;
+use super::query::{rv_of, watch_query, Query};
+use super::read::{is_cached, no_protobuf, Filter};
+use super::respond::{channel_body, json, protobuf, Accept, Body};
+use super::route::Target;
+use super::store::{meta_mut, Entry, Since};
+use super::Sim;
+use kube_watchcache::error::Error;
+use kube_watchcache::metadata_only::{self, Repr};
+use kube_watchcache::resource::{frame_event, frame_object, EventType, Object, ResourceKind, Rv, Typing};
+
+/// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
+/// ERROR events.
+pub async fn handle(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<http::Response<Body>, Error> {
+    let rx = spawn(sim, t, q, accept)?;
+    let mut resp = if matches!(accept, Accept::Protobuf | Accept::ProtoMetadata) {
+        protobuf(StatusCode::OK, channel_body(rx), true)
+    } else {
+        json(StatusCode::OK, channel_body(rx))
+    };
+    resp.headers_mut()
+        .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache, private"));
+    Ok(resp)
+}
+
+/// Validates a watch request and starts its task; the receiver yields one framed event per
+/// item and ends with the watch. With `Accept::Metadata` (`as=PartialObjectMetadata`, what
+/// metadata informers send) every object is its PartialObjectMetadata, as the apiserver's
+/// watch transforms each event (recorded: `v1.28.7-raw/metadata-only.json`'s watch).
+pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Receiver<Bytes>, Error> {
+    let kind = sim.store().kinds.kind(t.res).clone();
+    if accept != Accept::Table {
+        accept.check_form(false, &kind)?;
+    }
+    let metadata = matches!(accept, Accept::Metadata | Accept::ProtoMetadata);
+    let proto = matches!(accept, Accept::Protobuf | Accept::ProtoMetadata);
+    let typing = sim.store().typing(t.res).clone();
+    // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
+    let q = watch_query(q);
+    q.validate()?;
+    let filter = Filter::new(&kind, &t, &q)?;
+    let rv = rv_of(q.rv_for_get_or_watch()?);
+    let timeout = match q.timeout_seconds {
+        Some(s) if s > 0 => Duration::from_secs(s),
+        // --min-request-timeout (1800 s) × uniform[1, 2).
+        _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
+    };
+    let (tx, rx) = mpsc::channel(256);
+    let w = Watch {
+        sim,
+        res: t.res,
+        kind,
+        filter,
+        q,
+        rv,
+        deadline: Instant::now() + timeout,
+        tx,
+        metadata,
+        proto,
+        typing,
+    };
+    tokio::spawn(w.run());
+    Ok(rx)
+}
+
+struct Watch {
+    sim: Sim,
+    res: usize,
+    kind: ResourceKind,
+    filter: Filter,
+    q: Query,
+    rv: Rv,
+    deadline: Instant,
+    tx: mpsc::Sender<Bytes>,
+    /// Objects as PartialObjectMetadata.
+    metadata: bool,
+    /// Frames in protobuf (`…;stream=watch`).
+    proto: bool,
+    typing: Typing,
+}
+
+/// The client went away.
+struct Gone;
+
+impl Watch {
+    async fn run(self) {
+        let _ = self.stream().await;
+    }
+
+    async fn send(&self, b: Bytes) -> Result<(), Gone> {
+        self.tx.send(b).await.map_err(|_| Gone)
+    }
+
+    /// An object's chunks in this watch's representation.
+    fn chunks(&self, o: &Object) -> Vec<Bytes> {
+        if self.metadata {
+            vec![o.metadata_bytes()]
+        } else {
+            o.typed_chunks().to_vec()
+        }
+    }
+
+    /// A BOOKMARK's object in this watch's representation.
+    fn bookmark(&self, rv: Rv, end: bool) -> Bytes {
+        if self.metadata {
+            metadata_only::bookmark(&rv.to_string(), end)
+        } else {
+            encode::bookmark(&self.kind, rv, end)
+        }
+    }
+
+    async fn error(&self, e: Error) -> Result<(), Gone> {
+        let status = e.to_status().body;
+        self.send(self.status_frame(status)).await
+    }
+
+    fn repr(&self) -> Repr {
+        let shape = if self.metadata { Repr::Metadata } else { Repr::Full };
+        shape.with_proto(self.proto)
+    }
+
+    /// An event of a stored object in this watch's representation.
+    fn object_frame(&self, t: EventType, o: &Object) -> Bytes {
+        if !self.proto {
+            return frame_event(t, &self.chunks(o));
+        }
+        frame_object(t, o, self.repr()).unwrap_or_else(|| self.unencodable())
+    }
+
+    /// An event of an object given as JSON (a BOOKMARK's, a DELETED one rewritten) in this
+    /// watch's representation: whole typed object or PartialObjectMetadata, as `self.metadata`.
+    fn json_frame(&self, t: EventType, json: Bytes) -> Bytes {
+        if !self.proto {
+            return frame_event(t, &[json]);
+        }
+        self.typing.proto.json_event(t.as_str(), &json, self.metadata).unwrap_or_else(|| self.unencodable())
+    }
+
+    /// An ERROR event carrying `status`, in this watch's encoding.
+    fn status_frame(&self, status: Bytes) -> Bytes {
+        match self.proto.then(|| kube_watchcache::proto::status_event(&status)) {
+            Some(Ok(frame)) => frame,
+            _ => frame_event(EventType::Error, &[status]),
+        }
+    }
+
+    /// An ERROR event for an object the schema cannot encode (the apiserver always can).
+    fn unencodable(&self) -> Bytes {
+        self.status_frame(no_protobuf().to_status().body)
+    }
+
+    async fn stream(&self) -> Result<(), Gone> {
+        let store = self.sim.store();
+        // The etcd watch of uncached kinds (events) sends no periodic bookmarks.
+        let bookmarks = self.q.allow_watch_bookmarks;
+        let periodic = bookmarks && is_cached(&self.kind);
+        let mut rev_rx = store.subscribe();
+        // `pos`: every revision ≤ pos has been looked at. `sent`: last RV the client has seen.
+        let mut pos;
+        if self.q.send_initial_events == Some(true) {
+            if self.rv.0 > 0 && self.rv > store.current_rv() {
+                if let Err(e) = store.wait_for(self.rv).await {
+                    return self.error(e).await;
+                }
+            }
+            let (cur, objects) = store.snapshot(self.res);
+            for o in self.filter.scan(&objects, None) {
+                if self.filter.matches(&o.header) {
+                    self.send(self.object_frame(EventType::Added, o)).await?;
+                }
+            }
+            pos = cur;
+            if bookmarks {
+                self.send(self.json_frame(EventType::Bookmark, self.bookmark(cur, true))).await?;
+            }
+        } else if self.q.send_initial_events == Some(false)
+            && matches!(self.q.resource_version.as_str(), "" | "0")
+        {
+            pos = store.current_rv();
+        } else {
+            let compacted = store.compacted();
+            if self.rv < compacted {
+                // Uncached kinds are etcd watches: etcd's wording
+                // (compaction-watch-uncached-too-old.json).
+                let e = if is_cached(&self.kind) {
+                    Error::TooOldResourceVersion { requested: self.rv, oldest: compacted }
+                } else {
+                    Error::Expired("The resourceVersion for the provided watch is too old.".into())
+                };
+                return self.error(e).await;
+            }
+            pos = self.rv;
+        }
+        let mut sent = pos;
+        let interval = self.sim.opts().bookmark_interval.max(Duration::from_millis(10));
+        let mut next_bookmark = if periodic { next(Instant::now(), interval, self.deadline) } else { None };
+        loop {
+            loop {
+                let entries = match store.since(pos, 1000) {
+                    Since::Entries(e) if e.is_empty() => break,
+                    Since::Entries(e) => e,
+                    // Fell behind the compaction point: close, the client re-watches and gets 410.
+                    Since::Compacted => return Ok(()),
+                };
+                for e in entries {
+                    pos = e.event.rv;
+                    if e.res != self.res {
+                        continue;
+                    }
+                    if let Some(frame) = self.frame(&e) {
+                        self.send(frame).await?;
+                        sent = pos;
+                    }
+                }
+            }
+            let bookmark_at = next_bookmark.unwrap_or(self.deadline);
+            tokio::select! {
+                changed = rev_rx.changed() => if changed.is_err() { return Ok(()) },
+                _ = tokio::time::sleep_until(self.deadline) => return Ok(()),
+                _ = tokio::time::sleep_until(bookmark_at), if next_bookmark.is_some() => {
+                    // Never backwards, never repeated (1.36).
+                    if pos > sent {
+                        self.send(self.json_frame(EventType::Bookmark, self.bookmark(pos, false))).await?;
+                        sent = pos;
+                    }
+                    next_bookmark = next(Instant::now(), interval, self.deadline);
+                }
+                _ = self.tx.closed() => return Err(Gone),
+            }
+        }
+    }
+
+    /// The event this watcher sees for a log entry (reference §3.5), if any.
+    fn frame(&self, e: &Arc<Entry>) -> Option<Bytes> {
+        let ev = &e.event;
+        let cur = ev.kind != EventType::Deleted && self.filter.matches(&ev.object.header);
+        let prev = ev.prev.as_ref().is_some_and(|p| self.filter.matches(&p.header));
+        // The event as stored, in this watch's representation.
+        let as_is = || {
+            if self.proto {
+                ev.frame_as(self.repr()).unwrap_or_else(|| self.unencodable())
+            } else if self.metadata {
+                frame_event(ev.kind, &self.chunks(&ev.object))
+            } else {
+                ev.frame.clone()
+            }
+        };
+        match (cur, prev) {
+            (true, true) => Some(as_is()),
+            (true, false) => {
+                if ev.kind == EventType::Added {
+                    Some(as_is())
+                } else {
+                    Some(self.object_frame(EventType::Added, &ev.object))
+                }
+            }
+            (false, true) if ev.kind == EventType::Deleted => Some(as_is()),
+            (false, true) => {
+                // Left the selection: the previous state, at this event's revision.
+                let p = ev.prev.as_ref()?;
+                let mut v: serde_json::Map<String, Value> = serde_json::from_slice(&p.typed_bytes()).ok()?;
+                meta_mut(&mut v).insert("resourceVersion".into(), Value::String(ev.rv.to_string()));
+                let full = Bytes::from(encode::object(&self.kind, &v));
+                let object = if self.metadata {
+                    metadata_only::object(full.get(1..).unwrap_or_default())
+                } else {
+                    full
+                };
+                Some(self.json_frame(EventType::Deleted, object))
+            }
+            (false, false) => None,
+        }
+    }
+}
+
+/// Next bookmark time: `min(now + interval, deadline − 2 s)`, none once that is not ahead.
+fn next(now: Instant, interval: Duration, deadline: Instant) -> Option<Instant> {
+    let before_deadline = deadline.checked_sub(Duration::from_secs(2))?;
+    let t = (now + interval).min(before_deadline);
+    (t > now).then_some(t)
+}
