@@ -25,7 +25,7 @@ ARG TARGET=x86_64-unknown-linux-gnu
 
 # Dependency layer: only the manifests and empty targets, so this layer (all dependencies
 # compiled) is reused until a Cargo.toml or Cargo.lock changes. The workspace has four members
-# (the core library with four [[bench]] targets, the binary, the sim and the harness); every
+# (the core library with five [[bench]] targets, the binary, the sim and the harness); every
 # target needs a file for the manifests to load.
 #
 # The binary is built without its default `tools` feature: the image is the proxy alone, and
@@ -38,7 +38,7 @@ COPY crates/bench/Cargo.toml crates/bench/
 RUN mkdir -p src benches crates/cli/src crates/sim/src crates/bench/src \
     && echo 'fn main() {}' > crates/cli/src/main.rs \
     && touch src/lib.rs crates/sim/src/lib.rs crates/bench/src/lib.rs \
-    && for b in objects list fanout history; do echo 'fn main() {}' > "benches/$b.rs"; done \
+    && for b in objects list fanout history queues; do echo 'fn main() {}' > "benches/$b.rs"; done \
     && cargo build --release --locked --target "$TARGET" -p kube-watchcache-cli --no-default-features \
     && cargo clean --release --target "$TARGET" -p kube-watchcache -p kube-watchcache-cli \
     && rm -rf src benches crates
