@@ -73,12 +73,12 @@ def file_config_keys() -> set[str]:
 
 def serve_flags() -> set[str]:
     """Every long flag of `serve`: #[arg(long…)] fields of ServeArgs and its flattened parts,
-    plus the global flags of Cli (src/cli.rs)."""
+    plus the global flags of Cli (crates/cli/src/cli.rs)."""
     config = (ROOT / "src" / "config.rs").read_text()
-    cli = (ROOT / "src" / "cli.rs").read_text()
+    cli = (ROOT / "crates" / "cli" / "src" / "cli.rs").read_text()
     flags = set()
     for name, src, where in (
-        ("Cli", cli, "src/cli.rs"),
+        ("Cli", cli, "crates/cli/src/cli.rs"),
         ("ServeArgs", config, "src/config.rs"),
         ("UpstreamArgs", config, "src/config.rs"),
         ("SecurityArgs", config, "src/config.rs"),
@@ -187,7 +187,7 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     # every flag the chart passes exists in the proxy (or is a listed pending one)
     known = serve_flags()
     unknown = sorted({a.split("=", 1)[0] for a in args if a.startswith("--")} - known - set(PENDING_FLAGS))
-    c("every --flag is defined in src/config.rs or src/cli.rs", not unknown, f"unknown: {unknown}")
+    c("every --flag is defined in src/config.rs or crates/cli/src/cli.rs", not unknown, f"unknown: {unknown}")
 
     # replicas, PDB, spread, priority class
     c("replicas follow replicaCount", dep["spec"]["replicas"] == v["replicaCount"])
@@ -390,7 +390,7 @@ def main() -> int:
                     continue
                 args = ctr.get("args", [])
                 flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
-                check(f"{rel}: {ctr['name']}: every --flag is defined in src/config.rs or src/cli.rs", flags <= known, f"unknown: {sorted(flags - known)}")
+                check(f"{rel}: {ctr['name']}: every --flag is defined in src/config.rs or crates/cli/src/cli.rs", flags <= known, f"unknown: {sorted(flags - known)}")
                 res = (arg_value(args, "--resources") or "").split(",")
                 if rel in ("deploy/deployment.yaml", "deploy/sidecar/kube-apiserver.yaml"):
                     need = {(r.rpartition("/")[0], r.rpartition("/")[2]) for r in res}
