@@ -3,15 +3,21 @@
 //! changes, then cuts it; the sim has compacted the cache's RV, so the re-watch gets 410 and
 //! the proxy relists. Each client's stream, any prefix of it, and a resume from its last RV at
 //! the proxy, at another replica or at the sim must leave exactly the sim's state; and a
-//! `spec.nodeName=` watch sees what the sim's own watch sees. Run by `cargo test --test relist`.
+//! `spec.nodeName=` watch sees what the sim's own watch sees; protobuf watchers (kubelets,
+//! controllers) get across a relist exactly what JSON watchers get. Run by `cargo test --test
+//! relist`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::fault::Fault;
 use common::mirror::{resume, Applied, Mirror, Next, Stream};
+use common::pb::{take_frames, WatchEvent};
 use common::{client, serve_args, HttpClient};
+use http::Request;
+use http_body_util::{BodyExt, Full};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::resource::Rv;
 use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
@@ -334,4 +340,131 @@ async fn empty_node_name_watchers_get_live_events() {
         [("ADDED", "p1"), ("DELETED", "p1"), ("ADDED", "p2"), ("DELETED", "p2"), ("ADDED", "p3")]
     );
     assert_eq!(got, want);
+}
+
+/// A protobuf watch (`Accept` as a kubelet's: protobuf first, JSON second) read frame by frame.
+struct PbStream {
+    body: Option<hyper::body::Incoming>,
+    buf: Vec<u8>,
+    status: u16,
+    content_type: String,
+}
+
+impl PbStream {
+    async fn open(client: &HttpClient, url: &str) -> PbStream {
+        let req = Request::get(url)
+            .header("accept", "application/vnd.kubernetes.protobuf, application/json")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(20), client.request(req))
+            .await
+            .expect("headers in time")
+            .expect("response");
+        let content_type =
+            resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        PbStream {
+            status: resp.status().as_u16(),
+            content_type,
+            body: Some(resp.into_body()),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Every event until the stream ends or stays idle for `idle`; and whether it ended.
+    async fn collect(&mut self, idle: Duration) -> (Vec<WatchEvent>, bool) {
+        let mut out = Vec::new();
+        loop {
+            for f in take_frames(&mut self.buf) {
+                out.push(WatchEvent::parse(&f).unwrap_or_else(|| panic!("not a watch event: {f:?}")));
+            }
+            let Some(body) = self.body.as_mut() else { return (out, true) };
+            match tokio::time::timeout(idle, body.frame()).await {
+                Err(_) => return (out, false),
+                Ok(Some(Ok(f))) => {
+                    if let Ok(data) = f.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Ok(_) => self.body = None,
+            }
+        }
+    }
+}
+
+/// A JSON event as (type, namespace/name, resourceVersion), the protobuf reader's shape.
+fn summary(ev: &Value) -> (String, String, u64) {
+    let o = &ev["object"];
+    let name = o["metadata"]["name"].as_str().unwrap_or("");
+    let key = match o["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    };
+    (ev["type"].as_str().unwrap().to_owned(), key, rv_of(o))
+}
+
+/// Issue 17 with issue 22: kubelets and controllers watch in protobuf. Across the same relist,
+/// a protobuf watcher gets exactly the events a JSON watcher gets (none of the gap's RVs, the
+/// stream ended), and an untouched protobuf watcher stays open with a protobuf BOOKMARK at the
+/// list RV, then the next change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_watchers_across_a_relist_get_what_json_watchers_get() {
+    let env = setup(3).await;
+    env.create("victim");
+    let keep = env.create("keep");
+    Env::synced(&env.a, keep).await;
+    let start =
+        Mirror::list(&env.client, &format!("{}{PATH}?resourceVersion=0", Env::base(&env.a))).await.unwrap();
+    let url = format!(
+        "{}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}",
+        Env::base(&env.a),
+        start.rv
+    );
+    let mut json_w = Stream::open(&env.client, &url).await;
+    let mut pb_w = PbStream::open(&env.client, &url).await;
+    let mut pb_other = PbStream::open(&env.client, &format!("{url}&labelSelector=app%3Dother")).await;
+    for w in [&pb_w, &pb_other] {
+        assert_eq!(
+            (w.status, w.content_type.as_str()),
+            (200, "application/vnd.kubernetes.protobuf;stream=watch")
+        );
+    }
+    assert_eq!(json_w.status, 200);
+    // A change both see live before the stall.
+    let live = env.update("keep", "1");
+    Env::synced(&env.a, live).await;
+    env.fault.stall_watches(true);
+    env.delete("victim");
+    for i in 0..3 {
+        env.create(&format!("n{i}"));
+    }
+    env.relist_a().await;
+    let truth = env.truth().await;
+
+    let (json_events, json_ended) = json_w.collect(IDLE).await;
+    let (pb_events, pb_ended) = pb_w.collect(IDLE).await;
+    eprintln!("across the relist: JSON {json_events:?} (ended {json_ended}), protobuf {pb_events:?} (ended {pb_ended})");
+    assert!(json_ended && pb_ended, "both watches ended at the relist");
+    let want: Vec<(String, String, u64)> = json_events.iter().map(summary).collect();
+    let got: Vec<(String, String, u64)> =
+        pb_events.iter().map(|e| (e.type_.clone(), e.key.clone(), e.rv)).collect();
+    assert_eq!(got, want, "the protobuf watcher got what the JSON watcher got");
+    assert_eq!(want.first().map(|e| (e.0.as_str(), e.1.as_str(), e.2)), Some(("MODIFIED", "t/keep", live)));
+    assert!(pb_events.iter().all(|e| e.kind == "ConfigMap"), "{pb_events:?}");
+    // What the protobuf client holds, resumed at the proxy, is the truth.
+    let held = applied(start.clone(), &json_events);
+    let resumed = resume(&env.client, &Env::base(&env.a), PATH, held, IDLE).await;
+    assert_eq!(resumed.objects, truth.objects);
+
+    // The untouched protobuf watch: a BOOKMARK at the list RV, open, then the next change.
+    let (events, ended) = pb_other.collect(IDLE).await;
+    assert!(!ended, "an empty difference keeps the protobuf watch");
+    assert_eq!(events.iter().map(|e| (e.type_.as_str(), e.rv)).collect::<Vec<_>>(), [("BOOKMARK", truth.rv)]);
+    let mut o = cm("o", "0");
+    o["metadata"]["labels"] = json!({"app":"other"});
+    let o_rv = rv_of(&env.sim.sim.create("configmaps", NS, o).expect("create"));
+    let (events, _) = pb_other.collect(IDLE).await;
+    assert_eq!(
+        events.iter().map(|e| (e.type_.as_str(), e.key.as_str(), e.rv)).collect::<Vec<_>>(),
+        [("ADDED", "t/o", o_rv)]
+    );
 }

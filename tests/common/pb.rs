@@ -39,3 +39,49 @@ pub fn fields(b: &[u8]) -> Option<Vec<(u64, u8, &[u8])>> {
     }
     Some(out)
 }
+
+/// The first length-delimited field `n` of a message.
+pub fn field(b: &[u8], n: u64) -> Option<&[u8]> {
+    fields(b)?.into_iter().find(|(k, t, _)| *k == n && *t == 2).map(|(_, _, v)| v)
+}
+
+/// One event of a protobuf watch stream (`…;stream=watch`): its type, and the object's kind,
+/// namespace/name and resourceVersion read from the `k8s\0` + `Unknown` envelope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub kind: String,
+    pub type_: String,
+    pub key: String,
+    pub rv: u64,
+}
+
+impl WatchEvent {
+    /// A 4-byte big-endian length's frame body; `None` if it is not a watch event.
+    pub fn parse(frame: &[u8]) -> Option<WatchEvent> {
+        let s = |b: &[u8]| String::from_utf8(b.to_vec()).ok();
+        let type_ = s(field(frame, 1)?)?;
+        let raw = field(field(frame, 2)?, 1)?;
+        let unknown = raw.strip_prefix(b"k8s\0")?;
+        let kind = s(field(field(unknown, 1)?, 2)?)?;
+        let meta = field(field(unknown, 2)?, 1)?;
+        let name = s(field(meta, 1).unwrap_or_default())?;
+        let namespace = s(field(meta, 3).unwrap_or_default())?;
+        let rv = s(field(meta, 6)?)?.parse().ok()?;
+        let key = if namespace.is_empty() { name } else { format!("{namespace}/{name}") };
+        Some(WatchEvent { kind, type_, key, rv })
+    }
+}
+
+/// Splits whole 4-byte length-prefixed frames off the front of `buf`.
+pub fn take_frames(buf: &mut Vec<u8>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while buf.len() >= 4 {
+        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if buf.len() < 4 + len {
+            break;
+        }
+        out.push(buf[4..4 + len].to_vec());
+        buf.drain(..4 + len);
+    }
+    out
+}
