@@ -59,6 +59,7 @@ fn bad_configuration_exits_2_with_one_line() {
 #[test]
 fn help_lists_the_subcommands() {
     let (_, text, _) = exec(&["--help"]);
+    assert!(text.starts_with("An in-memory watch cache for the Kubernetes API"), "{text}");
     for sub in ["serve", "sim", "demo", "bench"] {
         assert!(text.contains(sub), "{text}");
     }
