@@ -85,6 +85,28 @@ impl Queue for Tokio {
     }
 }
 
+/// The next frame from `pop`, waiting for `waker` when there is none; `None` once `closed`.
+async fn pop_or_wait(
+    waker: &AtomicWaker,
+    closed: &AtomicBool,
+    pop: impl Fn() -> Option<Delivery>,
+) -> Option<Delivery> {
+    poll_fn(|cx| {
+        if let Some(d) = pop() {
+            return Poll::Ready(Some(d));
+        }
+        waker.register(cx.waker());
+        // Again after registering: a push between the first pop and the registration woke
+        // nobody.
+        match pop() {
+            Some(d) => Poll::Ready(Some(d)),
+            None if closed.load(Ordering::Acquire) => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// The candidate: crossbeam's lock-free bounded queue and an `AtomicWaker`.
 struct Shared {
     q: ArrayQueue<Delivery>,
@@ -117,20 +139,7 @@ impl Queue for Crossbeam {
         ok
     }
     async fn recv(rx: &mut Self::Rx) -> Option<Delivery> {
-        poll_fn(|cx| {
-            if let Some(d) = rx.q.pop() {
-                return Poll::Ready(Some(d));
-            }
-            rx.waker.register(cx.waker());
-            // Again after registering: a push between the first pop and the registration woke
-            // nobody.
-            match rx.q.pop() {
-                Some(d) => Poll::Ready(Some(d)),
-                None if rx.closed.load(Ordering::Acquire) => Poll::Ready(None),
-                None => Poll::Pending,
-            }
-        })
-        .await
+        pop_or_wait(&rx.waker, &rx.closed, || rx.q.pop()).await
     }
     fn drain(rx: &mut Self::Rx) -> usize {
         let mut n = 0;
@@ -187,18 +196,7 @@ impl Queue for Segmented {
                 rx.len.fetch_sub(1, Ordering::AcqRel);
             })
         };
-        poll_fn(|cx| {
-            if let Some(d) = pop(rx) {
-                return Poll::Ready(Some(d));
-            }
-            rx.waker.register(cx.waker());
-            match pop(rx) {
-                Some(d) => Poll::Ready(Some(d)),
-                None if rx.closed.load(Ordering::Acquire) => Poll::Ready(None),
-                None => Poll::Pending,
-            }
-        })
-        .await
+        pop_or_wait(&rx.waker, &rx.closed, || pop(rx)).await
     }
     fn drain(rx: &mut Self::Rx) -> usize {
         let mut n = 0;

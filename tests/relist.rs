@@ -125,6 +125,35 @@ impl Env {
         Env::synced(&self.a, self.sim.sim.current_rv().0).await;
     }
 
+    /// Objects `victim` and `keep`, both replicas synced; a client's LIST at A and the URL of
+    /// its watch from there (bookmarks on).
+    async fn victim_and_keep(&self) -> (Mirror, String) {
+        self.create("victim");
+        let keep = self.create("keep");
+        Env::synced(&self.a, keep).await;
+        Env::synced(&self.b, keep).await;
+        let start = Mirror::list(&self.client, &format!("{}{PATH}?resourceVersion=0", Env::base(&self.a)))
+            .await
+            .unwrap();
+        let url = format!(
+            "{}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}",
+            Env::base(&self.a),
+            start.rv
+        );
+        (start, url)
+    }
+
+    /// While A's watch is stalled, `victim` is deleted and three objects created, past the
+    /// sim's compaction window; then A relists.
+    async fn gap_and_relist(&self) {
+        self.fault.stall_watches(true);
+        self.delete("victim");
+        for i in 0..3 {
+            self.create(&format!("n{i}"));
+        }
+        self.relist_a().await;
+    }
+
     fn upstream_lists(&self) -> usize {
         self.sim.sim.request_count(|r| {
             r.path == "/api/v1/configmaps" && !r.query.contains("watch=true") && r.query.contains("limit=500")
@@ -251,28 +280,13 @@ async fn watches_that_started_ahead_of_the_cache_end_at_the_relist() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_prefix_of_a_relisted_stream_resumes_right_anywhere() {
     let env = setup(3).await;
-    env.create("victim");
-    let keep = env.create("keep");
-    Env::synced(&env.a, keep).await;
-    Env::synced(&env.b, keep).await;
-    let start =
-        Mirror::list(&env.client, &format!("{}{PATH}?resourceVersion=0", Env::base(&env.a))).await.unwrap();
-    let url = format!(
-        "{}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}",
-        Env::base(&env.a),
-        start.rv
-    );
+    let (start, url) = env.victim_and_keep().await;
     let mut w = Stream::open(&env.client, &url).await;
     assert_eq!(w.status, 200);
     // A watch of what the relist does not change (label app=other): it may stay open.
     let mut other = Stream::open(&env.client, &format!("{url}&labelSelector=app%3Dother")).await;
     assert_eq!(other.status, 200);
-    env.fault.stall_watches(true);
-    env.delete("victim");
-    for i in 0..3 {
-        env.create(&format!("n{i}"));
-    }
-    env.relist_a().await;
+    env.gap_and_relist().await;
     Env::synced(&env.b, env.sim.sim.current_rv().0).await;
     let truth = env.truth().await;
     let (events, ended) = w.collect(IDLE).await;
@@ -409,16 +423,7 @@ fn summary(ev: &Value) -> (String, String, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_watchers_across_a_relist_get_what_json_watchers_get() {
     let env = setup(3).await;
-    env.create("victim");
-    let keep = env.create("keep");
-    Env::synced(&env.a, keep).await;
-    let start =
-        Mirror::list(&env.client, &format!("{}{PATH}?resourceVersion=0", Env::base(&env.a))).await.unwrap();
-    let url = format!(
-        "{}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}",
-        Env::base(&env.a),
-        start.rv
-    );
+    let (start, url) = env.victim_and_keep().await;
     let mut json_w = Stream::open(&env.client, &url).await;
     let mut pb_w = PbStream::open(&env.client, &url).await;
     let mut pb_other = PbStream::open(&env.client, &format!("{url}&labelSelector=app%3Dother")).await;
@@ -432,12 +437,7 @@ async fn protobuf_watchers_across_a_relist_get_what_json_watchers_get() {
     // A change both see live before the stall.
     let live = env.update("keep", "1");
     Env::synced(&env.a, live).await;
-    env.fault.stall_watches(true);
-    env.delete("victim");
-    for i in 0..3 {
-        env.create(&format!("n{i}"));
-    }
-    env.relist_a().await;
+    env.gap_and_relist().await;
     let truth = env.truth().await;
 
     let (json_events, json_ended) = json_w.collect(IDLE).await;
