@@ -292,6 +292,14 @@ impl Error {
     where
         B: From<Bytes>,
     {
+        self.response()
+    }
+
+    /// [`Error::into_response`] of a borrowed error.
+    pub fn response<B>(&self) -> http::Response<B>
+    where
+        B: From<Bytes>,
+    {
         let st = self.to_status();
         let mut resp = http::Response::new(B::from(st.body));
         *resp.status_mut() = st.code;

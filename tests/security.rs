@@ -142,6 +142,48 @@ async fn allowed_and_denied_users_per_verb() {
     );
 }
 
+/// The apiserver authorizes before its handlers validate: a malformed read of a cached
+/// resource by a caller without the right is 403, never the 400 / 422 that would tell it about
+/// the request's validity; with the right it is the apiserver's own 400 / 422. Answered here
+/// either way, nothing forwarded.
+#[tokio::test]
+async fn bad_requests_are_authorized_before_they_are_refused() {
+    let env = start().await;
+    let bad = [
+        // 422: resourceVersionMatch without resourceVersion.
+        ("/api/v1/namespaces/ns-a/configmaps?resourceVersionMatch=NotOlderThan", "list", 422),
+        // 400: a malformed label selector (recorded: label-selector-malformed).
+        ("/api/v1/namespaces/ns-a/configmaps?labelSelector=tier%3Dfront%3Dx", "list", 400),
+        // 422 on a watch: resourceVersionMatch=Exact (recorded: watch-rvm-exact-or-invalid).
+        (
+            "/api/v1/namespaces/ns-a/configmaps?watch=1&resourceVersionMatch=Exact&resourceVersion=1",
+            "watch",
+            422,
+        ),
+    ];
+    let forwarded = env.sim.sim.request_count(|r| r.path.contains("/namespaces/ns-"));
+    for (path, verb, code) in bad {
+        let allowed = env.get_as(Some("alice-token"), path, &[]).await;
+        assert_eq!(allowed.status.as_u16(), code, "{path}: {:?}", allowed.body);
+        // bob may list but not watch; a user of another namespace may do neither here.
+        let outsider = env.get_as(Some("dev-token"), &path.replace("ns-a", "ns-b"), &[]).await;
+        assert_eq!(outsider.status, StatusCode::FORBIDDEN, "{path}: {:?}", outsider.body);
+        assert_eq!(
+            message(&outsider),
+            format!(
+                r#"configmaps is forbidden: User "dev-user" cannot {verb} resource "configmaps" in API group "" in the namespace "ns-b""#
+            )
+        );
+        let bob = env.get_as(Some("bob-token"), path, &[]).await;
+        assert_eq!(bob.status == StatusCode::FORBIDDEN, verb == "watch", "bob {path}: {:?}", bob.body);
+    }
+    assert_eq!(
+        env.sim.sim.request_count(|r| r.path.contains("/namespaces/ns-")),
+        forwarded,
+        "nothing forwarded"
+    );
+}
+
 #[tokio::test]
 async fn namespaced_user_lists_only_inside_its_namespace() {
     let env = start().await;

@@ -39,7 +39,12 @@ pub fn error(e: crate::error::Error) -> http::Response<Body> {
 /// The apiserver `Status` response for an error, in protobuf when the client negotiated it
 /// (as the apiserver's `ErrorNegotiated`); JSON if the Status cannot be encoded.
 pub fn error_as(e: crate::error::Error, proto: bool) -> http::Response<Body> {
-    let resp = e.into_response::<Bytes>();
+    error_ref_as(&e, proto)
+}
+
+/// [`error_as`] of a borrowed error.
+pub fn error_ref_as(e: &crate::error::Error, proto: bool) -> http::Response<Body> {
+    let resp = e.response::<Bytes>();
     if !proto {
         return resp.map(full);
     }

@@ -1,12 +1,12 @@
 //! Phase 6: classification (pure, `server::classify`): whether the cache may serve the request
-//! and how, or why it goes upstream, or the apiserver's own refusal of it (answered here). The
-//! decision goes into the extensions as [`Classified`], with the request's metrics label.
+//! and how, or why it goes upstream, or the apiserver's own refusal of it (answered by
+//! `dispatch` once `authorize` has let the caller through, as the apiserver validates after
+//! authorizing). The decision goes into the extensions as [`Classified`], with the request's
+//! metrics label.
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Classified, Next, Phase, Req, ResourceLabel, Resp};
-use crate::metrics::Served;
-use crate::server::body;
+use super::{pass, Classified, Next, Phase, Req, ResourceLabel, Resp};
 use crate::server::classify::{self, ForwardReason, RequestInfo, Route};
 use crate::server::{cached_resource, Server};
 
@@ -15,7 +15,6 @@ pub struct Classify(pub Arc<Server>);
 
 impl<B: Send + Sync + 'static> Phase<B> for Classify {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
-        let arrived = arrived(&req);
         let computed;
         let info = match req.extensions().get::<RequestInfo>() {
             Some(i) => i,
@@ -32,8 +31,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
         let resource = cached_resource(info, &catalog.kinds);
         let classified = match route {
             Route::Reject(e) => {
-                self.0.record(&info.verb, &resource, e.to_status().code.as_u16(), Served::Proxy, arrived);
-                return body::error_as(e, classify::error_in_proto(accept));
+                Classified::Refuse { error: Arc::new(e), proto: classify::error_in_proto(accept) }
             }
             Route::Forward(reason) => {
                 if reason == ForwardReason::NotCached
@@ -67,7 +65,7 @@ mod tests {
     use crate::server::phase::testing::{configmaps, request, run_seen, server_with};
 
     #[tokio::test]
-    async fn refusals_are_answered_here_the_rest_is_classified() {
+    async fn refusals_cached_reads_and_forwards_are_classified() {
         let (_w, r) = configmaps();
         let s = server_with(Default::default(), vec![r]);
         // Not cached: upstream.
@@ -81,11 +79,15 @@ mod tests {
         let seen = seen.unwrap();
         assert!(matches!(seen.get::<Classified>(), Some(Classified::Cache { .. })));
         assert_eq!(seen.get::<ResourceLabel>().unwrap().0, "configmaps");
-        // The apiserver's own refusal of bad list options, answered here.
-        let (resp, seen) =
+        // The apiserver's own refusal of bad list options: classified, answered after authorization.
+        let (_, seen) =
             run_seen(Classify(s), request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact"))
                 .await;
-        assert_eq!(resp.status(), 422);
-        assert!(seen.is_none());
+        match seen.unwrap().get::<Classified>() {
+            Some(Classified::Refuse { error, proto: false }) => {
+                assert_eq!(error.to_status().code.as_u16(), 422)
+            }
+            _ => panic!("a refusal"),
+        }
     }
 }

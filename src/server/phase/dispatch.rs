@@ -1,5 +1,6 @@
 //! Phase 10, the end of the stack: serve from the cache (`serve`) or forward upstream (`proxy`,
-//! with the caller's identity, or the proxy's own with `--auth=none`), as classification said.
+//! with the caller's identity, or the proxy's own with `--auth=none`), or answer the
+//! apiserver's own refusal, as classification said.
 //! What the cache served is marked [`FromCache`] for compression; every answer is counted.
 
 use std::future::Future;
@@ -11,7 +12,7 @@ use super::{arrived, Classified, FromCache, Next, Req, ResourceLabel, Resp};
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::classify::{ForwardReason, RequestInfo};
-use crate::server::serve;
+use crate::server::{body, serve};
 use crate::server::{Forwarded, Server};
 
 #[derive(Clone)]
@@ -38,6 +39,10 @@ async fn dispatch(server: &Server, mut req: Req<Incoming>) -> Resp {
         Classified::Forward(reason) => {
             let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
             server.forward(req, reason, &caller, fwd).await
+        }
+        Classified::Refuse { error, proto } => {
+            server.record(&info.verb, &label, error.to_status().code.as_u16(), Served::Proxy, arrived);
+            body::error_ref_as(&error, proto)
         }
         Classified::Cache { cr, catalog, key } => {
             let Some((reader, prober)) = catalog.caches.get(&key) else {

@@ -58,6 +58,13 @@ pub enum Classified {
         key: super::catalog::Key,
     },
     Forward(ForwardReason),
+    /// The apiserver's own refusal of the request (bad list options, selectors: 400 / 422),
+    /// answered here once the caller is authorized as the apiserver would first (its handlers
+    /// validate after `WithAuthorization`); `proto`: the Status in protobuf.
+    Refuse {
+        error: Arc<crate::error::Error>,
+        proto: bool,
+    },
 }
 
 /// The `group/resource` label of the request (cached resources only; empty otherwise).

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Next, Phase, Req, Resp};
+use super::{pass, Classified, Next, Phase, Req, Resp};
 use crate::server::auth::Caller;
 use crate::server::classify::RequestInfo;
 use crate::server::limits;
@@ -14,8 +14,10 @@ pub struct WatchSlot(pub Arc<Server>);
 
 impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
+        // A refused request (bad watch options) is answered at once: it holds no slot.
+        let refused = matches!(req.extensions().get::<Classified>(), Some(Classified::Refuse { .. }));
         let slot = match (req.extensions().get::<RequestInfo>(), req.extensions().get::<Caller>()) {
-            (Some(info), Some(caller)) => match self.0.watch_slot(info, caller) {
+            (Some(info), Some(caller)) if !refused => match self.0.watch_slot(info, caller) {
                 Ok(s) => s,
                 Err(resp) => return resp,
             },
