@@ -243,14 +243,21 @@ impl Sim {
 
     /// Stops (false) or resumes (true) serving a resource, like deleting and re-creating its
     /// CustomResourceDefinition: while withdrawn it is absent from discovery and its URLs answer
-    /// `404 page not found`; its objects are kept for when it comes back.
+    /// `404 page not found`, and its open watches end (the apiserver tears the resource's
+    /// storage down, which stops its watch cache and closes every watch on it); its objects are
+    /// kept for when it comes back.
     pub fn set_served(&self, resource: &str, served: bool) -> Result<(), Error> {
         let res = self.resolve(resource)?;
-        let mut w = self.inner.withdrawn.lock();
-        if served {
-            w.remove(&res);
-        } else {
-            w.insert(res);
+        {
+            let mut w = self.inner.withdrawn.lock();
+            if served {
+                w.remove(&res);
+            } else {
+                w.insert(res);
+            }
+        }
+        if !served {
+            self.store().wake_watches();
         }
         Ok(())
     }

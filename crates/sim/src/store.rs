@@ -323,6 +323,12 @@ impl Store {
         let rev = self.state.lock().rev;
         self.rev_tx.send_replace(rev);
     }
+
+    /// Wakes every watch without a change (to look at something beside the log: a resource
+    /// withdrawn under it).
+    pub fn wake_watches(&self) {
+        self.rev_tx.send_modify(|_| {});
+    }
 }
 
 fn names(obj: &Map<String, Value>) -> (String, String) {

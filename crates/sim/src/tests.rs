@@ -738,3 +738,38 @@ async fn metadata_only_lists_and_gets() {
     );
     assert!(g.get("data").is_none());
 }
+
+/// A withdrawn resource (its CRD deleted) ends its open watches without an event, as the
+/// apiserver's teardown of the resource's storage does; a new watch is 404.
+#[tokio::test]
+async fn withdrawing_a_resource_ends_its_watches() {
+    let h = start().await;
+    h.sim.create("namespaces", "", json!({"metadata": {"name": "w"}})).unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let path = "/apis/example.com/v1/namespaces/w/widgets?watch=1&resourceVersion=0&timeoutSeconds=600";
+    let req = Request::get(format!("http://{}{path}", h.addr)).body(Full::new(Bytes::new())).unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 1}});
+    h.sim.create("example.com/widgets", "w", w).unwrap();
+    let mut seen = Vec::new();
+    while !seen.ends_with(b"\n") {
+        let frame =
+            tokio::time::timeout(Duration::from_secs(10), body.frame()).await.unwrap().unwrap().unwrap();
+        seen.extend_from_slice(&frame.into_data().unwrap());
+    }
+    let ev: Value = serde_json::from_slice(&seen).unwrap();
+    assert_eq!((ev["type"].as_str(), ev["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("w1")));
+    h.sim.set_served("example.com/widgets", false).unwrap();
+    // The stream ends, with nothing more.
+    let rest = tokio::time::timeout(Duration::from_secs(10), body.collect()).await.expect("the watch ended");
+    assert!(rest.unwrap().to_bytes().is_empty());
+    assert_eq!(get(&h, path).await.status, StatusCode::NOT_FOUND);
+    // Served again: watches work again, the objects kept.
+    h.sim.set_served("example.com/widgets", true).unwrap();
+    let events =
+        watch(&h, "/apis/example.com/v1/namespaces/w/widgets?watch=1&resourceVersion=0&timeoutSeconds=1", 10)
+            .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+}

@@ -5,8 +5,9 @@
 //!
 //! Called by `http`. Each watch is a task that reads the store's log and writes framed events
 //! into a channel the response body drains; it ends at the deadline, when the client goes away,
-//! or when it fell so far behind that its revisions were compacted (closed without an event,
-//! like a cacher watcher whose interval was invalidated).
+//! when it fell so far behind that its revisions were compacted (closed without an event, like
+//! a cacher watcher whose interval was invalidated), or when its resource is withdrawn (its
+//! CustomResourceDefinition deleted: closed without an event, like a stopped cacher).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -231,6 +232,10 @@ impl Watch {
                         sent = pos;
                     }
                 }
+            }
+            if self.sim.is_withdrawn(self.res) {
+                // Its storage torn down: the stream ends without an event.
+                return Ok(());
             }
             let bookmark_at = next_bookmark.unwrap_or(self.deadline);
             tokio::select! {
