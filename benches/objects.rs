@@ -1,6 +1,8 @@
 //! Per-object costs on the filling path (issue 4, benches 1, 3, 5): parsing the header of a
 //! ~2.5 KiB pod (against a full `serde_json::Value` parse, the baseline DESIGN §4 rejects),
-//! framing a watch event once, and label / field selector matching on a typical header.
+//! framing a watch event once, label / field selector matching on a typical header, and the
+//! protobuf transcoding of the pod (issue 17: once per object version, for every protobuf
+//! reader of it).
 //!
 //! Run: `cargo bench --bench objects`; smoke: `BENCH_SMOKE=1 cargo bench --bench objects`.
 
@@ -87,9 +89,27 @@ fn selectors(c: &mut Criterion) {
     g.finish();
 }
 
+fn protobuf(c: &mut Criterion) {
+    let kind = support::pods();
+    let prefix = typing(&kind);
+    let bytes = support::pod_json(&spec(42));
+    let obj = match Object::parse(&kind, &prefix, bytes.clone()) {
+        Ok(o) => o,
+        Err(e) => panic!("{e}"),
+    };
+    let pt = kube_watchcache::proto::ProtoType::new("", "v1", "Pod", true, "pods".into());
+    let json = obj.typed_bytes();
+    let whole = pt.encode(&json).map(|b| b.len());
+    assert!(whole.is_some_and(|n| n > 1000), "the pod encodes: {whole:?}");
+    let mut g = c.benchmark_group("protobuf");
+    g.throughput(Throughput::Bytes(json.len() as u64));
+    g.bench_function("transcode_pod", |b| b.iter(|| pt.encode(black_box(&json)).map(|b| b.len())));
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = support::criterion();
-    targets = header_parse, event_framing, selectors
+    targets = header_parse, event_framing, selectors, protobuf
 }
 criterion_main!(benches);

@@ -58,7 +58,7 @@ fn encode_object(cx: &Cx, msg: usize) -> R<Out> {
     let mut used = vec![false; members.0.len()];
     let mut out = Out::default();
     encode_members(cx, &cx.s.messages[msg], &mut members, &mut used, &mut out)?;
-    for (i, (k, _)) in members.0.iter().enumerate() {
+    for (i, (k, _, _)) in members.0.iter().enumerate() {
         if !used[i] && k != "kind" && k != "apiVersion" {
             return unsupported(format!("{}: unknown member {k:?}", cx.s.messages[msg].name));
         }
@@ -239,15 +239,26 @@ impl Val<'_> {
     }
 }
 
-/// The members of a JSON object, values borrowed from the input or encoded.
-struct Members<'a>(Vec<(Cow<'a, str>, Val<'a>)>);
+/// The members of a JSON object, values borrowed from the input or encoded; with each, the
+/// schema field it sets (found once, as it is read), if any.
+struct Members<'a>(Vec<(Cow<'a, str>, Val<'a>, Option<FieldId>)>);
+
+/// A schema field's identity (its address in the schema), compared instead of its JSON name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FieldId(usize);
+
+impl FieldId {
+    fn of(f: &Field) -> FieldId {
+        FieldId(std::ptr::from_ref(f) as usize)
+    }
+}
 
 impl<'a> Members<'a> {
-    /// The last occurrence of `name` (Go's decoder keeps the last), marking every one used.
-    fn find(&mut self, name: &str, used: &mut [bool]) -> Option<Val<'a>> {
+    /// The last member setting `f` (Go's decoder keeps the last), marking every one used.
+    fn find(&mut self, f: &Field, used: &mut [bool]) -> Option<Val<'a>> {
         let mut found = None;
-        for (i, (k, _)) in self.0.iter().enumerate() {
-            if k == name {
+        for (i, (_, _, field)) in self.0.iter().enumerate() {
+            if *field == Some(FieldId::of(f)) {
                 used[i] = true;
                 found = Some(i);
             }
@@ -290,7 +301,7 @@ fn read_members<'de, A: MapAccess<'de>>(cx: &Cx, m: &Message, mut map: A) -> Res
             Some((Card::Rep, idx)) => Val::Msgs(map.next_value_seed(MsgsSeed { cx, idx })?),
             _ => Val::Raw(map.next_value::<&'de RawValue>()?),
         };
-        out.push((k, val));
+        out.push((k, val, f.map(FieldId::of)));
     }
     Ok(Members(out))
 }
@@ -301,8 +312,8 @@ fn encode_read(cx: &Cx, m: &Message, mut members: Members) -> R<Out> {
     let mut out = Out::default();
     encode_members(cx, m, &mut members, &mut used, &mut out)?;
     // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
-    let unknown = used.iter().zip(&members.0).find(|(u, (k, _))| !**u && k != "kind" && k != "apiVersion");
-    if let Some((_, (k, _))) = unknown {
+    let unknown = used.iter().zip(&members.0).find(|(u, (k, _, _))| !**u && k != "kind" && k != "apiVersion");
+    if let Some((_, (k, _, _))) = unknown {
         return unsupported(format!("{}: unknown member {k:?}", m.name));
     }
     Ok(out)
@@ -502,7 +513,7 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, used: &mut [bool]
             out.message_field(f.number, buf);
             continue;
         }
-        let v = members.find(&f.json, used).filter(|v| !v.is_null());
+        let v = members.find(f, used).filter(|v| !v.is_null());
         if v.is_none() && f.since > minor {
             // A field the upstream's version does not have: it writes nothing for it.
             continue;
@@ -593,21 +604,21 @@ fn message_value(cx: &Cx, idx: usize, v: Option<&RawValue>) -> R<Out> {
 
 fn scalar(cx: &Cx, number: u32, sc: Scalar, v: Option<&RawValue>, out: &mut Out) -> R<()> {
     match sc {
-        Scalar::String => {
-            let s = match v {
-                Some(v) => string(v)?,
-                None => Cow::Borrowed(""),
-            };
-            match (&s, v) {
-                // Without escapes the JSON holds the string's own bytes, between its quotes.
-                (Cow::Borrowed(b), Some(v)) if !text(v).contains('\\') => {
-                    let inner = &text(v).as_bytes()[1..text(v).len() - 1];
-                    debug_assert_eq!(inner, b.as_bytes());
+        Scalar::String => match v {
+            None => wire::len_field(out, number, b""),
+            Some(v) => {
+                let t = text(v);
+                if t.len() >= 2 && t.starts_with('"') && !t.contains('\\') {
+                    // A JSON string (the value is valid JSON) without escapes holds the string's
+                    // own bytes, between its quotes: no parse.
+                    let inner = &t.as_bytes()[1..t.len() - 1];
+                    debug_assert_eq!(Some(inner), string(v).ok().as_deref().map(str::as_bytes));
                     out.bytes_field(cx, number, inner);
+                } else {
+                    wire::len_field(out, number, string(v)?.as_bytes());
                 }
-                _ => wire::len_field(out, number, s.as_bytes()),
             }
-        }
+        },
         Scalar::Bytes => {
             let b = match v {
                 Some(v) => base64::engine::general_purpose::STANDARD
