@@ -35,32 +35,60 @@ fn module_of(root: &Path, p: &Path) -> Vec<String> {
     parts
 }
 
-/// Module paths named after `prefix` in `code` (identifiers joined by `::`).
+/// Module paths named after `prefix` in `code` (identifiers joined by `::`; a brace group
+/// gives one path per item: `x::{a::b, c}` is `x::a::b` and `x::c`).
 fn paths_after<'a>(code: &'a str, prefix: &'a str) -> impl Iterator<Item = Vec<String>> + 'a {
-    code.match_indices(prefix).filter_map(move |(i, _)| {
+    code.match_indices(prefix).flat_map(move |(i, _)| {
         if i > 0 && code.as_bytes()[i - 1].is_ascii_alphanumeric() {
-            return None;
+            return Vec::new();
         }
-        let rest = &code[i + prefix.len()..];
-        let mut segs = Vec::new();
-        for seg in rest.split("::") {
-            // A module path segment: a lowercase identifier; a type, a brace list or anything
-            // else ends the path (a function name is kept: it has no edges of its own).
-            let id: String = seg
-                .chars()
-                .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
-                .collect();
-            if id.is_empty() {
-                break;
-            }
-            let whole = id.len() == seg.len();
-            segs.push(id);
-            if !whole {
-                break;
-            }
-        }
-        (!segs.is_empty()).then_some(segs)
+        paths_in(&code[i + prefix.len()..]).into_iter().filter(|p| !p.is_empty()).collect()
     })
+}
+
+/// The module paths at the start of `rest` (see [`paths_after`]).
+fn paths_in(rest: &str) -> Vec<Vec<String>> {
+    let rest = rest.trim_start();
+    if let Some(inner) = rest.strip_prefix('{') {
+        let (mut depth, mut start, mut items) = (0, 0, Vec::new());
+        for (i, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    items.push(&inner[start..i]);
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&inner[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        return items.into_iter().flat_map(paths_in).collect();
+    }
+    let mut segs = Vec::new();
+    let mut cur = rest;
+    loop {
+        // A module path segment: a lowercase identifier; a type or anything else ends the path
+        // (a function name is kept: it has no edges of its own); `self` adds nothing.
+        let id: String =
+            cur.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit()).collect();
+        if id.is_empty() || id == "self" {
+            break;
+        }
+        cur = &cur[id.len()..];
+        segs.push(id);
+        match cur.strip_prefix("::") {
+            Some(next) if next.trim_start().starts_with('{') => {
+                return paths_in(next).into_iter().map(|p| [segs.clone(), p].concat()).collect();
+            }
+            Some(next) => cur = next,
+            None => break,
+        }
+    }
+    vec![segs]
 }
 
 /// The workspace's root (this package's directory).
@@ -68,15 +96,24 @@ fn ws(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-/// Code outside comments and `#[cfg(test)]` items (the first `#[cfg(test)]` ends a file's code).
+/// Code outside comments and test code: a `#[cfg(test)] mod x;` line is left out, and a
+/// `#[cfg(test)]` item with a body ends the file's code (test modules come last).
 fn code_of(text: &str) -> String {
-    text.split("#[cfg(test)]")
-        .next()
-        .unwrap_or("")
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    let mut out = Vec::new();
+    let mut lines = text.lines().filter(|l| !l.trim_start().starts_with("//")).peekable();
+    while let Some(l) = lines.next() {
+        if l.trim() == "#[cfg(test)]" {
+            match lines.peek() {
+                Some(next) if next.trim_end().ends_with(';') => {
+                    lines.next();
+                    continue;
+                }
+                _ => break,
+            }
+        }
+        out.push(l);
+    }
+    out.join("\n")
 }
 
 /// The module graph of the crate whose sources are in `src` (relative to the workspace).
@@ -244,7 +281,8 @@ fn the_serving_path_links_neither_the_sim_nor_the_harness() {
     let docker = read("Dockerfile");
     let builds: Vec<&str> = docker.lines().filter(|l| l.contains("cargo build")).collect();
     assert!(!builds.is_empty() && builds.iter().all(|l| l.contains("--no-default-features")), "{builds:?}");
-    // Its dependency layer stubs every target the manifests name, or the manifests do not load.
+    // Its dependency layer stubs every target the manifests name, or the manifests do not load:
+    // the root's benches,
     let stubs = docker.lines().find(|l| l.contains("for b in ")).expect("the benches' stub loop");
     for bench in root.split("[[bench]]").skip(1) {
         let name = bench.lines().find_map(|l| l.strip_prefix("name = ")).expect("name").trim_matches('"');
@@ -252,6 +290,25 @@ fn the_serving_path_links_neither_the_sim_nor_the_harness() {
             stubs.split_whitespace().any(|w| w.trim_end_matches(';') == name),
             "bench {name} has no stub in the Dockerfile"
         );
+    }
+    // And every member's manifest, with a stub for each of its targets.
+    let members =
+        section(&root, "workspace").into_iter().find(|l| l.starts_with("members")).expect("members");
+    for member in members.split('"').filter(|m| m.starts_with("crates/")) {
+        let manifest = read(&format!("{member}/Cargo.toml"));
+        assert!(docker.contains(&format!("COPY {member}/Cargo.toml")), "{member}'s manifest is not copied");
+        let mut targets: Vec<String> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("path = "))
+            .map(|p| p.trim_matches('"').to_owned())
+            .collect();
+        if ws(member).join("src/lib.rs").is_file() {
+            targets.push("src/lib.rs".into());
+        }
+        assert!(!targets.is_empty(), "{member} has a target");
+        for t in targets {
+            assert!(docker.contains(&format!("{member}/{t}")), "{member}/{t} has no stub in the Dockerfile");
+        }
     }
     // The sim does not depend on the harness.
     assert!(section(&read("crates/sim/Cargo.toml"), "dependencies")
@@ -280,7 +337,9 @@ const SIM_USES: &[(&str, &str)] = &[
     // Not semantics: the rustls crypto provider of the HTTPS listener.
     ("server::tls::server_provider", ""),
     // Not semantics: `kube-watchcache sim`'s signal wait, stdout line and open-files limit.
-    ("app", ""),
+    ("app::wait_for_signal", ""),
+    ("app::say", ""),
+    ("app::raise_open_files", ""),
 ];
 
 #[test]
@@ -321,7 +380,17 @@ fn the_cycle_finder_finds_cycles() {
     let top = cycles(&g, |m| Some(m[..1].to_vec()));
     assert_eq!(top.len(), 1);
     assert_eq!(top[0].len(), 3);
-    assert_eq!(paths_after("use crate::server::{auth, conn};", "crate::").collect::<Vec<_>>(), [v("server")]);
+    assert_eq!(
+        paths_after("use crate::server::{auth, conn::X, Y};", "crate::").collect::<Vec<_>>(),
+        [v("server/auth"), v("server/conn"), v("server")]
+    );
+    assert_eq!(
+        paths_after("use kube_watchcache::{app::{self, start}, cache::Reader};", "kube_watchcache::")
+            .collect::<Vec<_>>(),
+        [v("app"), v("app/start"), v("cache")]
+    );
+    let code = code_of("use a;\n#[cfg(test)]\nmod tests;\nuse b;\n#[cfg(test)]\nmod t {\nuse c;\n}");
+    assert_eq!(code, "use a;\nuse b;");
     assert_eq!(
         paths_after("x = crate::config::ServeArgs::local(", "crate::").collect::<Vec<_>>(),
         [v("config")]

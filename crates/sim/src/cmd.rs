@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use kube_watchcache::app;
+use kube_watchcache::app::{raise_open_files, say, wait_for_signal};
 
 /// Flags of `sim`.
 #[derive(Debug, Args, Clone)]
@@ -44,7 +44,7 @@ pub struct SimArgs {
 
 /// `kube-watchcache sim`.
 pub async fn run(args: SimArgs) -> Result<(), String> {
-    app::raise_open_files();
+    raise_open_files();
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(cert), Some(key)) => Some(crate::SimTls { cert_file: cert.clone(), key_file: key.clone() }),
         _ => None,
@@ -76,8 +76,8 @@ pub async fn run(args: SimArgs) -> Result<(), String> {
         handle.sim.set_auth(crate::AuthScript::admin(&token));
     }
     tracing::info!(addr = %handle.addr, %scheme, "simulated apiserver serving");
-    app::say(&format!("simulated apiserver on {scheme}://{}", handle.addr));
-    app::wait_for_signal().await;
+    say(&format!("simulated apiserver on {scheme}://{}", handle.addr));
+    wait_for_signal().await;
     handle.shutdown().await;
     Ok(())
 }
