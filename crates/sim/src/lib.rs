@@ -32,6 +32,7 @@
 //! | `node_authz` | the Node authorizer of `--authorization-mode=Node,RBAC` (1.34, with selectors) |
 //! | `tls` | the HTTPS acceptor (`--tls-cert-file`, `bench --tls`) |
 //! | `cmd` | `kube-watchcache sim`: its flags and run |
+#![forbid(unsafe_code)]
 
 mod cmd;
 mod discovery;
@@ -122,6 +123,9 @@ struct Inner {
     auth: Mutex<review::AuthScript>,
     /// Kinds (indices) no longer served: a deleted CRD.
     withdrawn: Mutex<std::collections::HashSet<usize>>,
+    /// How many times each resource was withdrawn: a watch started before a withdrawal ends,
+    /// even if the resource is served again by the time it looks.
+    withdrawals: Mutex<std::collections::HashMap<usize, u64>>,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -152,6 +156,7 @@ impl Sim {
                 requests: Mutex::new(VecDeque::new()),
                 auth: Mutex::default(),
                 withdrawn: Mutex::default(),
+                withdrawals: Mutex::default(),
             }),
         };
         seed::system(&sim);
@@ -257,9 +262,15 @@ impl Sim {
             }
         }
         if !served {
+            *self.inner.withdrawals.lock().entry(res).or_default() += 1;
             self.store().wake_watches();
         }
         Ok(())
+    }
+
+    /// How many times `res` was withdrawn so far.
+    pub(crate) fn withdrawals(&self, res: usize) -> u64 {
+        self.inner.withdrawals.lock().get(&res).copied().unwrap_or(0)
     }
 
     pub(crate) fn is_withdrawn(&self, res: usize) -> bool {

@@ -772,4 +772,15 @@ async fn withdrawing_a_resource_ends_its_watches() {
         watch(&h, "/apis/example.com/v1/namespaces/w/widgets?watch=1&resourceVersion=0&timeoutSeconds=1", 10)
             .await;
     assert_eq!(events.len(), 1, "{events:?}");
+    // Withdrawn and served again before the watch looks: it still ends (the CRD was replaced).
+    let req = Request::get(format!("http://{}{path}", h.addr)).body(Full::new(Bytes::new())).unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    h.sim.set_served("example.com/widgets", false).unwrap();
+    h.sim.set_served("example.com/widgets", true).unwrap();
+    let all = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .expect("the watch ended");
+    let lines = all.unwrap().to_bytes();
+    assert_eq!(lines.iter().filter(|b| **b == b'\n').count(), 1, "only the initial ADDED: {lines:?}");
 }

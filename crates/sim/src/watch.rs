@@ -66,8 +66,11 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
         _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };
     let (tx, rx) = mpsc::channel(256);
+    // Now, before the response: a withdrawal after this ends the watch.
+    let withdrawals = sim.withdrawals(t.res);
     let w = Watch {
         sim,
+        withdrawals,
         res: t.res,
         kind,
         filter,
@@ -85,6 +88,8 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
 
 struct Watch {
     sim: Sim,
+    /// The resource's withdrawal count when the watch started (`Sim::withdrawals`).
+    withdrawals: u64,
     res: usize,
     kind: ResourceKind,
     filter: Filter,
@@ -233,8 +238,9 @@ impl Watch {
                     }
                 }
             }
-            if self.sim.is_withdrawn(self.res) {
-                // Its storage torn down: the stream ends without an event.
+            if self.sim.withdrawals(self.res) != self.withdrawals {
+                // Its storage torn down: the stream ends without an event. (Checked when the
+                // watch wakes; one blocked on a slow client ends when it next wakes.)
                 return Ok(());
             }
             let bookmark_at = next_bookmark.unwrap_or(self.deadline);
