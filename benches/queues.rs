@@ -54,7 +54,8 @@ trait Queue: Send + Sync + 'static {
     fn pair() -> (Self, Self::Rx)
     where
         Self: Sized;
-    /// Non-blocking; false when full (the cache would end that watcher).
+    /// Non-blocking; false when full (the cache sets that watcher aside, to wait for it outside
+    /// its lock within a time budget; not modelled here: no queue here is ever full).
     fn try_send(&self, d: Delivery) -> bool;
     fn recv(rx: &mut Self::Rx) -> impl std::future::Future<Output = Option<Delivery>> + Send;
     /// Takes what is queued without waiting.

@@ -1,6 +1,6 @@
-//! The flags of each subcommand (kube-apiserver style) and the optional config file, turned
-//! into a validated configuration. Assembled into the command line by `cli`; the result goes to
-//! `app`. Depends on no other subcommand's module.
+//! The flags of `serve` (kube-apiserver style) and the optional config file, turned into a
+//! validated configuration, and the duration parser every subcommand's flags use. Assembled
+//! into the command line by the binary (`crates/cli`); the result goes to `app`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -391,7 +391,10 @@ impl PbStream {
             for f in take_frames(&mut self.buf) {
                 out.push(WatchEvent::parse(&f).unwrap_or_else(|| panic!("not a watch event: {f:?}")));
             }
-            let Some(body) = self.body.as_mut() else { return (out, true) };
+            let Some(body) = self.body.as_mut() else {
+                assert!(self.buf.is_empty(), "a partial frame at the end: {:?}", self.buf);
+                return (out, true);
+            };
             match tokio::time::timeout(idle, body.frame()).await {
                 Err(_) => return (out, false),
                 Ok(Some(Ok(f))) => {
@@ -399,7 +402,8 @@ impl PbStream {
                         self.buf.extend_from_slice(&data);
                     }
                 }
-                Ok(_) => self.body = None,
+                Ok(Some(Err(e))) => panic!("the protobuf watch broke: {e}"),
+                Ok(None) => self.body = None,
             }
         }
     }
@@ -450,8 +454,18 @@ async fn protobuf_watchers_across_a_relist_get_what_json_watchers_get() {
     assert_eq!(got, want, "the protobuf watcher got what the JSON watcher got");
     assert_eq!(want.first().map(|e| (e.0.as_str(), e.1.as_str(), e.2)), Some(("MODIFIED", "t/keep", live)));
     assert!(pb_events.iter().all(|e| e.kind == "ConfigMap"), "{pb_events:?}");
-    // What the protobuf client holds, resumed at the proxy, is the truth.
-    let held = applied(start.clone(), &json_events);
+    // None of the gap's RVs (after the stall, before the relist): the stream ended instead.
+    assert!(pb_events.iter().all(|e| e.rv <= live), "{pb_events:?}");
+    // What the protobuf client holds (its own events applied), resumed at the proxy, is the truth.
+    let as_json: Vec<Value> = pb_events
+        .iter()
+        .map(|e| {
+            let (namespace, name) = e.key.split_once('/').unwrap_or(("", &e.key));
+            json!({"type": e.type_, "object": {"metadata": {"namespace": namespace, "name": name, "resourceVersion": e.rv.to_string()}}})
+        })
+        .collect();
+    let held = applied(start.clone(), &as_json);
+    assert!(held.anomalies.is_empty(), "{:?}", held.anomalies);
     let resumed = resume(&env.client, &Env::base(&env.a), PATH, held, IDLE).await;
     assert_eq!(resumed.objects, truth.objects);
 

@@ -505,6 +505,9 @@ async fn watches_per_user_are_limited() {
     let w3 = watch(env.client.clone(), url.clone()).await;
     assert_eq!(w3.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(w3.headers()["retry-after"], "1");
+    // At the limit, a malformed watch is still the apiserver's own refusal (it holds no slot).
+    let bad = watch(env.client.clone(), format!("{url}&resourceVersionMatch=Exact")).await;
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
     drop(w1);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {

@@ -37,6 +37,7 @@
 //! | `certs` | the throwaway CA and serving certificates of `--tls` |
 //! | `cluster` | an external cluster's Lease churn and `--cleanup` |
 //! | `nodes` | `--node-identities`: a kubelet-like client per node, with its own certificate |
+#![forbid(unsafe_code)]
 
 mod certs;
 mod cluster;

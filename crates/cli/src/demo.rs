@@ -1,6 +1,7 @@
 //! `kube-watchcache demo`: the simulated apiserver with sample objects and churn, the proxy in
-//! front of it, an optional short benchmark of both, and commands to try. Called by `main`;
-//! uses `app` (the proxy), `sim` and `bench`, none of which uses it.
+//! front of it, an optional short benchmark of both, and commands to try. Called by `main`
+//! (with the `tools` feature); uses the core's `app` (the proxy), the sim crate and the harness
+//! crate, none of which uses it.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,6 +4,8 @@
 //! library; the simulated apiserver and the harness are the `kube-watchcache-sim` and
 //! `kube-watchcache-bench` crates, linked only with `tools`.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 #[cfg(feature = "tools")]
 mod demo;

@@ -61,7 +61,8 @@ fn help_lists_the_subcommands() {
     let (_, text, _) = exec(&["--help"]);
     assert!(text.starts_with("An in-memory watch cache for the Kubernetes API"), "{text}");
     for sub in ["serve", "sim", "demo", "bench"] {
-        assert!(text.contains(sub), "{text}");
+        // Each a line of the "Commands:" list.
+        assert!(text.contains(&format!("\n  {sub} ")), "{sub}: {text}");
     }
 }
 
