@@ -55,6 +55,7 @@ mod tests {
     use crate::server::classify::RequestInfo;
     use crate::server::phase::testing::{request, run_seen, server};
     use crate::server::Security;
+    use http_body_util::BodyExt;
 
     #[tokio::test]
     async fn request_info_goes_on_and_the_limit_counts_only_what_is_not_long_running() {
@@ -79,5 +80,48 @@ mod tests {
         drop(resp);
         let (after, _) = run_seen(Admit(s), request("/api/v1/pods")).await;
         assert_eq!(after.status(), 200, "the permit came back with the body");
+    }
+
+    /// Why admit is not tower's `ConcurrencyLimit` and `Timeout` (the README's claim, checked):
+    /// both are done once the response *future* resolves, while a LIST's body is still being
+    /// sent. A response whose body has not ended: tower's limit of 1 admits the next request
+    /// at once, and tower's timeout lets the body run past it.
+    #[tokio::test(start_paused = true)]
+    async fn tower_limit_and_timeout_end_with_the_response_future_not_the_body() {
+        use std::time::Duration;
+        use tower::{Service, ServiceBuilder, ServiceExt};
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<http_body::Frame<bytes::Bytes>, std::convert::Infallible>>(1);
+        let rx = std::sync::Mutex::new(Some(rx));
+        let mut svc = ServiceBuilder::new().concurrency_limit(1).timeout(Duration::from_millis(10)).service(
+            tower::service_fn(move |_: ()| {
+                let rx = rx.lock().unwrap().take();
+                async move {
+                    // A body that ends when `tx` says so (or at once for later requests).
+                    let body = match rx {
+                        Some(rx) => http_body_util::StreamBody::new(tokio_stream_of(rx)).boxed_unsync(),
+                        None => http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync(),
+                    };
+                    Ok::<_, std::convert::Infallible>(http::Response::new(body))
+                }
+            }),
+        );
+        let first = svc.ready().await.unwrap().call(()).await.unwrap();
+        // The first body is still open, and the limit of 1 already admits another request.
+        let ready = tokio::time::timeout(Duration::from_millis(1), svc.ready()).await;
+        assert!(ready.is_ok(), "tower's permit went back with the response future");
+        // Past the timeout, the first body still runs: tower's timeout did not cut it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tx.send(Ok(http_body::Frame::data(bytes::Bytes::from_static(b"late")))).await.unwrap();
+        drop(tx);
+        let body = http_body_util::BodyExt::collect(first.into_body()).await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"late");
+    }
+
+    /// An mpsc receiver as a stream of body frames.
+    fn tokio_stream_of<T: Send + 'static>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> + Send + 'static {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 }
