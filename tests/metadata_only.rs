@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::recorded::{group_version, RawList};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -39,23 +40,6 @@ fn recording() -> Value {
 fn body(v: &Value) -> &str {
     assert_eq!(v["status"], 200, "recorded status");
     v["body"].as_str().expect("a JSON body as text")
-}
-
-#[derive(Deserialize)]
-struct RawList<'a> {
-    #[serde(borrow)]
-    metadata: &'a RawValue,
-    #[serde(borrow)]
-    items: Option<Vec<&'a RawValue>>,
-}
-
-/// (group, version) of an API path.
-fn group_version(path: &str) -> (String, String) {
-    let parts: Vec<&str> = path.split('/').collect();
-    match parts[1] {
-        "api" => (String::new(), parts[2].to_owned()),
-        _ => (parts[2].to_owned(), parts[3].to_owned()),
-    }
 }
 
 fn kind_of(entry: &Value, namespaced: bool) -> ResourceKind {

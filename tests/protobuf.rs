@@ -16,6 +16,7 @@ use std::time::Duration;
 use base64::Engine;
 use bytes::Bytes;
 use common::pb::fields;
+use common::recorded::{group_version, RawList};
 use http::Method;
 use kube_watchcache::cache::{self, CacheOptions, Filter, WatchRequest, WatchStart};
 use kube_watchcache::error::Error;
@@ -101,22 +102,6 @@ fn why(group: &str, version: &str, kind: &str, json: &str) -> String {
             Err(e) => e.to_string(),
         },
         None => "no message".into(),
-    }
-}
-
-#[derive(Deserialize)]
-struct RawList<'a> {
-    #[serde(borrow)]
-    metadata: &'a RawValue,
-    #[serde(borrow)]
-    items: Option<Vec<&'a RawValue>>,
-}
-
-fn group_version(path: &str) -> (String, String) {
-    let parts: Vec<&str> = path.split('/').collect();
-    match parts[1] {
-        "api" => (String::new(), parts[2].to_owned()),
-        _ => (parts[2].to_owned(), parts[3].to_owned()),
     }
 }
 

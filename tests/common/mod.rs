@@ -6,6 +6,7 @@ pub mod churn;
 pub mod fault;
 pub mod mirror;
 pub mod pb;
+pub mod recorded;
 
 use std::net::SocketAddr;
 use std::time::Duration;
