@@ -1,6 +1,10 @@
 //! The binary's command line: bad configuration is one clear line and exit code 2.
 
+mod common;
+
 use std::process::Command;
+
+use common::Stderr;
 
 /// Runs the binary; returns (exit code, stdout, stderr).
 fn exec(args: &[&str]) -> (i32, String, String) {
@@ -130,31 +134,9 @@ fn kubeconfig_variable_lists_files_that_are_merged() {
 
 /// Reads a child's stderr until a line contains `marker` (at most 20 s); returns what was read.
 fn read_until(child: &mut std::process::Child, marker: &str) -> String {
-    use std::io::{BufRead, BufReader};
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut seen = String::new();
-    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-                if line.contains(marker) {
-                    return seen;
-                }
-            }
-            Err(_) => break,
-        }
-    }
-    panic!("no line with {marker:?} in:\n{seen}");
+    let mut seen = Stderr::of(child).until(|l| l.contains(marker)).join("\n");
+    seen.push('\n');
+    seen
 }
 
 /// An unreachable upstream is not a crash loop: `serve` keeps running, alive and not ready.
