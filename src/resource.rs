@@ -15,6 +15,11 @@ use serde::Deserialize;
 use crate::metadata_only::{self, Repr};
 use crate::proto::{self, ProtoType, Rope};
 
+/// What a path segment the proxy builds escapes: everything but RFC 3986's unreserved
+/// characters, so `/`, `?`, `#` and `%` in a value stay inside its segment.
+const PATH_SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
 /// A resourceVersion issued by the upstream (an etcd revision). The proxy never invents one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rv(pub u64);
@@ -152,10 +157,13 @@ impl ResourceKind {
         }
     }
 
-    /// The collection URL, cluster-wide when `namespace` is `None`.
+    /// The collection URL, cluster-wide when `namespace` is `None`. The namespace is
+    /// percent-encoded as one path segment: whatever a caller named, it never adds a segment
+    /// (or a query) to a URL the proxy requests with its own credentials.
     pub fn collection_path(&self, namespace: Option<&str>) -> String {
         match namespace {
             Some(ns) if self.namespaced => {
+                let ns = percent_encoding::utf8_percent_encode(ns, PATH_SEGMENT);
                 format!("{}/namespaces/{}/{}", self.group_version_path(), ns, self.resource)
             }
             _ => format!("{}/{}", self.group_version_path(), self.resource),
@@ -846,6 +854,19 @@ mod tests {
 
     fn pods() -> ResourceKind {
         ResourceKind::new("", "v1", "pods", "Pod", true, true)
+    }
+
+    /// Issue 30 §1: whatever a caller names, it stays one segment of the URL the proxy asks.
+    #[test]
+    fn a_collection_path_keeps_the_namespace_in_its_segment() {
+        let k = pods();
+        assert_eq!(k.collection_path(Some("ns")), "/api/v1/namespaces/ns/pods");
+        assert_eq!(
+            k.collection_path(Some("kube-system/secrets/super-secret?x=")),
+            "/api/v1/namespaces/kube-system%2Fsecrets%2Fsuper-secret%3Fx%3D/pods"
+        );
+        assert_eq!(k.collection_path(Some("a%2F#b")), "/api/v1/namespaces/a%252F%23b/pods");
+        assert_eq!(k.collection_path(None), "/api/v1/pods");
     }
 
     #[test]

@@ -216,7 +216,10 @@ async fn subjects_a_header_would_change_are_refused() {
     // treats it; the upstream gets exactly the certificate's identity, without the Upgrade.
     let c = client(&pki.client("carol", &["team a"]));
     assert_eq!(env.create(&c, "by-carol", true).await, StatusCode::CREATED);
-    assert_eq!(env.posts(), [(Some("carol".to_string()), vec!["team a".to_string()], false)]);
+    assert_eq!(
+        env.posts(),
+        [(Some("carol".to_string()), vec!["team a".to_string(), "system:authenticated".to_string()], false)]
+    );
     env.stop().await;
 }
 
@@ -261,5 +264,65 @@ async fn a_version_one_client_certificate_gets_a_clear_401() {
     assert!(body["message"].as_str().unwrap().contains("X.509 version 1"), "{body}");
     assert_eq!(env.create(&c, "by-v1", false).await, StatusCode::UNAUTHORIZED);
     assert!(env.posts().is_empty());
+    env.stop().await;
+}
+
+/// The groups of the forwarded POST that created `name`, as the sim received them.
+fn groups_of(env: &Env, user: &str) -> Vec<Vec<String>> {
+    env.posts().into_iter().filter(|(u, _, _)| u.as_deref() == Some(user)).map(|(_, g, _)| g).collect()
+}
+
+/// Issue 30 §2, as found against kube-apiserver 1.28.7: `CN=system:serviceaccount:team-a:<64 ×
+/// a>` is a service account to the apiserver (Go bounds only a service-account name's total
+/// length), so the proxy used to forward it as a plain user with no `Impersonate-Group`, and
+/// the apiserver added `system:serviceaccounts` and `system:serviceaccounts:team-a`. Now every
+/// forwarded identity states all its groups, whatever either side takes the name for: the
+/// upstream acts as exactly the certificate's user.
+#[tokio::test]
+async fn a_long_service_account_label_gains_no_groups_upstream() {
+    let pki = Pki::new();
+    let env = start(&pki, "sa-long").await;
+    let long = "a".repeat(64);
+    for (i, name) in [long.clone(), format!("x.{long}"), "short".to_string(), format!("{}", "b".repeat(254))]
+        .into_iter()
+        .enumerate()
+    {
+        let user = format!("system:serviceaccount:ns-a:{name}");
+        let c = client(&pki.client(&user, &["devs"]));
+        assert_eq!(env.create(&c, &format!("by-sa-{i}"), false).await, StatusCode::CREATED, "{user}");
+        assert_eq!(
+            groups_of(&env, &user),
+            [vec!["devs".to_string(), "system:authenticated".to_string()]],
+            "{user}"
+        );
+        // And without any O: still stated, so the apiserver adds no service-account group.
+        let user = format!("system:serviceaccount:team-b:{name}");
+        let c = client(&pki.client(&user, &[]));
+        assert_eq!(env.create(&c, &format!("by-bare-sa-{i}"), false).await, StatusCode::CREATED, "{user}");
+        assert_eq!(groups_of(&env, &user), [vec!["system:authenticated".to_string()]], "{user}");
+    }
+    env.stop().await;
+}
+
+/// Issue 30 §3: Go's group adder adds `system:authenticated` to nobody in
+/// `system:unauthenticated`, nor to `system:anonymous`; and `CN=system:anonymous` cannot be
+/// impersonated upstream without gaining `system:unauthenticated`, so it is not forwarded.
+#[tokio::test]
+async fn unauthenticated_and_anonymous_certificates_keep_their_groups() {
+    let pki = Pki::new();
+    let env = start(&pki, "anon").await;
+    // The sim's rule is for system:authenticated: a user outside it is denied on cached reads.
+    let c = client(&pki.client("carol", &["system:unauthenticated"]));
+    assert_eq!(env.list(&c).await, StatusCode::FORBIDDEN, "not in system:authenticated");
+    assert_eq!(env.create(&c, "by-carol", false).await, StatusCode::CREATED, "the sim does not check writes");
+    assert_eq!(groups_of(&env, "carol"), [vec!["system:unauthenticated".to_string()]]);
+    let c = client(&pki.client("system:anonymous", &["devs"]));
+    assert_eq!(env.list(&c).await, StatusCode::FORBIDDEN, "only its O groups");
+    assert_ne!(env.create(&c, "by-anon", false).await, StatusCode::CREATED);
+    assert!(groups_of(&env, "system:anonymous").is_empty(), "never forwarded: {:?}", env.posts());
+    // (One O each: rcgen keeps one value per attribute type.)
+    let c = client(&pki.client("system:anonymous", &["system:unauthenticated"]));
+    assert_eq!(env.create(&c, "by-anon-2", false).await, StatusCode::CREATED);
+    assert_eq!(groups_of(&env, "system:anonymous"), [vec!["system:unauthenticated".to_string()]]);
     env.stop().await;
 }

@@ -682,7 +682,7 @@ async fn tls_with_http2_and_http1_tokens_and_client_certificates() {
         r.method == "POST"
             && r.path.ends_with("/configmaps")
             && r.headers.get("impersonate-user").is_some_and(|v| v == "alice")
-            && groups == ["devs", "ops"]
+            && groups == ["devs", "ops", "system:authenticated"]
     });
     assert_eq!(seen, 1);
 
@@ -741,4 +741,96 @@ async fn certificate_swap_keeps_open_connections_and_serves_the_new_one() {
     assert_eq!(tls_get(&client, &url, Some("alice-token")).await.unwrap().0, StatusCode::OK);
     proxy.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 30 §1, as found against kube-apiserver 1.28.7: a caller allowed to list and watch
+/// configmaps everywhere named a namespace `ns-a%2Fsecrets%2Fsuper-secret%3Fx%3D`; the proxy,
+/// as itself, then GET `/api/v1/namespaces/ns-a/secrets/super-secret?x=/…` for the watch-list's
+/// initial LIST and the proof of a Most Recent LIST (an existence oracle for Secrets, and blind
+/// requests as the proxy), and served `GET /api/v1/configmaps/ns-a%2Fcm1` as ns-a's cm1. Now
+/// such requests go upstream unchanged with the caller's own token, and get what the upstream
+/// answers that caller; the proxy's own requests never leave the caller's segment.
+#[tokio::test]
+async fn a_callers_namespace_or_name_never_steers_the_proxys_requests() {
+    let env = start().await;
+    env.sim
+        .sim
+        .create(
+            "secrets",
+            "ns-a",
+            json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"super-secret"}}),
+        )
+        .expect("secret");
+    let injected = "/api/v1/namespaces/ns-a%2Fsecrets%2Fsuper-secret%3Fx%3D/configmaps";
+    let attempts = [
+        format!("{injected}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"),
+        format!("{injected}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&timeoutSeconds=1"),
+        injected.to_string(),
+        format!("{injected}?limit=1"),
+        format!("{injected}?resourceVersion=0"),
+        format!("{injected}?labelSelector=a%3Db&fieldSelector=type%3DOpaque"),
+        "/api/v1/namespaces/ns-a%2fsecrets%2fsuper-secret/configmaps?watch=1&timeoutSeconds=1".into(),
+        "/api/v1/configmaps/ns-a%2Fcm1?resourceVersion=0".into(),
+        "/api/v1/namespaces/ns-a/configmaps/cm1%2F..?resourceVersion=0".into(),
+        "/api/v1/namespaces/NS-A/configmaps?resourceVersion=0".into(),
+        // A name with a field selector's separators: one value upstream, not more terms.
+        "/api/v1/watch/namespaces/ns-a/configmaps/cm1,metadata.namespace!=x?timeoutSeconds=1".into(),
+    ];
+    let alice = [("authorization", "Bearer alice-token")];
+    for path in &attempts {
+        let before = env.sim.sim.requests(|_| true).len();
+        let via_proxy = env.get_as(Some("alice-token"), path, &[]).await;
+        let sent = env.sim.sim.requests(|_| true).split_off(before);
+        // What the upstream answers the same caller directly.
+        let url = format!("http://{}{path}", env.sim.addr);
+        let direct = send(&env.client, Method::GET, &url, None, &alice).await;
+        assert_eq!(via_proxy.status, direct.status, "{path}: {}", String::from_utf8_lossy(&via_proxy.body));
+        if via_proxy.status != StatusCode::OK {
+            assert_eq!(via_proxy.json()["message"], direct.json()["message"], "{path}");
+        }
+        assert_ne!(
+            (
+                via_proxy.status,
+                serde_json::from_slice::<Value>(&via_proxy.body)
+                    .ok()
+                    .and_then(|v| v.pointer("/metadata/name").cloned())
+            ),
+            (StatusCode::OK, Some(json!("cm1"))),
+            "{path}: another object served"
+        );
+        for r in sent.iter().filter(|r| r.path != TOKEN_REVIEWS && r.path != ACCESS_REVIEWS) {
+            let decoded = percent_encoding::percent_decode_str(&r.path).decode_utf8_lossy().into_owned();
+            let query: String =
+                form_urlencoded::parse(r.query.as_bytes()).map(|(k, v)| format!("{k}={v}&")).collect();
+            let callers = r.headers.get("authorization").is_some_and(|v| v == "Bearer alice-token");
+            assert!(
+                callers || !decoded.contains("secrets") && !query.contains("cm1,metadata"),
+                "{path}: the proxy asked {} ?{} as itself",
+                r.path,
+                r.query
+            );
+        }
+    }
+    env.proxy.shutdown().await;
+}
+
+/// Issue 30 §3: a caller naming `X-Forwarded-For` in `Connection` (a hop-by-hop header the
+/// proxy drops) no longer removes the address the proxy sets; its own value never passes.
+#[tokio::test]
+async fn a_caller_cannot_remove_the_forwarded_for_address() {
+    let env = start().await;
+    let path = "/api/v1/namespaces/ns-a/configmaps/cm1";
+    let r = env
+        .get_as(
+            Some("alice-token"),
+            path,
+            &[("connection", "keep-alive, X-Forwarded-For"), ("x-forwarded-for", "10.9.9.9")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "forwarded (a Most Recent GET)");
+    let seen = env.sim.sim.requests(|r| r.path == path);
+    assert_eq!(seen.len(), 1);
+    let xff: Vec<_> = seen[0].headers.get_all("x-forwarded-for").iter().collect();
+    assert_eq!(xff, ["127.0.0.1"], "{:?}", seen[0].headers);
+    env.proxy.shutdown().await;
 }

@@ -244,8 +244,8 @@ fn unescape(s: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// Go's `EscapeValue`.
-fn escape(s: &str) -> String {
+/// Go's `fields.EscapeValue`: a value that stays one value in a field selector.
+pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '\\' | ',' | '=') {

@@ -15,7 +15,7 @@ mod field;
 mod label;
 mod validation;
 
-pub use field::{parse_terms, FieldSelector, RawTerm};
+pub use field::{escape as escape_field_value, parse_terms, FieldSelector, RawTerm};
 pub use label::{LabelOp, LabelSelector};
 
 #[cfg(test)]

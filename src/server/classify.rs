@@ -63,6 +63,10 @@ pub enum ForwardReason {
     NotSynced,
     /// The cache has had no proof of being current for longer than `--max-staleness`.
     Stale,
+    /// A path the apiserver would route otherwise than its segments read here (an encoded `/`
+    /// in a segment), or a namespace or name it would refuse or look up elsewhere: only the
+    /// apiserver's own answer, with the caller's identity, is exact.
+    UnusualPath,
 }
 
 impl ForwardReason {
@@ -80,6 +84,7 @@ impl ForwardReason {
             ForwardReason::OutsideWindow => "outside_window",
             ForwardReason::NotSynced => "not_synced",
             ForwardReason::Stale => "stale",
+            ForwardReason::UnusualPath => "unusual_path",
         }
     }
 }
@@ -184,22 +189,22 @@ pub struct RequestInfo {
 ///   when the query decodes and X is a valid path segment name;
 /// - a DELETE without a name is a `deletecollection`.
 ///
-/// Segments are percent-decoded one by one, like [`parse_path`], so the attributes always
-/// describe what the cache serves.
+/// Like Go's, it splits the decoded path (`req.URL.Path`): an encoded `/` (`%2F`) separates
+/// segments here as it does in the apiserver's routing and authorization. A path whose segments
+/// read one by one would say otherwise is never served from the cache ([`classify`] forwards
+/// it as [`ForwardReason::UnusualPath`]), so these attributes always describe what is served.
 pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     let mut info = RequestInfo {
         path: path.to_owned(),
         verb: method.as_str().to_ascii_lowercase(),
         ..RequestInfo::default()
     };
-    let trimmed = path.trim_matches('/');
+    let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+    let trimmed = decoded.trim_matches('/');
     if trimmed.is_empty() {
         return info;
     }
-    let parts: Vec<String> = trimmed
-        .split('/')
-        .map(|seg| percent_encoding::percent_decode_str(seg).decode_utf8_lossy().into_owned())
-        .collect();
+    let parts: Vec<String> = trimmed.split('/').map(str::to_owned).collect();
     let (group, rest) = match parts[0].as_str() {
         "api" if parts.len() >= 3 => ("", &parts[1..]),
         "apis" if parts.len() >= 4 => (parts[1].as_str(), &parts[2..]),
@@ -289,8 +294,34 @@ fn exact_name(selector: &str) -> Result<Option<String>, ()> {
 }
 
 /// `path.IsValidPathSegmentName`: not `.` or `..`, no `/` or `%`.
-fn valid_path_segment_name(name: &str) -> bool {
+pub fn valid_path_segment_name(name: &str) -> bool {
     name != "." && name != ".." && !name.contains(['/', '%'])
+}
+
+/// `validation.IsDNS1123Label`, what `ValidateNamespaceName` asks of a namespace: at most 63
+/// characters of `[a-z0-9-]`, starting and ending with an alphanumeric.
+pub fn dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.first().is_some_and(alnum)
+        && b.last().is_some_and(alnum)
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+}
+
+impl ResourcePath {
+    /// Whether the cache may answer for this path: every segment reads the same one by one as
+    /// the apiserver reads it from the decoded path (no encoded `/`), the namespace is one the
+    /// apiserver could hold ([`dns1123_label`]) and the name is a valid path segment. Anything
+    /// else is the apiserver's to answer (a subresource it routes to, a 400, a 404).
+    pub fn is_plain(&self) -> bool {
+        let segments =
+            [Some(&self.group), Some(&self.version), Some(&self.resource), self.namespace.as_ref()];
+        segments.into_iter().flatten().all(|s| !s.contains('/'))
+            && self.namespace.as_deref().is_none_or(dns1123_label)
+            && self.name.as_deref().is_none_or(valid_path_segment_name)
+    }
 }
 
 /// Whether a request may run for long and is therefore exempt from the in-flight limit and
@@ -385,6 +416,9 @@ pub fn classify(
     };
     if rp.subresource.is_some() {
         return Route::Forward(ForwardReason::Subresource);
+    }
+    if !rp.is_plain() {
+        return Route::Forward(ForwardReason::UnusualPath);
     }
     if rp.namespace.is_some() && !kind.namespaced {
         // e.g. /api/v1/namespaces/ns/nodes: let the apiserver answer as it does.

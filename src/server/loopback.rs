@@ -59,10 +59,16 @@ impl Guard {
     // The `Err` is the refusal response itself, as in `limits`.
     #[allow(clippy::result_large_err)]
     pub fn check<B>(&self, req: &Request<B>) -> Result<(), Response<Body>> {
-        let path = req.uri().path();
+        // kubectl proxy matches `req.URL.Path`, the decoded path, and so does the apiserver
+        // route it: `%65xec` is `exec` there (issue 30 §4). An encoded `/` would make the two
+        // readings differ again (a segment here, a separator there): refused outright.
+        let raw = req.uri().path();
+        let path = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
         let method = req.method().as_str();
         let host = host_of(req);
-        let refused = if matches(&self.reject_paths, path) {
+        let refused = if raw.contains("%2F") || raw.contains("%2f") {
+            Some(format!("path {raw:?} has an encoded '/'"))
+        } else if matches(&self.reject_paths, &path) {
             Some(format!("path {path:?} is rejected (--reject-paths)"))
         } else if matches(&self.reject_methods, method) {
             Some(format!("method {method} is rejected (--reject-methods)"))
@@ -81,7 +87,7 @@ impl Guard {
         match refused {
             None => Ok(()),
             Some(why) => {
-                tracing::warn!(%method, %path, reason = %why, "--auth=none: request refused");
+                tracing::warn!(%method, path = %raw, reason = %why, "--auth=none: request refused");
                 let message = format!("forbidden: {why}");
                 Err(body::error(Error::Forbidden {
                     message,
@@ -165,6 +171,35 @@ mod tests {
         assert!(g.check(&req("DELETE", "/api/v1/namespaces/a", &[("host", "localhost:1")])).is_err());
         let r = g.check(&req("GET", "/api", &evil)).unwrap_err();
         assert_eq!(r.status(), 403);
+    }
+
+    /// Issue 30 §4: the decoded path is matched, as kubectl proxy and the apiserver read it;
+    /// an encoded `/` is refused.
+    #[test]
+    fn encoded_paths_are_matched_decoded() {
+        let g = defaults();
+        let host = [("host", "localhost:1")];
+        for p in [
+            "/api/v1/namespaces/ns/pods/p/%65xec?command=id",
+            "/api/v1/namespaces/ns/%70ods/p/exec",
+            "/api/v1/namespaces/ns/pods/p/%61ttach",
+            "/%61pi/v1/namespaces/ns/pods/p/exec",
+            "/api/v1/namespaces/ns/pods/p%2Fexec",
+            "/api/v1/namespaces/ns/pods%2fp/log",
+        ] {
+            assert!(g.check(&req("POST", p, &host)).is_err(), "{p}");
+            assert!(
+                g.check(&req("GET", p, &[("host", "localhost:1"), ("upgrade", "websocket")])).is_err(),
+                "{p}"
+            );
+        }
+        for p in [
+            "/api/v1/namespaces/ns/pods/p/log",
+            "/api/v1/namespaces/ns/configmaps/a%20b",
+            "/api/v1/namespaces/ns/pods/%65",
+        ] {
+            assert!(g.check(&req("GET", p, &host)).is_ok(), "{p}");
+        }
     }
 
     #[test]

@@ -165,14 +165,16 @@ fn same_page(body: &crate::cache::ListBody, meta: &MetadataPage) -> bool {
         && body.remaining.map(|n| n as u64) == meta.remaining
 }
 
-/// The upstream selection of a watch: its namespace and selectors, a name as `metadata.name`.
+/// The upstream selection of a watch: its namespace and selectors, a name as `metadata.name`
+/// (escaped: a `,` or `=` in a name must not add a term to a LIST the proxy makes as itself).
 fn selection(req: &CacheRequest) -> Selection {
     let mut fields = req.opts.field_selector.clone();
     if let Some(name) = &req.name {
         if !fields.is_empty() {
             fields.push(',');
         }
-        fields.push_str(&format!("metadata.name={name}"));
+        fields.push_str("metadata.name=");
+        fields.push_str(&crate::selector::escape_field_value(name));
     }
     Selection {
         namespace: req.namespace.clone(),

@@ -31,3 +31,40 @@ pub fn stack(
         .layer(PhaseLayer(phase::compress::Compress))
         .service(phase::dispatch::Dispatch(s()))
 }
+
+#[cfg(test)]
+mod tests {
+    /// Issue 32 §2: the order of the phases is pinned. Authorization reads the caller
+    /// (authenticate) and the decision (classify); dispatch forwards with the caller's identity.
+    /// A reorder must be deliberate: change this list with the README's phase table.
+    #[test]
+    fn the_phase_order_is_pinned() {
+        let src = include_str!("stack.rs");
+        let body =
+            &src[src.find("ServiceBuilder::new()").unwrap_or(0)..src.find("#[cfg(test)]").unwrap_or(0)];
+        let order: Vec<&str> = body
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix(".layer(PhaseLayer(phase::")
+                    .or_else(|| l.trim().strip_prefix(".service(phase::"))
+            })
+            .filter_map(|l| l.split("::").next())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "guard",
+                "health",
+                "sizes",
+                "admit",
+                "authenticate",
+                "classify",
+                "authorize",
+                "watch_slot",
+                "compress",
+                "dispatch"
+            ]
+        );
+    }
+}

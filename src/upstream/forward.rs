@@ -23,6 +23,8 @@ use hyper_util::rt::TokioIo;
 use super::client::transport;
 use super::{BoxBody, Upstream, UpstreamError};
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// Hop-by-hop headers besides those the `Connection` header names.
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
@@ -128,7 +130,13 @@ impl Upstream {
         *out.method_mut() = parts.method;
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers;
+        // The address `server::proxy` set: a caller naming `X-Forwarded-For` in `Connection`
+        // must not remove it (issue 30 §3).
+        let forwarded_for = out.headers().get(X_FORWARDED_FOR).cloned();
         strip_hop_by_hop(out.headers_mut());
+        if let Some(v) = forwarded_for {
+            out.headers_mut().insert(X_FORWARDED_FOR, v);
+        }
         out.headers_mut().remove(HOST);
         let own_identity = impersonation.is_some();
         if let Some(imp) = impersonation {

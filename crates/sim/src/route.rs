@@ -34,7 +34,10 @@ pub enum Route {
     PageNotFound,
 }
 
+/// Routes the decoded path (Go's `req.URL.Path`), split on every `/`: an encoded `/` (`%2F`)
+/// separates segments, as in the apiserver's routing.
 pub fn route(kinds: &Kinds, path: &str) -> Route {
+    let path = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
     let segs: Vec<&str> = path.trim_start_matches('/').trim_end_matches('/').split('/').collect();
     match segs.as_slice() {
         ["version"] => Route::Version,
@@ -146,5 +149,14 @@ mod tests {
         assert_eq!(route(&k, "/apis/nosuch.example.com/v1/widgets"), Route::PageNotFound);
         assert_eq!(route(&k, "/apis/apps"), Route::Group("apps".into()));
         assert_eq!(route(&k, "/api/v1"), Route::Resources(String::new(), "v1".into()));
+        // The decoded path is routed: `%2F` separates, other escapes are their characters.
+        assert_eq!(
+            route(&k, "/api/v1/namespaces/a%2Fpods%2Fp/log"),
+            target(&k, "pods", Some("a"), Some("p"), Some("log"), false)
+        );
+        assert_eq!(
+            route(&k, "/%61pi/v1/namespaces/a/configmaps"),
+            target(&k, "configmaps", Some("a"), None, None, false)
+        );
     }
 }

@@ -149,9 +149,19 @@ fn is_dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// RFC 1123 subdomain: at most 253 characters of labels joined by `.`.
+/// `validation.IsDNS1123Subdomain`, what `ValidateServiceAccountName` asks: at most 253
+/// characters of `[a-z0-9]([-a-z0-9]*[a-z0-9])?` parts joined by `.`. Only the total length is
+/// bounded, not each part's (issue 30: a 64-character part is a service account to the
+/// apiserver, and must be one here too).
 fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+    let part = |p: &str| {
+        let b = p.as_bytes();
+        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        b.first().is_some_and(alnum)
+            && b.last().is_some_and(alnum)
+            && b.iter().all(|c| alnum(c) || *c == b'-')
+    };
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(part)
 }
 
 /// Removes every `Impersonate-*` header.
@@ -162,27 +172,46 @@ pub fn strip(headers: &mut HeaderMap) {
     }
 }
 
-const EXTRA_KEY: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+/// What an extra key escapes in its header name: everything but `[a-z0-9-_.]`. Header names
+/// arrive lowercased (the apiserver lowercases before it unescapes), so a capital must travel
+/// escaped to arrive as a capital (`Abc` → `impersonate-extra-%41bc`).
+const EXTRA_KEY: &AsciiSet = &{
+    let mut set = NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
+    let mut c = b'A';
+    while c <= b'Z' {
+        set = set.add(c);
+        c += 1;
+    }
+    set
+};
 
 /// Sets the headers that make the upstream act as exactly `u` (sent with the proxy's
-/// credentials). `system:authenticated` is left out (the apiserver adds it to impersonated
-/// users itself), except for a service account with no other group: without any
-/// `Impersonate-Group` the apiserver would add the service-account groups, which a certificate
-/// user (`CN=system:serviceaccount:ns:sa`, no O) does not have. Every value must be
-/// header-safe, so that the upstream reads back exactly what was authorized here; a value that
-/// is not is an error and nothing is sent.
+/// credentials). Every group is stated, `system:authenticated` included, so the apiserver's
+/// impersonation filter adds none of its own: it adds the service-account groups to a
+/// service-account name impersonated without groups, and `system:authenticated` to any other
+/// user without it or `system:unauthenticated`, whatever this proxy took the name for (issue
+/// 30: a name the two read differently must not gain groups upstream). `system:anonymous`
+/// without `system:unauthenticated` (a certificate `CN=system:anonymous`) cannot be sent
+/// exactly (the filter would add it) and is an error. Every value must be header-safe, so that
+/// the upstream reads back exactly what was authorized here; a value that is not is an error
+/// and nothing is sent.
 pub fn set(headers: &mut HeaderMap, u: &UserInfo) -> Result<(), String> {
     strip(headers);
     u.check_header_safe()?;
     let value = |s: &str| {
         HeaderValue::from_bytes(s.as_bytes()).map_err(|_| format!("{s:?} cannot be sent in a header"))
     };
-    headers.insert(USER, value(&u.name)?);
-    let mut groups = u.groups.iter().filter(|g| *g != AUTHENTICATED).peekable();
-    if groups.peek().is_none() && split_service_account(&u.name).is_some() {
-        headers.append(GROUP, HeaderValue::from_static(AUTHENTICATED));
+    let has = |group: &str| u.groups.iter().any(|g| g == group);
+    let complete =
+        if u.name == ANONYMOUS { has(UNAUTHENTICATED) } else { has(AUTHENTICATED) || has(UNAUTHENTICATED) };
+    if !complete {
+        return Err(format!(
+            "user {:?} with groups {:?} cannot be impersonated upstream: the apiserver would add a group",
+            u.name, u.groups
+        ));
     }
-    for g in groups {
+    headers.insert(USER, value(&u.name)?);
+    for g in &u.groups {
         headers.append(GROUP, value(g)?);
     }
     if !u.uid.is_empty() {
@@ -256,7 +285,7 @@ mod tests {
         set(&mut headers, &u).unwrap();
         let w = parse(&headers).unwrap().unwrap();
         assert_eq!(w.user, "alice");
-        assert_eq!(w.groups, ["devs"]);
+        assert_eq!(w.groups, ["devs", "system:authenticated"]);
         assert_eq!(w.uid.as_deref(), Some("u"));
         assert_eq!(w.extra["a/b"], ["1"]);
     }
@@ -285,7 +314,7 @@ mod tests {
         }
         // Inner spaces and non-ASCII letters arrive unchanged.
         let mut headers = HeaderMap::new();
-        set(&mut headers, &with("José Ñ", &["team a"])).unwrap();
+        set(&mut headers, &with("José Ñ", &["team a", AUTHENTICATED])).unwrap();
         assert_eq!(headers[USER].as_bytes(), "José Ñ".as_bytes());
         assert_eq!(headers[GROUP], "team a");
     }
@@ -306,10 +335,81 @@ mod tests {
         assert_eq!(groups, [AUTHENTICATED]);
         // What the apiserver then builds from the headers: exactly the certificate's groups.
         assert_eq!(user(&parse(&headers).unwrap().unwrap()).groups, [AUTHENTICATED]);
-        // A plain user with no group needs nothing explicit.
+        // A plain user's groups are stated too: nothing is left for the apiserver to add.
         let mut headers = HeaderMap::new();
         set(&mut headers, &UserInfo { name: "bob".into(), ..u.clone() }).unwrap();
-        assert!(headers.get(GROUP).is_none());
+        let groups: Vec<&str> = headers.get_all(GROUP).iter().map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(groups, [AUTHENTICATED]);
+    }
+
+    /// Issue 30 §2: Go's `ValidateServiceAccountName` bounds only the whole name (253), not its
+    /// dot-separated parts; a 64-character name is a service account to the apiserver, so here
+    /// too, and whatever this proxy took a name for, the user it forwards keeps exactly its
+    /// groups (every one stated, the apiserver adds none).
+    #[test]
+    fn service_account_names_are_validated_as_go_does() {
+        let long = "a".repeat(64);
+        for sa in [
+            format!("system:serviceaccount:team-a:{long}"),
+            format!("system:serviceaccount:team-a:x.{long}.y"),
+        ] {
+            assert!(split_service_account(&sa).is_some(), "{sa}");
+            let w = parse(&h(&[("impersonate-user", &sa)])).unwrap().unwrap();
+            assert_eq!(checks(&w)[0].resource, "serviceaccounts", "{sa}");
+            // The certificate user of that name has only its own groups upstream.
+            let u = UserInfo { name: sa.clone(), groups: vec![AUTHENTICATED.into()], ..UserInfo::default() };
+            let mut headers = HeaderMap::new();
+            set(&mut headers, &u).unwrap();
+            assert_eq!(user(&parse(&headers).unwrap().unwrap()).groups, [AUTHENTICATED], "{sa}");
+        }
+        let too_long = format!("system:serviceaccount:ns:{}", "a".repeat(254));
+        for plain in [
+            &*too_long,
+            "system:serviceaccount:ns:a..b",
+            "system:serviceaccount:ns:.a",
+            "system:serviceaccount:ns:a-.b",
+            "system:serviceaccount:ns:A",
+        ] {
+            assert!(split_service_account(plain).is_none(), "{plain}");
+        }
+        assert!(split_service_account(&format!("system:serviceaccount:ns:{}", "a".repeat(253))).is_some());
+    }
+
+    /// Issue 30 §3: what cannot be impersonated exactly is not forwarded; capitals in extra
+    /// keys travel escaped and arrive as they were authorized.
+    #[test]
+    fn identities_round_trip_exactly_or_not_at_all() {
+        let anon = |groups: &[&str]| UserInfo {
+            name: ANONYMOUS.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..UserInfo::default()
+        };
+        // The impersonation filter would add system:unauthenticated to a CN=system:anonymous.
+        assert!(set(&mut HeaderMap::new(), &anon(&["devs"])).is_err());
+        assert!(set(&mut HeaderMap::new(), &anon(&[])).is_err());
+        let mut headers = HeaderMap::new();
+        set(&mut headers, &anon(&["devs", UNAUTHENTICATED])).unwrap();
+        assert_eq!(user(&parse(&headers).unwrap().unwrap()).groups, ["devs", UNAUTHENTICATED]);
+        // A user in system:unauthenticated (O=system:unauthenticated) stays out of
+        // system:authenticated upstream.
+        let u =
+            UserInfo { name: "carol".into(), groups: vec![UNAUTHENTICATED.into()], ..UserInfo::default() };
+        let mut headers = HeaderMap::new();
+        set(&mut headers, &u).unwrap();
+        assert_eq!(user(&parse(&headers).unwrap().unwrap()).groups, [UNAUTHENTICATED]);
+        // A user with neither is refused rather than completed by the apiserver.
+        assert!(set(&mut HeaderMap::new(), &UserInfo { name: "dave".into(), ..UserInfo::default() }).is_err());
+        // Extra keys: capitals escaped, read back unchanged.
+        let u = UserInfo {
+            name: "erin".into(),
+            groups: vec![AUTHENTICATED.into()],
+            extra: [("Abc/Déf".to_string(), vec!["v".to_string()])].into(),
+            ..UserInfo::default()
+        };
+        let mut headers = HeaderMap::new();
+        set(&mut headers, &u).unwrap();
+        assert!(headers.contains_key("impersonate-extra-%41bc%2F%44%C3%A9f"), "{headers:?}");
+        assert_eq!(parse(&headers).unwrap().unwrap().extra, u.extra);
     }
 
     /// Smaller differences from the apiserver (issue 21).

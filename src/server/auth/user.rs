@@ -42,9 +42,11 @@ impl UserInfo {
         Ok(())
     }
 
-    /// Adds `system:authenticated` like the apiserver's group adder (not for anonymous).
+    /// Adds `system:authenticated` like the apiserver's `AuthenticatedGroupAdder`: not for
+    /// `system:anonymous`, nor for a user already in `system:authenticated` or
+    /// `system:unauthenticated`.
     pub fn with_authenticated_group(mut self) -> UserInfo {
-        if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED) {
+        if self.name != ANONYMOUS && !self.groups.iter().any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED) {
             self.groups.push(AUTHENTICATED.into());
         }
         self
@@ -107,3 +109,30 @@ pub struct PeerUser(pub Arc<UserInfo>);
 /// on the connection gets 401. Put into each request's extensions by the listener.
 #[derive(Clone, Copy, Debug)]
 pub struct VersionOneCertificate;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..UserInfo::default()
+        }
+    }
+
+    /// Go's `AuthenticatedGroupAdder` (issue 30 §3): nothing for `system:anonymous`, nor for a
+    /// user already in `system:authenticated` or `system:unauthenticated`.
+    #[test]
+    fn the_group_adder_is_the_apiservers() {
+        assert_eq!(user("bob", &["devs"]).with_authenticated_group().groups, ["devs", AUTHENTICATED]);
+        assert_eq!(user("bob", &[]).with_authenticated_group().groups, [AUTHENTICATED]);
+        assert_eq!(user("bob", &[UNAUTHENTICATED]).with_authenticated_group().groups, [UNAUTHENTICATED]);
+        assert_eq!(
+            user("bob", &[AUTHENTICATED, "x"]).with_authenticated_group().groups,
+            [AUTHENTICATED, "x"]
+        );
+        assert_eq!(user(ANONYMOUS, &["devs"]).with_authenticated_group().groups, ["devs"]);
+    }
+}

@@ -152,12 +152,18 @@ fn string(tag: u8, v: &[u8]) -> Option<String> {
         0x12 => {
             v.iter().all(|&b| b.is_ascii_digit() || b == b' ').then(|| v.iter().map(|&b| b as char).collect())
         }
-        // BMPString: UTF-16BE, a trailing NUL pair dropped, bad surrogates replaced (Go's
-        // `utf16.Decode`).
+        // BMPString: UCS-2 (UTF-16BE without surrogates), a trailing NUL pair dropped; the
+        // surrogates and the permanent noncharacters (U+FFFE, U+FFFF, U+FDD0–U+FDEF) refused,
+        // as Go (and BoringSSL) refuse them.
         0x1e if v.len().is_multiple_of(2) => {
             let v = v.strip_suffix(&[0, 0]).unwrap_or(v);
-            let units = v.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
-            Some(char::decode_utf16(units).map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER)).collect())
+            v.chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                .map(|u| match u {
+                    0xfffe | 0xffff | 0xfdd0..=0xfdef | 0xd800..=0xdfff => None,
+                    u => char::from_u32(u32::from(u)),
+                })
+                .collect()
         }
         _ => None,
     }
@@ -279,7 +285,12 @@ mod tests {
         assert_eq!(cn(0x16, b"caf\xe9"), None, "IA5String is ASCII");
         assert_eq!(cn(0x0c, b"\xff"), None, "invalid UTF-8");
         assert_eq!(cn(0x1e, &[0, b'h', 0, b'i', 0, 0]).as_deref(), Some("hi"), "BMP terminator dropped");
-        assert_eq!(cn(0x1e, &[0xd8, 0x00]).as_deref(), Some("\u{fffd}"), "lone surrogate replaced");
+        // Go refuses surrogates and noncharacters in a BMPString (issue 30 §3).
+        for bad in [[0xd8, 0x00], [0xdc, 0x00], [0xff, 0xfe], [0xff, 0xff], [0xfd, 0xd0], [0xfd, 0xef]] {
+            assert_eq!(cn(0x1e, &[0, b'a', bad[0], bad[1]]), None, "{bad:x?}");
+        }
+        assert_eq!(cn(0x1e, &[0xfd, 0xcf, 0xff, 0xfd]).as_deref(), Some("\u{fdcf}\u{fffd}"));
+        assert_eq!(cn(0x1e, &[0, b'a', 0]), None, "odd length");
         assert_eq!(cn(0x02, &[1]), None, "not a string: Go refuses the subject");
         // A certificate with no CommonName authenticates nobody.
         assert!(user(&cert_with_subject(&[(OID_O, 0x0c, b"devs")])).is_none());

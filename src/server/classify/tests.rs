@@ -488,3 +488,65 @@ fn request_info_never_panics_on_odd_paths() {
     let info = request_info(&Method::GET, "/api/v1/watch", None);
     assert_eq!((info.verb.as_str(), info.resource.as_str()), ("get", ""), "no resource after the verb");
 }
+
+/// Issue 30 §1: a namespace or name the apiserver would route, refuse or look up otherwise is
+/// never served from the cache; the request goes upstream with the caller's identity, and its
+/// RequestInfo is the apiserver's (the decoded path split on every `/`, `%2F` included).
+#[test]
+fn unusual_namespaces_and_names_are_the_apiservers_to_answer() {
+    let injected = "/api/v1/namespaces/kube-system%2Fsecrets%2Fsuper-secret%3Fx%3D/pods";
+    for query in [
+        "watch=1",
+        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+        "",
+        "resourceVersion=0",
+    ] {
+        assert_eq!(forward(injected, query), ForwardReason::UnusualPath, "{query}");
+    }
+    let info = request_info(&Method::GET, injected, Some("watch=1"));
+    assert_eq!(
+        [&*info.verb, &*info.namespace, &*info.resource, &*info.name, &*info.subresource],
+        ["get", "kube-system", "secrets", "super-secret?x=", "pods"],
+        "as the apiserver routes it: a subresource of a Secret"
+    );
+    let rows = [
+        // An encoded `/` in a name: the apiserver answers 404 (or routes a subresource).
+        ("/api/v1/configmaps/team-a%2Fother-secret", "resourceVersion=0"),
+        ("/api/v1/namespaces/team-a/configmaps/a%2Fb", "resourceVersion=0"),
+        ("/api/v1/namespaces/team-a/configmaps/a%2fb", "resourceVersion=0"),
+        // Not valid path segment names: the apiserver's 400.
+        ("/api/v1/namespaces/ns/configmaps/..", "resourceVersion=0"),
+        ("/api/v1/namespaces/ns/configmaps/.", "resourceVersion=0"),
+        ("/api/v1/namespaces/ns/configmaps/a%25b", "resourceVersion=0"),
+        ("/api/v1/nodes/n%2F1", "resourceVersion=0"),
+        ("/api/v1/namespaces/a%2Fb", "resourceVersion=0"),
+        // Namespaces that are not DNS labels.
+        ("/api/v1/namespaces/Kube-System/configmaps", "resourceVersion=0"),
+        ("/api/v1/namespaces/a.b/configmaps", "watch=1"),
+        ("/api/v1/namespaces/-a/configmaps", "resourceVersion=0"),
+        ("/api/v1/namespaces/a%20b/configmaps", "resourceVersion=0"),
+        ("/api/v1/namespaces/a%3Fb/configmaps", "resourceVersion=0"),
+        (&format!("/api/v1/namespaces/{}/configmaps", "a".repeat(64)), "resourceVersion=0"),
+        ("/apis/apps/v1/namespaces/ns%2F..%2Fx/deployments", "resourceVersion=0"),
+    ];
+    for (path, query) in rows {
+        assert_eq!(forward(path, query), ForwardReason::UnusualPath, "{path}?{query}");
+    }
+    // Still served: the longest label, digits, dashes inside.
+    let ns63 = format!("/api/v1/namespaces/{}/configmaps", "a".repeat(63));
+    for path in
+        [&*ns63, "/api/v1/namespaces/0-a-9/configmaps", "/api/v1/namespaces/ns/configmaps/a.b_c-d~e:f"]
+    {
+        assert!(matches!(route(Method::GET, path, "resourceVersion=0", None), Route::Cache(_)), "{path}");
+    }
+}
+
+#[test]
+fn dns_labels_as_go_validates_them() {
+    for ok in ["a", "0", "a-b", "kube-system", &"x".repeat(63)] {
+        assert!(dns1123_label(ok), "{ok}");
+    }
+    for bad in ["", "-a", "a-", "A", "a.b", "a_b", "a/b", "ä", &"x".repeat(64)] {
+        assert!(!dns1123_label(bad), "{bad}");
+    }
+}

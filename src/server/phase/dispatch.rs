@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 
 use super::{arrived, Classified, FromCache, Next, Req, ResourceLabel, Resp};
+use crate::error::Error;
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::classify::{ForwardReason, RequestInfo};
@@ -28,13 +29,35 @@ impl Next<Incoming> for Dispatch {
     }
 }
 
-async fn dispatch(server: &Server, mut req: Req<Incoming>) -> Resp {
-    let arrived = arrived(&req);
-    let caller = req.extensions_mut().remove::<Caller>().unwrap_or_else(Caller::trusted);
+/// What the earlier phases learned and dispatch needs, taken out of the request. Fails closed
+/// (issue 32 §2): a request that reaches here without a `Caller` (authenticate did not run) or
+/// without a decision (classify did not run) is answered 500 and logged, never forwarded with
+/// the proxy's own credentials or served unauthorized.
+#[allow(clippy::result_large_err)]
+fn context<B>(req: &mut Req<B>) -> Result<(Caller, RequestInfo, String, Classified), Resp> {
+    let path = req.uri().path().to_owned();
+    let missing = |what: &str| {
+        tracing::error!(what, %path, "request reached dispatch without what an earlier phase sets; refused");
+        body::error(Error::Internal(format!("the request path is missing its {what}")))
+    };
+    let Some(caller) = req.extensions_mut().remove::<Caller>() else { return Err(missing("caller")) };
+    let Some(classified) = req.extensions_mut().remove::<Classified>() else {
+        return Err(missing("classification"));
+    };
     let info = req.extensions_mut().remove::<RequestInfo>().unwrap_or_default();
     let label = req.extensions_mut().remove::<ResourceLabel>().unwrap_or_default().0;
-    let classified =
-        req.extensions_mut().remove::<Classified>().unwrap_or(Classified::Forward(ForwardReason::NotCached));
+    Ok((caller, info, label, classified))
+}
+
+async fn dispatch(server: &Server, mut req: Req<Incoming>) -> Resp {
+    let arrived = arrived(&req);
+    let (caller, info, label, classified) = match context(&mut req) {
+        Ok(c) => c,
+        Err(resp) => {
+            server.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
+            return resp;
+        }
+    };
     match classified {
         Classified::Forward(reason) => {
             let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
@@ -64,5 +87,30 @@ async fn dispatch(server: &Server, mut req: Req<Incoming>) -> Resp {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::phase::testing::request;
+
+    /// Issue 32 §2: nothing defaults to trust. Without a caller, or without a decision, the
+    /// request is refused with 500; with both, they come out as the earlier phases left them.
+    #[test]
+    fn a_request_without_a_caller_or_a_decision_is_refused() {
+        let forward = || Classified::Forward(ForwardReason::Write);
+        let mut req = request("/api/v1/pods");
+        req.extensions_mut().insert(forward());
+        assert_eq!(context(&mut req).err().map(|r| r.status().as_u16()), Some(500), "no caller");
+        let mut req = request("/api/v1/pods");
+        req.extensions_mut().insert(Caller::trusted());
+        assert_eq!(context(&mut req).err().map(|r| r.status().as_u16()), Some(500), "no decision");
+        let mut req = request("/api/v1/pods");
+        req.extensions_mut().insert(Caller::trusted());
+        req.extensions_mut().insert(forward());
+        let (caller, _, _, classified) = context(&mut req).ok().expect("complete");
+        assert_eq!(caller.user.name, "system:unsecured");
+        assert!(matches!(classified, Classified::Forward(ForwardReason::Write)));
     }
 }
