@@ -57,6 +57,24 @@ async fn a_web_page_cannot_use_the_sidecar() {
     .await;
     assert_eq!(r.status, 403);
     assert_eq!(seen(&env, exec), 0);
+    // Issue 30 §4: encoded forms of the same paths (the apiserver decodes them to exec and
+    // attach) are refused too, and so is any encoded `/`; nothing reaches the upstream.
+    for p in [
+        "/api/v1/namespaces/default/pods/p/%65xec",
+        "/api/v1/namespaces/default/%70ods/p/exec",
+        "/api/v1/namespaces/default/pods/p/%61ttach",
+        "/%61pi/v1/namespaces/default/pods/p/exec",
+        "/api/v1/namespaces/default/pods/p%2Fexec",
+    ] {
+        let r = send(&env.client, Method::POST, &env.proxy_url(&format!("{p}?command=id")), None, &[("host", &local)])
+            .await;
+        assert_eq!(r.status, 403, "{p}");
+    }
+    let reached = env.sim.sim.request_count(|r| {
+        let decoded = percent_encoding::percent_decode_str(&r.path).decode_utf8_lossy().into_owned();
+        decoded.ends_with("/exec") || decoded.ends_with("/attach")
+    });
+    assert_eq!(reached, 0, "no exec or attach reached the upstream");
     // The loopback names are accepted, the upstream answers.
     for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}")] {
         let r = send(&env.client, Method::GET, &url, None, &[("host", &host)]).await;

@@ -118,3 +118,42 @@ fn certificate_subjects_never_panic() {
         let _ = x509::subject(&input);
     }
 }
+
+/// Issue 30 §1, as `fuzz/fuzz_targets/path_segments.rs` checks it: what the cache would serve
+/// has a namespace that is a DNS-1123 label and a name that is a valid path segment, and the
+/// RequestInfo (what is authorized) names it; a namespace put in a URL the proxy builds stays
+/// one segment.
+#[test]
+fn path_segments_follow_the_apiservers_rules() {
+    use kube_watchcache::server::classify::{request_info, Route};
+    let go_dns_label = |s: &str| {
+        let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        s.len() <= 63
+            && s.chars().next().is_some_and(ok)
+            && s.chars().last().is_some_and(ok)
+            && s.chars().all(|c| ok(c) || c == '-')
+    };
+    let go_segment = |s: &str| s != "." && s != ".." && !s.contains('/') && !s.contains('%');
+    let kinds = kinds();
+    let mut served = 0;
+    for input in inputs("path_segments") {
+        let text = String::from_utf8_lossy(&input);
+        let (path, ns) = text.split_once('\n').unwrap_or((&text, ""));
+        if let Route::Cache(cr) = classify(&http::Method::GET, path, Some("resourceVersion=0"), None, &kinds[..]) {
+            served += 1;
+            let info = request_info(&http::Method::GET, path, Some("resourceVersion=0"));
+            if let Some(n) = &cr.namespace {
+                assert!(go_dns_label(n) && &info.namespace == n, "{path}: {n:?}");
+            }
+            if let Some(n) = &cr.name {
+                assert!(go_segment(n) && &info.name == n, "{path}: {n:?}");
+            }
+            assert!(info.subresource.is_empty() && info.resource == cr.kind.resource, "{path}: {info:?}");
+        }
+        let built = kinds[0].collection_path(Some(ns));
+        let seg = built.strip_prefix("/api/v1/namespaces/").and_then(|s| s.strip_suffix("/configmaps")).unwrap();
+        assert!(!seg.contains(['/', '?', '#']), "{ns:?} → {built}");
+        assert_eq!(percent_encoding::percent_decode_str(seg).decode_utf8_lossy(), ns);
+    }
+    assert!(served > 0, "some inputs are served from the cache");
+}
