@@ -175,6 +175,22 @@ impl Server {
         auth.impersonate(caller, req.headers()).await
     }
 
+    /// Adds a slot of the caller's in-flight share to the request's ticket (what is not
+    /// long-running has one, from `admit`), or 429. Per-user limits need users: none with
+    /// `--auth=none`.
+    #[allow(clippy::result_large_err)]
+    fn in_flight_share<B>(&self, req: &Request<B>, caller: &Caller) -> Result<(), Response<Body>> {
+        match req.extensions().get::<limits::Ticket>() {
+            Some(ticket) if self.auth.is_some() => self.limits.share(ticket, &caller.effective.name),
+            _ => Ok(()),
+        }
+    }
+
+    /// In-flight requests of a user (tests, diagnostics).
+    pub fn in_flight_of(&self, user: &str) -> usize {
+        self.limits.in_flight_of(user)
+    }
+
     /// A slot for one more watch of the caller (served or forwarded), or 429. Per-user limits
     /// need users: none with `--auth=none`.
     // The `Err` is the refusal response itself, as in `limits`.
