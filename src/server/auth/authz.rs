@@ -75,6 +75,8 @@ pub enum CheckError {
 
 /// The decision cache's key: the user and attributes, or, when they are large, the digest of
 /// the review (a 30 KB name is not kept 10 000 times).
+// Unboxed: `Whole` is the key it always was (no allocation more per lookup); `Digest` is rare.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
     Whole(Arc<UserInfo>, Attributes),
