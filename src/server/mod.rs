@@ -149,7 +149,7 @@ impl Server {
         if !per_check && !verbose {
             return Ok(health::Access::Public);
         }
-        let caller = match auth.authenticate(req).await {
+        let caller = match auth.authenticate(req, source(req)).await {
             Ok(c) => c,
             Err(resp) if per_check => return Err(resp),
             Err(_) => return Ok(health::Access::Public),
@@ -171,7 +171,7 @@ impl Server {
         let Some(auth) = &self.auth else {
             return Ok(Caller::trusted());
         };
-        let caller = auth.authenticate(req).await?;
+        let caller = auth.authenticate(req, source(req)).await?;
         auth.impersonate(caller, req.headers()).await
     }
 
@@ -321,6 +321,11 @@ struct Forwarded<'a> {
 
 /// The `group/resource` of a request about a cached resource, else empty (uncached resources,
 /// discovery, non-resource paths are not labelled: their names come from callers).
+/// The address a request came from (`listener` attaches it), for per-source review shares.
+fn source<B>(req: &Request<B>) -> Option<std::net::IpAddr> {
+    req.extensions().get::<proxy::PeerAddr>().map(|p| p.0.ip())
+}
+
 fn cached_resource(info: &RequestInfo, kinds: &[Arc<crate::resource::ResourceKind>]) -> String {
     if !info.is_resource_request {
         return String::new();

@@ -67,10 +67,14 @@ impl Auth {
         }
     }
 
-    /// The caller of `req`: its verified client certificate first, then its bearer token, then
-    /// anonymous when allowed. An invalid token is 401 even with anonymous access on (the
-    /// apiserver's `FailOnError` union).
-    pub async fn authenticate<B>(&self, req: &Request<B>) -> Result<Caller, Response<Body>> {
+    /// The caller of `req` (sent from `source`): its verified client certificate first, then
+    /// its bearer token, then anonymous when allowed. An invalid token is 401 even with
+    /// anonymous access on (the apiserver's `FailOnError` union).
+    pub async fn authenticate<B>(
+        &self,
+        req: &Request<B>,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<Caller, Response<Body>> {
         if req.extensions().get::<VersionOneCertificate>().is_some() {
             return Err(status::unauthorized_with(status::V1_CERTIFICATE));
         }
@@ -93,7 +97,6 @@ impl Auth {
                 );
                 return Err(status::unauthorized());
             }
-            let source = req.extensions().get::<crate::server::proxy::PeerAddr>().map(|p| p.0.ip());
             let review = self.tokens.review(token, source).await;
             let hit = matches!(review, Ok((_, cache::Lookup::Hit)));
             self.metrics.auth_cache(Review::Token, hit);
