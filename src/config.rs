@@ -331,7 +331,7 @@ pub struct SecurityArgs {
     /// 0 = unlimited.
     #[arg(long, default_value_t = 400)]
     pub max_requests_inflight: usize,
-    /// Of those, the most one user may hold; 429 past it (default: half of
+    /// In-flight requests (of --max-requests-inflight) one user may hold; 429 past it (default: half of
     /// --max-requests-inflight, at least 1). 0 = no per-user share.
     #[arg(long)]
     pub max_requests_inflight_per_user: Option<usize>,
