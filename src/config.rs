@@ -170,7 +170,7 @@ impl ServeArgs {
         let p = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
         let u = &self.upstream;
         let s = &self.security;
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "upstream": u.upstream.as_deref().map(without_userinfo),
             "kubeconfig": p(&u.kubeconfig),
             "context": u.context,
@@ -210,7 +210,18 @@ impl ServeArgs {
             "maxUrlBytes": s.max_url_bytes,
             "maxHeaderBytes": s.max_header_bytes,
             "requestTimeout": d(s.request_timeout),
-        })
+        });
+        // Apart: one `json!` of every field passes the macro's recursion limit.
+        for (k, x) in [
+            ("maxRequestsInflightPerUser", serde_json::json!(s.in_flight_per_user())),
+            ("writeStallTimeout", d(s.write_stall_timeout).into()),
+            ("authenticationTokenMaxLength", s.authentication_token_max_length.into()),
+            ("authorizationReviewQps", s.authorization_review_qps.into()),
+            ("authorizationReviewBurst", s.authorization_review_burst.into()),
+        ] {
+            v[k] = x;
+        }
+        v
     }
 }
 
@@ -290,9 +301,20 @@ pub struct SecurityArgs {
     /// get 429. 0 = unbounded.
     #[arg(long, default_value_t = 50.0)]
     pub authentication_token_review_qps: f64,
-    /// TokenReviews sent at once above the rate.
+    /// TokenReviews sent at once above the rate. Each source address (an IPv6 /64) may use a
+    /// quarter of the rate and of the burst.
     #[arg(long, default_value_t = 100)]
     pub authentication_token_review_burst: u32,
+    /// Longest bearer token in bytes; a longer one gets 401 without a TokenReview.
+    #[arg(long, default_value_t = 16 * 1024)]
+    pub authentication_token_max_length: usize,
+    /// SubjectAccessReviews sent upstream per second per user (decisions not cached yet);
+    /// past it that user gets 429. 0 = unbounded.
+    #[arg(long, default_value_t = 20.0)]
+    pub authorization_review_qps: f64,
+    /// SubjectAccessReviews a user may send at once above the rate.
+    #[arg(long, default_value_t = 100)]
+    pub authorization_review_burst: u32,
     /// How long an allowing SubjectAccessReview is cached.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub authorization_allowed_cache_ttl: Duration,
@@ -309,6 +331,14 @@ pub struct SecurityArgs {
     /// 0 = unlimited.
     #[arg(long, default_value_t = 400)]
     pub max_requests_inflight: usize,
+    /// In-flight requests (of --max-requests-inflight) one user may hold; 429 past it (default: half of
+    /// --max-requests-inflight, at least 1). 0 = no per-user share.
+    #[arg(long)]
+    pub max_requests_inflight_per_user: Option<usize>,
+    /// A non-long-running response whose client takes nothing of it for this long frees its
+    /// in-flight permit and is cut, before --request-timeout. 0 = only at --request-timeout.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub write_stall_timeout: Duration,
     /// Watches served from the cache at once per user; 429 past it. 0 = unlimited.
     #[arg(long, default_value_t = 1000)]
     pub max_watches_per_user: usize,
@@ -362,11 +392,16 @@ impl SecurityArgs {
             authentication_failure_cache_ttl: Duration::from_secs(10),
             authentication_token_review_qps: 50.0,
             authentication_token_review_burst: 100,
+            authentication_token_max_length: 16 * 1024,
+            authorization_review_qps: 20.0,
+            authorization_review_burst: 100,
             authorization_allowed_cache_ttl: Duration::from_secs(300),
             authorization_denied_cache_ttl: Duration::from_secs(30),
             auth_cache_size: 10_000,
             tls_reload_interval: Duration::from_secs(10),
             max_requests_inflight: 400,
+            max_requests_inflight_per_user: None,
+            write_stall_timeout: Duration::from_secs(10),
             max_watches_per_user: 1000,
             max_url_bytes: 32 * 1024,
             max_header_bytes: 1024 * 1024,
@@ -379,6 +414,15 @@ impl SecurityArgs {
             requestheader_group_headers: Vec::new(),
             requestheader_uid_headers: Vec::new(),
             requestheader_extra_headers_prefix: Vec::new(),
+        }
+    }
+
+    /// `--max-requests-inflight-per-user`, its default resolved (0: no share).
+    pub fn in_flight_per_user(&self) -> usize {
+        match self.max_requests_inflight_per_user {
+            Some(n) => n,
+            None if self.max_requests_inflight == 0 => 0,
+            None => (self.max_requests_inflight / 2).max(1),
         }
     }
 

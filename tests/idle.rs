@@ -77,3 +77,37 @@ async fn silent_and_idle_connections_are_closed() {
         .ok();
     proxy.shutdown().await;
 }
+
+/// A first request head trickled in one byte at a time is closed at --read-header-timeout (here
+/// 1 s), as Go's ReadHeaderTimeout closes it; before, the connection lived until hyper's own
+/// head timeout, the longer --idle-timeout (90 s by default).
+#[tokio::test]
+async fn a_trickled_first_head_is_closed_at_the_read_header_timeout() {
+    let sim = Sim::start(SimOptions { objects: 0, ..Default::default() }).await.expect("sim");
+    let mut args = common::serve_args(sim.addr, &["configmaps"]);
+    args.read_header_timeout = Duration::from_secs(1);
+    args.idle_timeout = Duration::from_secs(90);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let t = tokio::time::Instant::now();
+    let mut conn = TcpStream::connect(proxy.addr).await.unwrap();
+    let head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut closed_at = None;
+    for b in head.iter() {
+        tick.tick().await;
+        if conn.write_all(&[*b]).await.is_err() {
+            closed_at = Some(t.elapsed());
+            break;
+        }
+        let mut buf = [0u8; 64];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::ZERO, conn.read(&mut buf)).await {
+            closed_at = Some(t.elapsed());
+            break;
+        }
+    }
+    let closed_at = closed_at.expect("closed before the head was complete");
+    assert!(closed_at >= Duration::from_secs(1), "not before the timeout: {closed_at:?}");
+    assert!(closed_at < Duration::from_secs(3), "at the timeout, not at --idle-timeout: {closed_at:?}");
+    proxy.shutdown().await;
+}

@@ -15,6 +15,16 @@
 //! `h2_keepalive_timeout`, so a peer that vanished does not hold its streams. [`Activity`]
 //! counts a connection's requests (from the service, until each response body ends).
 //!
+//! A connection on which no request started is closed at `read_header_timeout` outright, not
+//! told to finish: hyper would otherwise go on reading a head that is being trickled in until
+//! its own head timeout (the longer idle one).
+//!
+//! HTTP/2 streams that the client resets after the server accepted them (the request was being
+//! handled: a review sent upstream, a response being built) escape h2's own reset bound, which
+//! counts only streams reset before they are accepted. They are counted here, against the
+//! connection ([`Activity::handling`]): past [`RESET_BURST`] (refilled at [`RESET_QPS`] a
+//! second) the connection is closed.
+//!
 //! `--goaway-chance` (kube-apiserver's flag): after a request on an HTTP/2 connection, with
 //! that probability, the connection is sent GOAWAY (streams in flight, watches included,
 //! finish normally) so that the client reconnects through the Service and lands on any replica:
@@ -42,6 +52,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 
+use super::auth::rate::Bucket;
 use super::body::{Body, BoxError};
 use crate::shutdown::until_true;
 
@@ -49,6 +60,11 @@ use crate::shutdown::until_true;
 pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
 /// HTTP/2 header list / HTTP/1 head size bound, in bytes.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
+
+/// HTTP/2 streams a connection may reset while they are handled, at once …
+pub const RESET_BURST: u32 = 100;
+/// … and per second after that; past it the connection is closed.
+pub const RESET_QPS: f64 = 10.0;
 
 /// What a connection speaks, as far as the listener knows before serving it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +115,36 @@ pub struct Activity {
     /// Set (once) when the connection is to be sent GOAWAY.
     goaway: tokio::sync::Notify,
     goaway_sent: AtomicBool,
+    /// Streams reset by the client while handled.
+    resets: Bucket,
+    /// Set (once) when the connection is to be closed at once.
+    abort: tokio::sync::Notify,
+    aborted: AtomicBool,
+}
+
+/// Held while an HTTP/2 request is handled (until its response is ready); dropped before
+/// that, the client reset the stream, and it counts against the connection.
+#[derive(Debug)]
+pub struct Handling(Option<Arc<Activity>>);
+
+impl Handling {
+    /// The response is ready: the stream was not reset while handled.
+    pub fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        if let Some(a) = self.0.take() {
+            if !a.resets.take() && !a.aborted.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    "closing an HTTP/2 connection: too many streams reset by the client while handled"
+                );
+                a.abort.notify_one();
+            }
+        }
+    }
 }
 
 /// Held while a request is in flight (until its response body ends or is dropped).
@@ -123,7 +169,15 @@ impl Activity {
             started: AtomicBool::new(false),
             goaway: tokio::sync::Notify::new(),
             goaway_sent: AtomicBool::new(false),
+            resets: Bucket::new(RESET_QPS, RESET_BURST),
+            abort: tokio::sync::Notify::new(),
+            aborted: AtomicBool::new(false),
         })
+    }
+
+    /// An HTTP/2 request is being handled (see [`Handling`]).
+    pub fn handling(self: &Arc<Self>) -> Handling {
+        Handling(Some(self.clone()))
     }
 
     /// After an HTTP/2 request: with probability `chance`, tells the connection to send GOAWAY.
@@ -312,8 +366,16 @@ where
         tokio::select! {
             r = conn.as_mut() => return r.map_err(Into::into),
             _ = until_true(&mut stop) => {}
-            _ = idle.expired() => tracing::debug!("closing an idle connection"),
+            _ = idle.expired() => {
+                if !idle.activity.started.load(Ordering::Relaxed) {
+                    // No request yet (a head still arriving, or none): nothing to finish.
+                    tracing::debug!("closing a connection whose first request head did not arrive in time");
+                    return Ok(());
+                }
+                tracing::debug!("closing an idle connection");
+            }
             _ = idle.activity.goaway.notified() => tracing::debug!("GOAWAY (--goaway-chance)"),
+            _ = idle.activity.abort.notified() => return Err("too many streams reset while handled".into()),
         }
     }
     shutdown(conn.as_mut());

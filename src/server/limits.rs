@@ -1,11 +1,16 @@
-//! Request limits: URL and header sizes (414 / 431), in-flight non-long-running requests and
-//! watches per user (429 + `Retry-After`), and the timeout of non-long-running requests (504).
+//! Request limits: URL and header sizes (414 / 431), in-flight non-long-running requests (all,
+//! and each user's share) and watches per user (429 + `Retry-After`), and the timeout of
+//! non-long-running requests (504).
 //!
 //! Called by `Server::handle` before and around the request's work; which requests are
 //! long-running is `classify::is_long_running` (from the request's `RequestInfo`). An in-flight
-//! permit is held until the response body ends ([`InFlight`]), but never past the request's
-//! deadline: then the body is cut (like the apiserver's timeout filter aborting a response
-//! already started) and the permit is freed even if the client stopped reading.
+//! request holds a [`Ticket`]: the permit taken before authentication (`phase::admit`), and,
+//! once its caller is known (`phase::authenticate`), a slot of that user's share — like the
+//! apiserver's API Priority and Fairness, one user cannot take every seat. The ticket is held
+//! until the response body ends ([`InFlight`]), but never past the request's deadline: then the
+//! body is cut (like the apiserver's timeout filter aborting a response already started), and
+//! never for long while the client takes nothing of the body (`write_stall_timeout`): a client
+//! that stopped reading frees its ticket well before the deadline.
 
 // The `Err` of these checks is the refusal response itself, built once per refused request.
 #![allow(clippy::result_large_err)]
@@ -31,6 +36,11 @@ pub struct LimitOptions {
     pub max_url_bytes: usize,
     pub max_header_bytes: usize,
     pub max_in_flight: usize,
+    /// In-flight requests one user may hold (0: no share, only `max_in_flight`).
+    pub max_in_flight_per_user: usize,
+    /// A response body nothing was taken of for this long frees its ticket and is cut (zero:
+    /// only at the deadline).
+    pub write_stall_timeout: Duration,
     pub max_watches_per_user: usize,
     pub request_timeout: Duration,
 }
@@ -41,6 +51,8 @@ impl Default for LimitOptions {
             max_url_bytes: 16 * 1024,
             max_header_bytes: 1024 * 1024,
             max_in_flight: 400,
+            max_in_flight_per_user: 200,
+            write_stall_timeout: Duration::from_secs(10),
             max_watches_per_user: 1000,
             request_timeout: Duration::from_secs(60),
         }
@@ -52,8 +64,13 @@ pub struct Limits {
     pub opts: LimitOptions,
     in_flight: Arc<Semaphore>,
     permits: usize,
-    watches: Arc<Mutex<HashMap<String, usize>>>,
+    /// In-flight requests per user.
+    users: Counts,
+    watches: Counts,
 }
+
+/// A count per user.
+type Counts = Arc<Mutex<HashMap<String, usize>>>;
 
 fn plain(code: StatusCode, text: &'static str) -> Response<Body> {
     let mut r = Response::new(body::full(Bytes::from_static(text.as_bytes())));
@@ -106,7 +123,13 @@ pub fn timed_out() -> Response<Body> {
 impl Limits {
     pub fn new(opts: LimitOptions) -> Limits {
         let permits = if opts.max_in_flight == 0 { Semaphore::MAX_PERMITS } else { opts.max_in_flight };
-        Limits { in_flight: Arc::new(Semaphore::new(permits)), permits, watches: Arc::default(), opts }
+        Limits {
+            in_flight: Arc::new(Semaphore::new(permits)),
+            permits,
+            users: Arc::default(),
+            watches: Arc::default(),
+            opts,
+        }
     }
 
     /// Requests holding an in-flight permit now.
@@ -130,20 +153,35 @@ impl Limits {
         Ok(())
     }
 
-    /// A permit for one non-long-running request, or 429.
-    pub fn admit(&self) -> Result<OwnedSemaphorePermit, Response<Body>> {
-        self.in_flight.clone().try_acquire_owned().map_err(|_| too_many())
+    /// A ticket for one non-long-running request (its permit), or 429.
+    pub fn admit(&self) -> Result<Ticket, Response<Body>> {
+        let permit = self.in_flight.clone().try_acquire_owned().map_err(|_| too_many())?;
+        Ok(Ticket(Arc::new(Mutex::new(Hold { permit: Some(permit), ..Hold::default() }))))
+    }
+
+    /// Adds a slot of `user`'s in-flight share to `ticket`, or 429 when the user holds all of
+    /// theirs.
+    pub fn share(&self, ticket: &Ticket, user: &str) -> Result<(), Response<Body>> {
+        if self.opts.max_in_flight_per_user == 0 {
+            return Ok(());
+        }
+        let slot = take_slot(&self.users, user, self.opts.max_in_flight_per_user).ok_or_else(too_many)?;
+        let mut hold = ticket.0.lock();
+        // Already freed (stalled or past its deadline): the slot goes back at once.
+        if hold.permit.is_some() {
+            hold.share = Some(slot);
+        }
+        Ok(())
+    }
+
+    /// In-flight requests of `user` (tests, diagnostics).
+    pub fn in_flight_of(&self, user: &str) -> usize {
+        self.users.lock().get(user).copied().unwrap_or(0)
     }
 
     /// A slot for one more watch of `user`, or 429. The slot is freed when the guard drops.
     pub fn watch_slot(&self, user: &str) -> Result<WatchGuard, Response<Body>> {
-        let mut m = self.watches.lock();
-        let n = m.entry(user.to_owned()).or_default();
-        if self.opts.max_watches_per_user > 0 && *n >= self.opts.max_watches_per_user {
-            return Err(too_many());
-        }
-        *n += 1;
-        Ok(WatchGuard { map: self.watches.clone(), user: user.to_owned() })
+        take_slot(&self.watches, user, self.opts.max_watches_per_user).ok_or_else(too_many)
     }
 
     /// Open watches of `user` (for tests and metrics).
@@ -152,13 +190,27 @@ impl Limits {
     }
 }
 
-/// Holds one of a user's watch slots.
-pub struct WatchGuard {
-    map: Arc<Mutex<HashMap<String, usize>>>,
+/// One of `user`'s `max` slots in `counts` (0: unlimited), or `None` when all are taken.
+fn take_slot(counts: &Counts, user: &str, max: usize) -> Option<Slot> {
+    let mut m = counts.lock();
+    let n = m.entry(user.to_owned()).or_default();
+    if max > 0 && *n >= max {
+        return None;
+    }
+    *n += 1;
+    Some(Slot { map: counts.clone(), user: user.to_owned() })
+}
+
+/// Holds one of a user's slots (a watch, or a share of the in-flight requests).
+pub struct Slot {
+    map: Counts,
     user: String,
 }
 
-impl Drop for WatchGuard {
+/// One of a user's watch slots.
+pub type WatchGuard = Slot;
+
+impl Drop for Slot {
     fn drop(&mut self) {
         let mut m = self.map.lock();
         if let Some(n) = m.get_mut(&self.user) {
@@ -167,6 +219,39 @@ impl Drop for WatchGuard {
                 m.remove(&self.user);
             }
         }
+    }
+}
+
+/// One non-long-running request's hold on the in-flight limits: its permit and, once its
+/// caller is known, a slot of that user's share. Cloned into the request's extensions so that
+/// `phase::authenticate` can add the slot; freed all at once.
+#[derive(Clone)]
+pub struct Ticket(Arc<Mutex<Hold>>);
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let h = self.0.lock();
+        f.debug_struct("Ticket").field("held", &h.permit.is_some()).field("cut", &h.cut).finish()
+    }
+}
+
+#[derive(Default)]
+struct Hold {
+    permit: Option<OwnedSemaphorePermit>,
+    share: Option<Slot>,
+    /// Since when the body has given a frame and waits for the client to take it (`None`: it
+    /// waits for its source, which is not the client's doing).
+    owed_since: Option<Instant>,
+    /// Freed by the watchdog: the body ends with an error when next polled.
+    cut: bool,
+}
+
+impl Ticket {
+    /// Frees the permit and the share.
+    fn release(&self) {
+        let mut h = self.0.lock();
+        h.permit.take();
+        h.share.take();
     }
 }
 
@@ -202,37 +287,64 @@ impl<G: Unpin> HttpBody for Guarded<G> {
     }
 }
 
-/// A non-long-running request's response body: holds the in-flight permit until the body ends
-/// or is dropped, and ends the body with an error at the request's deadline. A watchdog task
-/// frees the permit at the deadline even when nobody polls the body (a client that stopped
-/// reading: hyper polls a body only when it can write).
+/// A non-long-running request's response body: holds the request's [`Ticket`] until the body
+/// ends or is dropped, and ends the body with an error at the request's deadline. A watchdog
+/// task frees the ticket at the deadline even when nobody polls the body (a client that
+/// stopped reading: hyper polls a body only when it can write), and before it when the body
+/// gave a frame and was not asked for the next one for `write_stall_timeout` (then the body is
+/// cut too: it ends with an error if it is ever polled again).
 pub struct InFlight {
     inner: Body,
-    permit: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    ticket: Ticket,
     deadline: std::pin::Pin<Box<Sleep>>,
     watchdog: AbortHandle,
     done: bool,
 }
 
 impl InFlight {
-    pub fn wrap(resp: Response<Body>, permit: OwnedSemaphorePermit, deadline: Instant) -> Response<Body> {
-        let permit = Arc::new(Mutex::new(Some(permit)));
-        let held = permit.clone();
-        let watchdog = tokio::spawn(async move {
-            tokio::time::sleep_until(deadline).await;
-            held.lock().take();
-        })
-        .abort_handle();
+    pub fn wrap(resp: Response<Body>, ticket: Ticket, deadline: Instant, stall: Duration) -> Response<Body> {
+        ticket.0.lock().owed_since = Some(Instant::now());
+        let watchdog = tokio::spawn(watch(ticket.clone(), deadline, stall)).abort_handle();
         let deadline = Box::pin(tokio::time::sleep_until(deadline));
         resp.map(|inner| {
-            http_body_util::BodyExt::boxed_unsync(InFlight { inner, permit, deadline, watchdog, done: false })
+            http_body_util::BodyExt::boxed_unsync(InFlight { inner, ticket, deadline, watchdog, done: false })
         })
     }
 
     fn finish(&mut self) {
         self.done = true;
-        self.permit.lock().take();
+        self.ticket.release();
         self.watchdog.abort();
+    }
+}
+
+/// Frees `ticket` at `deadline`, or when its body has waited `stall` (non-zero) for the client.
+async fn watch(ticket: Ticket, deadline: Instant, stall: Duration) {
+    loop {
+        let now = Instant::now();
+        let next = {
+            let mut h = ticket.0.lock();
+            if h.permit.is_none() {
+                return;
+            }
+            let stalled = h.owed_since.map(|t| t + stall).filter(|_| !stall.is_zero());
+            if now >= deadline {
+                None
+            } else if stalled.is_some_and(|at| now >= at) {
+                h.cut = true;
+                tracing::debug!(waited = ?stall, "the client took nothing of a response: in-flight permit freed, body cut");
+                None
+            } else if stall.is_zero() {
+                Some(deadline)
+            } else {
+                // Not owed yet: look again a stall later (it may be owed by then).
+                Some(stalled.unwrap_or(now + stall).min(deadline))
+            }
+        };
+        match next {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => return ticket.release(),
+        }
     }
 }
 
@@ -255,14 +367,20 @@ impl HttpBody for InFlight {
         if self.done {
             return Poll::Ready(None);
         }
+        if self.ticket.0.lock().cut {
+            self.finish();
+            return Poll::Ready(Some(Err("the client took nothing of the response for too long".into())));
+        }
         if self.deadline.is_elapsed() || self.deadline.as_mut().poll(cx).is_ready() {
             self.finish();
             tracing::debug!("response body cut at the request timeout");
             return Poll::Ready(Some(Err("the request timeout expired while sending the response".into())));
         }
         let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            self.finish();
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
+            Poll::Ready(Some(Ok(_))) => self.ticket.0.lock().owed_since = Some(Instant::now()),
+            Poll::Pending => self.ticket.0.lock().owed_since = None,
         }
         polled
     }
@@ -353,7 +471,12 @@ mod tests {
         use http_body_util::BodyExt;
         let l = one_permit();
         let (tx, resp) = streaming();
-        let resp = InFlight::wrap(resp, l.admit().unwrap(), Instant::now() + Duration::from_secs(60));
+        let resp = InFlight::wrap(
+            resp,
+            l.admit().unwrap(),
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        );
         assert_eq!(l.admit().unwrap_err().status(), 429, "headers sent, body still running");
         let mut body = resp.into_body();
         tx.send(Bytes::from_static(b"a")).await.unwrap();
@@ -364,7 +487,12 @@ mod tests {
         assert!(l.admit().is_ok(), "freed when the body ended");
         // Dropping an unfinished body frees it too.
         let (_tx, resp) = streaming();
-        let resp = InFlight::wrap(resp, l.admit().unwrap(), Instant::now() + Duration::from_secs(60));
+        let resp = InFlight::wrap(
+            resp,
+            l.admit().unwrap(),
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        );
         assert!(l.admit().is_err());
         drop(resp);
         assert!(l.admit().is_ok());
@@ -375,7 +503,12 @@ mod tests {
         use http_body_util::BodyExt;
         let l = one_permit();
         let (_tx, resp) = streaming();
-        let resp = InFlight::wrap(resp, l.admit().unwrap(), Instant::now() + Duration::from_secs(60));
+        let resp = InFlight::wrap(
+            resp,
+            l.admit().unwrap(),
+            Instant::now() + Duration::from_secs(60),
+            Duration::ZERO,
+        );
         tokio::time::sleep(Duration::from_secs(59)).await;
         assert!(l.admit().is_err());
         // Nobody polls the body (a client that stopped reading): the watchdog frees the permit.
@@ -385,5 +518,59 @@ mod tests {
         let mut body = resp.into_body();
         assert!(body.frame().await.unwrap().is_err(), "the body ends with an error");
         assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_user_holds_at_most_its_share_and_the_ticket_frees_both() {
+        let l = Limits::new(LimitOptions {
+            max_in_flight: 4,
+            max_in_flight_per_user: 2,
+            ..LimitOptions::default()
+        });
+        let (a1, a2, a3) = (l.admit().unwrap(), l.admit().unwrap(), l.admit().unwrap());
+        assert!(l.share(&a1, "alice").is_ok() && l.share(&a2, "alice").is_ok());
+        let r = l.share(&a3, "alice").unwrap_err();
+        assert_eq!(
+            (r.status(), &r.headers()["retry-after"]),
+            (StatusCode::TOO_MANY_REQUESTS, &HeaderValue::from_static("1"))
+        );
+        drop(a3);
+        let b = l.admit().unwrap();
+        assert!(l.share(&b, "bob").is_ok(), "another user has their own share");
+        assert_eq!((l.in_flight(), l.in_flight_of("alice")), (3, 2));
+        a1.release();
+        assert_eq!((l.in_flight(), l.in_flight_of("alice")), (2, 1), "permit and share go together");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_the_client_takes_nothing_of_frees_its_ticket_at_the_stall_timeout() {
+        use http_body_util::BodyExt;
+        let l = Limits::new(LimitOptions {
+            max_in_flight: 2,
+            max_in_flight_per_user: 1,
+            ..LimitOptions::default()
+        });
+        let stall = Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let ticket = l.admit().unwrap();
+        l.share(&ticket, "alice").unwrap();
+        let (tx, resp) = streaming();
+        let mut body = InFlight::wrap(resp, ticket, deadline, stall).into_body();
+        // The source is slow (the body waits for it, not for the client): not a stall.
+        assert!(futures_util::FutureExt::now_or_never(body.frame()).is_none(), "waits for its source");
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        assert_eq!(l.in_flight_of("alice"), 1, "still held while the source is slow");
+        // A frame is given, and the client does not ask for the next one.
+        tx.send(Bytes::from_static(b"a")).await.unwrap();
+        assert!(body.frame().await.unwrap().is_ok());
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!((l.in_flight(), l.in_flight_of("alice")), (1, 1));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            (l.in_flight(), l.in_flight_of("alice")),
+            (0, 0),
+            "freed at the stall timeout, before the deadline"
+        );
+        assert!(body.frame().await.unwrap().is_err(), "and the body is cut");
     }
 }

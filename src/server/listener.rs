@@ -183,14 +183,20 @@ fn service(
         req.extensions_mut().insert(super::proxy::PeerAddr(peer));
         // In flight until its response body ends: the connection is not idle meanwhile.
         let busy = activity.begin();
+        // An HTTP/2 stream reset before its response is ready counts against the connection.
+        let handling = (req.version() == http::Version::HTTP_2).then(|| activity.handling());
         if req.version() == http::Version::HTTP_2 {
             activity.maybe_goaway(goaway_chance);
         }
         // Boxed: hyper keeps the service future's slot for the whole connection (HTTP/1) or
         // stream (HTTP/2); unboxed, its ~5 KiB would stay allocated for every open watch.
-        Box::pin(
-            async move { Ok::<_, Infallible>(super::limits::Guarded::wrap(server.handle(req).await, busy)) },
-        )
+        Box::pin(async move {
+            let resp = server.handle(req).await;
+            if let Some(h) = handling {
+                h.done();
+            }
+            Ok::<_, Infallible>(super::limits::Guarded::wrap(resp, busy))
+        })
     })
 }
 

@@ -149,7 +149,7 @@ impl Server {
         if !per_check && !verbose {
             return Ok(health::Access::Public);
         }
-        let caller = match auth.authenticate(req).await {
+        let caller = match auth.authenticate(req, source(req)).await {
             Ok(c) => c,
             Err(resp) if per_check => return Err(resp),
             Err(_) => return Ok(health::Access::Public),
@@ -171,8 +171,24 @@ impl Server {
         let Some(auth) = &self.auth else {
             return Ok(Caller::trusted());
         };
-        let caller = auth.authenticate(req).await?;
+        let caller = auth.authenticate(req, source(req)).await?;
         auth.impersonate(caller, req.headers()).await
+    }
+
+    /// Adds a slot of the caller's in-flight share to the request's ticket (what is not
+    /// long-running has one, from `admit`), or 429. Per-user limits need users: none with
+    /// `--auth=none`.
+    #[allow(clippy::result_large_err)]
+    fn in_flight_share<B>(&self, req: &Request<B>, caller: &Caller) -> Result<(), Response<Body>> {
+        match req.extensions().get::<limits::Ticket>() {
+            Some(ticket) if self.auth.is_some() => self.limits.share(ticket, &caller.effective.name),
+            _ => Ok(()),
+        }
+    }
+
+    /// In-flight requests of a user (tests, diagnostics).
+    pub fn in_flight_of(&self, user: &str) -> usize {
+        self.limits.in_flight_of(user)
     }
 
     /// A slot for one more watch of the caller (served or forwarded), or 429. Per-user limits
@@ -305,6 +321,11 @@ struct Forwarded<'a> {
 
 /// The `group/resource` of a request about a cached resource, else empty (uncached resources,
 /// discovery, non-resource paths are not labelled: their names come from callers).
+/// The address a request came from (`listener` attaches it), for per-source review shares.
+fn source<B>(req: &Request<B>) -> Option<std::net::IpAddr> {
+    req.extensions().get::<proxy::PeerAddr>().map(|p| p.0.ip())
+}
+
 fn cached_resource(info: &RequestInfo, kinds: &[Arc<crate::resource::ResourceKind>]) -> String {
     if !info.is_resource_request {
         return String::new();

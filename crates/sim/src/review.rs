@@ -157,6 +157,9 @@ pub struct AuthScript {
     pub rules: Vec<Rule>,
     /// The Node authorizer decides first (`--authorization-mode=Node,RBAC`).
     pub node_authorizer: bool,
+    /// How long each review takes to be answered (a loaded apiserver; tests that need a review
+    /// still in flight).
+    pub delay: std::time::Duration,
 }
 
 impl AuthScript {
@@ -167,6 +170,12 @@ impl AuthScript {
 
     pub fn rule(mut self, rule: Rule) -> AuthScript {
         self.rules.push(rule);
+        self
+    }
+
+    /// Answer each review after `delay`.
+    pub fn delayed(mut self, delay: std::time::Duration) -> AuthScript {
+        self.delay = delay;
         self
     }
 
@@ -212,6 +221,9 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
         return error_response(Error::BadRequest("the review body is not JSON".into()));
     };
     let script = sim.inner.auth.lock().clone();
+    if !script.delay.is_zero() {
+        tokio::time::sleep(script.delay).await;
+    }
     let spec = v.get("spec").cloned().unwrap_or(Value::Null);
     let out = if token_review {
         token_review_answer(&script, &spec)

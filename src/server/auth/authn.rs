@@ -4,19 +4,22 @@
 //! once seen, and never evicts a real user's entry); identical concurrent reviews share one
 //! request; reviews sent upstream are bounded per second (a token bucket), past which the
 //! caller gets 429 rather than costing the proxy's API Priority and Fairness budget upstream.
+//! Each source address (an IPv6 /64) has its own quarter of that bound, so that a flood of
+//! bad tokens from one place does not take every new valid token's review; a token longer
+//! than `max_token_bytes` is refused without a review (`auth::Auth::authenticate`).
 //!
 //! Called by `auth::Auth::authenticate`. Tokens never reach logs or metrics.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use super::cache::{Lookup, TtlCache};
+use super::rate::{self, Bucket, Buckets, Rate};
 use super::user::UserInfo;
 use crate::metrics::{Metrics, Review};
 use crate::upstream::{Upstream, UpstreamError};
@@ -33,7 +36,12 @@ pub struct AuthnOptions {
     /// (`--authentication-token-review-qps`, `--authentication-token-review-burst`).
     pub review_qps: f64,
     pub review_burst: u32,
+    /// Longer bearer tokens are refused without a review (`--authentication-token-max-length`).
+    pub max_token_bytes: usize,
 }
+
+/// The share of the TokenReview rate one source address may use.
+pub const SOURCE_SHARE: u32 = 4;
 
 impl Default for AuthnOptions {
     fn default() -> Self {
@@ -43,6 +51,7 @@ impl Default for AuthnOptions {
             capacity: 10_000,
             review_qps: 50.0,
             review_burst: 100,
+            max_token_bytes: 16 * 1024,
         }
     }
 }
@@ -57,36 +66,6 @@ pub enum ReviewError {
     Upstream(#[from] UpstreamError),
 }
 
-/// A token bucket: `qps` tokens a second, at most `burst` saved.
-struct Bucket {
-    qps: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl Bucket {
-    fn new(qps: f64, burst: u32) -> Bucket {
-        let burst = f64::from(burst.max(1));
-        Bucket { qps, burst, state: Mutex::new((burst, Instant::now())) }
-    }
-
-    fn take(&self) -> bool {
-        if self.qps <= 0.0 {
-            return true;
-        }
-        let now = Instant::now();
-        let mut st = self.state.lock();
-        let (tokens, last) = *st;
-        let tokens = (tokens + now.saturating_duration_since(last).as_secs_f64() * self.qps).min(self.burst);
-        if tokens < 1.0 {
-            *st = (tokens, now);
-            return false;
-        }
-        *st = (tokens - 1.0, now);
-        true
-    }
-}
-
 /// See the module doc.
 pub struct TokenAuthenticator {
     upstream: Upstream,
@@ -97,6 +76,8 @@ pub struct TokenAuthenticator {
     /// Rejected tokens, apart: they never push a valid one out.
     rejected: TtlCache<[u8; 32], ()>,
     bucket: Bucket,
+    /// A share of `bucket` per source address.
+    sources: Buckets<IpAddr>,
 }
 
 impl TokenAuthenticator {
@@ -104,19 +85,32 @@ impl TokenAuthenticator {
         let cache = TtlCache::new(opts.capacity);
         let rejected = TtlCache::new((opts.capacity / 8).max(64));
         let bucket = Bucket::new(opts.review_qps, opts.review_burst);
-        TokenAuthenticator { upstream, metrics, opts, cache, rejected, bucket }
+        let sources =
+            Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst }.share(SOURCE_SHARE));
+        TokenAuthenticator { upstream, metrics, opts, cache, rejected, bucket, sources }
     }
 
-    /// The user of `token`, `None` when the upstream says it is not valid. An unreachable
-    /// upstream, or the review rate bound, is an error and is not cached.
-    pub async fn review(&self, token: &str) -> Result<(Option<Arc<UserInfo>>, Lookup), ReviewError> {
+    /// The longest token reviewed.
+    pub fn max_token_bytes(&self) -> usize {
+        self.opts.max_token_bytes
+    }
+
+    /// The user of `token` (sent from `source`), `None` when the upstream says it is not
+    /// valid. An unreachable upstream, or a review rate bound (the source's share, or the
+    /// whole), is an error and is not cached.
+    pub async fn review(
+        &self,
+        token: &str,
+        source: Option<IpAddr>,
+    ) -> Result<(Option<Arc<UserInfo>>, Lookup), ReviewError> {
         let key = sha256(token.as_bytes());
         if self.rejected.peek(&key).is_some() {
             return Ok((None, Lookup::Hit));
         }
         self.cache
             .get_or_fetch(key, || async {
-                if !self.bucket.take() {
+                let source_ok = source.is_none_or(|ip| self.sources.take(&rate::source_key(ip)));
+                if !source_ok || !self.bucket.take() {
                     return Err(ReviewError::Limited);
                 }
                 let body = json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":token}});
@@ -137,11 +131,16 @@ impl TokenAuthenticator {
     }
 }
 
-/// The bearer token of an `Authorization` header (`Bearer <token>`, scheme case-insensitive).
+/// The bearer token of an `Authorization` header, read as the apiserver's bearer token
+/// authenticator reads it (`strings.SplitN(auth, " ", 3)` of the header value without its
+/// surrounding blanks; the scheme `bearer` in any case; the token is the second part and must
+/// not be empty): `Bearer  <token>` (two spaces) carries no token; `Bearer <token> <more>`
+/// carries `<token>`.
 pub fn bearer_token(value: &http::HeaderValue) -> Option<&str> {
-    let v = value.to_str().ok()?.trim();
-    let (scheme, token) = v.split_once(' ')?;
-    let token = token.trim();
+    let v = value.to_str().ok()?.trim_matches([' ', '\t']);
+    let mut parts = v.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
@@ -198,24 +197,19 @@ mod tests {
         assert_eq!(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_review_bucket_refills_at_its_rate() {
-        let b = Bucket::new(2.0, 3);
-        assert!((0..3).all(|_| b.take()), "the burst");
-        assert!(!b.take());
-        tokio::time::advance(Duration::from_millis(500)).await;
-        assert!(b.take(), "one more after 1/qps");
-        assert!(!b.take());
-        assert!((0..1000).all(|_| Bucket::new(0.0, 1).take()), "0 is unbounded");
-    }
-
     #[test]
     fn bearer_tokens() {
         let h = |s: &str| http::HeaderValue::from_str(s).unwrap();
         assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
-        assert_eq!(bearer_token(&h("bearer   abc ")), Some("abc"));
+        assert_eq!(bearer_token(&h("bearer abc ")), Some("abc"), "the value is trimmed");
+        assert_eq!(bearer_token(&h("Bearer abc def")), Some("abc"), "the second part");
+        // Go: `parts[1]` is empty, the token authenticator does not authenticate.
+        assert_eq!(bearer_token(&h("Bearer  abc")), None);
+        assert_eq!(bearer_token(&h("bearer   abc ")), None);
+        assert_eq!(bearer_token(&h("Bearer\tabc")), None);
         assert_eq!(bearer_token(&h("Basic abc")), None);
         assert_eq!(bearer_token(&h("Bearer ")), None);
+        assert_eq!(bearer_token(&h("Bearer")), None);
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Authorization by SubjectAccessReview on the upstream (authorization.k8s.io/v1): the caller's
 //! user, uid, groups and extra with the request's attributes. Decisions are cached (allowed ≈5
 //! min, denied ≈30 s, bounded LRU) and identical concurrent checks share one review.
+//! Reviews sent upstream are bounded per user (a token bucket each, `--authorization-review-qps`
+//! and `--authorization-review-burst`), past which the caller gets 429: one caller asking for
+//! many distinct names cannot make unbounded reviews. A decision whose user and attributes
+//! exceed [`MAX_KEY_BYTES`] is cached under the SHA-256 of its review instead of the whole.
 //!
 //! Called by `auth::Auth::authorize` for every read served from the cache, `/metrics`, and the
 //! `impersonate` checks.
@@ -12,12 +16,17 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::cache::{Lookup, TtlCache};
+use super::rate::{Buckets, Rate};
 use super::selectors::{self, Requirement};
 use super::user::UserInfo;
 use crate::metrics::{Metrics, Review};
 use crate::upstream::{Upstream, UpstreamError};
 
 pub const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// A decision cache key that would hold more than this (user and attributes, in bytes) is
+/// replaced by the SHA-256 of the review it stands for.
+pub const MAX_KEY_BYTES: usize = 4 * 1024;
 
 /// What is asked: a resource request (`path: None`) or a non-resource URL (`path: Some`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -49,6 +58,55 @@ pub struct AuthzOptions {
     pub allowed_ttl: Duration,
     pub denied_ttl: Duration,
     pub capacity: usize,
+    /// SubjectAccessReviews sent upstream per second per user (0: unbounded), and the burst.
+    pub review_qps: f64,
+    pub review_burst: u32,
+}
+
+/// Why a decision could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// Over the user's `--authorization-review-qps`: the caller should retry (429).
+    #[error("SubjectAccessReview rate limit of the user reached")]
+    Limited,
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+/// The decision cache's key: the user and attributes, or, when they are large, the digest of
+/// the review (a 30 KB name is not kept 10 000 times).
+// Unboxed: `Whole` is the key it always was (no allocation more per lookup); `Digest` is rare.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Whole(Arc<UserInfo>, Attributes),
+    Digest([u8; 32]),
+}
+
+impl Key {
+    fn new(user: &Arc<UserInfo>, attrs: &Attributes) -> Key {
+        if key_bytes(user, attrs) <= MAX_KEY_BYTES {
+            return Key::Whole(user.clone(), attrs.clone());
+        }
+        Key::Digest(super::authn::sha256(review_body(user, attrs).to_string().as_bytes()))
+    }
+}
+
+/// About what a key holding `user` and `attrs` takes.
+fn key_bytes(user: &UserInfo, a: &Attributes) -> usize {
+    let strs = |v: &[String]| v.iter().map(String::len).sum::<usize>();
+    let reqs = |r: &[Requirement]| r.iter().map(|r| r.key.len() + strs(&r.values)).sum::<usize>();
+    user.name.len()
+        + user.uid.len()
+        + strs(&user.groups)
+        + user.extra.iter().map(|(k, v)| k.len() + strs(v)).sum::<usize>()
+        + [&a.verb, &a.group, &a.version, &a.resource, &a.subresource, &a.namespace, &a.name]
+            .iter()
+            .map(|s| s.len())
+            .sum::<usize>()
+        + a.path.as_ref().map_or(0, String::len)
+        + reqs(&a.field_selector)
+        + reqs(&a.label_selector)
 }
 
 impl Default for AuthzOptions {
@@ -57,6 +115,8 @@ impl Default for AuthzOptions {
             allowed_ttl: Duration::from_secs(300),
             denied_ttl: Duration::from_secs(30),
             capacity: 10_000,
+            review_qps: 20.0,
+            review_burst: 100,
         }
     }
 }
@@ -66,25 +126,30 @@ pub struct Authorizer {
     upstream: Upstream,
     metrics: Arc<Metrics>,
     opts: AuthzOptions,
-    cache: TtlCache<(Arc<UserInfo>, Attributes), Decision>,
+    cache: TtlCache<Key, Decision>,
+    /// Reviews per user name.
+    users: Buckets<String>,
 }
 
 impl Authorizer {
     pub fn new(upstream: Upstream, opts: AuthzOptions, metrics: Arc<Metrics>) -> Authorizer {
         let cache = TtlCache::new(opts.capacity);
-        Authorizer { upstream, metrics, opts, cache }
+        let users = Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst });
+        Authorizer { upstream, metrics, opts, cache, users }
     }
 
-    /// The (cached) decision for `user` doing `attrs`. An unreachable upstream is an error and
-    /// is not cached.
+    /// The (cached) decision for `user` doing `attrs`. An unreachable upstream, or the user's
+    /// review rate bound, is an error and is not cached.
     pub async fn check(
         &self,
         user: &Arc<UserInfo>,
         attrs: &Attributes,
-    ) -> Result<(Decision, Lookup), UpstreamError> {
-        let key = (user.clone(), attrs.clone());
+    ) -> Result<(Decision, Lookup), CheckError> {
         self.cache
-            .get_or_fetch(key, || async {
+            .get_or_fetch(Key::new(user, attrs), || async {
+                if !self.users.take(&user.name) {
+                    return Err(CheckError::Limited);
+                }
                 let body = Bytes::from(review_body(user, attrs).to_string());
                 let started = tokio::time::Instant::now();
                 let answer = self.upstream.post_json(ACCESS_REVIEWS, body).await;
@@ -189,6 +254,25 @@ mod tests {
             review_body(&u, &m)["spec"]["nonResourceAttributes"],
             json!({"path":"/metrics","verb":"get"})
         );
+    }
+
+    #[test]
+    fn a_large_key_is_a_digest_that_still_tells_reviews_apart() {
+        let u = Arc::new(UserInfo { name: "alice".into(), ..UserInfo::default() });
+        let a = |name: String| Attributes {
+            verb: "get".into(),
+            resource: "pods".into(),
+            name,
+            ..Attributes::default()
+        };
+        assert!(matches!(Key::new(&u, &a("p".into())), Key::Whole(..)));
+        let (x, y) = (a("x".repeat(30_000)), a(format!("{}y", "x".repeat(29_999))));
+        let (kx, ky) = (Key::new(&u, &x), Key::new(&u, &y));
+        assert!(matches!(kx, Key::Digest(_)));
+        assert_ne!(kx, ky);
+        assert_eq!(kx, Key::new(&u, &x));
+        let bob = Arc::new(UserInfo { name: "bob".into(), ..UserInfo::default() });
+        assert_ne!(kx, Key::new(&bob, &x), "the user is part of it");
     }
 
     #[test]

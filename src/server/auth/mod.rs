@@ -13,12 +13,14 @@
 //! | `authz` | SubjectAccessReview + cache, [`Attributes`] |
 //! | `impersonate` | `Impersonate-*` headers |
 //! | `cache` | the bounded, coalescing TTL cache both use |
+//! | `rate` | token buckets: review rates per source, per user |
 //! | `status` | 401 / 403 bodies |
 
 pub mod authn;
 pub mod authz;
 pub mod cache;
 pub mod impersonate;
+pub mod rate;
 pub mod selectors;
 pub mod status;
 pub mod user;
@@ -65,10 +67,14 @@ impl Auth {
         }
     }
 
-    /// The caller of `req`: its verified client certificate first, then its bearer token, then
-    /// anonymous when allowed. An invalid token is 401 even with anonymous access on (the
-    /// apiserver's `FailOnError` union).
-    pub async fn authenticate<B>(&self, req: &Request<B>) -> Result<Caller, Response<Body>> {
+    /// The caller of `req` (sent from `source`): its verified client certificate first, then
+    /// its bearer token, then anonymous when allowed. An invalid token is 401 even with
+    /// anonymous access on (the apiserver's `FailOnError` union).
+    pub async fn authenticate<B>(
+        &self,
+        req: &Request<B>,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<Caller, Response<Body>> {
         if req.extensions().get::<VersionOneCertificate>().is_some() {
             return Err(status::unauthorized_with(status::V1_CERTIFICATE));
         }
@@ -84,7 +90,14 @@ impl Auth {
         }
         let token = req.headers().get(AUTHORIZATION).and_then(|h| authn::bearer_token(h).map(|t| (h, t)));
         if let Some((header, token)) = token {
-            let review = self.tokens.review(token).await;
+            if token.len() > self.tokens.max_token_bytes() {
+                tracing::debug!(
+                    len = token.len(),
+                    "bearer token over --authentication-token-max-length; answering 401"
+                );
+                return Err(status::unauthorized());
+            }
+            let review = self.tokens.review(token, source).await;
             let hit = matches!(review, Ok((_, cache::Lookup::Hit)));
             self.metrics.auth_cache(Review::Token, hit);
             return match review {
@@ -95,7 +108,9 @@ impl Auth {
                 Ok((None, _)) => Err(status::unauthorized()),
                 Err(authn::ReviewError::Limited) => {
                     tracing::warn!(
-                        "TokenReview rate limit reached (--authentication-token-review-qps); answering 429"
+                        source = ?source,
+                        "TokenReview rate limit reached (--authentication-token-review-qps, or this \
+                         source's share of it); answering 429"
                     );
                     Err(super::limits::too_many())
                 }
@@ -145,6 +160,11 @@ impl Auth {
                 } else {
                     Err(status::forbidden(&user.name, attrs, &d.reason))
                 }
+            }
+            Err(authz::CheckError::Limited) => {
+                tracing::warn!(user = %user.name,
+                    "SubjectAccessReview rate limit of the user reached (--authorization-review-qps); answering 429");
+                Err(super::limits::too_many())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "SubjectAccessReview failed");

@@ -1,5 +1,6 @@
 //! Phase 4: the request's `RequestInfo` (into the extensions), then the in-flight limit and the
-//! request timeout for what is not long-running. Before authentication, as in the apiserver's
+//! request timeout for what is not long-running; the request's `limits::Ticket` goes into the
+//! extensions too (`authenticate` adds its caller's share). Before authentication, as in the apiserver's
 //! handler chain (`WithMaxInFlightLimit` is outside `WithAuthentication`): whether a request is
 //! long-running needs its `RequestInfo` only, and unauthenticated callers must not be able to
 //! make the proxy send unbounded TokenReviews.
@@ -30,17 +31,22 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         if long_running {
             return pass(next, req).await;
         }
-        let permit = match self.0.limits.admit() {
-            Ok(p) => p,
+        let ticket = match self.0.limits.admit() {
+            Ok(t) => t,
             Err(resp) => {
                 self.0.record(&verb, "", 429, Served::Proxy, arrived);
                 return resp;
             }
         };
+        // `authenticate` adds the caller's share to the ticket.
+        req.extensions_mut().insert(ticket.clone());
         let deadline = tokio::time::Instant::now() + self.0.limits.opts.request_timeout;
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
-            // The permit stays taken until the body has been sent (or the deadline).
-            Ok(resp) => limits::InFlight::wrap(resp, permit, deadline),
+            // The ticket stays taken until the body has been sent (or the deadline, or the
+            // client stopped taking it).
+            Ok(resp) => {
+                limits::InFlight::wrap(resp, ticket, deadline, self.0.limits.opts.write_stall_timeout)
+            }
             Err(_) => {
                 self.0.record(&verb, "", 504, Served::Proxy, arrived);
                 limits::timed_out()

@@ -1,5 +1,6 @@
 //! Phase 5: authentication and impersonation (`auth`), or the trusted caller of `--auth=none`;
-//! the `Caller` goes into the extensions. The proxy's own metrics (`/watchcache/metrics`) are
+//! the `Caller` goes into the extensions, and a non-long-running request takes a slot of its
+//! user's in-flight share (`--max-requests-inflight-per-user`; 429 past it). The proxy's own metrics (`/watchcache/metrics`) are
 //! answered here, to callers allowed `get` on that non-resource URL, like the apiserver's.
 
 use std::sync::Arc;
@@ -37,6 +38,10 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
                 }
             }
             return health::metrics(&self.0);
+        }
+        if let Err(resp) = self.0.in_flight_share(&req, &caller) {
+            self.0.record("reject", "", 429, Served::Proxy, arrived);
+            return resp;
         }
         req.extensions_mut().insert(caller);
         pass(next, req).await
