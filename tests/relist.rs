@@ -579,14 +579,41 @@ async fn watches_kept_across_a_relist_would_miss_the_gap_so_they_end() {
 struct Recovered {
     /// From the cut to its new watch's 200 (after its relist).
     after: Duration,
-    /// LISTs it sent to the proxy (1: `resourceVersion=<its RV>&limit=500`, as client-go
-    /// relists after a watch's 410; 2: that one answered 410, then `limit=500` with RV unset).
+    /// LISTs it sent to the proxy (client-go relists after a watch's 410 with
+    /// `resourceVersion=<its RV>&limit=500`; after a 410 to that, with RV unset).
     lists: usize,
+    /// Answers that were not 200 (status 0: no answer), each retried after a backoff.
+    refused: Vec<u16>,
+}
+
+/// A LIST as a client-go informer sends it: the state, or the status of a failed answer.
+async fn list_once(http: &HttpClient, url: &str) -> Result<Mirror, u16> {
+    let r = common::send(http, http::Method::GET, url, None, &[]).await;
+    if r.status != 200 {
+        return Err(r.status.as_u16());
+    }
+    let v: Value = serde_json::from_slice(&r.body).map_err(|_| 0u16)?;
+    let key = |o: &Value| {
+        format!(
+            "{}/{}",
+            o["metadata"]["namespace"].as_str().unwrap_or(""),
+            o["metadata"]["name"].as_str().unwrap_or("")
+        )
+    };
+    let objects = v["items"].as_array().ok_or(0u16)?.iter().map(|o| (key(o), rv_of(o))).collect();
+    let rv = v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).ok_or(0u16)?;
+    Ok(Mirror { objects, rv, anomalies: Vec::new() })
+}
+
+/// client-go's backoff between failed attempts (0.8 s doubling, jitter 1.0), kept short here.
+async fn backoff(attempt: u32) {
+    let base = Duration::from_millis(800) * 2u32.pow(attempt.min(3));
+    tokio::time::sleep(base.mul_f64(1.0 + fastrand::f64())).await;
 }
 
 /// A client-go-like informer of A from `rv`: when its stream ends it re-watches from its last
-/// RV; after 410 it relists as client-go does, then watches from the list RV. Returns once
-/// that watch is open.
+/// RV; after 410 it relists as client-go does (retrying refused answers after a backoff), then
+/// watches from the list RV. Returns once that watch is open.
 async fn informer(
     http: HttpClient,
     base: String,
@@ -596,10 +623,18 @@ async fn informer(
 ) -> Recovered {
     let mut rv = rv;
     let mut first = true;
+    let mut refused = Vec::new();
+    let mut attempt = 0;
     loop {
         let url = format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}");
         let mut s = Stream::open(&http, &url).await;
-        assert_eq!(s.status, 200, "{url}");
+        if s.status != 200 {
+            assert!(!first, "{url}: {}", s.status);
+            refused.push(s.status);
+            backoff(attempt).await;
+            attempt += 1;
+            continue;
+        }
         if first {
             open.fetch_add(1, SeqCst);
             first = false;
@@ -618,17 +653,31 @@ async fn informer(
         if !gone {
             continue;
         }
-        let mut lists = 1;
-        let mut m = Mirror::list(&http, &format!("{base}{PATH}?resourceVersion={rv}&limit=500")).await;
-        if m.is_none() {
+        let mut lists = 0;
+        let mut unavailable = false;
+        let m = loop {
+            let q = if unavailable { String::new() } else { format!("resourceVersion={rv}&") };
             lists += 1;
-            m = Mirror::list(&http, &format!("{base}{PATH}?limit=500")).await;
+            match list_once(&http, &format!("{base}{PATH}?{q}limit=500")).await {
+                Ok(m) => break m,
+                Err(410) => unavailable = true,
+                Err(code) => {
+                    refused.push(code);
+                    backoff(attempt).await;
+                    attempt += 1;
+                }
+            }
+        };
+        loop {
+            let url = format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}", m.rv);
+            let s = Stream::open(&http, &url).await;
+            if s.status == 200 {
+                return Recovered { after: cut.get().elapsed(), lists, refused };
+            }
+            refused.push(s.status);
+            backoff(attempt).await;
+            attempt += 1;
         }
-        let m = m.expect("relist");
-        let url = format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}", m.rv);
-        let s = Stream::open(&http, &url).await;
-        assert_eq!(s.status, 200, "{url}");
-        return Recovered { after: cut.get().elapsed(), lists };
     }
 }
 
@@ -687,10 +736,16 @@ async fn the_rewatch_wave_after_a_relist_of_1000_watchers() {
     let mut after: Vec<Duration> = got.iter().map(|r| r.after).collect();
     after.sort();
     let proxy_lists: usize = got.iter().map(|r| r.lists).sum();
+    let mut refused = std::collections::BTreeMap::<u16, usize>::new();
+    for r in &got {
+        for c in &r.refused {
+            *refused.entry(*c).or_default() += 1;
+        }
+    }
     let forwarded = client_lists(&env) - lists0;
     let upstream = all_requests(&env) - requests0;
     eprintln!(
-        "re-watch wave: {n} watchers; A relisted {relisted:?} after the cut; all back {wave:?} after it (p50 {:?}, p99 {:?}); {proxy_lists} LISTs to the proxy ({} needed a second), {forwarded} of them reached the upstream; {upstream} upstream requests in all",
+        "re-watch wave: {n} watchers; A relisted {relisted:?} after the cut; all back {wave:?} after it (p50 {:?}, p99 {:?}); {proxy_lists} LISTs to the proxy ({} more than one per watcher), {forwarded} reached the upstream; {upstream} upstream requests in all; refused answers, retried after a backoff (status: count): {refused:?}",
         after[n / 2],
         after[n * 99 / 100],
         proxy_lists - n,
