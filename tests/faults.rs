@@ -806,9 +806,9 @@ async fn relist_case(name: &str, failing_lists: usize) {
 }
 
 /// 3. 410 on the re-watch (the sim compacted while the watch was cut): relist; the watchers
-///    the relist's differences concern end (no difference is sent), the others keep going.
+///    end, every one (each started before the list: issue 31), and no difference is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gone_rewatch_relists_and_ends_the_watchers_it_concerns() {
+async fn gone_rewatch_relists_and_ends_every_watcher() {
     let _g = SERIAL.lock().await;
     relist_case("410 relist", 0).await;
 }
