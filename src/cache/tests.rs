@@ -214,11 +214,8 @@ async fn relist_past_the_cache_ends_every_watch_and_sends_nothing() {
     // with a BOOKMARK at 20), though ghost g (app=b, namespace b) lived in (10, 20).
     let mut app_b = r.watch(req(label("b"), WatchStart::After(Rv(10)), true)).unwrap();
     let mut ns_b = r.watch(req(ns("b"), WatchStart::After(Rv(10)), false)).unwrap();
-    let mut meta = Filter::default();
-    meta.repr = crate::metadata_only::Repr::Metadata;
-    let mut meta_b = r
-        .watch(req(Filter { namespace: Some("b".into()), ..meta }, WatchStart::After(Rv(10)), true))
-        .unwrap();
+    let meta = Filter { repr: crate::metadata_only::Repr::Metadata, ..ns("b") };
+    let mut meta_b = r.watch(req(meta, WatchStart::After(Rv(10)), true)).unwrap();
     // Upstream state at 20: x changed at 15, y deleted, q added at 18, z unchanged.
     let items = vec![obj(&w, "a", "x", 15, "a"), obj(&w, "b", "z", 7, "b"), obj(&w, "c", "q", 18, "a")];
     w.replace(items, Rv(20));

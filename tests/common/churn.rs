@@ -80,7 +80,7 @@ pub async fn churn(sim: Sim, stop: Arc<AtomicBool>, stats: Arc<Stats>, seed: u64
         n += 1;
         let obj = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":NS},"data":{"v":n.to_string()}});
         let key = format!("{NS}/{name}");
-        let mut log = |t: &'static str, o: &serde_json::Value| {
+        let log = |t: &'static str, o: &serde_json::Value| {
             stats.written.lock().unwrap().push((t, key.clone(), rv_of(o)));
         };
         let ok = if let Ok(o) = sim.update("configmaps", NS, obj.clone()) {
