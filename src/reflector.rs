@@ -111,7 +111,9 @@ fn reason(e: &UpstreamError) -> String {
     }
 }
 
-/// Exponential backoff with full jitter.
+/// Exponential backoff with jitter: each sleep is the current step times a random factor in
+/// [1, 2) (client-go's `Jitter(d, 1.0)`), but never more than `max` (`backoff_max`, 30 s: the
+/// README's bound); the step doubles up to `max`.
 struct Backoff {
     next: Duration,
     initial: Duration,
@@ -126,7 +128,7 @@ impl Backoff {
         self.next = self.initial;
     }
     async fn wait(&mut self) {
-        let d = self.next.mul_f64(1.0 + fastrand::f64());
+        let d = self.next.mul_f64(1.0 + fastrand::f64()).min(self.max);
         self.next = (self.next * 2).min(self.max);
         tokio::time::sleep(d).await;
     }
@@ -368,5 +370,37 @@ async fn watch_once(
                 return (WatchEnd::Failed(reason, format!("ERROR event {}: {}", st.code, st.message)), rv);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README promises a backoff of 0.8 s doubling to 30 s: with the jitter, no sleep may
+    /// pass `backoff_max` (before: up to 60 s once the step reached 30 s).
+    #[tokio::test(start_paused = true)]
+    async fn backoff_never_sleeps_longer_than_its_max() {
+        let opts = ReflectorOptions::default();
+        let mut b = Backoff::new(&opts);
+        let mut slept = Vec::new();
+        for _ in 0..12 {
+            let t = tokio::time::Instant::now();
+            b.wait().await;
+            slept.push(t.elapsed());
+        }
+        assert!(
+            slept[0] >= Duration::from_millis(800) && slept[0] < Duration::from_millis(1600),
+            "{slept:?}"
+        );
+        // (The paused clock advances to timer ticks: up to 1 ms past the deadline.)
+        let max = Duration::from_secs(30) + Duration::from_millis(1);
+        assert!(slept.iter().all(|d| *d <= max), "{slept:?}");
+        // Once the step reached the max (0.8 s × 2⁶ > 30 s) every sleep is the max.
+        assert!(slept[7..].iter().all(|d| *d >= Duration::from_secs(30)), "{slept:?}");
+        b.reset();
+        let t = tokio::time::Instant::now();
+        b.wait().await;
+        assert!(t.elapsed() < Duration::from_millis(1600));
     }
 }

@@ -9,7 +9,7 @@
 //! HTTP/1.1 watchers of the proxy (half on all configmaps, half on one namespace each) while a writer changes configmaps in the sim before, during and after the
 //! fault, and checks each watcher against the writer's own record: every matching change
 //! exactly once, in increasing resourceVersion order (across a relist: a clean end right after
-//! what it had, or, for a watcher the relist does not concern, every change). Run by `cargo test --test faults`; owned by the reliability work
+//! what it had, for every watcher, as each started before the list: issue 31). Run by `cargo test --test faults`; owned by the reliability work
 //! (README "## Reliability"). The tests share one lock so that only one runs at a time.
 
 use std::collections::{BTreeMap, HashSet};
@@ -550,8 +550,8 @@ fn check_exact(record: &Record, seen: &[(Option<usize>, Seen)]) -> Tally {
 /// Delivery across a relist from cache RV `before` to a list at an RV in (`before`, `after`]
 /// (DESIGN §6): a watcher either ended cleanly at the relist, having received exactly the
 /// changes up to its last RV (≤ `before`) and nothing else, or stayed open and received every
-/// change of its scope at or below `before` and above `after`, in order (it stays only when
-/// the relist changed nothing it selects). No relist difference is ever sent: every event is a
+/// change of its scope at or below `before` and above `after`, in order (since issue 31 none
+/// that started before the list stays: `relist_case` asserts that all ended). No relist difference is ever sent: every event is a
 /// change the writer made. Counts the ended watchers in `ended`.
 fn check_relist(record: &Record, before: u64, after: u64, seen: &[(Option<usize>, Seen)]) -> Tally {
     let mut t = Tally::default();
@@ -729,9 +729,9 @@ async fn dropped_watch_resumes_from_the_cache_rv() {
 }
 
 /// Cut, compact, (optionally fail the next LISTs), restore: the re-watch gets 410, the proxy
-/// relists, and each live watcher either ends cleanly after exactly what it had (its client
-/// then gets 410 on a re-watch from that RV and relists) or, when the relist changed nothing it
-/// selects, keeps its watch and misses nothing.
+/// relists, and every live watcher (each started before the list) ends cleanly after exactly
+/// what it had (its client then gets 410 on a re-watch from that RV and relists), whatever the
+/// relist changed in its scope (issue 31).
 async fn relist_case(name: &str, failing_lists: usize) {
     let env = setup(SimOptions::default()).await;
     let watchers = Watchers::open(env.proxy.addr, env.start_rv).await;
@@ -770,7 +770,8 @@ async fn relist_case(name: &str, failing_lists: usize) {
     let tally = check_relist(&env.record.lock(), before, after, &seen);
     eprintln!("{name}: cut at cache RV {before}, relist seen at sim RV {after}, caught up {ok}, cached read while failing {served_during_failures:?}");
     eprintln!("{name}: {tally:?}");
-    assert!(tally.expected > 0 && tally.ended > 0, "{name}: watchers ended at the relist: {tally:?}");
+    assert!(tally.expected > 0, "{name}: {tally:?}");
+    assert_eq!(tally.ended, WATCHERS, "{name}: every watcher ended at the relist: {tally:?}");
     assert_eq!(
         (tally.lost, tally.duplicated, tally.reordered, tally.unexpected, tally.other_events),
         (0, 0, 0, 0, 0),
@@ -805,9 +806,9 @@ async fn relist_case(name: &str, failing_lists: usize) {
 }
 
 /// 3. 410 on the re-watch (the sim compacted while the watch was cut): relist; the watchers
-///    the relist's differences concern end (no difference is sent), the others keep going.
+///    end, every one (each started before the list: issue 31), and no difference is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gone_rewatch_relists_and_ends_the_watchers_it_concerns() {
+async fn gone_rewatch_relists_and_ends_every_watcher() {
     let _g = SERIAL.lock().await;
     relist_case("410 relist", 0).await;
 }

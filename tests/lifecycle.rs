@@ -1,6 +1,8 @@
 //! Integration: the proxy's life around its upstream — started before the upstream is up, a
 //! configured resource the upstream does not serve, a cache with no proof of being current
-//! for longer than `--max-staleness`, and the SIGTERM sequence with `--shutdown-delay-duration`.
+//! for longer than `--max-staleness`, the SIGTERM sequence with `--shutdown-delay-duration`,
+//! and a CRD deleted and created again at once (issue 31: the watches of the old one end, as
+//! the apiserver's do).
 
 mod common;
 
@@ -239,4 +241,68 @@ async fn nothing_outlives_the_grace_period() {
     assert!(forwarded.ends_within(Duration::from_secs(5)).await, "the forwarded watch ended with the server");
     assert!(t.elapsed() < Duration::from_secs(15), "shutdown took {:?}", t.elapsed());
     drop(sim);
+}
+
+/// Issue 31: a CRD deleted and created again at once. The apiserver tears the old storage down
+/// (its watches end) and its new watch cache lists at the current revision L, so the proxy's
+/// re-watch gets 410 and it relists; the objects are the same (the sim keeps them), so the
+/// difference for a client's watch is empty. Before the fix the proxy kept that watch with a
+/// BOOKMARK at L; now it ends, as the apiserver's does, and its re-watch from its RV is 410.
+#[tokio::test]
+async fn a_crd_deleted_and_created_again_ends_the_watches_of_the_old_one() {
+    let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .unwrap();
+    sim.sim.create("namespaces", "", json!({"metadata": {"name": "ns"}})).unwrap();
+    let w = sim
+        .sim
+        .create(
+            "example.com/widgets",
+            "ns",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+        )
+        .unwrap();
+    let rv = rv_of(&w);
+    let mut args = serve_args(sim.addr, &["configmaps", "example.com/widgets"]);
+    args.rediscovery_interval = Duration::ZERO;
+    let proxy = app::start(&args).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let widgets = proxy.readers.iter().find(|r| r.kind().resource == "widgets").unwrap();
+    widgets.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.unwrap();
+    let client = client();
+    let path = "/apis/example.com/v1/namespaces/ns/widgets";
+    let query = format!("?watch=true&allowWatchBookmarks=true&resourceVersion={rv}");
+    let mut at_proxy = open_watch(&client, &format!("http://{}{path}{query}", proxy.addr)).await;
+    let mut at_sim = open_watch(&client, &format!("http://{}{path}{query}", sim.addr)).await;
+    assert_eq!((at_proxy.status.as_u16(), at_sim.status.as_u16()), (200, 200));
+    let ended_before = widgets.watcher_stats().ended_at_relist;
+
+    sim.sim.set_served("example.com/widgets", false).unwrap();
+    // Deleting and creating a CRD are writes of CustomResourceDefinition objects: the revision
+    // moves on (the sim does not store CRDs; a configmap stands in for them).
+    sim.sim.create("configmaps", "ns", json!({"metadata": {"name": "crd-writes"}})).unwrap();
+    sim.sim.set_served("example.com/widgets", true).unwrap();
+    let l = sim.sim.current_rv().0;
+    assert!(at_sim.ends_within(Duration::from_secs(5)).await, "the sim's watch of the old CRD ended");
+    // The proxy's watch ends with nothing: no BOOKMARK at L presenting the re-creation as a
+    // quiet stretch.
+    let mut got = Vec::new();
+    while let Some(ev) = at_proxy.next(Duration::from_secs(10)).await {
+        got.push(ev);
+    }
+    assert!(got.is_empty(), "nothing across the re-creation: {got:?}");
+    assert!(at_proxy.ends_within(Duration::from_millis(200)).await, "the proxy's watch of the old CRD ended");
+    assert_eq!(widgets.watcher_stats().ended_at_relist, ended_before + 1, "ended by the relist");
+    assert!(widgets.window().0 .0 >= l, "the proxy relisted at the new storage's revision");
+    // Its re-watch from its RV: 410 at the proxy, as at the sim.
+    for base in [proxy.addr, sim.addr] {
+        let mut again = open_watch(&client, &format!("http://{base}{path}{query}")).await;
+        let ev = again.next(Duration::from_secs(10)).await.expect("an event");
+        assert_eq!(
+            (ev["type"].as_str(), ev["object"]["code"].as_u64()),
+            (Some("ERROR"), Some(410)),
+            "{base}: {ev}"
+        );
+    }
+    proxy.shutdown().await;
 }

@@ -4,11 +4,16 @@
 //! the proxy relists. Each client's stream, any prefix of it, and a resume from its last RV at
 //! the proxy, at another replica or at the sim must leave exactly the sim's state; and a
 //! `spec.nodeName=` watch sees what the sim's own watch sees; protobuf watchers (kubelets,
-//! controllers) get across a relist exactly what JSON watchers get. Run by `cargo test --test
-//! relist`.
+//! controllers) get across a relist exactly what JSON watchers get. Issue 31: a watch whose
+//! difference is empty ends too (an object created and deleted in the gap leaves none), in
+//! JSON, protobuf and metadata-only; every event the sim sent such a watch either reached the
+//! client or came after its stream ended, and the resume from its last RV answers 410. Run by
+//! `cargo test --test relist`.
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -283,7 +288,7 @@ async fn any_prefix_of_a_relisted_stream_resumes_right_anywhere() {
     let (start, url) = env.victim_and_keep().await;
     let mut w = Stream::open(&env.client, &url).await;
     assert_eq!(w.status, 200);
-    // A watch of what the relist does not change (label app=other): it may stay open.
+    // A watch of what the relist does not change (label app=other): it ends too (issue 31).
     let mut other = Stream::open(&env.client, &format!("{url}&labelSelector=app%3Dother")).await;
     assert_eq!(other.status, 200);
     env.gap_and_relist().await;
@@ -295,19 +300,18 @@ async fn any_prefix_of_a_relisted_stream_resumes_right_anywhere() {
     let n = every_prefix_resumes_right(&env, "A's watcher", &start, &events, &bases, &truth).await;
     assert!(ended, "the watch ended at the relist");
     eprintln!("{n} resumes, all at the truth");
-    // The untouched watch stayed open: a BOOKMARK at the list RV, then the next change.
+    // Issue 31: the watch the relist does not concern ends too (no BOOKMARK at the list RV,
+    // which would present the gap as a quiet stretch); its re-watch from its RV is 410.
     let (events, ended) = other.collect(IDLE).await;
-    assert!(!ended, "an empty difference keeps the watch");
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0]["type"], "BOOKMARK");
-    assert_eq!(rv_of(&events[0]["object"]), truth.rv, "at the list RV (nothing changed since)");
-    let mut o = cm("o", "0");
-    o["metadata"]["labels"] = json!({"app":"other"});
-    let o_rv = rv_of(&env.sim.sim.create("configmaps", NS, o).expect("create"));
-    match other.next(Duration::from_secs(10)).await {
-        Next::Event(ev) => assert_eq!((ev["type"].as_str(), rv_of(&ev["object"])), (Some("ADDED"), o_rv)),
-        n => panic!("the next change: {n:?}"),
-    }
+    assert!(ended, "an empty difference does not keep the watch: {events:?}");
+    assert!(events.is_empty(), "no BOOKMARK at the list RV: {events:?}");
+    let url = format!(
+        "{}{PATH}?watch=true&labelSelector=app%3Dother&resourceVersion={}",
+        Env::base(&env.a),
+        start.rv
+    );
+    let (first, _) = Stream::open(&env.client, &url).await.collect(IDLE).await;
+    assert_eq!(first.first().map(|e| e["object"]["code"].clone()), Some(json!(410)), "{first:?}");
 }
 
 /// Issue 22 §3: `fieldSelector=spec.nodeName=` (unscheduled pods, cluster-autoscaler's
@@ -422,8 +426,7 @@ fn summary(ev: &Value) -> (String, String, u64) {
 
 /// Issue 17 with issue 22: kubelets and controllers watch in protobuf. Across the same relist,
 /// a protobuf watcher gets exactly the events a JSON watcher gets (none of the gap's RVs, the
-/// stream ended), and an untouched protobuf watcher stays open with a protobuf BOOKMARK at the
-/// list RV, then the next change.
+/// stream ended), and an untouched protobuf watcher ends as well, with nothing (issue 31).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_watchers_across_a_relist_get_what_json_watchers_get() {
     let env = setup(3).await;
@@ -469,16 +472,292 @@ async fn protobuf_watchers_across_a_relist_get_what_json_watchers_get() {
     let resumed = resume(&env.client, &Env::base(&env.a), PATH, held, IDLE).await;
     assert_eq!(resumed.objects, truth.objects);
 
-    // The untouched protobuf watch: a BOOKMARK at the list RV, open, then the next change.
+    // The untouched protobuf watch ends too, with nothing (issue 31): no protobuf BOOKMARK at
+    // the list RV.
     let (events, ended) = pb_other.collect(IDLE).await;
-    assert!(!ended, "an empty difference keeps the protobuf watch");
-    assert_eq!(events.iter().map(|e| (e.type_.as_str(), e.rv)).collect::<Vec<_>>(), [("BOOKMARK", truth.rv)]);
-    let mut o = cm("o", "0");
-    o["metadata"]["labels"] = json!({"app":"other"});
-    let o_rv = rv_of(&env.sim.sim.create("configmaps", NS, o).expect("create"));
-    let (events, _) = pb_other.collect(IDLE).await;
+    assert!(ended, "an empty difference does not keep the protobuf watch: {events:?}");
+    assert!(events.is_empty(), "{events:?}");
+}
+
+/// One watch's events as (type, namespace/name, RV), bookmarks apart.
+fn changes(events: &[Value]) -> Vec<(String, String, u64)> {
+    events.iter().filter(|e| e["type"] != "BOOKMARK").map(summary).collect()
+}
+
+/// Issue 31 §2: watches by namespace, cluster-wide and of app=t open at A and at the sim from
+/// one RV. While A's upstream watch is stalled, x is created and deleted, y (app=t, another
+/// namespace) created, relabelled and deleted; A relists, and the difference for each watch
+/// is empty. The sim sends the gap's events (`ADDED x, DELETED x, ADDED
+/// y, DELETED y` to app=t); before the fix A sent a BOOKMARK at the list RV and kept every
+/// watch open, so its clients missed them all. Now every event the sim sent a watch either
+/// reached A's client or came after A's stream ended, no BOOKMARK bridges the gap, and the
+/// resume from the last RV received answers 410; JSON, protobuf and metadata-only alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_kept_across_a_relist_would_miss_the_gap_so_they_end() {
+    // Compacted by hand after the sim's own watches have read the gap.
+    let env = setup(10_000).await;
+    env.sim
+        .sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"u"}}))
+        .expect("namespace u");
+    let r0 = env.create("keep");
+    Env::synced(&env.a, r0).await;
+    let q = |path: &str, sel: &str| {
+        format!("{path}?watch=true&allowWatchBookmarks=true&resourceVersion={r0}{sel}")
+    };
+    let watches = [
+        ("namespace", q(PATH, "")),
+        ("cluster-wide", q("/api/v1/configmaps", "")),
+        ("app=t", q("/api/v1/configmaps", "&labelSelector=app%3Dt")),
+    ];
+    let mut at_a = Vec::new();
+    let mut at_sim = Vec::new();
+    for (_, pq) in &watches {
+        at_a.push(Stream::open(&env.client, &format!("{}{pq}", Env::base(&env.a))).await);
+        at_sim.push(Stream::open(&env.client, &format!("{}{pq}", env.sim_base())).await);
+    }
+    let app_t = format!("{}{}", Env::base(&env.a), watches[2].1);
+    let mut pb = PbStream::open(&env.client, &app_t).await;
+    let meta_accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let mut meta = common::open_watch_with(&env.client, &app_t, &[("accept", meta_accept)]).await;
+    assert!(at_a.iter().chain(&at_sim).all(|w| w.status == 200) && pb.status == 200 && meta.status == 200);
+
+    env.fault.stall_watches(true);
+    let labelled = |ns: &str, name: &str, app: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":ns,"labels":{"app":app}}});
+    let s = &env.sim.sim;
+    s.create("configmaps", NS, labelled(NS, "x", "t")).expect("x");
+    s.delete("configmaps", NS, "x").expect("delete x");
+    s.create("configmaps", "u", labelled("u", "y", "t")).expect("y");
+    s.update("configmaps", "u", labelled("u", "y", "v")).expect("relabel y");
+    s.delete("configmaps", "u", "y").expect("delete y");
+    assert_eq!(Env::cache_rv(&env.a), r0, "A's watch is stalled");
+    let mut sent_by_sim = Vec::new();
+    for w in &mut at_sim {
+        sent_by_sim.push(changes(&w.collect(IDLE).await.0));
+    }
+    let app_t_events: Vec<(&str, &str)> =
+        sent_by_sim[2].iter().map(|c| (c.0.as_str(), c.1.as_str())).collect();
+    assert_eq!(app_t_events, [("ADDED", "t/x"), ("DELETED", "t/x"), ("ADDED", "u/y"), ("DELETED", "u/y")]);
+    s.compact();
+    env.relist_a().await;
+    let l = s.current_rv().0;
+
+    for (i, (who, _)) in watches.iter().enumerate() {
+        let sent = &sent_by_sim[i];
+        let (got, ended) = at_a[i].collect(IDLE).await;
+        assert!(sent.len() >= 2, "{who}: the sim sent the gap's events: {sent:?}");
+        assert!(ended, "{who}: the watch ended at A's relist: {got:?}");
+        // Event-level: what A's client got is a prefix of what the sim sent; nothing after
+        // it (no event, no BOOKMARK) bridges the rest.
+        let received = changes(&got);
+        assert_eq!(received[..], sent[..received.len().min(sent.len())], "{who}: {got:?} vs {sent:?}");
+        let last = got.last().map_or(r0, |e| rv_of(&e["object"]));
+        if let Some(missed) = sent.get(received.len()) {
+            assert!(last < missed.2, "{who}: its last RV {last} passes the missed {missed:?}: {got:?}");
+        }
+        // The resume from its last RV: 410 (the gap is not served as a quiet stretch).
+        let url = format!(
+            "{}{}",
+            Env::base(&env.a),
+            watches[i].1.replace(&format!("resourceVersion={r0}"), &format!("resourceVersion={last}"))
+        );
+        let (first, _) = Stream::open(&env.client, &url).await.collect(IDLE).await;
+        assert_eq!(first.first().map(|e| e["object"]["code"].clone()), Some(json!(410)), "{who}: {first:?}");
+        assert!(last < l);
+    }
+    let (pb_events, pb_ended) = pb.collect(IDLE).await;
+    assert!(pb_ended && pb_events.is_empty(), "protobuf app=t: {pb_events:?}, ended {pb_ended}");
+    let mut lines = Vec::new();
+    while let Some(line) = meta.next_line(IDLE).await {
+        lines.push(String::from_utf8_lossy(&line).into_owned());
+    }
+    assert!(lines.is_empty(), "metadata-only app=t: {lines:?}");
+    assert!(meta.ends_within(Duration::from_millis(200)).await, "metadata-only app=t ended");
+}
+
+/// What one informer-like client did in the re-watch wave.
+struct Recovered {
+    /// From the cut to its new watch's 200 (after its relist).
+    after: Duration,
+    /// LISTs it sent to the proxy (client-go relists after a watch's 410 with
+    /// `resourceVersion=<its RV>&limit=500`; after a 410 to that, with RV unset).
+    lists: usize,
+    /// Answers that were not 200 (status 0: no answer), each retried after a backoff.
+    refused: Vec<u16>,
+}
+
+/// A LIST as a client-go informer sends it: the state, or the status of a failed answer.
+async fn list_once(http: &HttpClient, url: &str) -> Result<Mirror, u16> {
+    let r = common::send(http, http::Method::GET, url, None, &[]).await;
+    if r.status != 200 {
+        return Err(r.status.as_u16());
+    }
+    let v: Value = serde_json::from_slice(&r.body).map_err(|_| 0u16)?;
+    let key = |o: &Value| {
+        format!(
+            "{}/{}",
+            o["metadata"]["namespace"].as_str().unwrap_or(""),
+            o["metadata"]["name"].as_str().unwrap_or("")
+        )
+    };
+    let objects = v["items"].as_array().ok_or(0u16)?.iter().map(|o| (key(o), rv_of(o))).collect();
+    let rv = v["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).ok_or(0u16)?;
+    Ok(Mirror { objects, rv, anomalies: Vec::new() })
+}
+
+/// client-go's backoff between failed attempts (0.8 s doubling, jitter 1.0), kept short here.
+async fn backoff(attempt: u32) {
+    let base = Duration::from_millis(800) * 2u32.pow(attempt.min(3));
+    tokio::time::sleep(base.mul_f64(1.0 + fastrand::f64())).await;
+}
+
+/// A client-go-like informer of A from `rv`: when its stream ends it re-watches from its last
+/// RV; after 410 it relists as client-go does (retrying refused answers after a backoff), then
+/// watches from the list RV. Returns once that watch is open.
+async fn informer(
+    http: HttpClient,
+    base: String,
+    rv: u64,
+    open: Arc<AtomicUsize>,
+    cut: Arc<OnceInstant>,
+) -> Recovered {
+    let mut rv = rv;
+    let mut first = true;
+    let mut refused = Vec::new();
+    let mut attempt = 0;
+    loop {
+        let url = format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}");
+        let mut s = Stream::open(&http, &url).await;
+        if s.status != 200 {
+            assert!(!first, "{url}: {}", s.status);
+            refused.push(s.status);
+            backoff(attempt).await;
+            attempt += 1;
+            continue;
+        }
+        if first {
+            open.fetch_add(1, SeqCst);
+            first = false;
+        }
+        let gone = loop {
+            match s.next(Duration::from_secs(120)).await {
+                Next::Event(ev) if ev["type"] == "ERROR" => {
+                    assert_eq!(ev["object"]["code"], 410, "{ev}");
+                    break true;
+                }
+                Next::Event(ev) => rv = rv_of(&ev["object"]),
+                Next::End => break false,
+                Next::Idle => panic!("{url}: nothing for 120 s"),
+            }
+        };
+        if !gone {
+            continue;
+        }
+        let mut lists = 0;
+        let mut unavailable = false;
+        let m = loop {
+            let q = if unavailable { String::new() } else { format!("resourceVersion={rv}&") };
+            lists += 1;
+            match list_once(&http, &format!("{base}{PATH}?{q}limit=500")).await {
+                Ok(m) => break m,
+                Err(410) => unavailable = true,
+                Err(code) => {
+                    refused.push(code);
+                    backoff(attempt).await;
+                    attempt += 1;
+                }
+            }
+        };
+        loop {
+            let url = format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}", m.rv);
+            let s = Stream::open(&http, &url).await;
+            if s.status == 200 {
+                return Recovered { after: cut.get().elapsed(), lists, refused };
+            }
+            refused.push(s.status);
+            backoff(attempt).await;
+            attempt += 1;
+        }
+    }
+}
+
+/// An instant set once, read by many.
+#[derive(Default)]
+struct OnceInstant(std::sync::OnceLock<Instant>);
+
+impl OnceInstant {
+    fn get(&self) -> Instant {
+        *self.0.get().expect("set before any watch can end")
+    }
+}
+
+/// The cost of issue 31 (README, Relists): a relist ends every watch that started before it,
+/// so its watchers re-watch (410) and relist at once. 1 000 informer-like watchers of A
+/// (`WAVE_WATCHERS`); a stall, a compaction, a cut: A relists; each watcher's stream ends, its
+/// re-watch gets 410, it relists as client-go does and watches again. Prints how long the
+/// wave took and what reached the upstream; every watcher must be back within 120 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rewatch_wave_after_a_relist_of_1000_watchers() {
+    let n: usize = std::env::var("WAVE_WATCHERS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let env = setup(10_000).await;
+    for i in 0..20 {
+        env.create(&format!("o{i}"));
+    }
+    let r0 = env.sim.sim.current_rv().0;
+    Env::synced(&env.a, r0).await;
+    let open = Arc::new(AtomicUsize::new(0));
+    let cut = Arc::new(OnceInstant::default());
+    let tasks: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(informer(client(), Env::base(&env.a), r0, open.clone(), cut.clone())))
+        .collect();
+    let end = Instant::now() + Duration::from_secs(60);
+    while open.load(SeqCst) < n {
+        assert!(Instant::now() < end, "{} of {n} watches open", open.load(SeqCst));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.fault.stall_watches(true);
+    env.delete("o0");
+    env.create("gap");
+    env.sim.sim.compact();
+    let client_lists =
+        |env: &Env| env.sim.sim.request_count(|r| r.path == PATH && !r.query.contains("watch=true"));
+    let all_requests = |env: &Env| env.sim.sim.request_count(|_| true);
+    let (lists0, requests0) = (client_lists(&env), all_requests(&env));
+    let _ = cut.0.set(Instant::now());
+    env.relist_a().await;
+    let relisted = cut.get().elapsed();
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(
+            tokio::time::timeout(Duration::from_secs(120), t).await.expect("back within 120 s").unwrap(),
+        );
+    }
+    let wave = cut.get().elapsed();
+    let mut after: Vec<Duration> = got.iter().map(|r| r.after).collect();
+    after.sort();
+    let proxy_lists: usize = got.iter().map(|r| r.lists).sum();
+    let mut refused = std::collections::BTreeMap::<u16, usize>::new();
+    for r in &got {
+        for c in &r.refused {
+            *refused.entry(*c).or_default() += 1;
+        }
+    }
+    let forwarded = client_lists(&env) - lists0;
+    let upstream = all_requests(&env) - requests0;
+    eprintln!(
+        "re-watch wave: {n} watchers; A relisted {relisted:?} after the cut; all back {wave:?} after it (p50 {:?}, p99 {:?}); {proxy_lists} LISTs to the proxy ({} more than one per watcher), {forwarded} reached the upstream; {upstream} upstream requests in all; refused answers, retried after a backoff (status: count): {refused:?}",
+        after[n / 2],
+        after[n * 99 / 100],
+        proxy_lists - n,
+    );
     assert_eq!(
-        events.iter().map(|e| (e.type_.as_str(), e.key.as_str(), e.rv)).collect::<Vec<_>>(),
-        [("ADDED", "t/o", o_rv)]
+        env.a
+            .readers
+            .iter()
+            .find(|r| r.kind().resource == "configmaps")
+            .unwrap()
+            .watcher_stats()
+            .ended_at_relist as usize,
+        n
     );
 }

@@ -10,6 +10,12 @@
 //!
 //! Seeded (`MODEL_SEED`) and timed by `SOAK_SECS` (default 12 s of churn). Run by
 //! `cargo test --test tiers`.
+//!
+//! Issue 31: a relist at the middle tier whose difference for a leaf's upstream watch is
+//! empty (an object created and deleted while the middle's own upstream watch was stalled)
+//! must end that watch, so the leaf never presents the gap as a quiet stretch: its watches,
+//! Exact LISTs and continue tokens inside the gap answer 410 (or are forwarded), never a state
+//! without the object.
 
 mod common;
 
@@ -19,7 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::churn::{assert_clients_at_truth, churn, run_client, Stats, NS, PATH};
+use common::churn::{
+    assert_clients_at_truth, assert_streams_missed_nothing, churn, run_client, Stats, NS, PATH,
+};
+use common::fault::Fault;
 use common::mirror::{Mirror, Next, Stream};
 use common::{client, serve_args};
 use kube_watchcache::app::{self, Running};
@@ -192,6 +201,8 @@ async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
     let caught_up = t.elapsed();
     let http = client();
     let truth = Mirror::list(&http, &format!("{}{PATH}", bases[3])).await.expect("truth");
+    let (streams, changes) = assert_streams_missed_nothing(&stats);
+    eprintln!("event-level: {streams} streams, {changes} changes received, none skipped");
     assert_clients_at_truth(held, &bases, &truth, seed + 2).await;
     // The restarts made the leaves relist from the new middle tier (the 410 path was taken).
     let leaf_lists = relists(l1.addr).await + relists(l2.addr).await;
@@ -223,6 +234,114 @@ async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
     assert!(s.writes.load(SeqCst) > 0 && s.events.load(SeqCst) > 0);
     assert!(n_l > 0, "events timed through two tiers");
     for p in [middle, l1, l2] {
+        p.shutdown().await;
+    }
+}
+
+/// Issue 31 §1: proxy C's upstream is proxy A, A's upstream goes through the fault relay. A's
+/// watch stalls; x is created (a client lists at the sim and holds x at RV r) and deleted; the
+/// sim compacts, A's re-watch gets 410 and A relists at L. x is in neither A's cache nor the
+/// list: the difference for C's upstream watch is empty. Before the fix A kept it open with a
+/// BOOKMARK at L, C moved to L and served (its old RV, L] as a quiet stretch: a watch from r
+/// gave nothing (the client kept x forever), an Exact LIST at r and a continue token at r
+/// omitted x. Now A ends C's watch, C re-watches (410) and relists, and each of those answers
+/// 410 or the sim's own state at r.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_with_an_empty_difference_at_the_middle_leaves_no_quiet_gap_at_the_leaf() {
+    let sim: SimHandle =
+        Sim::start(SimOptions { compaction_window: 3, ..Default::default() }).await.expect("sim");
+    let s = &sim.sim;
+    s.create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":NS}}))
+        .expect("namespace");
+    let cm =
+        |name: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":NS}});
+    let rv_of =
+        |o: serde_json::Value| -> u64 { o["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap() };
+    let a_rv = rv_of(s.create("configmaps", NS, cm("a")).expect("a"));
+    let fault = Fault::start(sim.addr).await;
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let a = proxy(fault.addr, any).await;
+    let c = proxy(a.addr, any).await;
+    c.readers[0].wait_for(Rv(a_rv), Duration::from_secs(10)).await.expect("C synced");
+    let http = client();
+    let c_base = format!("http://{}", c.addr);
+    let lists_at = |p: &Running| p.readers[0].watcher_stats();
+    // A watch at C from before the gap, as an informer of C holds one.
+    let c0 = c.readers[0].progress().rv.0;
+    let mut before = Stream::open(
+        &http,
+        &format!("{c_base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={c0}"),
+    )
+    .await;
+    assert_eq!(before.status, 200);
+
+    fault.stall_watches(true);
+    let r = rv_of(s.create("configmaps", NS, cm("x")).expect("x"));
+    // A client of the sim holds x at r, and a continue token at r (page 1: a).
+    let at_r = Mirror::list(&http, &format!("http://{}{PATH}", sim.addr)).await.expect("list at r");
+    assert_eq!((at_r.rv, at_r.objects.contains_key(&format!("{NS}/x"))), (r, true));
+    let page =
+        common::send(&http, http::Method::GET, &format!("http://{}{PATH}?limit=1", sim.addr), None, &[])
+            .await;
+    let page: serde_json::Value = serde_json::from_slice(&page.body).expect("page 1");
+    let token = page["metadata"]["continue"].as_str().expect("a continue token").to_owned();
+    s.delete("configmaps", NS, "x").expect("delete x");
+    // Past the sim's compaction window (3): A's RV and r are gone upstream.
+    for i in 0..3 {
+        s.create("configmaps", NS, cm(&format!("n{i}"))).expect("create");
+    }
+    s.delete("configmaps", NS, "n0").expect("delete n0");
+    s.delete("configmaps", NS, "n1").expect("delete n1");
+    s.delete("configmaps", NS, "n2").expect("delete n2");
+    assert!(a.readers[0].progress().rv.0 < r, "A's watch is stalled");
+    // The cut: A's re-watch gets 410, A relists at L; nothing C selects differs.
+    let ended_at_a = lists_at(&a).ended_at_relist;
+    fault.drop_all();
+    fault.stall_watches(false);
+    let l = s.current_rv().0;
+    a.readers[0].wait_for(Rv(l), Duration::from_secs(20)).await.expect("A relisted");
+    c.readers[0].wait_for(Rv(l), Duration::from_secs(20)).await.expect("C caught up");
+    assert!(lists_at(&a).ended_at_relist > ended_at_a, "A ended C's upstream watch at its relist");
+    let (floor, _) = c.readers[0].window();
+    assert!(floor.0 >= l, "C relisted (its history starts at {floor}, not inside the gap before {l})");
+    // C's own client watch from before the gap ended, without any RV of the gap.
+    let (events, ended) = before.collect(Duration::from_millis(700)).await;
+    assert!(ended, "the watch at C from before the gap ended: {events:?}");
+    assert!(
+        events.iter().all(|e| rv_of(e["object"].clone()) < r),
+        "nothing from the gap, no BOOKMARK at L: {events:?}"
+    );
+
+    // A watch at C from r: 410 (the client relists and drops x), not silence.
+    let (events, _) = Stream::open(&http, &format!("{c_base}{PATH}?watch=true&resourceVersion={r}"))
+        .await
+        .collect(Duration::from_millis(700))
+        .await;
+    assert_eq!(
+        events.first().map(|e| (e["type"].clone(), e["object"]["code"].clone())),
+        Some((json!("ERROR"), json!(410))),
+        "watch from r at C: {events:?}"
+    );
+    // An Exact LIST at r and the continue token at r: 410 (forwarded: the sim compacted r), or
+    // the sim's state at r (with x); never a state without x.
+    for (what, url) in [
+        ("Exact LIST", format!("{c_base}{PATH}?resourceVersion={r}&resourceVersionMatch=Exact")),
+        ("legacy Exact", format!("{c_base}{PATH}?resourceVersion={r}&limit=500")),
+        ("continue token", format!("{c_base}{PATH}?limit=500&continue={token}")),
+    ] {
+        let resp = common::send(&http, http::Method::GET, &url, None, &[]).await;
+        let body = String::from_utf8_lossy(&resp.body).into_owned();
+        match resp.status.as_u16() {
+            410 => {}
+            200 => assert!(body.contains("\"x\""), "{what} at r from C omits x: {body}"),
+            other => panic!("{what} at r from C: {other} {body}"),
+        }
+    }
+    // The client that held x, resumed at C, drops it.
+    let got = common::mirror::resume(&http, &c_base, PATH, at_r, Duration::from_millis(700)).await;
+    let truth = Mirror::list(&http, &format!("http://{}{PATH}", sim.addr)).await.expect("truth");
+    assert_eq!(got.objects, truth.objects, "the client of C holds no ghost");
+    for p in [c, a] {
         p.shutdown().await;
     }
 }

@@ -30,7 +30,6 @@ pub use list::{ListBody, Page};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
-use crate::metadata_only::Repr;
 use crate::resource::{typing, Event, EventType, Object, ObjectKey, ResourceKind, Rv, Typing};
 use budget::TimeBudget;
 use filter::{Dispatched, LazyFrames};
@@ -153,10 +152,10 @@ impl Writer {
 
     /// Installs a complete upstream list at `list_rv` (the first sync and every relist); the
     /// history restarts at `list_rv`, so a watch from any older RV (one inside the gap the
-    /// relist covers included) now answers 410. Live watchers get no differences: each one for
-    /// which staying open is not provably safe ends after what it already has
-    /// (`Watchers::end_unsafe_at_relist`, DESIGN §6); the others get nothing from the relist
-    /// but a BOOKMARK at `list_rv` (those that asked for bookmarks).
+    /// relist covers included) now answers 410, and Exact reads and continue tokens there are
+    /// forwarded. Every live watcher that started before `list_rv` ends after what it already
+    /// has, with no difference and no BOOKMARK (`Watchers::end_at_relist`, DESIGN §6, issue
+    /// 31), unless the cache had already reached `list_rv` and nothing it selects differs.
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
         let now = Instant::now();
         let mut st = self.shared.state.lock();
@@ -165,13 +164,11 @@ impl Writer {
             next.insert(o.header.key.clone(), Arc::new(o));
         }
         if !st.watchers.is_empty() {
-            let events = diff(&st.store, &next);
-            let live = st.watchers.len();
             let cache_rv = st.rv;
-            let bookmarks = Repr::ALL.map(|repr| {
-                watch::bookmark_frame(&self.shared.kind, &self.shared.typing.proto, list_rv, false, repr)
-            });
-            let ended = st.watchers.end_unsafe_at_relist(&events, cache_rv, list_rv, &bookmarks);
+            // The differences only matter when the cache had reached the list RV already.
+            let events = if list_rv <= cache_rv { diff(&st.store, &next) } else { Vec::new() };
+            let live = st.watchers.len();
+            let ended = st.watchers.end_at_relist(&events, cache_rv, list_rv);
             tracing::info!(
                 resource = %self.shared.kind.group_resource(),
                 from = %cache_rv,
@@ -179,7 +176,7 @@ impl Writer {
                 differences = events.len(),
                 ended,
                 kept = live - ended,
-                "relist: ended the watches that could not provably stay open"
+                "relist: ended the watches that started before the list"
             );
         }
         st.store = next;
@@ -277,7 +274,8 @@ impl Writer {
 }
 
 /// The objects that differ between `old` (the cache) and `new` (a relist's list): added,
-/// changed (another RV) or gone. Only used to find the watchers they concern (those end).
+/// changed (another RV) or gone. Only used, when the cache had reached the list RV, to find
+/// the watchers they concern (those end).
 fn diff(old: &Store, new: &Store) -> Vec<Difference> {
     let mut out = Vec::new();
     for (k, n) in new.iter() {
@@ -305,7 +303,8 @@ pub struct Reader {
 pub struct WatcherStats {
     pub live: usize,
     pub terminated: u64,
-    /// Watchers ended by relists (DESIGN §6: those that could not provably stay open).
+    /// Watchers ended by relists (DESIGN §6: every one that started before the list, unless
+    /// provably complete).
     pub ended_at_relist: u64,
     /// (event, watcher) pairs examined by the fan-out; grows with interested watchers only.
     pub offered: u64,

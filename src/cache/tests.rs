@@ -201,46 +201,65 @@ fn label(app: &str) -> Filter {
     Filter::new(None, None, LabelSelector::parse(&format!("app={app}")).unwrap(), FieldSelector::default())
 }
 
+/// Issue 31: a relist to a list RV past the cache ends every watch that started before it,
+/// those with an empty difference too (an object created and deleted in the gap leaves no
+/// difference), with no difference and no BOOKMARK, in every representation.
 #[tokio::test]
-async fn relist_ends_the_watchers_the_differences_concern_and_sends_none() {
+async fn relist_past_the_cache_ends_every_watch_and_sends_nothing() {
     let (mut w, r) = setup();
+    let ns = |n: &str| Filter::new(Some(n.into()), None, Default::default(), Default::default());
     let mut all = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
-    let mut ns_a = r
-        .watch(req(
-            Filter::new(Some("a".into()), None, Default::default(), Default::default()),
-            WatchStart::After(Rv(10)),
-            false,
-        ))
-        .unwrap();
-    // Nothing of app=b changes: this watch stays open.
+    let mut ns_a = r.watch(req(ns("a"), WatchStart::After(Rv(10)), true)).unwrap();
+    // Nothing of app=b nor of namespace b differs: before issue 31 these stayed open (app=b
+    // with a BOOKMARK at 20), though ghost g (app=b, namespace b) lived in (10, 20).
     let mut app_b = r.watch(req(label("b"), WatchStart::After(Rv(10)), true)).unwrap();
-    let mut ns_b = r
-        .watch(req(
-            Filter::new(Some("b".into()), None, Default::default(), Default::default()),
-            WatchStart::After(Rv(10)),
-            false,
-        ))
-        .unwrap();
+    let mut ns_b = r.watch(req(ns("b"), WatchStart::After(Rv(10)), false)).unwrap();
+    let meta = Filter { repr: crate::metadata_only::Repr::Metadata, ..ns("b") };
+    let mut meta_b = r.watch(req(meta, WatchStart::After(Rv(10)), true)).unwrap();
     // Upstream state at 20: x changed at 15, y deleted, q added at 18, z unchanged.
     let items = vec![obj(&w, "a", "x", 15, "a"), obj(&w, "b", "z", 7, "b"), obj(&w, "c", "q", 18, "a")];
     w.replace(items, Rv(20));
-    assert_eq!(drain(&mut all).await, Some(vec![]), "ended, no difference sent");
-    assert_eq!(drain(&mut ns_a).await, Some(vec![]), "ended, no difference sent");
-    assert_eq!(r.watcher_stats().live, 2, "app=b and namespace b stay");
+    for (who, watch) in [
+        ("all", &mut all),
+        ("ns a", &mut ns_a),
+        ("app=b", &mut app_b),
+        ("ns b", &mut ns_b),
+        ("metadata", &mut meta_b),
+    ] {
+        assert_eq!(drain(watch).await, Some(vec![]), "{who}: ended, nothing sent");
+    }
+    assert_eq!(r.watcher_stats().live, 0);
+    assert_eq!(r.watcher_stats().ended_at_relist, 5);
     assert_eq!(r.window(), (Rv(20), Rv(20)));
     // A re-watch from any RV the ended clients may hold, up to the list RV excluded, is 410.
     for rv in [10, 15, 19] {
         let e = r.watch(req(Filter::default(), WatchStart::After(Rv(rv)), false)).err().unwrap();
         assert_eq!(e.to_string(), format!("too old resource version: {rv} (20)"));
     }
-    // The survivors get the events after the list; the one that asked for bookmarks first a
-    // BOOKMARK at the list RV (its state there is the one it holds).
+    // The state inside the gap is not served: Exact reads there go upstream.
+    assert!(r.snapshot_at(Rv(15)).is_none());
+    // A watch from the list RV gets the events after it.
+    let mut again = r.watch(req(label("b"), WatchStart::After(Rv(20)), true)).unwrap();
     w.apply(EventType::Modified, obj(&w, "b", "z", 21, "b")).unwrap();
-    assert_eq!(
-        take(&mut app_b, 2).await,
-        vec![("BOOKMARK".into(), "".into(), "20".into()), ("MODIFIED".into(), "z".into(), "21".into())]
-    );
-    assert_eq!(take(&mut ns_b, 1).await, vec![("MODIFIED".into(), "z".into(), "21".into())]);
+    assert_eq!(take(&mut again, 1).await, vec![("MODIFIED".into(), "z".into(), "21".into())]);
+}
+
+/// The one case a relist may keep a watch: the cache had already applied every upstream event
+/// up to the list RV (list RV == cache RV) and nothing the watch selects differs. A watch a
+/// difference concerns still ends.
+#[tokio::test]
+async fn relist_at_the_cache_rv_keeps_the_watches_no_difference_concerns() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    let mut app_b = r.watch(req(label("b"), WatchStart::After(Rv(10)), true)).unwrap();
+    let mut all = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).unwrap();
+    // A list at 12 that disagrees about y (an inconsistent upstream): only watches of y end.
+    let items = vec![obj(&w, "a", "x", 12, "a"), obj(&w, "b", "z", 7, "b")];
+    w.replace(items, Rv(12));
+    assert_eq!(drain(&mut all).await, Some(vec![]));
+    assert_eq!(r.watcher_stats().live, 1);
+    w.apply(EventType::Modified, obj(&w, "b", "z", 13, "b")).unwrap();
+    assert_eq!(take(&mut app_b, 1).await, vec![("MODIFIED".into(), "z".into(), "13".into())], "no BOOKMARK");
 }
 
 #[tokio::test]
@@ -430,10 +449,28 @@ async fn periodic_bookmarks_follow_the_cache_rv() {
     assert_eq!(start.elapsed().as_secs(), 70);
 }
 
+/// Periodic bookmarks carry news only; the one 2 s before the deadline goes out even when
+/// nothing happened (at the start RV), as the apiserver's does, so the client re-watches from
+/// a fresh RV.
 #[tokio::test(start_paused = true)]
-async fn no_bookmark_when_the_cache_did_not_move() {
+async fn a_quiet_watch_gets_only_the_bookmark_before_its_deadline() {
     let (_w, r) = setup();
     let mut request = req(Filter::default(), WatchStart::After(Rv(10)), true);
+    request.deadline = Instant::now() + Duration::from_secs(70);
+    let start = Instant::now();
+    let mut watch = r.watch(request).unwrap();
+    let f = watch.next().await.unwrap();
+    assert_eq!(parse_frame(&f), ("BOOKMARK".into(), "".into(), "10".into()));
+    assert_eq!(start.elapsed().as_secs(), 68, "none at 60 s: the cache did not move");
+    assert!(watch.next().await.is_none());
+    assert_eq!(start.elapsed().as_secs(), 70);
+    // Without `allowWatchBookmarks`, none at all.
+    let mut request = req(Filter::default(), WatchStart::After(Rv(10)), false);
+    request.deadline = Instant::now() + Duration::from_secs(70);
+    let mut watch = r.watch(request).unwrap();
+    assert!(watch.next().await.is_none());
+    // A watch from a future RV gets no bookmark behind its start.
+    let mut request = req(Filter::default(), WatchStart::After(Rv(40)), true);
     request.deadline = Instant::now() + Duration::from_secs(70);
     let mut watch = r.watch(request).unwrap();
     assert!(watch.next().await.is_none());

@@ -121,7 +121,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 }
                 last_rv = replay.last().map(|e| e.rv).unwrap_or(rv);
                 let min_rv = last_rv.max(rv);
-                let (id, rx) = st.watchers.add(filter.clone(), min_rv, req.bookmarks, queue);
+                let (id, rx) = st.watchers.add(filter.clone(), min_rv, queue);
                 drop(st);
                 return Ok(finish(
                     shared,
@@ -159,7 +159,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         if repr.is_proto() && !initial.iter().all(|o| o.proto_message(repr.is_metadata()).is_some()) {
             return Err(Error::NoExactEncoding);
         }
-        let (id, rx) = st.watchers.add(filter.clone(), last_rv, req.bookmarks, queue);
+        let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
         drop(st);
         Ok(finish(shared, id, rx, pending, initial, end_bookmark, last_rv, req.bookmarks, repr, req.deadline))
     }
@@ -319,7 +319,16 @@ impl Watch {
             self.bookmarks = false;
             return;
         }
-        if cache_rv > self.last_rv {
+        // After the pre-deadline bookmark there is no other.
+        self.next_bookmark = bookmark_time(now, self.shared.opts.bookmark_interval, self.deadline);
+        self.bookmarks = self.next_bookmark > now;
+        // Periodic bookmarks only carry news; the one 2 s before the deadline goes out even
+        // when nothing happened since the last event or bookmark (at that same RV), as the
+        // apiserver's does (its cacher sends the cache RV, which its progress notifications
+        // keep moving, whenever it is past the watch's start): the client re-watches from a
+        // fresh RV. Never backwards: a watch from a future RV waits silently.
+        let last = !self.bookmarks;
+        if cache_rv > self.last_rv || (last && cache_rv == self.last_rv && cache_rv > Rv(0)) {
             self.last_rv = cache_rv;
             if let Some(f) =
                 bookmark_frame(&self.shared.kind, &self.shared.typing.proto, cache_rv, false, self.repr)
@@ -327,9 +336,6 @@ impl Watch {
                 self.pending.push_back(f);
             }
         }
-        // After the pre-deadline bookmark there is no other.
-        self.next_bookmark = bookmark_time(now, self.shared.opts.bookmark_interval, self.deadline);
-        self.bookmarks = self.next_bookmark > now;
     }
 }
 

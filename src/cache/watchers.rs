@@ -9,8 +9,8 @@
 //! Sends never block: a watcher whose queue is full is handed back to the writer as
 //! [`Blocked`] (`cache::dispatch` gives it the shared time budget outside the lock); a dropped
 //! watcher's stream ends after what it already has, like the apiserver's terminated slow
-//! watchers. At a relist, `end_unsafe_at_relist` ends every watcher that cannot provably stay
-//! open (DESIGN §6).
+//! watchers. At a relist, `end_at_relist` ends every watcher that started before the list
+//! (DESIGN §6, issue 31).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,8 +32,6 @@ struct Entry {
     filter: Arc<Filter>,
     /// Events with RV ≤ this are skipped (a watch from a future RV waits for it silently).
     min_rv: Rv,
-    /// The watch asked for BOOKMARKs (`allowWatchBookmarks=true`).
-    bookmarks: bool,
     tx: mpsc::Sender<Delivery>,
 }
 
@@ -58,7 +56,7 @@ pub struct Watchers {
     indexed: HashMap<Slot, HashMap<u64, Entry>>,
     /// Watchers dropped because their queue was full.
     terminated: u64,
-    /// Watchers ended by a relist (`end_unsafe_at_relist`).
+    /// Watchers ended by a relist (`end_at_relist`).
     ended_at_relist: u64,
     /// No watcher may be added any more (`close`).
     closed: bool,
@@ -103,14 +101,13 @@ impl Watchers {
         &mut self,
         filter: Arc<Filter>,
         min_rv: Rv,
-        bookmarks: bool,
         queue: usize,
     ) -> (WatcherId, mpsc::Receiver<Delivery>) {
         let (tx, rx) = mpsc::channel(queue.max(1));
         self.next_id += 1;
         let id = self.next_id;
         let slot = slot_of(&filter);
-        let entry = Entry { filter, min_rv, bookmarks, tx };
+        let entry = Entry { filter, min_rv, tx };
         match &slot {
             Slot::All => {
                 self.all.insert(id, entry);
@@ -200,32 +197,29 @@ impl Watchers {
     }
 
     /// Ends, at a relist from the cache RV `cache_rv` to a list at `list_rv` whose differences
-    /// are `diff`, every watcher for which staying open is not provably safe; returns how many.
+    /// are `diff`, every watcher that started before the list; returns how many.
     ///
-    /// A watcher stays only if it would receive nothing from the differences and its client's
-    /// state is known: it started at or before `cache_rv` (its stream holds the cache's state
-    /// for its selection, which the list confirms) and no event of `diff` concerns it, or it
-    /// starts at or after `list_rv` (every difference is older than its start). Any other
-    /// watcher (one that would get a difference, or one that started inside `(cache_rv,
-    /// list_rv)` from an upstream list or a write's RV, whose state the cache never had) ends
-    /// after what it already has, as the apiserver ends every watch when its cache
-    /// re-initialises (`terminateAllWatchers`); its client re-watches from its last RV, which
-    /// is older than the new history floor here (410, relist), and exact at another replica or
-    /// the apiserver. No difference is ever sent: after a difference at r < `list_rv` the client
-    /// would not hold the state at r, and a resume from r elsewhere would lose deletions.
-    /// A survivor that asked for bookmarks and started before `list_rv` is sent its
-    /// representation's one of `bookmarks` (a BOOKMARK at `list_rv`) when its queue has room: its state at `list_rv` is the one it
-    /// holds, so it may resume from there instead of relisting.
-    pub fn end_unsafe_at_relist(
-        &mut self,
-        diff: &[Difference],
-        cache_rv: Rv,
-        list_rv: Rv,
-        bookmarks: &[Option<Bytes>; 4],
-    ) -> usize {
+    /// An empty difference for a watcher says that its selection's state at its last RV and
+    /// at `list_rv` are equal, not that nothing happened in between: an object may have been
+    /// created and deleted in the gap, or relabelled in and out of its selector, and a client
+    /// (or a tier above, whose cache moves with this stream) that resumed from `list_rv` would
+    /// treat `(its RV, list_rv]` as a quiet stretch (issue 31). So, as the apiserver ends every
+    /// watch when its cache re-initialises (`terminateAllWatchers`), each such watcher ends
+    /// after what it already has, in every representation, with no difference and no
+    /// BOOKMARK; its client re-watches from its last RV, which is older than the new history
+    /// floor here (410, relist), and exact at another replica or at the apiserver.
+    ///
+    /// Only two kinds stay, each with a proof that it misses nothing:
+    /// - a watcher that started ahead of the cache at or after `list_rv` (a watch from a
+    ///   future RV, or from an upstream LIST or write at or after it): every change it may miss
+    ///   is older than its start, and events after `list_rv` come from the new upstream watch;
+    /// - when `list_rv <= cache_rv` (the cache had already applied every upstream event up to
+    ///   the list RV from its unbroken upstream stream), a watcher that started at or before
+    ///   `cache_rv` and that no difference concerns: it got every event up to `cache_rv`.
+    pub fn end_at_relist(&mut self, diff: &[Difference], cache_rv: Rv, list_rv: Rv) -> usize {
         // The differences each indexed slot is offered (as `dispatch` would).
         let mut by_slot: HashMap<Slot, Vec<&Difference>> = HashMap::new();
-        if !self.indexed.is_empty() {
+        if !self.indexed.is_empty() && list_rv <= cache_rv {
             for d in diff {
                 for slot in slots_of(d.now.iter().chain(d.before.iter()).map(|o| &**o)) {
                     if self.indexed.contains_key(&slot) {
@@ -235,16 +229,11 @@ impl Watchers {
             }
         }
         let keep = |e: &Entry, diff: &[&Difference]| {
-            let stays = if e.min_rv <= cache_rv {
-                !diff.iter().any(|d| d.concerns(&e.filter))
-            } else {
+            let stays = if e.min_rv > cache_rv {
                 e.min_rv >= list_rv
+            } else {
+                list_rv <= cache_rv && !diff.iter().any(|d| d.concerns(&e.filter))
             };
-            if stays && e.bookmarks && e.min_rv < list_rv && cache_rv < list_rv {
-                if let Some(frame) = bookmarks[e.filter.repr.index()].clone() {
-                    let _ = e.tx.try_send(Delivery { rv: list_rv, frame });
-                }
-            }
             stays && !e.tx.is_closed()
         };
         let before = self.len();

@@ -2,9 +2,14 @@
 //! a writer churning configmaps of one namespace in the sim, and informer-like clients that
 //! list or watch-list, watch, drop their stream at random points and resume at a random base
 //! URL, relisting after 410, recording every event that makes no sense for their state.
+//! The writer logs every write and each client every stream it read, so that
+//! `assert_streams_missed_nothing` checks at the end, event by event, that no stream skipped a
+//! change of its selection (issue 31): a change either reached the client or came after the
+//! last RV its stream gave (an event or a BOOKMARK), where the client resumes (and gets it, or
+//! 410).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube_watchcache_sim::Sim;
@@ -31,6 +36,39 @@ pub struct Stats {
     pub gone: AtomicUsize,
     pub ended: AtomicUsize,
     pub events: AtomicUsize,
+    /// Every write of the writer, in order: (type of its watch event, `namespace/name`, RV).
+    pub written: Mutex<Vec<Change>>,
+    /// Every watch stream a client read (after its initial state, if any).
+    pub streams: Mutex<Vec<StreamLog>>,
+}
+
+/// A change as a watch of the whole namespace sees it: (type, `namespace/name`, RV).
+pub type Change = (&'static str, String, u64);
+
+/// What one client got from one watch stream.
+#[derive(Debug)]
+pub struct StreamLog {
+    pub url: String,
+    /// The RV the stream started after (the client's state there was exact).
+    pub from: u64,
+    /// The changes received, in order.
+    pub got: Vec<Change>,
+    /// The newest RV the stream gave (event or BOOKMARK): the client resumes from here.
+    pub last: u64,
+}
+
+fn event_type(t: &str) -> &'static str {
+    match t {
+        "ADDED" => "ADDED",
+        "MODIFIED" => "MODIFIED",
+        "DELETED" => "DELETED",
+        "BOOKMARK" => "BOOKMARK",
+        _ => "ERROR",
+    }
+}
+
+fn rv_of(o: &serde_json::Value) -> u64 {
+    o["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 /// The writer: random create / update / delete among `NAMES` names.
@@ -41,14 +79,19 @@ pub async fn churn(sim: Sim, stop: Arc<AtomicBool>, stats: Arc<Stats>, seed: u64
         let name = format!("c{}", rng.usize(..NAMES));
         n += 1;
         let obj = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":NS},"data":{"v":n.to_string()}});
-        let ok = if sim.update("configmaps", NS, obj.clone()).is_ok() {
+        let key = format!("{NS}/{name}");
+        let log = |t: &'static str, o: &serde_json::Value| {
+            stats.written.lock().unwrap().push((t, key.clone(), rv_of(o)));
+        };
+        let ok = if let Ok(o) = sim.update("configmaps", NS, obj.clone()) {
+            log("MODIFIED", &o);
             if rng.u8(..4) == 0 {
-                sim.delete("configmaps", NS, &name).is_ok()
+                sim.delete("configmaps", NS, &name).map(|o| log("DELETED", &o)).is_ok()
             } else {
                 true
             }
         } else {
-            sim.create("configmaps", NS, obj).is_ok()
+            sim.create("configmaps", NS, obj).map(|o| log("ADDED", &o)).is_ok()
         };
         if ok {
             stats.writes.fetch_add(1, SeqCst);
@@ -123,11 +166,11 @@ pub async fn run_client(
                 }
             },
         };
+        let url = format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}", m.rv);
+        let mut log = StreamLog { url: url.clone(), from: m.rv, got: Vec::new(), last: m.rv };
         let mut s = match stream {
             Some(s) => s,
             None => {
-                let url =
-                    format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={}", m.rv);
                 let s = Stream::open(&http, &url).await;
                 if s.status != 200 {
                     // Not ready (429) or the like: the client keeps its state and tries again.
@@ -144,19 +187,33 @@ pub async fn run_client(
         let mut keep = true;
         while got < budget && !stop.load(SeqCst) {
             match s.next(Duration::from_millis(rng.u64(50..400))).await {
-                Next::Event(ev) => match m.apply(&ev) {
-                    Applied::Error(code) => {
-                        assert_eq!(code, 410, "{ev}");
-                        stats.gone.fetch_add(1, SeqCst);
-                        keep = false;
-                        break;
+                Next::Event(ev) => {
+                    let (t, o) = (event_type(ev["type"].as_str().unwrap_or("")), &ev["object"]);
+                    if t != "BOOKMARK" && t != "ERROR" {
+                        let key = format!(
+                            "{}/{}",
+                            o["metadata"]["namespace"].as_str().unwrap_or(""),
+                            o["metadata"]["name"].as_str().unwrap_or("")
+                        );
+                        log.got.push((t, key, rv_of(o)));
                     }
-                    Applied::Change => {
-                        stats.events.fetch_add(1, SeqCst);
-                        got += 1;
+                    if t != "ERROR" {
+                        log.last = log.last.max(rv_of(o));
                     }
-                    Applied::Bookmark { .. } => {}
-                },
+                    match m.apply(&ev) {
+                        Applied::Error(code) => {
+                            assert_eq!(code, 410, "{ev}");
+                            stats.gone.fetch_add(1, SeqCst);
+                            keep = false;
+                            break;
+                        }
+                        Applied::Change => {
+                            stats.events.fetch_add(1, SeqCst);
+                            got += 1;
+                        }
+                        Applied::Bookmark { .. } => {}
+                    }
+                }
                 Next::End => {
                     stats.ended.fetch_add(1, SeqCst);
                     break;
@@ -164,6 +221,7 @@ pub async fn run_client(
                 Next::Idle => break,
             }
         }
+        stats.streams.lock().unwrap().push(log);
         if !m.anomalies.is_empty() {
             return Some(m);
         }
@@ -202,4 +260,27 @@ pub async fn assert_clients_at_truth(
         checked += 1;
     }
     checked
+}
+
+/// Event by event (issue 31): for every stream a client read, the changes it received are
+/// exactly the writer's changes with RV in (its start, the last RV it gave], in order; so
+/// every change of its selection either reached the client or came after the point it resumes
+/// from (where the next stream gets it, or 410 and a relist). Call once the writer stopped.
+/// Returns (streams, changes) checked.
+pub fn assert_streams_missed_nothing(stats: &Stats) -> (usize, usize) {
+    let written = stats.written.lock().unwrap();
+    let streams = stats.streams.lock().unwrap();
+    let mut changes = 0;
+    for st in streams.iter() {
+        let lo = written.partition_point(|c| c.2 <= st.from);
+        let hi = written.partition_point(|c| c.2 <= st.last);
+        let want = &written[lo..hi.max(lo)];
+        assert_eq!(
+            st.got, want,
+            "{}: from {} to {}, the stream skipped or invented a change",
+            st.url, st.from, st.last
+        );
+        changes += st.got.len();
+    }
+    (streams.len(), changes)
 }

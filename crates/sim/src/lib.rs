@@ -126,6 +126,10 @@ struct Inner {
     /// How many times each resource was withdrawn: a watch started before a withdrawal ends,
     /// even if the resource is served again by the time it looks.
     withdrawals: Mutex<std::collections::HashMap<usize, u64>>,
+    /// The revision at which each resource was last served again after a withdrawal: its new
+    /// storage (a new watch cache, listed at that revision) has no history before it, so a
+    /// watch from an older RV is too old, as at a kube-apiserver whose CRD was re-created.
+    served_again_at: Mutex<std::collections::HashMap<usize, Rv>>,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -157,6 +161,7 @@ impl Sim {
                 auth: Mutex::default(),
                 withdrawn: Mutex::default(),
                 withdrawals: Mutex::default(),
+                served_again_at: Mutex::default(),
             }),
         };
         seed::system(&sim);
@@ -250,13 +255,16 @@ impl Sim {
     /// CustomResourceDefinition: while withdrawn it is absent from discovery and its URLs answer
     /// `404 page not found`, and its open watches end (the apiserver tears the resource's
     /// storage down, which stops its watch cache and closes every watch on it); its objects are
-    /// kept for when it comes back.
+    /// kept for when it comes back. Served again, its new storage starts at the current
+    /// revision: a watch from an older RV answers 410, as the new watch cache's would.
     pub fn set_served(&self, resource: &str, served: bool) -> Result<(), Error> {
         let res = self.resolve(resource)?;
         {
             let mut w = self.inner.withdrawn.lock();
             if served {
-                w.remove(&res);
+                if w.remove(&res) {
+                    self.inner.served_again_at.lock().insert(res, self.current_rv());
+                }
             } else {
                 w.insert(res);
             }
@@ -266,6 +274,11 @@ impl Sim {
             self.store().wake_watches();
         }
         Ok(())
+    }
+
+    /// The revision `res` was last served again at after a withdrawal (its storage's start).
+    pub(crate) fn served_again_at(&self, res: usize) -> Rv {
+        self.inner.served_again_at.lock().get(&res).copied().unwrap_or(Rv(0))
     }
 
     /// How many times `res` was withdrawn so far.

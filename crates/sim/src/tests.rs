@@ -783,4 +783,20 @@ async fn withdrawing_a_resource_ends_its_watches() {
         .expect("the watch ended");
     let lines = all.unwrap().to_bytes();
     assert_eq!(lines.iter().filter(|b| **b == b'\n').count(), 1, "only the initial ADDED: {lines:?}");
+    // Served again, its new storage (a new watch cache listed at that revision) replays
+    // nothing older: a watch from before answers 410, one from that revision is accepted.
+    let before = h.sim.current_rv().0;
+    h.sim.set_served("example.com/widgets", false).unwrap();
+    h.sim.create("namespaces", "", json!({"metadata": {"name": "crd-writes"}})).unwrap();
+    h.sim.set_served("example.com/widgets", true).unwrap();
+    let again = h.sim.current_rv().0;
+    let base = "/apis/example.com/v1/namespaces/w/widgets?watch=1&timeoutSeconds=1&resourceVersion=";
+    let events = watch(&h, &format!("{base}{before}"), 10).await;
+    assert_eq!(
+        events.first().map(|e| e["object"]["message"].clone()),
+        Some(json!(format!("too old resource version: {before} ({again})"))),
+        "{events:?}"
+    );
+    let events = watch(&h, &format!("{base}{again}"), 10).await;
+    assert!(events.is_empty(), "{events:?}");
 }

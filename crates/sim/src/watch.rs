@@ -203,7 +203,9 @@ impl Watch {
         {
             pos = store.current_rv();
         } else {
-            let compacted = store.compacted();
+            // A resource served again after a withdrawal (its CRD re-created) has a new watch
+            // cache, listed at that revision: nothing older can be replayed.
+            let compacted = store.compacted().max(self.sim.served_again_at(self.res));
             if self.rv < compacted {
                 // Uncached kinds are etcd watches: etcd's wording
                 // (compaction-watch-uncached-too-old.json).
