@@ -109,7 +109,7 @@ mod tests {
         let mut req = request("/api/v1/pods");
         req.extensions_mut().insert(Caller::trusted());
         req.extensions_mut().insert(forward());
-        let (caller, _, _, classified) = context(&mut req).ok().expect("complete");
+        let Ok((caller, _, _, classified)) = context(&mut req) else { panic!("complete") };
         assert_eq!(caller.user.name, "system:unsecured");
         assert!(matches!(classified, Classified::Forward(ForwardReason::Write)));
     }
