@@ -283,9 +283,8 @@ async fn a_long_service_account_label_gains_no_groups_upstream() {
     let pki = Pki::new();
     let env = start(&pki, "sa-long").await;
     let long = "a".repeat(64);
-    for (i, name) in [long.clone(), format!("x.{long}"), "short".to_string(), format!("{}", "b".repeat(254))]
-        .into_iter()
-        .enumerate()
+    for (i, name) in
+        [long.clone(), format!("x.{long}"), "short".to_string(), "b".repeat(254)].into_iter().enumerate()
     {
         let user = format!("system:serviceaccount:ns-a:{name}");
         let c = client(&pki.client(&user, &["devs"]));
