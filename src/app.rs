@@ -308,7 +308,7 @@ fn security(
         loopback: if args.enabled() {
             None
         } else {
-            Some(crate::server::loopback::Guard::new(
+            Some(crate::server::loopback::LoopbackGuard::new(
                 &args.accept_hosts,
                 &args.reject_paths,
                 &args.reject_methods,

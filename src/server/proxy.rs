@@ -24,6 +24,11 @@ use crate::upstream::Upstream;
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddr(pub SocketAddr);
 
+/// The address a request came from (the listener attaches it), for per-source review shares.
+pub fn source<B>(req: &http::Request<B>) -> Option<std::net::IpAddr> {
+    req.extensions().get::<PeerAddr>().map(|p| p.0.ip())
+}
+
 /// The request-header authentication headers to drop (`--requestheader-*`).
 #[derive(Clone, Debug)]
 pub struct TrustedHeaders {
