@@ -283,7 +283,7 @@ async fn a_long_service_account_label_gains_no_groups_upstream() {
     let pki = Pki::new();
     let env = start(&pki, "sa-long").await;
     let long = "a".repeat(64);
-    for (i, name) in [long.clone(), format!("x.{long}"), "short".to_string(), format!("{}", "b".repeat(254))]
+    for (i, name) in [long.clone(), format!("x.{long}"), "short".to_string(), "b".repeat(254)]
         .into_iter()
         .enumerate()
     {

@@ -11,7 +11,7 @@
 //! `--accept-origins` (none by default).
 //!
 //! Built by `app` from the flags (their defaults, kubectl proxy's, are in `config`); called by
-//! `Server::handle` before anything else.
+//! `phase::guard` before anything else.
 
 use http::{header, Request, Response};
 use regex::Regex;
@@ -163,7 +163,8 @@ mod tests {
         // Any browser origin is refused unless accepted.
         let evil = [("host", "127.0.0.1:1"), ("origin", "https://evil.example")];
         assert!(!ok(req("GET", "/api/v1/pods", &evil)));
-        let g = LoopbackGuard::new(ACCEPT_HOSTS, REJECT_PATHS, "^DELETE$", r"^https://dash\.example$").unwrap();
+        let g =
+            LoopbackGuard::new(ACCEPT_HOSTS, REJECT_PATHS, "^DELETE$", r"^https://dash\.example$").unwrap();
         assert!(g
             .check(&req("GET", "/api", &[("host", "localhost:1"), ("origin", "https://dash.example")]))
             .is_ok());

@@ -7,7 +7,7 @@
 //! credentials and `Impersonate-*` headers naming the (authorized) effective user. With
 //! `--auth=none` (a trusted loopback sidecar) requests go as the proxy itself, like `kubectl
 //! proxy`: the proxy's credentials replace the caller's `Authorization`, and `Impersonate-*`
-//! headers are dropped. Called by `Server::forward`.
+//! headers are dropped. Called by `phase::dispatch`.
 
 use std::net::SocketAddr;
 

@@ -1,5 +1,5 @@
 //! The request path as a tower stack, assembled here in the order of the README's phase list;
-//! the phases themselves are `phase::*`. Called by `Server::handle`, once per request (the
+//! the phases themselves are `phase::*`. Called by `state::Server::handle`, once per request (the
 //! stack is a few `Arc` clones).
 
 use std::convert::Infallible;
@@ -22,7 +22,10 @@ pub fn stack(
     let recorder = Recorder(server.metrics.clone());
     let page = server.clone();
     ServiceBuilder::new()
-        .layer(PhaseLayer(phase::guard::Guard { loopback: server.loopback.clone(), recorder: recorder.clone() }))
+        .layer(PhaseLayer(phase::guard::Guard {
+            loopback: server.loopback.clone(),
+            recorder: recorder.clone(),
+        }))
         .layer(PhaseLayer(phase::health::Health { server: server.clone() }))
         .layer(PhaseLayer(phase::sizes::Sizes { limits: server.limits.clone(), recorder: recorder.clone() }))
         .layer(PhaseLayer(phase::admit::Admit { limits: server.limits.clone(), recorder: recorder.clone() }))
@@ -33,7 +36,10 @@ pub fn stack(
             recorder: recorder.clone(),
         }))
         .layer(PhaseLayer(phase::classify::Classify { resources: server.resources.clone() }))
-        .layer(PhaseLayer(phase::authorize::Authorize { auth: server.auth.clone(), recorder: recorder.clone() }))
+        .layer(PhaseLayer(phase::authorize::Authorize {
+            auth: server.auth.clone(),
+            recorder: recorder.clone(),
+        }))
         .layer(PhaseLayer(phase::watch_slot::WatchSlot {
             per_user: server.auth.is_some(),
             limits: server.limits.clone(),

@@ -59,7 +59,11 @@ impl<B: Send + Sync + 'static> Phase<B> for Authorize {
 /// /api/v1/namespaces/X` is about namespace X *and* name X.
 pub fn attributes(info: &RequestInfo) -> Attributes {
     if !info.is_resource_request {
-        return Attributes { verb: info.verb.clone(), path: Some(info.path.clone()), ..Attributes::default() };
+        return Attributes {
+            verb: info.verb.clone(),
+            path: Some(info.path.clone()),
+            ..Attributes::default()
+        };
     }
     Attributes {
         verb: info.verb.clone(),

@@ -100,8 +100,7 @@ mod tests {
         assert_eq!(seen.get::<ResourceLabel>().unwrap().0, "configmaps");
         // The apiserver's own refusal of bad list options: classified, answered after authorization.
         let (_, seen) =
-            run_seen(s, request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact"))
-                .await;
+            run_seen(s, request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact")).await;
         match seen.unwrap().get::<Classified>() {
             Some(Classified::Refuse { error, proto: false }) => {
                 assert_eq!(error.to_status().code.as_u16(), 422)

@@ -12,10 +12,10 @@ use super::{arrived, Classified, FromCache, Next, Recorder, Req, ResourceLabel, 
 use crate::error::Error;
 use crate::metrics::Served;
 use crate::server::auth::Caller;
+use crate::server::body;
 use crate::server::classify::{ForwardReason, RequestInfo};
 use crate::server::proxy::{self, TrustedHeaders};
 use crate::server::serve::{self, ServeOptions};
-use crate::server::body;
 use crate::upstream::Upstream;
 
 #[derive(Clone)]
@@ -66,51 +66,63 @@ fn context<B>(req: &mut Req<B>) -> Result<(Caller, RequestInfo, String, Classifi
 }
 
 impl Dispatch {
-async fn dispatch(&self, mut req: Req<Incoming>) -> Resp {
-    let arrived = arrived(&req);
-    let (caller, info, label, classified) = match context(&mut req) {
-        Ok(c) => c,
-        Err(resp) => {
-            return self.recorder.refused(resp, "reject", "", arrived);
-        }
-    };
-    match classified {
-        Classified::Forward(reason) => {
-            let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
-            self.forward(req, reason, &caller, fwd).await
-        }
-        Classified::Refuse { error, proto } => {
-            self.recorder.refused(body::error_ref_as(&error, proto), &info.verb, &label, arrived)
-        }
-        Classified::Cache { cr, catalog, key } => {
-            let Some((reader, prober)) = catalog.caches.get(&key) else {
+    async fn dispatch(&self, mut req: Req<Incoming>) -> Resp {
+        let arrived = arrived(&req);
+        let (caller, info, label, classified) = match context(&mut req) {
+            Ok(c) => c,
+            Err(resp) => {
+                return self.recorder.refused(resp, "reject", "", arrived);
+            }
+        };
+        match classified {
+            Classified::Forward(reason) => {
                 let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
-                return self.forward(req, ForwardReason::NotCached, &caller, fwd).await;
-            };
-            let gr = reader.kind().group_resource();
-            let verb = cr.plan.verb();
-            let src = serve::Source { reader, prober, metrics: &self.recorder.0 };
-            match serve::serve(&cr, src, &self.serve, arrived).await {
-                serve::Served::Response(mut resp) => {
-                    self.recorder.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
-                    resp.extensions_mut().insert(FromCache);
-                    resp
-                }
-                serve::Served::Forward(reason) => {
-                    let fwd = Forwarded { verb, resource: &gr, arrived };
-                    self.forward(req, reason, &caller, fwd).await
+                self.forward(req, reason, &caller, fwd).await
+            }
+            Classified::Refuse { error, proto } => {
+                self.recorder.refused(body::error_ref_as(&error, proto), &info.verb, &label, arrived)
+            }
+            Classified::Cache { cr, catalog, key } => {
+                let Some((reader, prober)) = catalog.caches.get(&key) else {
+                    let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
+                    return self.forward(req, ForwardReason::NotCached, &caller, fwd).await;
+                };
+                let gr = reader.kind().group_resource();
+                let verb = cr.plan.verb();
+                let src = serve::Source { reader, prober, metrics: &self.recorder.0 };
+                match serve::serve(&cr, src, &self.serve, arrived).await {
+                    serve::Served::Response(mut resp) => {
+                        self.recorder.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
+                        resp.extensions_mut().insert(FromCache);
+                        resp
+                    }
+                    serve::Served::Forward(reason) => {
+                        let fwd = Forwarded { verb, resource: &gr, arrived };
+                        self.forward(req, reason, &caller, fwd).await
+                    }
                 }
             }
         }
     }
-}
 
     /// Sends the request upstream with the caller's identity (`proxy::forward`) and counts it.
-    async fn forward(&self, req: Req<Incoming>, reason: ForwardReason, caller: &Caller, f: Forwarded<'_>) -> Resp {
+    async fn forward(
+        &self,
+        req: Req<Incoming>,
+        reason: ForwardReason,
+        caller: &Caller,
+        f: Forwarded<'_>,
+    ) -> Resp {
         self.recorder.0.forwarded(reason.as_str());
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
         let resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
-        self.recorder.record(f.verb, f.resource, resp.status().as_u16(), Served::Upstream(reason.as_str()), f.arrived);
+        self.recorder.record(
+            f.verb,
+            f.resource,
+            resp.status().as_u16(),
+            Served::Upstream(reason.as_str()),
+            f.arrived,
+        );
         resp
     }
 }

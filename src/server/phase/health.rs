@@ -50,7 +50,8 @@ async fn access<B>(server: &Server, req: &Req<B>, per_check: bool) -> Result<Acc
         Err(resp) if per_check => return Err(resp),
         Err(_) => return Ok(Access::Public),
     };
-    let a = Attributes { verb: "get".into(), path: Some(req.uri().path().to_owned()), ..Attributes::default() };
+    let a =
+        Attributes { verb: "get".into(), path: Some(req.uri().path().to_owned()), ..Attributes::default() };
     match auth.authorize(&caller.effective, &a).await {
         Ok(()) => Ok(Access::Detailed),
         Err(resp) if per_check => Err(resp),

@@ -88,7 +88,14 @@ pub struct Recorder(pub Arc<Metrics>);
 
 impl Recorder {
     /// Counts an answered request.
-    pub fn record(&self, verb: &str, resource: &str, code: u16, served: Served, arrived: tokio::time::Instant) {
+    pub fn record(
+        &self,
+        verb: &str,
+        resource: &str,
+        code: u16,
+        served: Served,
+        arrived: tokio::time::Instant,
+    ) {
         self.0.request(verb, resource, code, served);
         if verb != "watch" {
             self.0.request_duration(verb, resource, served, arrived.elapsed().as_secs_f64());
