@@ -3,8 +3,8 @@
 //! (not ready → stop accepting → end watches → drain). Also small helpers the binary's other
 //! subcommands share (signals, stdout, the open-files limit).
 //!
-//! Called by the binary (`crates/cli`: `serve`; `demo` and the harness through `start`), and
-//! by integration tests through `start`.
+//! Called by the binary (`crates/cli`: its serve subcommand; demo and the harness through
+//! `start`), and by integration tests through `start`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -308,7 +308,7 @@ fn security(
         loopback: if args.enabled() {
             None
         } else {
-            Some(crate::server::loopback::Guard::new(
+            Some(crate::server::loopback::LoopbackGuard::new(
                 &args.accept_hosts,
                 &args.reject_paths,
                 &args.reject_methods,

@@ -2,7 +2,7 @@
 //! programs such as kube-apiserver do (each watch over HTTP/1.1 is a socket; a 1024 soft limit
 //! would cap the proxy near 1 000 watchers).
 //!
-//! Called by `app::raise_open_files` (`serve`, and the sim crate's `kube-watchcache sim`) and by
+//! Called by `app::raise_open_files` (the serve subcommand, and the sim crate's `kube-watchcache sim`) and by
 //! the harness (`kube-watchcache-bench`'s `procstat`).
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};

@@ -396,3 +396,124 @@ fn the_cycle_finder_finds_cycles() {
         [v("config")]
     );
 }
+
+/// The callers a file's `//!` header names: the backticked items after "Called by", "called
+/// by", "Used by" or "used by", up to the end of that sentence.
+fn named_callers(header: &str) -> Vec<String> {
+    let text = header.replace('\n', " ");
+    let mut out = Vec::new();
+    for marker in ["Called by", "called by", "Used by", "used by"] {
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(marker) {
+            rest = &rest[i + marker.len()..];
+            let end = rest.find(". ").unwrap_or(rest.len());
+            let sentence = &rest[..end];
+            for (k, part) in sentence.split('`').enumerate() {
+                if k % 2 == 1
+                    && part.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':')
+                    && !part.is_empty()
+                {
+                    out.push(part.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Issue 32 §3: a file's header names real callers. Each caller a `//!` header names
+/// (`phase::dispatch`, `state::Server::handle`, `Auth::authorize`, `app`) must resolve to code
+/// of the workspace — a module (with the files under it), a module and a function it defines, or
+/// a type and a method of it — and that code must mention the module the header describes: a
+/// header that still names a caller from before a refactor (ten said `server::handle` after the
+/// phases moved out) fails. Types (`RequestInfo`, `cache::Reader`) and the file's own items
+/// are not callers and are skipped.
+#[test]
+fn headers_name_real_callers() {
+    // (crate, module path, text) of every source file of the workspace.
+    let mut sources: Vec<(String, Vec<String>, String)> = Vec::new();
+    for (krate, dir) in
+        [("core", "src"), ("sim", "crates/sim/src"), ("bench", "crates/bench/src"), ("cli", "crates/cli/src")]
+    {
+        let root = ws(dir);
+        let mut all = Vec::new();
+        files(&root, &mut all);
+        for p in all {
+            let mut m = module_of(&root, &p);
+            m.insert(0, krate.to_owned());
+            sources.push((krate.to_owned(), m, std::fs::read_to_string(&p).unwrap()));
+        }
+    }
+    let ends_with = |m: &[String], s: &[&str]| {
+        m.len() >= s.len() && m[m.len() - s.len()..].iter().zip(s).all(|(a, b)| a == b)
+    };
+    // A module path `s` names the files of that module and under it.
+    let under = |m: &[String], s: &[&str]| (0..m.len()).any(|k| ends_with(&m[..=k], s));
+    let mentions = |t: &str, me: &str| {
+        t.match_indices(me).any(|(i, _)| {
+            let before = t[..i].chars().last().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            let after = t[i + me.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            before && after
+        })
+    };
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for (krate, module, text) in &sources {
+        if krate != "core" {
+            continue;
+        }
+        let Some(me) = module.last().filter(|_| module.len() > 1) else { continue };
+        let header: String = text
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .map(|l| l.trim_start_matches("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for caller in named_callers(&header) {
+            let segs: Vec<&str> = caller.split("::").collect();
+            let last = segs[segs.len() - 1];
+            if last.starts_with(char::is_uppercase) {
+                continue; // a type, not a caller
+            }
+            let fn_def = format!("fn {last}");
+            if segs.len() == 1 && text.contains(&fn_def) {
+                continue; // the file's own function
+            }
+            // `Type::method` or `module::Type::method`.
+            let typed = segs.len() >= 2 && segs[segs.len() - 2].starts_with(char::is_uppercase);
+            let candidates: Vec<&(String, Vec<String>, String)> = sources
+                .iter()
+                .filter(|(_, m, t)| {
+                    if typed {
+                        let ty = segs[segs.len() - 2];
+                        let modules = &segs[..segs.len() - 2];
+                        (modules.is_empty() || under(m, modules))
+                            && (t.contains(&format!("struct {ty}"))
+                                || t.contains(&format!("enum {ty}"))
+                                || t.contains(&format!("impl {ty}")))
+                            && t.contains(&fn_def)
+                    } else {
+                        under(m, &segs)
+                            || (segs.len() > 1
+                                && ends_with(m, &segs[..segs.len() - 1])
+                                && t.contains(&fn_def))
+                    }
+                })
+                .collect();
+            if candidates.iter().all(|(_, m, _)| m == module) && !candidates.is_empty() {
+                continue; // the file's own item
+            }
+            checked += 1;
+            if candidates.is_empty() {
+                wrong.push(format!(
+                    "{}: names `{caller}`, which is nothing in the workspace",
+                    module.join("::")
+                ));
+            } else if !candidates.iter().any(|(_, m, t)| m != module && mentions(t, me)) {
+                wrong.push(format!("{}: names `{caller}`, which never mentions `{me}`", module.join("::")));
+            }
+        }
+    }
+    assert!(checked > 20, "the headers were read ({checked} callers)");
+    assert!(wrong.is_empty(), "stale callers in headers:\n{}", wrong.join("\n"));
+}

@@ -4,7 +4,7 @@
 //! 4-byte big-endian length-prefixed `meta/v1 WatchEvent`s {type, RawExtension{raw}} for watch
 //! streams, whose raw is the object's own enveloped encoding.
 //!
-//! Pure; called by `resource`, `cache` and `server` through `proto`.
+//! Pure; `proto` re-exports it for `resource`, `cache` and the server.
 
 use bytes::{BufMut, Bytes, BytesMut};
 

@@ -1,7 +1,7 @@
 //! Response bodies built by the proxy itself: fixed chunks (lists, objects, errors) and
 //! watch streams. The body type is shared with forwarded responses.
 //!
-//! Used by `server::serve` and `server::handle`.
+//! Used by `server::serve`, `server::proxy` and the phases.
 
 use bytes::Bytes;
 use futures_util::stream;

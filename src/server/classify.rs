@@ -6,7 +6,8 @@
 //! requestinfo.go` computes them), which the authorization attributes and the limits
 //! ([`is_long_running`]) read instead of looking at the raw request again.
 //!
-//! Called by `server::handle` before anything is served or forwarded. No I/O; tested with a
+//! Called by `phase::admit` (the `RequestInfo`) and `phase::classify` before anything is
+//! served or forwarded. No I/O; tested with a
 //! table. Validation errors come out of here with the apiserver's exact texts, in its order:
 //! label-selector parse (400) → ListOptions validation (422) → field labels (400) →
 //! continue token (400) → resourceVersion (400 for LIST, 500 for GET/WATCH).

@@ -1,7 +1,7 @@
 //! gzip of large responses served from the cache, the way the apiserver compresses its
 //! non-watch responses (1.36, `responsewriters/writers.go` + `compression.go`).
 //!
-//! Called by `server::handle` on every `Served::Response` before it is sent; forwarded
+//! Called by `phase::compress` on every answer the cache served before it is sent; forwarded
 //! responses never come here (the upstream decided their encoding). The apiserver's rule:
 //!
 //! * the request's first `Accept-Encoding` header, split at `,`, has a token that is exactly

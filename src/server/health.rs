@@ -19,7 +19,8 @@
 //! per resource not cached yet (`resource/<name>`), with the reasons. Per-check paths are not
 //! public (as in the apiserver, whose public-info-viewer role covers the root paths only).
 //!
-//! Called by `Server::handle`, which decides the access.
+//! Called by `phase::health`, which decides the access, and `phase::authenticate` (the
+//! metrics page, through `stack`).
 
 use http::{header, HeaderValue, Request, Response, StatusCode};
 

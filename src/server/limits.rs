@@ -2,7 +2,8 @@
 //! and each user's share) and watches per user (429 + `Retry-After`), and the timeout of
 //! non-long-running requests (504).
 //!
-//! Called by `Server::handle` before and around the request's work; which requests are
+//! Called by the phases before and around the request's work (`phase::sizes`,
+//! `phase::admit`, `phase::authenticate`, `phase::watch_slot`); which requests are
 //! long-running is `classify::is_long_running` (from the request's `RequestInfo`). An in-flight
 //! request holds a [`Ticket`]: the permit taken before authentication (`phase::admit`), and,
 //! once its caller is known (`phase::authenticate`), a slot of that user's share — like the

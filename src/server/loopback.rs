@@ -11,7 +11,7 @@
 //! `--accept-origins` (none by default).
 //!
 //! Built by `app` from the flags (their defaults, kubectl proxy's, are in `config`); called by
-//! `Server::handle` before anything else.
+//! `phase::guard` before anything else.
 
 use http::{header, Request, Response};
 use regex::Regex;
@@ -21,7 +21,7 @@ use crate::error::Error;
 
 /// The compiled filters.
 #[derive(Clone, Debug)]
-pub struct Guard {
+pub struct LoopbackGuard {
     accept_hosts: Vec<Regex>,
     reject_paths: Vec<Regex>,
     reject_methods: Vec<Regex>,
@@ -40,14 +40,14 @@ fn matches(list: &[Regex], s: &str) -> bool {
     list.iter().any(|r| r.is_match(s))
 }
 
-impl Guard {
+impl LoopbackGuard {
     pub fn new(
         accept_hosts: &str,
         reject_paths: &str,
         reject_methods: &str,
         accept_origins: &str,
-    ) -> Result<Guard, String> {
-        Ok(Guard {
+    ) -> Result<LoopbackGuard, String> {
+        Ok(LoopbackGuard {
             accept_hosts: regexps("accept-hosts", accept_hosts)?,
             reject_paths: regexps("reject-paths", reject_paths)?,
             reject_methods: regexps("reject-methods", reject_methods)?,
@@ -134,8 +134,8 @@ mod tests {
         b.body(()).unwrap()
     }
 
-    fn defaults() -> Guard {
-        Guard::new(ACCEPT_HOSTS, REJECT_PATHS, REJECT_METHODS, "").unwrap()
+    fn defaults() -> LoopbackGuard {
+        LoopbackGuard::new(ACCEPT_HOSTS, REJECT_PATHS, REJECT_METHODS, "").unwrap()
     }
 
     #[test]
@@ -163,7 +163,8 @@ mod tests {
         // Any browser origin is refused unless accepted.
         let evil = [("host", "127.0.0.1:1"), ("origin", "https://evil.example")];
         assert!(!ok(req("GET", "/api/v1/pods", &evil)));
-        let g = Guard::new(ACCEPT_HOSTS, REJECT_PATHS, "^DELETE$", r"^https://dash\.example$").unwrap();
+        let g =
+            LoopbackGuard::new(ACCEPT_HOSTS, REJECT_PATHS, "^DELETE$", r"^https://dash\.example$").unwrap();
         assert!(g
             .check(&req("GET", "/api", &[("host", "localhost:1"), ("origin", "https://dash.example")]))
             .is_ok());
@@ -204,7 +205,7 @@ mod tests {
 
     #[test]
     fn bad_patterns_are_named() {
-        let e = Guard::new("(", "", "", "").unwrap_err();
+        let e = LoopbackGuard::new("(", "", "", "").unwrap_err();
         assert!(e.starts_with("--accept-hosts: \"(\""), "{e}");
     }
 }

@@ -7,7 +7,7 @@
 //! credentials and `Impersonate-*` headers naming the (authorized) effective user. With
 //! `--auth=none` (a trusted loopback sidecar) requests go as the proxy itself, like `kubectl
 //! proxy`: the proxy's credentials replace the caller's `Authorization`, and `Impersonate-*`
-//! headers are dropped. Called by `Server::forward`.
+//! headers are dropped. Called by `phase::dispatch`.
 
 use std::net::SocketAddr;
 
@@ -23,6 +23,11 @@ use crate::upstream::Upstream;
 /// The caller's TCP peer address, put into each request's extensions by the listener.
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddr(pub SocketAddr);
+
+/// The address a request came from (the listener attaches it), for per-source review shares.
+pub fn source<B>(req: &http::Request<B>) -> Option<std::net::IpAddr> {
+    req.extensions().get::<PeerAddr>().map(|p| p.0.ip())
+}
 
 /// The request-header authentication headers to drop (`--requestheader-*`).
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 //! resourceVersion semantics (reference §1.5–§1.7), or the decision that it must go upstream
 //! after all (not fresh enough in time, outside the history window, not synced).
 //!
-//! Called by `server::handle` with a `CacheRequest` from `classify` and the resource's
+//! Called by `phase::dispatch` with a `CacheRequest` from `classify` and the resource's
 //! `cache::Reader`. Bodies are the stored bytes, streamed.
 
 use std::time::Duration;

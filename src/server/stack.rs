@@ -1,5 +1,5 @@
 //! The request path as a tower stack, assembled here in the order of the README's phase list;
-//! the phases themselves are `phase::*`. Called by `Server::handle`, once per request (the
+//! the phases themselves are `phase::*`. Called by `state::Server::handle`, once per request (the
 //! stack is a few `Arc` clones).
 
 use std::convert::Infallible;
@@ -10,26 +10,48 @@ use tower::ServiceBuilder;
 
 use tower::Service;
 
-use super::phase::{self, Next, PhaseLayer, Req, Resp};
-use super::Server;
+use super::phase::{self, Next, PhaseLayer, Recorder, Req, Resp};
+use super::{health, Server};
 
 /// The stack, in the README's phase order. A tower `Service` (each phase a `Layer`), which
-/// `Server::handle` runs statically (`Next::run`): one future for the whole request.
+/// `Server::handle` runs statically (`Next::run`): one future for the whole request. Each phase
+/// gets exactly the parts of the server it uses.
 pub fn stack(
     server: &Arc<Server>,
 ) -> impl Next<Incoming> + Service<Req<Incoming>, Response = Resp, Error = Infallible> {
-    let s = || server.clone();
+    let recorder = Recorder(server.metrics.clone());
+    let page = server.clone();
     ServiceBuilder::new()
-        .layer(PhaseLayer(phase::guard::Guard(s())))
-        .layer(PhaseLayer(phase::health::Health(s())))
-        .layer(PhaseLayer(phase::sizes::Sizes(s())))
-        .layer(PhaseLayer(phase::admit::Admit(s())))
-        .layer(PhaseLayer(phase::authenticate::Authenticate(s())))
-        .layer(PhaseLayer(phase::classify::Classify(s())))
-        .layer(PhaseLayer(phase::authorize::Authorize(s())))
-        .layer(PhaseLayer(phase::watch_slot::WatchSlot(s())))
+        .layer(PhaseLayer(phase::guard::Guard {
+            loopback: server.loopback.clone(),
+            recorder: recorder.clone(),
+        }))
+        .layer(PhaseLayer(phase::health::Health { server: server.clone() }))
+        .layer(PhaseLayer(phase::sizes::Sizes { limits: server.limits.clone(), recorder: recorder.clone() }))
+        .layer(PhaseLayer(phase::admit::Admit { limits: server.limits.clone(), recorder: recorder.clone() }))
+        .layer(PhaseLayer(phase::authenticate::Authenticate {
+            auth: server.auth.clone(),
+            limits: server.limits.clone(),
+            metrics_page: Arc::new(move || health::metrics(&page)),
+            recorder: recorder.clone(),
+        }))
+        .layer(PhaseLayer(phase::classify::Classify { resources: server.resources.clone() }))
+        .layer(PhaseLayer(phase::authorize::Authorize {
+            auth: server.auth.clone(),
+            recorder: recorder.clone(),
+        }))
+        .layer(PhaseLayer(phase::watch_slot::WatchSlot {
+            per_user: server.auth.is_some(),
+            limits: server.limits.clone(),
+            recorder: recorder.clone(),
+        }))
         .layer(PhaseLayer(phase::compress::Compress))
-        .service(phase::dispatch::Dispatch(s()))
+        .service(phase::dispatch::Dispatch {
+            upstream: server.upstream.clone(),
+            serve: server.serve.clone(),
+            trusted_headers: server.trusted_headers.clone(),
+            recorder,
+        })
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! Who may do what: authentication of every request (client certificate, bearer token by
 //! TokenReview, optional anonymous), impersonation, and authorization by SubjectAccessReview of
-//! every read served from the cache (DESIGN §5).
+//! every read served from the cache.
 //!
-//! `app` builds one [`Auth`] (or none for `--auth=none`); `Server::handle` calls
-//! [`Auth::authenticate`] → [`Auth::impersonate`] → (classify) → [`Auth::authorize`].
+//! `app` builds one [`Auth`] (or none for `--auth=none`); the phases call
+//! [`Auth::authenticate`] → [`Auth::impersonate`] (`phase::authenticate`) → (classify) →
+//! [`Auth::authorize`] (`phase::authorize`; `phase::health` for the checks' detail).
 //!
 //! | file | owns |
 //! | --- | --- |

@@ -15,7 +15,7 @@
 //!   broadens the check); all dropped → no attribute. Field values are one-element lists;
 //!   label values sorted and deduplicated, omitted when empty.
 //!
-//! Called by `server::attributes`; rendered by `authz::review_body`. An upstream older than
+//! Called by `phase::authorize::attributes`; rendered by `authz::review_body`. An upstream older than
 //! 1.31 ignores these fields, so its decisions are those of a request without selectors.
 
 use serde_json::{json, Value};

@@ -1,8 +1,8 @@
 //! The `Status` answers of authentication and authorization, in the apiserver's exact shapes:
 //! 401 `Unauthorized` and 403 `Forbidden` (`responsewriters.Forbidden` + `apierrors.NewForbidden`).
 //!
-//! The texts are built here; `crate::error::Error` renders them. Called by `auth` and
-//! `server::handle`.
+//! The texts are built here; `crate::error::Error` renders them. Called by `auth` (and so by
+//! `phase::authenticate`, `phase::authorize`).
 
 use http::{HeaderValue, Response};
 

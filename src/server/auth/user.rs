@@ -2,7 +2,7 @@
 //! it, which decides how a forwarded request is sent upstream.
 //!
 //! Built by `auth::authn` (tokens), `auth::x509` (client certificates) and `auth::impersonate`;
-//! read by `auth::authz` and `server::handle`.
+//! read by `auth::authz` and the phases (`phase::authenticate`, `phase::dispatch`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -12,14 +12,15 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Next, Phase, Req, Resp};
-use crate::metrics::Served;
+use super::{arrived, pass, Next, Phase, Recorder, Req, Resp};
 use crate::server::classify;
-use crate::server::limits;
-use crate::server::Server;
+use crate::server::limits::{self, Limits};
 
 #[derive(Clone)]
-pub struct Admit(pub Arc<Server>);
+pub struct Admit {
+    pub limits: Arc<Limits>,
+    pub recorder: Recorder,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for Admit {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
@@ -31,26 +32,18 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         if long_running {
             return pass(next, req).await;
         }
-        let ticket = match self.0.limits.admit() {
+        let ticket = match self.limits.admit() {
             Ok(t) => t,
-            Err(resp) => {
-                self.0.record(&verb, "", 429, Served::Proxy, arrived);
-                return resp;
-            }
+            Err(resp) => return self.recorder.refused(resp, &verb, "", arrived),
         };
         // `authenticate` adds the caller's share to the ticket.
         req.extensions_mut().insert(ticket.clone());
-        let deadline = tokio::time::Instant::now() + self.0.limits.opts.request_timeout;
+        let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
             // The ticket stays taken until the body has been sent (or the deadline, or the
             // client stopped taking it).
-            Ok(resp) => {
-                limits::InFlight::wrap(resp, ticket, deadline, self.0.limits.opts.write_stall_timeout)
-            }
-            Err(_) => {
-                self.0.record(&verb, "", 504, Served::Proxy, arrived);
-                limits::timed_out()
-            }
+            Ok(resp) => limits::InFlight::wrap(resp, ticket, deadline, self.limits.opts.write_stall_timeout),
+            Err(_) => self.recorder.refused(limits::timed_out(), &verb, "", arrived),
         }
     }
 }
@@ -59,16 +52,15 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
 mod tests {
     use super::*;
     use crate::server::classify::RequestInfo;
-    use crate::server::phase::testing::{request, run_seen, server};
-    use crate::server::Security;
+    use crate::server::limits::LimitOptions;
+    use crate::server::phase::testing::{request, run_seen};
     use http_body_util::BodyExt;
 
     #[tokio::test]
     async fn request_info_goes_on_and_the_limit_counts_only_what_is_not_long_running() {
-        let mut security = Security::default();
-        security.limits.max_in_flight = 1;
-        let s = server(security);
-        let (resp, seen) = run_seen(Admit(s.clone()), request("/api/v1/namespaces/a/pods?limit=5")).await;
+        let limits = Arc::new(Limits::new(LimitOptions { max_in_flight: 1, ..Default::default() }));
+        let s = Admit { limits, recorder: Recorder::default() };
+        let (resp, seen) = run_seen(s.clone(), request("/api/v1/namespaces/a/pods?limit=5")).await;
         assert_eq!(resp.status(), 200);
         let info = seen.unwrap().get::<RequestInfo>().cloned().unwrap();
         assert_eq!(
@@ -77,14 +69,14 @@ mod tests {
         );
         // The answer holds the one permit until its body is dropped: a second request is 429,
         // a watch is not counted.
-        let (again, reached) = run_seen(Admit(s.clone()), request("/api/v1/pods")).await;
+        let (again, reached) = run_seen(s.clone(), request("/api/v1/pods")).await;
         assert_eq!(again.status(), 429);
         assert!(reached.is_none());
-        let (watch, reached) = run_seen(Admit(s.clone()), request("/api/v1/pods?watch=1")).await;
+        let (watch, reached) = run_seen(s.clone(), request("/api/v1/pods?watch=1")).await;
         assert_eq!(watch.status(), 200);
         assert!(reached.is_some());
         drop(resp);
-        let (after, _) = run_seen(Admit(s), request("/api/v1/pods")).await;
+        let (after, _) = run_seen(s, request("/api/v1/pods")).await;
         assert_eq!(after.status(), 200, "the permit came back with the body");
     }
 

@@ -1,33 +1,45 @@
 //! Phase 5: authentication and impersonation (`auth`), or the trusted caller of `--auth=none`;
 //! the `Caller` goes into the extensions, and a non-long-running request takes a slot of its
-//! user's in-flight share (`--max-requests-inflight-per-user`; 429 past it). The proxy's own metrics (`/watchcache/metrics`) are
-//! answered here, to callers allowed `get` on that non-resource URL, like the apiserver's.
+//! user's in-flight share (`--max-requests-inflight-per-user`; 429 past it). The proxy's own
+//! metrics (`/watchcache/metrics`) are answered here, to callers allowed `get` on that
+//! non-resource URL, like the apiserver's.
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Next, Phase, Req, Resp};
-use crate::metrics::Served;
-use crate::server::auth::Attributes;
-use crate::server::health;
-use crate::server::Server;
+use super::{arrived, pass, Next, Phase, Recorder, Req, Resp};
+use crate::server::auth::{Attributes, Auth, Caller};
+use crate::server::limits::{Limits, Ticket};
+use crate::server::{health, proxy};
+
+/// Renders the proxy's own metrics page.
+pub type MetricsPage = Arc<dyn Fn() -> Resp + Send + Sync>;
 
 #[derive(Clone)]
-pub struct Authenticate(pub Arc<Server>);
+pub struct Authenticate {
+    /// None with `--auth=none`: every caller is trusted, and has no in-flight share.
+    pub auth: Option<Arc<Auth>>,
+    pub limits: Arc<Limits>,
+    pub metrics_page: MetricsPage,
+    pub recorder: Recorder,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         let arrived = arrived(&req);
-        let caller = match self.0.authenticate(&req).await {
-            Ok(c) => c,
-            Err(resp) => {
-                self.0.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-                return resp;
-            }
+        let caller = match &self.auth {
+            None => Caller::trusted(),
+            Some(auth) => match auth.authenticate(&req, proxy::source(&req)).await {
+                Ok(c) => match auth.impersonate(c, req.headers()).await {
+                    Ok(c) => c,
+                    Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
+                },
+                Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
+            },
         };
         if req.uri().path() == health::METRICS_PATH
             && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
         {
-            if let Some(auth) = &self.0.auth {
+            if let Some(auth) = &self.auth {
                 let a = Attributes {
                     verb: "get".into(),
                     path: Some(health::METRICS_PATH.into()),
@@ -37,11 +49,14 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
                     return resp;
                 }
             }
-            return health::metrics(&self.0);
+            return (self.metrics_page)();
         }
-        if let Err(resp) = self.0.in_flight_share(&req, &caller) {
-            self.0.record("reject", "", 429, Served::Proxy, arrived);
-            return resp;
+        // A slot of the caller's share on the ticket `admit` took (what is not long-running
+        // has one). Per-user limits need users: none with `--auth=none`.
+        if let (Some(ticket), Some(_)) = (req.extensions().get::<Ticket>(), &self.auth) {
+            if let Err(resp) = self.limits.share(ticket, &caller.effective.name) {
+                return self.recorder.refused(resp, "reject", "", arrived);
+            }
         }
         req.extensions_mut().insert(caller);
         pass(next, req).await
@@ -51,18 +66,24 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::auth::Caller;
-    use crate::server::phase::testing::{request, run_seen, server};
+    use crate::metrics::Metrics;
+    use crate::server::phase::testing::{request, run_seen, text};
 
     #[tokio::test]
     async fn the_caller_goes_on_and_metrics_are_answered_here() {
-        let s = server(Default::default());
-        let (_, seen) = run_seen(Authenticate(s.clone()), request("/api/v1/pods")).await;
+        let metrics = Arc::new(Metrics::new());
+        let m = metrics.clone();
+        let a = Authenticate {
+            auth: None,
+            limits: Arc::new(Limits::new(Default::default())),
+            metrics_page: Arc::new(move || http::Response::new(crate::server::body::full(m.render()))),
+            recorder: Recorder(metrics),
+        };
+        let (_, seen) = run_seen(a.clone(), request("/api/v1/pods")).await;
         assert!(seen.unwrap().get::<Caller>().is_some(), "--auth=none: the trusted caller");
-        let (resp, seen) = run_seen(Authenticate(s), request(health::METRICS_PATH)).await;
+        let (resp, seen) = run_seen(a, request(health::METRICS_PATH)).await;
         assert!(seen.is_none());
         assert_eq!(resp.status(), 200);
-        let body = crate::server::phase::testing::text(resp).await;
-        assert!(body.contains("watchcache_"), "the proxy's own metrics");
+        assert!(text(resp).await.contains("watchcache_"), "the proxy's own metrics");
     }
 }

@@ -6,18 +6,20 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Classified, Next, Phase, Req, ResourceLabel, Resp};
-use crate::metrics::Served;
-use crate::server::auth::Caller;
+use super::{arrived, pass, Classified, Next, Phase, Recorder, Req, ResourceLabel, Resp};
+use crate::server::auth::{self, Attributes, Auth, Caller};
 use crate::server::classify::RequestInfo;
-use crate::server::{attributes, Server};
 
 #[derive(Clone)]
-pub struct Authorize(pub Arc<Server>);
+pub struct Authorize {
+    /// None with `--auth=none`: nothing is authorized here.
+    pub auth: Option<Arc<Auth>>,
+    pub recorder: Recorder,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for Authorize {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
-        let Some(auth) = &self.0.auth else { return pass(next, req).await };
+        let Some(auth) = &self.auth else { return pass(next, req).await };
         // What is answered here: the cache's reads, and the apiserver's own refusals (it
         // authorizes before its handlers validate, so a caller without the right gets 403).
         // Only a decision to forward passes unasked; anything else without the caller and
@@ -33,39 +35,61 @@ impl<B: Send + Sync + 'static> Phase<B> for Authorize {
             let resp = crate::server::body::error(crate::error::Error::Internal(
                 "the request path is missing what authorization needs".into(),
             ));
-            self.0.record("reject", "", 500, Served::Proxy, arrived(&req));
-            return resp;
+            return self.recorder.refused(resp, "reject", "", arrived(&req));
         };
         if let Err(resp) = auth.authorize(&caller.effective, &attributes(info)).await {
-            let code = resp.status().as_u16();
-            match classified {
+            return match classified {
                 Some(Classified::Cache { cr, catalog, key }) => {
                     let gr =
                         catalog.caches.get(key).map(|(r, _)| r.kind().group_resource()).unwrap_or_default();
-                    self.0.record(cr.plan.verb(), &gr, code, Served::Proxy, arrived(&req));
+                    self.recorder.refused(resp, cr.plan.verb(), &gr, arrived(&req))
                 }
                 _ => {
                     let label = req.extensions().get::<ResourceLabel>().map(|l| l.0.as_str()).unwrap_or("");
-                    self.0.record(&info.verb, label, code, Served::Proxy, arrived(&req));
+                    self.recorder.refused(resp, &info.verb, label, arrived(&req))
                 }
-            }
-            return resp;
+            };
         }
         pass(next, req).await
+    }
+}
+
+/// The authorization attributes of a request: its `RequestInfo`, exactly as the apiserver's
+/// `WithAuthorization` filter builds them (`GetAuthorizerAttributes`), e.g. `GET
+/// /api/v1/namespaces/X` is about namespace X *and* name X.
+pub fn attributes(info: &RequestInfo) -> Attributes {
+    if !info.is_resource_request {
+        return Attributes {
+            verb: info.verb.clone(),
+            path: Some(info.path.clone()),
+            ..Attributes::default()
+        };
+    }
+    Attributes {
+        verb: info.verb.clone(),
+        group: info.api_group.clone(),
+        version: info.api_version.clone(),
+        resource: info.resource.clone(),
+        subresource: info.subresource.clone(),
+        namespace: info.namespace.clone(),
+        name: info.name.clone(),
+        path: None,
+        field_selector: auth::selectors::field(&info.field_selector),
+        label_selector: auth::selectors::label(&info.label_selector),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::phase::testing::{request, run, server};
+    use crate::server::phase::testing::{request, run, upstream};
 
     #[tokio::test]
     async fn without_auth_or_for_forwarded_requests_nothing_is_asked() {
-        let s = server(Default::default());
+        let s = Authorize { auth: None, recorder: Recorder::default() };
         let mut req = request("/api/v1/pods");
         req.extensions_mut().insert(Classified::Forward(crate::server::classify::ForwardReason::Write));
-        let (_, reached) = run(Authorize(s), req).await;
+        let (_, reached) = run(s, req).await;
         assert!(reached);
     }
 
@@ -74,23 +98,18 @@ mod tests {
     #[tokio::test]
     async fn a_request_missing_what_authorization_needs_is_refused() {
         use crate::server::classify::ForwardReason;
-        let upstream = crate::upstream::Upstream::new(&crate::upstream::UpstreamOptions {
-            upstream: Some("http://127.0.0.1:9".into()),
-            ..Default::default()
-        })
-        .unwrap();
-        let auth = crate::server::auth::Auth::new(upstream, Default::default(), Default::default());
-        let s = server(crate::server::Security { auth: Some(auth), ..Default::default() });
-        let (resp, reached) = run(Authorize(s.clone()), request("/api/v1/pods")).await;
+        let auth = Auth::new(upstream(), Default::default(), Default::default());
+        let s = Authorize { auth: Some(Arc::new(auth)), recorder: Recorder::default() };
+        let (resp, reached) = run(s.clone(), request("/api/v1/pods")).await;
         assert_eq!((resp.status().as_u16(), reached), (500, false), "nothing set");
         let mut req = request("/api/v1/pods");
         req.extensions_mut().insert(Caller::trusted());
-        let (resp, reached) = run(Authorize(s.clone()), req).await;
+        let (resp, reached) = run(s.clone(), req).await;
         assert_eq!((resp.status().as_u16(), reached), (500, false), "no attributes, no decision");
         // A decision to forward passes: the upstream authorizes it.
         let mut req = request("/api/v1/pods");
         req.extensions_mut().insert(Classified::Forward(ForwardReason::Write));
-        let (_, reached) = run(Authorize(s), req).await;
+        let (_, reached) = run(s, req).await;
         assert!(reached);
     }
 }

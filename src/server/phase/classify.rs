@@ -7,11 +7,15 @@
 use std::sync::Arc;
 
 use super::{pass, Classified, Next, Phase, Req, ResourceLabel, Resp};
+use crate::resource::ResourceKind;
+use crate::server::catalog::Resources;
 use crate::server::classify::{self, ForwardReason, RequestInfo, Route};
-use crate::server::{cached_resource, Server};
 
 #[derive(Clone)]
-pub struct Classify(pub Arc<Server>);
+pub struct Classify {
+    /// The cached resources (a snapshot is taken per request).
+    pub resources: Arc<Resources>,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for Classify {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
@@ -24,7 +28,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
             }
         };
         let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
-        let catalog = self.0.resources.snapshot();
+        let catalog = self.resources.snapshot();
         let route =
             classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &catalog.kinds[..]);
         // A label only for cached resources: bounded whatever callers send.
@@ -39,7 +43,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
                     && info.subresource.is_empty()
                 {
                     // With a wildcard, a resource just installed is cached at once.
-                    self.0.resources.missed(&info.api_group, &info.resource);
+                    self.resources.missed(&info.api_group, &info.resource);
                 }
                 Classified::Forward(reason)
             }
@@ -59,30 +63,44 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
     }
 }
 
+/// The `group/resource` of a request about a cached resource, else empty (uncached resources,
+/// discovery, non-resource paths are not labelled: their names come from callers).
+fn cached_resource(info: &RequestInfo, kinds: &[Arc<ResourceKind>]) -> String {
+    if !info.is_resource_request {
+        return String::new();
+    }
+    kinds
+        .iter()
+        .find(|k| k.group == info.api_group && k.resource == info.resource)
+        .map(|k| k.group_resource())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::phase::testing::{configmaps, request, run_seen, server_with};
+    use crate::server::phase::testing::{configmaps, request, run_seen, upstream};
 
     #[tokio::test]
     async fn refusals_cached_reads_and_forwards_are_classified() {
         let (_w, r) = configmaps();
-        let s = server_with(Default::default(), vec![r]);
+        let resources = Arc::new(Resources::default());
+        resources.add(&upstream(), r);
+        let s = Classify { resources };
         // Not cached: upstream.
-        let (_, seen) = run_seen(Classify(s.clone()), request("/api/v1/pods?resourceVersion=0")).await;
+        let (_, seen) = run_seen(s.clone(), request("/api/v1/pods?resourceVersion=0")).await;
         assert!(matches!(
             seen.unwrap().get::<Classified>(),
             Some(Classified::Forward(ForwardReason::NotCached))
         ));
         // Cached: served, with its label.
-        let (_, seen) = run_seen(Classify(s.clone()), request("/api/v1/configmaps?resourceVersion=0")).await;
+        let (_, seen) = run_seen(s.clone(), request("/api/v1/configmaps?resourceVersion=0")).await;
         let seen = seen.unwrap();
         assert!(matches!(seen.get::<Classified>(), Some(Classified::Cache { .. })));
         assert_eq!(seen.get::<ResourceLabel>().unwrap().0, "configmaps");
         // The apiserver's own refusal of bad list options: classified, answered after authorization.
         let (_, seen) =
-            run_seen(Classify(s), request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact"))
-                .await;
+            run_seen(s, request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact")).await;
         match seen.unwrap().get::<Classified>() {
             Some(Classified::Refuse { error, proto: false }) => {
                 assert_eq!(error.to_status().code.as_u16(), 422)

@@ -4,26 +4,27 @@
 
 use std::sync::Arc;
 
-use super::{pass, Arrived, Next, Phase, Req, Resp};
-use crate::metrics::Served;
+use super::{pass, Arrived, Next, Phase, Recorder, Req, Resp};
 use crate::server::limits;
-use crate::server::Server;
+use crate::server::loopback::LoopbackGuard;
 
 #[derive(Clone)]
-pub struct Guard(pub Arc<Server>);
+pub struct Guard {
+    /// `--auth=none`'s filters; none otherwise.
+    pub loopback: Option<Arc<LoopbackGuard>>,
+    pub recorder: Recorder,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for Guard {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         let arrived = tokio::time::Instant::now();
         req.extensions_mut().insert(Arrived(arrived));
         if let Some(resp) = limits::unsupported_transfer_encoding(&req) {
-            self.0.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-            return resp;
+            return self.recorder.refused(resp, "reject", "", arrived);
         }
-        if let Some(guard) = &self.0.loopback {
+        if let Some(guard) = &self.loopback {
             if let Err(resp) = guard.check(&req) {
-                self.0.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-                return resp;
+                return self.recorder.refused(resp, "reject", "", arrived);
             }
         }
         pass(next, req).await
@@ -33,17 +34,17 @@ impl<B: Send + Sync + 'static> Phase<B> for Guard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::phase::testing::{request, run, server};
+    use crate::server::phase::testing::{request, run};
 
     #[tokio::test]
     async fn chunked_and_gzip_bodies_are_refused_before_the_rest() {
-        let s = server(Default::default());
+        let g = Guard { loopback: None, recorder: Recorder::default() };
         let mut req = request("/api/v1/pods");
         req.headers_mut().insert("transfer-encoding", "gzip, chunked".parse().unwrap());
-        let (resp, reached) = run(Guard(s.clone()), req).await;
+        let (resp, reached) = run(g.clone(), req).await;
         assert_eq!(resp.status(), 501, "the apiserver's answer to a coding it does not take");
         assert!(!reached);
-        let (resp, reached) = run(Guard(s), request("/api/v1/pods")).await;
+        let (resp, reached) = run(g, request("/api/v1/pods")).await;
         assert_eq!(resp.status(), 200);
         assert!(reached, "the rest of the stack is called, with Arrived set");
     }

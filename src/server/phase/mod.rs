@@ -5,7 +5,11 @@
 //! with [`pass`], and may change the answer on its way back), its tower `Layer`/`Service`
 //! ([`PhaseLayer`], [`Phased`]), and what phases learn for later ones, carried in the request's
 //! extensions: [`Arrived`], the `RequestInfo`, the `Caller`, [`Classified`], [`ResourceLabel`].
-//! Each phase is unit-tested alone, with a stub for the rest of the stack (`testing`).
+//! Each phase is built (by `server::stack`) with exactly the collaborators it uses — the
+//! limits, the auth caches, the catalog, the upstream, the [`Recorder`] — and is the whole of
+//! its work; each is unit-tested alone, with a stub for the rest of the stack (`testing`).
+//! A phase that finds missing what an earlier one must have set refuses the request (500),
+//! never defaults to trust.
 
 pub mod admit;
 pub mod authenticate;
@@ -34,6 +38,7 @@ use tower::{Layer, Service};
 use super::catalog::Catalog;
 use super::classify::{CacheRequest, ForwardReason};
 use super::Body;
+use crate::metrics::{Metrics, Served};
 
 pub type Req<B = Incoming> = Request<B>;
 pub type Resp = Response<Body>;
@@ -74,6 +79,36 @@ pub struct ResourceLabel(pub String);
 /// Marks an answer the cache served (compression applies to those only).
 #[derive(Clone, Copy, Debug)]
 pub struct FromCache;
+
+/// How every phase counts what it answers: one request in `watchcache_requests_total` (and
+/// its time to the response headers unless it is a watch). The one way a phase records a
+/// refusal is [`Recorder::refused`].
+#[derive(Clone, Default)]
+pub struct Recorder(pub Arc<Metrics>);
+
+impl Recorder {
+    /// Counts an answered request.
+    pub fn record(
+        &self,
+        verb: &str,
+        resource: &str,
+        code: u16,
+        served: Served,
+        arrived: tokio::time::Instant,
+    ) {
+        self.0.request(verb, resource, code, served);
+        if verb != "watch" {
+            self.0.request_duration(verb, resource, served, arrived.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Counts `resp`, a refusal by the proxy itself (`verb="reject"` before the verb is known,
+    /// no resource label), and returns it.
+    pub fn refused(&self, resp: Resp, verb: &str, resource: &str, arrived: tokio::time::Instant) -> Resp {
+        self.record(verb, resource, resp.status().as_u16(), Served::Proxy, arrived);
+        resp
+    }
+}
 
 /// The rest of the stack, as a phase sees it. Phases call it statically: the whole stack is
 /// one future, boxed once at the top (`Phased`'s tower `Service`), not a boxed future per
@@ -148,8 +183,8 @@ mod tests {
         let s = server(Default::default());
         let stub = Stub::default();
         let stack = ServiceBuilder::new()
-            .layer(PhaseLayer(guard::Guard(s.clone())))
-            .layer(PhaseLayer(health::Health(s)))
+            .layer(PhaseLayer(guard::Guard { loopback: None, recorder: Recorder::default() }))
+            .layer(PhaseLayer(health::Health { server: s }))
             .service(stub.clone());
         let resp = stack.clone().oneshot(request("/healthz")).await.unwrap();
         assert_eq!(resp.status(), 200);

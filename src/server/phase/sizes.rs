@@ -3,19 +3,19 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Next, Phase, Req, Resp};
-use crate::metrics::Served;
-use crate::server::Server;
+use super::{arrived, pass, Next, Phase, Recorder, Req, Resp};
+use crate::server::limits::Limits;
 
 #[derive(Clone)]
-pub struct Sizes(pub Arc<Server>);
+pub struct Sizes {
+    pub limits: Arc<Limits>,
+    pub recorder: Recorder,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for Sizes {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
-        if let Err(resp) = self.0.limits.check_sizes(&req) {
-            let arrived = arrived(&req);
-            self.0.record("reject", "", resp.status().as_u16(), Served::Proxy, arrived);
-            return resp;
+        if let Err(resp) = self.limits.check_sizes(&req) {
+            return self.recorder.refused(resp, "reject", "", arrived(&req));
         }
         pass(next, req).await
     }
@@ -24,19 +24,17 @@ impl<B: Send + Sync + 'static> Phase<B> for Sizes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::phase::testing::{request, run, server};
-    use crate::server::Security;
+    use crate::server::limits::LimitOptions;
+    use crate::server::phase::testing::{request, run};
 
     #[tokio::test]
     async fn an_overlong_url_is_refused_here() {
-        let mut security = Security::default();
-        security.limits.max_url_bytes = 64;
-        let s = server(security);
-        let (resp, reached) =
-            run(Sizes(s.clone()), request(&format!("/api/v1/pods?x={}", "a".repeat(100)))).await;
+        let limits = Arc::new(Limits::new(LimitOptions { max_url_bytes: 64, ..Default::default() }));
+        let s = Sizes { limits, recorder: Recorder::default() };
+        let (resp, reached) = run(s.clone(), request(&format!("/api/v1/pods?x={}", "a".repeat(100)))).await;
         assert_eq!(resp.status(), 414);
         assert!(!reached);
-        let (_, reached) = run(Sizes(s), request("/api/v1/pods")).await;
+        let (_, reached) = run(s, request("/api/v1/pods")).await;
         assert!(reached);
     }
 }

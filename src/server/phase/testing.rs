@@ -1,5 +1,6 @@
-//! Test helpers for the phases: a `Server` with no caches and an upstream nobody listens on,
-//! requests with a `String` body, and a stub for the rest of the stack that says whether it
+//! Test helpers for the phases: an upstream nobody listens on (and a `Server` with no caches,
+//! for the health phase, which reports on one), a synced configmaps cache, requests with a
+//! `String` body, and a stub for the rest of the stack that says whether it
 //! was reached and what the earlier phases left in the extensions.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,16 +13,16 @@ use crate::metrics::Metrics;
 use crate::server::{body, Security, Server};
 use crate::upstream::{Upstream, UpstreamOptions};
 
+/// A whole server (the health phase reports on one).
 pub fn server(security: Security) -> Arc<Server> {
-    server_with(security, Vec::new())
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    Arc::new(Server::new(Vec::new(), upstream(), Default::default(), Arc::new(Metrics::new()), rx, security))
 }
 
-/// With these caches.
-pub fn server_with(security: Security, readers: Vec<crate::cache::Reader>) -> Arc<Server> {
+/// An upstream client nobody answers for.
+pub fn upstream() -> Upstream {
     let opts = UpstreamOptions { upstream: Some("http://127.0.0.1:9".into()), ..Default::default() };
-    let upstream = Upstream::new(&opts).unwrap();
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    Arc::new(Server::new(readers, upstream, Default::default(), Arc::new(Metrics::new()), rx, security))
+    Upstream::new(&opts).unwrap()
 }
 
 /// A synced, empty configmaps cache (its writer must live as long as the test).

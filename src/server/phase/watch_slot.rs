@@ -3,24 +3,30 @@
 
 use std::sync::Arc;
 
-use super::{pass, Classified, Next, Phase, Req, Resp};
+use super::{arrived, pass, Classified, Next, Phase, Recorder, Req, Resp};
 use crate::server::auth::Caller;
 use crate::server::classify::RequestInfo;
-use crate::server::limits;
-use crate::server::Server;
+use crate::server::limits::{self, Limits};
 
 #[derive(Clone)]
-pub struct WatchSlot(pub Arc<Server>);
+pub struct WatchSlot {
+    /// Whether callers are users (`--auth=upstream`); per-user slots need users.
+    pub per_user: bool,
+    pub limits: Arc<Limits>,
+    pub recorder: Recorder,
+}
 
 impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
         // A refused request (bad watch options) is answered at once: it holds no slot.
         let refused = matches!(req.extensions().get::<Classified>(), Some(Classified::Refuse { .. }));
         let slot = match (req.extensions().get::<RequestInfo>(), req.extensions().get::<Caller>()) {
-            (Some(info), Some(caller)) if !refused => match self.0.watch_slot(info, caller) {
-                Ok(s) => s,
-                Err(resp) => return resp,
-            },
+            (Some(info), Some(caller)) if !refused && self.per_user && info.verb == "watch" => {
+                match self.limits.watch_slot(&caller.effective.name) {
+                    Ok(s) => Some(s),
+                    Err(resp) => return self.recorder.refused(resp, "watch", "", arrived(&req)),
+                }
+            }
             _ => None,
         };
         let resp = pass(next, req).await;
