@@ -57,6 +57,12 @@ pub enum Error {
     /// 401 for missing or invalid credentials.
     #[error("Unauthorized")]
     Unauthorized,
+    /// 401 with a message saying why (a caller's X.509 v1 certificate).
+    #[error("{0}")]
+    UnauthorizedWith(String),
+    /// 504 of the apiserver's timeout filter for a request past `--request-timeout`.
+    #[error("Timeout: request did not complete within the allotted timeout")]
+    Timeout,
     /// 403 with the apiserver's full message (`pods is forbidden: User …`) and details.
     #[error("{message}")]
     Forbidden { message: String, name: String, group: String, kind: String },
@@ -244,7 +250,8 @@ impl Error {
                 return render_with_meta(410, "Expired", &msg, None, None, Meta { continue_token });
             }
             Error::BadRequest(_) => (400, "BadRequest", None, None),
-            Error::Unauthorized => (401, "Unauthorized", None, None),
+            Error::Unauthorized | Error::UnauthorizedWith(_) => (401, "Unauthorized", None, None),
+            Error::Timeout => (504, "Timeout", Some(Details::default()), None),
             Error::Forbidden { name, group, kind, .. } => {
                 (403, "Forbidden", Some(Details { name, group, kind, ..Default::default() }), None)
             }
@@ -375,6 +382,22 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(&st.body).unwrap(),
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 1500, current: 1200","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#
+        );
+    }
+
+    /// Issue 32 §1: the two Status bodies once built by hand, in the apiserver's field order.
+    #[test]
+    fn timeout_and_unauthorized_with_a_reason_in_the_apiservers_shape() {
+        let st = Error::Timeout.to_status();
+        assert_eq!(st.code, 504);
+        assert_eq!(
+            std::str::from_utf8(&st.body).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","details":{},"code":504}"#
+        );
+        let st = Error::UnauthorizedWith("Unauthorized: why".into()).to_status();
+        assert_eq!(
+            std::str::from_utf8(&st.body).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized: why","reason":"Unauthorized","code":401}"#
         );
     }
 

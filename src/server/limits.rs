@@ -112,13 +112,7 @@ pub fn unsupported_transfer_encoding<B>(req: &http::Request<B>) -> Option<Respon
 
 /// The apiserver's timeout filter answer.
 pub fn timed_out() -> Response<Body> {
-    let v = serde_json::json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-        "message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout",
-        "details":{},"code":504});
-    let mut r = Response::new(body::full(Bytes::from(v.to_string())));
-    *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
+    body::error(Error::Timeout)
 }
 
 impl Limits {

@@ -21,12 +21,7 @@ pub const V1_CERTIFICATE: &str = "Unauthorized: the client certificate is X.509 
 
 /// 401 with the apiserver's shape and a message saying why.
 pub fn unauthorized_with(message: &str) -> Response<Body> {
-    let v = serde_json::json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-        "message":message,"reason":"Unauthorized","code":401});
-    let mut r = Response::new(body::full(bytes::Bytes::from(v.to_string())));
-    *r.status_mut() = http::StatusCode::UNAUTHORIZED;
-    r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
+    body::error(Error::UnauthorizedWith(message.to_owned()))
 }
 
 /// `forbiddenMessage` of the apiserver (k8s.io/apiserver endpoints/handlers/responsewriters).
