@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Next, Phase, Recorder, Req, Resp};
+use super::{arrived, context_mut, pass, Next, Phase, Recorder, Req, Resp};
 use crate::server::classify;
 use crate::server::limits::{self, Limits};
 
@@ -28,7 +28,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
         let long_running = classify::is_long_running(&info, req.uri().query());
         let verb = info.verb.clone();
-        req.extensions_mut().insert(info);
+        context_mut(&mut req).info = Some(info);
         if long_running {
             return pass(next, req).await;
         }
@@ -51,7 +51,6 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::classify::RequestInfo;
     use crate::server::limits::LimitOptions;
     use crate::server::phase::testing::{request, run_seen};
     use http_body_util::BodyExt;
@@ -62,7 +61,7 @@ mod tests {
         let s = Admit { limits, recorder: Recorder::default() };
         let (resp, seen) = run_seen(s.clone(), request("/api/v1/namespaces/a/pods?limit=5")).await;
         assert_eq!(resp.status(), 200);
-        let info = seen.unwrap().get::<RequestInfo>().cloned().unwrap();
+        let info = seen.unwrap().get::<super::super::RequestContext>().and_then(|c| c.info.clone()).unwrap();
         assert_eq!(
             (info.verb.as_str(), info.resource.as_str(), info.namespace.as_str()),
             ("list", "pods", "a")

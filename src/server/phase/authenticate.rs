@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Next, Phase, Recorder, Req, Resp};
+use super::{arrived, context_mut, pass, Next, Phase, Recorder, Req, Resp};
 use crate::server::auth::{Attributes, Auth, Caller};
 use crate::server::limits::{Limits, Ticket};
 use crate::server::{health, proxy};
@@ -58,7 +58,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
                 return self.recorder.refused(resp, "reject", "", arrived);
             }
         }
-        req.extensions_mut().insert(caller);
+        context_mut(&mut req).caller = Some(caller);
         pass(next, req).await
     }
 }
@@ -80,7 +80,12 @@ mod tests {
             recorder: Recorder(metrics),
         };
         let (_, seen) = run_seen(a.clone(), request("/api/v1/pods")).await;
-        assert!(seen.unwrap().get::<Caller>().is_some(), "--auth=none: the trusted caller");
+        let ctx = seen.unwrap().get::<super::super::RequestContext>().cloned().unwrap();
+        assert_eq!(
+            ctx.caller.map(|c| c.user.name.clone()).as_deref(),
+            Some("system:unsecured"),
+            "--auth=none: the trusted caller"
+        );
         let (resp, seen) = run_seen(a, request(health::METRICS_PATH)).await;
         assert!(seen.is_none());
         assert_eq!(resp.status(), 200);

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Classified, Next, Phase, Recorder, Req, ResourceLabel, Resp};
-use crate::server::auth::{self, Attributes, Auth, Caller};
+use super::{arrived, context, missing, pass, Classified, Next, Phase, Recorder, Req, Resp};
+use crate::server::auth::{self, Attributes, Auth};
 use crate::server::classify::RequestInfo;
 
 #[derive(Clone)]
@@ -24,30 +24,30 @@ impl<B: Send + Sync + 'static> Phase<B> for Authorize {
         // authorizes before its handlers validate, so a caller without the right gets 403).
         // Only a decision to forward passes unasked; anything else without the caller and
         // its attributes is refused (issue 32 §2: fails closed if a phase did not run).
-        let classified = req.extensions().get::<Classified>();
+        let ctx = context(&req);
+        let classified = ctx.and_then(|c| c.classified.as_ref());
         if matches!(classified, Some(Classified::Forward(_))) {
             return pass(next, req).await;
         }
-        let (Some(caller), Some(info), Some(_)) =
-            (req.extensions().get::<Caller>(), req.extensions().get::<RequestInfo>(), classified)
-        else {
-            tracing::error!(path = %req.uri().path(), "request reached authorization without its caller, attributes or decision; refused");
-            let resp = crate::server::body::error(crate::error::Error::Internal(
-                "the request path is missing what authorization needs".into(),
-            ));
-            return self.recorder.refused(resp, "reject", "", arrived(&req));
+        let (Some(ctx), Some(classified)) = (ctx, classified) else {
+            return self.recorder.refused(
+                missing(&req, "authorize", "decision"),
+                "reject",
+                "",
+                arrived(&req),
+            );
+        };
+        let (Some(caller), Some(info)) = (&ctx.caller, &ctx.info) else {
+            return self.recorder.refused(missing(&req, "authorize", "caller"), "reject", "", arrived(&req));
         };
         if let Err(resp) = auth.authorize(&caller.effective, &attributes(info)).await {
             return match classified {
-                Some(Classified::Cache { cr, catalog, key }) => {
+                Classified::Cache { cr, catalog, key } => {
                     let gr =
                         catalog.caches.get(key).map(|(r, _)| r.kind().group_resource()).unwrap_or_default();
                     self.recorder.refused(resp, cr.plan.verb(), &gr, arrived(&req))
                 }
-                _ => {
-                    let label = req.extensions().get::<ResourceLabel>().map(|l| l.0.as_str()).unwrap_or("");
-                    self.recorder.refused(resp, &info.verb, label, arrived(&req))
-                }
+                _ => self.recorder.refused(resp, &info.verb, &ctx.label, arrived(&req)),
             };
         }
         pass(next, req).await
@@ -88,7 +88,8 @@ mod tests {
     async fn without_auth_or_for_forwarded_requests_nothing_is_asked() {
         let s = Authorize { auth: None, recorder: Recorder::default() };
         let mut req = request("/api/v1/pods");
-        req.extensions_mut().insert(Classified::Forward(crate::server::classify::ForwardReason::Write));
+        super::super::context_mut(&mut req).classified =
+            Some(Classified::Forward(crate::server::classify::ForwardReason::Write));
         let (_, reached) = run(s, req).await;
         assert!(reached);
     }
@@ -103,12 +104,12 @@ mod tests {
         let (resp, reached) = run(s.clone(), request("/api/v1/pods")).await;
         assert_eq!((resp.status().as_u16(), reached), (500, false), "nothing set");
         let mut req = request("/api/v1/pods");
-        req.extensions_mut().insert(Caller::trusted());
+        super::super::context_mut(&mut req).caller = Some(crate::server::auth::Caller::trusted());
         let (resp, reached) = run(s.clone(), req).await;
         assert_eq!((resp.status().as_u16(), reached), (500, false), "no attributes, no decision");
         // A decision to forward passes: the upstream authorizes it.
         let mut req = request("/api/v1/pods");
-        req.extensions_mut().insert(Classified::Forward(ForwardReason::Write));
+        super::super::context_mut(&mut req).classified = Some(Classified::Forward(ForwardReason::Write));
         let (_, reached) = run(s, req).await;
         assert!(reached);
     }

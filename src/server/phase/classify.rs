@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{pass, Classified, Next, Phase, Req, ResourceLabel, Resp};
+use super::{context, context_mut, pass, Classified, Next, Phase, Req, Resp};
 use crate::resource::ResourceKind;
 use crate::server::catalog::Resources;
 use crate::server::classify::{self, ForwardReason, RequestInfo, Route};
@@ -20,7 +20,7 @@ pub struct Classify {
 impl<B: Send + Sync + 'static> Phase<B> for Classify {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         let computed;
-        let info = match req.extensions().get::<RequestInfo>() {
+        let info = match context(&req).and_then(|c| c.info.as_ref()) {
             Some(i) => i,
             None => {
                 computed = classify::request_info(req.method(), req.uri().path(), req.uri().query());
@@ -57,8 +57,9 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
                 }
             }
         };
-        req.extensions_mut().insert(classified);
-        req.extensions_mut().insert(ResourceLabel(resource));
+        let ctx = context_mut(&mut req);
+        ctx.classified = Some(classified);
+        ctx.label = resource;
         pass(next, req).await
     }
 }
@@ -81,6 +82,10 @@ mod tests {
     use super::*;
     use crate::server::phase::testing::{configmaps, request, run_seen, upstream};
 
+    fn decided(seen: Option<http::Extensions>) -> Option<Classified> {
+        seen?.get::<super::super::RequestContext>()?.classified.clone()
+    }
+
     #[tokio::test]
     async fn refusals_cached_reads_and_forwards_are_classified() {
         let (_w, r) = configmaps();
@@ -89,19 +94,16 @@ mod tests {
         let s = Classify { resources };
         // Not cached: upstream.
         let (_, seen) = run_seen(s.clone(), request("/api/v1/pods?resourceVersion=0")).await;
-        assert!(matches!(
-            seen.unwrap().get::<Classified>(),
-            Some(Classified::Forward(ForwardReason::NotCached))
-        ));
+        assert!(matches!(decided(seen), Some(Classified::Forward(ForwardReason::NotCached))));
         // Cached: served, with its label.
         let (_, seen) = run_seen(s.clone(), request("/api/v1/configmaps?resourceVersion=0")).await;
-        let seen = seen.unwrap();
-        assert!(matches!(seen.get::<Classified>(), Some(Classified::Cache { .. })));
-        assert_eq!(seen.get::<ResourceLabel>().unwrap().0, "configmaps");
+        let ctx = seen.unwrap().get::<super::super::RequestContext>().cloned().unwrap();
+        assert!(matches!(ctx.classified, Some(Classified::Cache { .. })));
+        assert_eq!(ctx.label, "configmaps");
         // The apiserver's own refusal of bad list options: classified, answered after authorization.
         let (_, seen) =
             run_seen(s, request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact")).await;
-        match seen.unwrap().get::<Classified>() {
+        match decided(seen) {
             Some(Classified::Refuse { error, proto: false }) => {
                 assert_eq!(error.to_status().code.as_u16(), 422)
             }

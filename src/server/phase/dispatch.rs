@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use hyper::body::Incoming;
 
-use super::{arrived, Classified, FromCache, Next, Recorder, Req, ResourceLabel, Resp};
-use crate::error::Error;
+use super::{arrived, missing, Classified, FromCache, Next, Recorder, Req, RequestContext, Resp};
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::body;
@@ -51,18 +50,10 @@ struct Forwarded<'a> {
 /// the proxy's own credentials or served unauthorized.
 #[allow(clippy::result_large_err)]
 fn context<B>(req: &mut Req<B>) -> Result<(Caller, RequestInfo, String, Classified), Resp> {
-    let path = req.uri().path().to_owned();
-    let missing = |what: &str| {
-        tracing::error!(what, %path, "request reached dispatch without what an earlier phase sets; refused");
-        body::error(Error::Internal(format!("the request path is missing its {what}")))
-    };
-    let Some(caller) = req.extensions_mut().remove::<Caller>() else { return Err(missing("caller")) };
-    let Some(classified) = req.extensions_mut().remove::<Classified>() else {
-        return Err(missing("classification"));
-    };
-    let info = req.extensions_mut().remove::<RequestInfo>().unwrap_or_default();
-    let label = req.extensions_mut().remove::<ResourceLabel>().unwrap_or_default().0;
-    Ok((caller, info, label, classified))
+    let ctx = req.extensions_mut().remove::<RequestContext>().unwrap_or_default();
+    let Some(caller) = ctx.caller else { return Err(missing(req, "dispatch", "caller")) };
+    let Some(classified) = ctx.classified else { return Err(missing(req, "dispatch", "decision")) };
+    Ok((caller, ctx.info.unwrap_or_default(), ctx.label, classified))
 }
 
 impl Dispatch {
@@ -138,14 +129,14 @@ mod tests {
     fn a_request_without_a_caller_or_a_decision_is_refused() {
         let forward = || Classified::Forward(ForwardReason::Write);
         let mut req = request("/api/v1/pods");
-        req.extensions_mut().insert(forward());
+        super::super::context_mut(&mut req).classified = Some(forward());
         assert_eq!(context(&mut req).err().map(|r| r.status().as_u16()), Some(500), "no caller");
         let mut req = request("/api/v1/pods");
-        req.extensions_mut().insert(Caller::trusted());
+        super::super::context_mut(&mut req).caller = Some(Caller::trusted());
         assert_eq!(context(&mut req).err().map(|r| r.status().as_u16()), Some(500), "no decision");
         let mut req = request("/api/v1/pods");
-        req.extensions_mut().insert(Caller::trusted());
-        req.extensions_mut().insert(forward());
+        super::super::context_mut(&mut req).caller = Some(Caller::trusted());
+        super::super::context_mut(&mut req).classified = Some(forward());
         let Ok((caller, _, _, classified)) = context(&mut req) else { panic!("complete") };
         assert_eq!(caller.user.name, "system:unsecured");
         assert!(matches!(classified, Classified::Forward(ForwardReason::Write)));

@@ -4,7 +4,8 @@
 //! share: the [`Phase`] trait (a phase looks at the request, answers it itself or passes it on
 //! with [`pass`], and may change the answer on its way back), its tower `Layer`/`Service`
 //! ([`PhaseLayer`], [`Phased`]), and what phases learn for later ones, carried in the request's
-//! extensions: [`Arrived`], the `RequestInfo`, the `Caller`, [`Classified`], [`ResourceLabel`].
+//! extensions: [`Arrived`] and one typed [`RequestContext`] (the `RequestInfo`, the `Caller`,
+//! [`Classified`], the metrics label).
 //! Each phase is built (by `server::stack`) with exactly the collaborators it uses — the
 //! limits, the auth caches, the catalog, the upstream, the [`Recorder`] — and is the whole of
 //! its work; each is unit-tested alone, with a stub for the rest of the stack (`testing`).
@@ -35,8 +36,9 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use tower::{Layer, Service};
 
+use super::auth::Caller;
 use super::catalog::Catalog;
-use super::classify::{CacheRequest, ForwardReason};
+use super::classify::{CacheRequest, ForwardReason, RequestInfo};
 use super::Body;
 use crate::metrics::{Metrics, Served};
 
@@ -72,9 +74,36 @@ pub enum Classified {
     },
 }
 
-/// The `group/resource` label of the request (cached resources only; empty otherwise).
-#[derive(Clone, Debug, Default)]
-pub struct ResourceLabel(pub String);
+/// What the phases learn about a request, in one typed place: the request's extensions hold
+/// one `RequestContext`, which `admit` (the `RequestInfo`), `authenticate` (the `Caller`) and
+/// `classify` (the decision and the metrics label) fill in, and later phases read. Each part is
+/// an `Option`: a phase that needs a part an earlier phase did not set refuses the request
+/// (500, logged), never defaults to trust.
+#[derive(Clone, Default)]
+pub struct RequestContext {
+    pub info: Option<RequestInfo>,
+    pub caller: Option<Caller>,
+    pub classified: Option<Classified>,
+    /// The `group/resource` label of the request (cached resources only; empty otherwise).
+    pub label: String,
+}
+
+/// The request's context (empty if no phase set anything yet).
+pub fn context<B>(req: &Req<B>) -> Option<&RequestContext> {
+    req.extensions().get::<RequestContext>()
+}
+
+/// The request's context, to fill in.
+pub fn context_mut<B>(req: &mut Req<B>) -> &mut RequestContext {
+    req.extensions_mut().get_or_insert_default::<RequestContext>()
+}
+
+/// The 500 of a phase that finds missing what an earlier phase must have set (a phase skipped
+/// or reordered): logged, never passed on.
+pub fn missing<B>(req: &Req<B>, phase: &str, what: &str) -> Resp {
+    tracing::error!(phase, what, path = %req.uri().path(), "request is missing what an earlier phase sets; refused");
+    super::body::error(crate::error::Error::Internal(format!("the request path is missing its {what}")))
+}
 
 /// Marks an answer the cache served (compression applies to those only).
 #[derive(Clone, Copy, Debug)]

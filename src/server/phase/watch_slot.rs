@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{arrived, pass, Classified, Next, Phase, Recorder, Req, Resp};
-use crate::server::auth::Caller;
-use crate::server::classify::RequestInfo;
+use super::{arrived, context, pass, Classified, Next, Phase, Recorder, Req, Resp};
 use crate::server::limits::{self, Limits};
 
 #[derive(Clone)]
@@ -19,9 +17,10 @@ pub struct WatchSlot {
 impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
         // A refused request (bad watch options) is answered at once: it holds no slot.
-        let refused = matches!(req.extensions().get::<Classified>(), Some(Classified::Refuse { .. }));
-        let slot = match (req.extensions().get::<RequestInfo>(), req.extensions().get::<Caller>()) {
-            (Some(info), Some(caller)) if !refused && self.per_user && info.verb == "watch" => {
+        let ctx = context(&req);
+        let refused = matches!(ctx.and_then(|c| c.classified.as_ref()), Some(Classified::Refuse { .. }));
+        let slot = match ctx.map(|c| (&c.info, &c.caller)) {
+            Some((Some(info), Some(caller))) if !refused && self.per_user && info.verb == "watch" => {
                 match self.limits.watch_slot(&caller.effective.name) {
                     Ok(s) => Some(s),
                     Err(resp) => return self.recorder.refused(resp, "watch", "", arrived(&req)),
