@@ -246,7 +246,7 @@ impl Metrics {
             ended_at_relist: counter(
                 &r,
                 "watchcache_watchers_ended_at_relist_total",
-                "Watches ended by a relist of the upstream (the ones that could not provably stay open).",
+                "Watches ended by a relist of the upstream (every watch that started before the list, unless provably complete).",
                 &["resource"],
             ),
             offered: counter(
