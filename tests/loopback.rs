@@ -66,8 +66,14 @@ async fn a_web_page_cannot_use_the_sidecar() {
         "/%61pi/v1/namespaces/default/pods/p/exec",
         "/api/v1/namespaces/default/pods/p%2Fexec",
     ] {
-        let r = send(&env.client, Method::POST, &env.proxy_url(&format!("{p}?command=id")), None, &[("host", &local)])
-            .await;
+        let r = send(
+            &env.client,
+            Method::POST,
+            &env.proxy_url(&format!("{p}?command=id")),
+            None,
+            &[("host", &local)],
+        )
+        .await;
         assert_eq!(r.status, 403, "{p}");
     }
     let reached = env.sim.sim.request_count(|r| {
