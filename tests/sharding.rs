@@ -30,7 +30,8 @@ fn fnv(s: &str) -> u64 {
 
 /// Quarter `i` of 4 by uid: its canonical selector text and whether a hash is in it.
 fn quarter(i: u64) -> (String, impl Fn(u64) -> bool) {
-    let bound = |n: u64| if n == 4 { "0x10000000000000000".to_owned() } else { format!("0x{:016x}", n << 62) };
+    let bound =
+        |n: u64| if n == 4 { "0x10000000000000000".to_owned() } else { format!("0x{:016x}", n << 62) };
     let text = format!("shardRange(object.metadata.uid, '{}', '{}')", bound(i), bound(i + 1));
     (text, move |h: u64| h >> 62 == i)
 }
@@ -40,7 +41,11 @@ fn enc(s: &str) -> String {
 }
 
 fn key(o: &Value) -> String {
-    format!("{}/{}", o["metadata"]["namespace"].as_str().unwrap_or(""), o["metadata"]["name"].as_str().unwrap())
+    format!(
+        "{}/{}",
+        o["metadata"]["namespace"].as_str().unwrap_or(""),
+        o["metadata"]["name"].as_str().unwrap()
+    )
 }
 
 fn uid(o: &Value) -> String {
@@ -83,10 +88,13 @@ async fn sharded_lists_partition_the_collection_in_every_form() {
     for i in 0..4 {
         let (sel, inside) = quarter(i);
         let q = enc(&sel);
-        let want: BTreeSet<String> = all.iter().filter(|(_, u)| inside(fnv(u))).map(|(k, _)| k.clone()).collect();
+        let want: BTreeSet<String> =
+            all.iter().filter(|(_, u)| inside(fnv(u))).map(|(k, _)| k.clone()).collect();
 
         // resourceVersion=0: from the cache, only the shard, shardInfo echoed.
-        let r = env.get_from_cache(&format!("/api/v1/configmaps?resourceVersion=0&shardSelector={q}"), false).await;
+        let r = env
+            .get_from_cache(&format!("/api/v1/configmaps?resourceVersion=0&shardSelector={q}"), false)
+            .await;
         assert_eq!(r.status, 200);
         let v = r.json();
         assert_eq!(v["metadata"]["shardInfo"], json!({"selector": sel}));
@@ -113,7 +121,9 @@ async fn sharded_lists_partition_the_collection_in_every_form() {
                 assert!(want.contains(&k) && union_pages.insert(k.clone()), "page item {k}");
             }
             match v["metadata"]["continue"].as_str() {
-                Some(c) if !c.is_empty() => url = format!("/api/v1/configmaps?limit=4&continue={}&shardSelector={q}", enc(c)),
+                Some(c) if !c.is_empty() => {
+                    url = format!("/api/v1/configmaps?limit=4&continue={}&shardSelector={q}", enc(c))
+                }
                 _ => break,
             }
         }
@@ -121,13 +131,21 @@ async fn sharded_lists_partition_the_collection_in_every_form() {
 
         // Exact at an earlier RV: the shard of the state then.
         let v = env
-            .get_from_cache(&format!("/api/v1/configmaps?resourceVersion={mid}&resourceVersionMatch=Exact&shardSelector={q}"), false)
+            .get_from_cache(
+                &format!(
+                    "/api/v1/configmaps?resourceVersion={mid}&resourceVersionMatch=Exact&shardSelector={q}"
+                ),
+                false,
+            )
             .await
             .json();
         assert_eq!(v["metadata"]["resourceVersion"], mid.to_string());
         assert_eq!(v["metadata"]["shardInfo"]["selector"], sel.as_str());
         for k in keys(&v) {
-            assert!(want.contains(&k) && at_mid.contains(&k) && union_exact.insert(k.clone()), "exact item {k}");
+            assert!(
+                want.contains(&k) && at_mid.contains(&k) && union_exact.insert(k.clone()),
+                "exact item {k}"
+            );
         }
 
         // Metadata only: filtered the same, but no shardInfo (asPartialObjectMetadataList
@@ -165,10 +183,17 @@ async fn sharded_lists_partition_the_collection_in_every_form() {
 
     // By namespace: halves of the hash space; each namespace wholly in one half.
     let half = |lo: &str, hi: &str| format!("shardRange(object.metadata.namespace, '{lo}', '{hi}')");
-    let halves = [half("0x0000000000000000", "0x8000000000000000"), half("0x8000000000000000", "0x10000000000000000")];
+    let halves =
+        [half("0x0000000000000000", "0x8000000000000000"), half("0x8000000000000000", "0x10000000000000000")];
     let mut seen = BTreeSet::new();
     for (i, sel) in halves.iter().enumerate() {
-        let v = env.get_from_cache(&format!("/api/v1/configmaps?resourceVersion=0&shardSelector={}", enc(sel)), false).await.json();
+        let v = env
+            .get_from_cache(
+                &format!("/api/v1/configmaps?resourceVersion=0&shardSelector={}", enc(sel)),
+                false,
+            )
+            .await
+            .json();
         for item in v["items"].as_array().unwrap() {
             let ns = item["metadata"]["namespace"].as_str().unwrap();
             assert_eq!((fnv(ns) >> 63) as usize, i, "{ns} in half {i}");
@@ -180,10 +205,24 @@ async fn sharded_lists_partition_the_collection_in_every_form() {
     // Another spelling of the same selector: echoed in the canonical form.
     let (sel, _) = quarter(1);
     let spelled = "shardRange( object.metadata.uid,\"0x4000000000000000\" ,'0x8000000000000000')";
-    let v = env.get_from_cache(&format!("/api/v1/configmaps?resourceVersion=0&shardSelector={}", enc(spelled)), false).await.json();
+    let v = env
+        .get_from_cache(
+            &format!("/api/v1/configmaps?resourceVersion=0&shardSelector={}", enc(spelled)),
+            false,
+        )
+        .await
+        .json();
     assert_eq!(v["metadata"]["shardInfo"]["selector"], sel.as_str());
     // A GET of one object takes no shardSelector (GetOptions): the object, whatever its shard.
-    let r = env.get_from_cache(&format!("/api/v1/namespaces/a/configmaps/late?resourceVersion=0&shardSelector={}", enc(&quarter(0).0)), true).await;
+    let r = env
+        .get_from_cache(
+            &format!(
+                "/api/v1/namespaces/a/configmaps/late?resourceVersion=0&shardSelector={}",
+                enc(&quarter(0).0)
+            ),
+            true,
+        )
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["metadata"]["name"], "late");
     env.proxy.shutdown().await;
@@ -194,9 +233,7 @@ async fn invalid_selectors_get_the_apiservers_error_and_unusual_ones_go_upstream
     let env = start().await;
     let rv = populate(&env);
     env.synced_to(rv).await;
-    let status = |message: &str| {
-        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":message,"code":500})
-    };
+    let status = |message: &str| json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":message,"code":500});
     let name = enc("shardRange(object.metadata.name, '0x0000000000000000', '0x8000000000000000')");
     let cases = [
         (format!("/api/v1/configmaps?resourceVersion=0&shardSelector={name}"), "invalid shard selector: unsupported field path \"object.metadata.name\"; supported: object.metadata.uid, object.metadata.namespace"),
@@ -238,7 +275,11 @@ async fn invalid_selectors_get_the_apiservers_error_and_unusual_ones_go_upstream
 
 #[tokio::test]
 async fn forwarded_reads_are_the_upstreams_answer_without_shard_info() {
-    let opts = kube_watchcache_sim::SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() };
+    let opts = kube_watchcache_sim::SimOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        objects: 0,
+        ..Default::default()
+    };
     let env = start_edited(opts, |a| a.consistent_reads = "upstream".into()).await;
     let rv = populate(&env);
     env.synced_to(rv).await;
@@ -251,7 +292,10 @@ async fn forwarded_reads_are_the_upstreams_answer_without_shard_info() {
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 40, "the 1.28 upstream ignores the selector");
     assert!(r.json()["metadata"].get("shardInfo").is_none());
     // An Exact LIST outside the history window: forwarded too.
-    let url = format!("/api/v1/configmaps?resourceVersion=1&resourceVersionMatch=Exact&shardSelector={}", enc(&sel));
+    let url = format!(
+        "/api/v1/configmaps?resourceVersion=1&resourceVersionMatch=Exact&shardSelector={}",
+        enc(&sel)
+    );
     let r = env.get(&url).await;
     assert_eq!(env.upstream_exact(&url), 1);
     assert!(!String::from_utf8_lossy(&r.body).contains("shardInfo"));
@@ -286,7 +330,11 @@ async fn proto_events(body: &mut hyper::body::Incoming, idle: Duration) -> Vec<(
 
 fn summary(e: &Value) -> (String, String, u64) {
     let o = &e["object"];
-    (e["type"].as_str().unwrap().to_owned(), key(o), o["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap())
+    (
+        e["type"].as_str().unwrap().to_owned(),
+        key(o),
+        o["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap(),
+    )
 }
 
 async fn drain(w: &mut WatchLines, idle: Duration) -> Vec<Value> {
@@ -310,7 +358,13 @@ async fn sharded_watchers_see_exactly_their_events() {
     let mut lists = Vec::new();
     for i in 0..4 {
         let q = enc(&quarter(i).0);
-        watches.push(open_watch(&env.client, &env.proxy_url(&format!("{base}&resourceVersion={rv}&shardSelector={q}"))).await);
+        watches.push(
+            open_watch(
+                &env.client,
+                &env.proxy_url(&format!("{base}&resourceVersion={rv}&shardSelector={q}")),
+            )
+            .await,
+        );
         lists.push(
             open_watch(
                 &env.client,
@@ -321,7 +375,10 @@ async fn sharded_watchers_see_exactly_their_events() {
     }
     // A kubelet-like protobuf watcher of shard 3.
     let url = env.proxy_url(&format!("{base}&resourceVersion={rv}&shardSelector={}", enc(&quarter(3).0)));
-    let req = http::Request::get(url).header("accept", KUBELET).body(http_body_util::Full::new(bytes::Bytes::new())).unwrap();
+    let req = http::Request::get(url)
+        .header("accept", KUBELET)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
     let resp = env.client.request(req).await.unwrap();
     assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
     let mut proto = resp.into_body();
@@ -342,7 +399,8 @@ async fn sharded_watchers_see_exactly_their_events() {
             assert!(inside(fnv(&uid(&e["object"]))));
             initial.insert(key(&e["object"]));
         }
-        let want: BTreeSet<String> = all.iter().filter(|(_, u)| inside(fnv(u))).map(|(k, _)| k.clone()).collect();
+        let want: BTreeSet<String> =
+            all.iter().filter(|(_, u)| inside(fnv(u))).map(|(k, _)| k.clone()).collect();
         assert_eq!(initial, want, "watch-list {i}");
     }
 
@@ -353,7 +411,8 @@ async fn sharded_watchers_see_exactly_their_events() {
     }
     for i in 0..40 {
         let ns = ["a", "b", "c"][i % 3];
-        last = env.update_cm(ns, &format!("cm-{i:02}"), json!({"app": if i % 2 == 0 { "x" } else { "z" }}), "2");
+        last =
+            env.update_cm(ns, &format!("cm-{i:02}"), json!({"app": if i % 2 == 0 { "x" } else { "z" }}), "2");
     }
     for i in (0..30).step_by(3) {
         last = env.delete_cm("b", &format!("churn-{i}"));
@@ -361,19 +420,23 @@ async fn sharded_watchers_see_exactly_their_events() {
     env.synced_to(last).await;
 
     let idle = Duration::from_millis(800);
-    let everything: Vec<Value> = drain(&mut whole, idle).await.into_iter().filter(|e| e["type"] != "BOOKMARK").collect();
+    let everything: Vec<Value> =
+        drain(&mut whole, idle).await.into_iter().filter(|e| e["type"] != "BOOKMARK").collect();
     assert_eq!(everything.len(), 30 + 40 + 10);
     let mut filtered_out = 0;
     for (i, (w, l)) in watches.iter_mut().zip(lists.iter_mut()).enumerate() {
         let (_, inside) = quarter(i as u64);
-        let want: Vec<_> = everything.iter().filter(|e| inside(fnv(&uid(&e["object"])))).map(summary).collect();
+        let want: Vec<_> =
+            everything.iter().filter(|e| inside(fnv(&uid(&e["object"])))).map(summary).collect();
         filtered_out += everything.len() - want.len();
         for (what, w) in [("watch", w), ("watch-list", l)] {
-            let got: Vec<_> = drain(w, idle).await.iter().filter(|e| e["type"] != "BOOKMARK").map(summary).collect();
+            let got: Vec<_> =
+                drain(w, idle).await.iter().filter(|e| e["type"] != "BOOKMARK").map(summary).collect();
             assert_eq!(got, want, "{what} of shard {i}: exactly its part, in order");
         }
         if i == 3 {
-            let got: Vec<_> = proto_events(&mut proto, idle).await.into_iter().filter(|e| e.0 != "BOOKMARK").collect();
+            let got: Vec<_> =
+                proto_events(&mut proto, idle).await.into_iter().filter(|e| e.0 != "BOOKMARK").collect();
             assert_eq!(got, want, "protobuf watch of shard 3");
         }
     }

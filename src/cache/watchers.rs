@@ -283,8 +283,11 @@ impl Watchers {
             for slot in slots_of(std::iter::once(&*d.event.object).chain(d.event.prev.as_deref())) {
                 if let Some(m) = self.indexed.get_mut(&slot) {
                     self.offered += m.len() as u64;
-                    let mut out =
-                        Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped, filtered: &mut filtered };
+                    let mut out = Out {
+                        blocked: blocked.as_deref_mut(),
+                        dropped: &mut dropped,
+                        filtered: &mut filtered,
+                    };
                     sent += send_all(m, &slot, d, &mut out);
                 }
             }

@@ -49,7 +49,12 @@ pub fn list_meta(rv: &str, cont: Option<&str>, remaining: Option<usize>) -> Vec<
 }
 
 /// [`list_meta`] with `shardInfo` (field 5, `ShardInfo{selector = 1}`, 1.36) when set.
-pub fn list_meta_sharded(rv: &str, cont: Option<&str>, remaining: Option<usize>, shard: Option<&str>) -> Vec<u8> {
+pub fn list_meta_sharded(
+    rv: &str,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    shard: Option<&str>,
+) -> Vec<u8> {
     let mut out = Vec::new();
     wire::len_field(&mut out, 1, b"");
     wire::len_field(&mut out, 2, rv.as_bytes());

@@ -462,7 +462,16 @@ fn decide(
             RvParam::Zero => Plan::Get { min_rv: None },
             RvParam::At(rv) => Plan::Get { min_rv: Some(rv) },
         };
-        return Ok(cache(rp, kind, LabelSelector::default(), FieldSelector::default(), opts, plan, repr, None));
+        return Ok(cache(
+            rp,
+            kind,
+            LabelSelector::default(),
+            FieldSelector::default(),
+            opts,
+            plan,
+            repr,
+            None,
+        ));
     }
     opts.watch |= rp.watch_prefix;
     let labels = LabelSelector::parse(&opts.label_selector)?;
@@ -486,7 +495,9 @@ fn decide(
         "" => None,
         raw => match ShardSelector::parse(raw) {
             Ok(s) => Some(Arc::new(s)),
-            Err(ShardError::Invalid(m)) => return Err(Error::InternalRaw(format!("invalid shard selector: {m}"))),
+            Err(ShardError::Invalid(m)) => {
+                return Err(Error::InternalRaw(format!("invalid shard selector: {m}")))
+            }
             Err(ShardError::Unsupported) => return Ok(Route::Forward(ForwardReason::ShardSelector)),
         },
     };

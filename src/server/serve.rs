@@ -406,7 +406,10 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         | Plan::ListNotOlderThan { .. }
         | Plan::ListExact { .. }
         | Plan::ListMostRecent { .. } => {
-            req.opts.limit().is_some() && req.labels.is_empty() && req.fields.is_empty() && req.shard.is_none()
+            req.opts.limit().is_some()
+                && req.labels.is_empty()
+                && req.fields.is_empty()
+                && req.shard.is_none()
         }
         _ => false,
     };
