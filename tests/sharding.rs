@@ -460,3 +460,184 @@ async fn sharded_watchers_see_exactly_their_events() {
     drop(proto);
     env.proxy.shutdown().await;
 }
+
+mod relist {
+    //! A kube-state-metrics-like informer per shard through churn and a relist of the proxy
+    //! (its upstream watch stalled while the sim changes and compacts, then cut: `common::fault`).
+
+    use super::*;
+    use common::fault::Fault;
+    use common::mirror::{Applied, Mirror, Stream};
+    use kube_watchcache::app;
+    use kube_watchcache::resource::Rv;
+    use kube_watchcache_sim::{Sim, SimOptions};
+
+    const PATH: &str = "/api/v1/namespaces/t/configmaps";
+    const IDLE: Duration = Duration::from_millis(700);
+
+    fn cm(name: &str, v: &str) -> Value {
+        json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"t"},"data":{"v":v}})
+    }
+
+    /// One shard's informer: its state, and the changes its watches delivered.
+    struct Informer {
+        query: String,
+        inside: Box<dyn Fn(u64) -> bool>,
+        mirror: Mirror,
+        stream: Stream,
+        changes: Vec<(String, String, u64)>,
+    }
+
+    impl Informer {
+        async fn start(client: &HttpClient, base: &str, i: u64) -> Informer {
+            let (sel, inside) = quarter(i);
+            let query = format!("shardSelector={}", enc(&sel));
+            let mirror =
+                Mirror::list(client, &format!("{base}{PATH}?resourceVersion=0&{query}")).await.expect("list");
+            let stream = Stream::open(client, &Self::watch_url(base, &query, mirror.rv)).await;
+            Informer { query, inside: Box::new(inside), mirror, stream, changes: Vec::new() }
+        }
+
+        fn watch_url(base: &str, query: &str, rv: u64) -> String {
+            format!("{base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&{query}")
+        }
+
+        /// Applies what arrives until the stream is idle; whether it ended.
+        async fn catch_up(&mut self) -> bool {
+            let (events, ended) = self.stream.collect(IDLE).await;
+            for e in &events {
+                if let Applied::Error(code) = self.mirror.apply(e) {
+                    panic!("error {code} on a live sharded watch");
+                }
+                if e["type"] != "BOOKMARK" {
+                    self.changes.push(summary(e));
+                }
+            }
+            ended
+        }
+
+        /// After its stream ended: re-watch from the last RV (410 past a relist), relist the
+        /// shard, watch again.
+        async fn resume(&mut self, client: &HttpClient, base: &str) {
+            let mut s = Stream::open(client, &Self::watch_url(base, &self.query, self.mirror.rv)).await;
+            let (events, _) = s.collect(IDLE).await;
+            let gone = events.iter().any(|e| self.mirror.apply(e) == Applied::Error(410));
+            assert!(gone, "the resume from before the relist is 410: {events:?}");
+            let url = format!("{base}{PATH}?resourceVersion=0&{}", self.query);
+            let list = send(client, Method::GET, &url, None, &[]).await.json();
+            assert!(list["metadata"]["shardInfo"]["selector"].is_string(), "the relist is served sharded");
+            self.mirror = Mirror::list(client, &url).await.expect("relist");
+            self.stream = Stream::open(client, &Self::watch_url(base, &self.query, self.mirror.rv)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sharded_informers_stay_exact_through_churn_and_a_relist() {
+        let sim = Sim::start(SimOptions::default()).await.expect("sim");
+        sim.sim
+            .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"t"}}))
+            .unwrap();
+        let fault = Fault::start(sim.addr).await;
+        let mut args = serve_args(fault.addr, &["configmaps"]);
+        args.security.max_watches_per_user = 0;
+        let proxy = app::start(&args).await.expect("proxy starts");
+        assert!(proxy.wait_ready(Duration::from_secs(20)).await);
+        let reader = proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
+        let synced = |rv: u64| {
+            let reader = reader.clone();
+            async move { reader.wait_for(Rv(rv), Duration::from_secs(20)).await.expect("cache caught up") }
+        };
+        let rv_of = |o: Value| o["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+        let create = |n: &str| rv_of(sim.sim.create("configmaps", "t", cm(n, "0")).expect("create"));
+        let update = |n: &str, v: &str| rv_of(sim.sim.update("configmaps", "t", cm(n, v)).expect("update"));
+        let delete = |n: &str| rv_of(sim.sim.delete("configmaps", "t", n).expect("delete"));
+        let client = client();
+        let base = format!("http://{}", proxy.addr);
+        let mut last = 0;
+        for i in 0..24 {
+            last = create(&format!("o{i}"));
+        }
+        synced(last).await;
+
+        let mut informers = Vec::new();
+        for i in 0..4 {
+            informers.push(Informer::start(&client, &base, i).await);
+        }
+        let mut whole =
+            Stream::open(&client, &format!("{base}{PATH}?watch=true&resourceVersion={last}")).await;
+        // Churn.
+        for i in 0..24 {
+            last = update(&format!("o{i}"), "1");
+        }
+        for i in 0..6 {
+            last = delete(&format!("o{i}"));
+            last = last.max(create(&format!("p{i}")));
+        }
+        synced(last).await;
+        let (reference, _) = whole.collect(IDLE).await;
+        assert_eq!(reference.len(), 24 + 12);
+        for (i, inf) in informers.iter_mut().enumerate() {
+            assert!(!inf.catch_up().await, "shard {i} still watching");
+            let want: Vec<_> =
+                reference.iter().filter(|e| (inf.inside)(fnv(&uid(&e["object"])))).map(summary).collect();
+            assert_eq!(inf.changes, want, "shard {i}: exactly its part of the events");
+        }
+
+        // A relist: the upstream watch stalls while the sim moves past its compaction window,
+        // then is cut; the proxy relists and ends the watches that started before.
+        let lists = || {
+            sim.sim.request_count(|r| {
+                r.path == "/api/v1/configmaps"
+                    && !r.query.contains("watch=true")
+                    && r.query.contains("limit=500")
+            })
+        };
+        let before = lists();
+        fault.stall_watches(true);
+        for i in 6..10 {
+            delete(&format!("o{i}"));
+        }
+        for i in 0..4 {
+            create(&format!("gap{i}"));
+        }
+        // Compacted past the cache's RV: the proxy's re-watch gets 410, so it relists.
+        sim.sim.compact();
+        fault.drop_all();
+        fault.stall_watches(false);
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while lists() == before {
+            assert!(std::time::Instant::now() < end, "the proxy relisted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        synced(sim.sim.current_rv().0).await;
+        for inf in informers.iter_mut() {
+            assert!(inf.catch_up().await, "a watch from before the relist ends");
+            inf.resume(&client, &base).await;
+        }
+        // More churn after the relist.
+        for i in 10..24 {
+            last = update(&format!("o{i}"), "2");
+        }
+        last = last.max(create("after"));
+        synced(last).await;
+
+        let sim_state: BTreeMap<String, (String, u64)> = {
+            let v = send(&client, Method::GET, &format!("http://{}{PATH}", sim.addr), None, &[]).await.json();
+            v["items"].as_array().unwrap().iter().map(|o| (key(o), (uid(o), rv_of(o.clone())))).collect()
+        };
+        let mut union = BTreeMap::new();
+        for (i, inf) in informers.iter_mut().enumerate() {
+            assert!(!inf.catch_up().await);
+            assert!(inf.mirror.anomalies.is_empty(), "shard {i}: {:?}", inf.mirror.anomalies);
+            let want: BTreeMap<String, u64> = sim_state
+                .iter()
+                .filter(|(_, (u, _))| (inf.inside)(fnv(u)))
+                .map(|(k, (_, rv))| (k.clone(), *rv))
+                .collect();
+            assert_eq!(inf.mirror.objects, want, "shard {i} holds exactly its part of the sim's state");
+            union.extend(inf.mirror.objects.clone());
+        }
+        assert_eq!(union.len(), sim_state.len(), "the shards together hold everything");
+        proxy.shutdown().await;
+    }
+}
