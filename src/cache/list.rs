@@ -338,3 +338,6 @@ fn typed_meta(rv: Rv, cont: Option<&str>, remaining: Option<usize>, shard: Optio
 fn json_str(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
 }
+
+#[cfg(test)]
+mod tests;
