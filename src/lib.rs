@@ -18,7 +18,7 @@
 //! | [`proto`] | protobuf answers: the Kubernetes schema, JSON → protobuf transcoding, envelopes |
 //! | [`error`] | the error enum and the one function that renders apiserver `Status` JSON |
 //! | [`params`] | ListOptions query parsing, defaulting, validation, continue tokens |
-//! | [`selector`] | label and field selectors: parsing (apiserver texts) and matching |
+//! | [`selector`] | label, field and shard (`shardSelector`) selectors: parsing (apiserver texts) and matching |
 //! | [`cache`] | per-resource store, history ring, watcher fan-out; `Writer` / `Reader` |
 //! | [`upstream`] | TLS client to the apiserver: config, discovery, list/watch, forwarding |
 //! | [`reflector`] | the single writer: list → watch → relist, with backoff |

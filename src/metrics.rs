@@ -107,6 +107,8 @@ pub struct Metrics {
     terminated: IntCounterVec,
     ended_at_relist: IntCounterVec,
     offered: IntCounterVec,
+    watch_shards: IntGaugeVec,
+    shard_filtered: IntCounterVec,
     ready: IntGaugeVec,
     staleness: GaugeVec,
     history_capacity: IntGaugeVec,
@@ -255,6 +257,19 @@ impl Metrics {
                 "(event, watcher) pairs examined by the fan-out.",
                 &["resource"],
             ),
+            // The apiserver's `apiserver_watch_shards_total` is a gauge despite its suffix.
+            watch_shards: gauge(
+                &r,
+                "watchcache_watch_shards_total",
+                "Live sharded watches (shardSelector) served from the cache.",
+                &["resource"],
+            ),
+            shard_filtered: counter(
+                &r,
+                "watchcache_watch_filtered_events_total",
+                "Events a sharded watch did not get because the object is outside its shard.",
+                &["resource"],
+            ),
             ready: gauge(
                 &r,
                 "watchcache_cache_ready",
@@ -374,6 +389,7 @@ impl Metrics {
             &self.terminated,
             &self.ended_at_relist,
             &self.offered,
+            &self.shard_filtered,
         ] {
             c.with_label_values(&[resource]);
         }
@@ -475,6 +491,8 @@ impl Metrics {
             advance(&self.ended_at_relist.with_label_values(&l), w.ended_at_relist);
             advance(&self.offered.with_label_values(&l), w.offered);
             advance(&self.dispatched.with_label_values(&l), w.delivered);
+            self.watch_shards.with_label_values(&l).set(w.sharded as i64);
+            advance(&self.shard_filtered.with_label_values(&l), w.shard_filtered);
             self.ready.with_label_values(&l).set(i64::from(p.ready));
             if let Some(s) = r.staleness() {
                 self.staleness.with_label_values(&l).set(s.as_secs_f64());

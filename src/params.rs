@@ -47,6 +47,9 @@ pub struct ListOptions {
     pub continue_token: String,
     pub label_selector: String,
     pub field_selector: String,
+    /// Raw `shardSelector` (KEP-5866, 1.36 alpha; empty when absent). Parsed by
+    /// `server::classify` only: the simulated 1.28 apiserver ignores it, as 1.28 does.
+    pub shard_selector: String,
 }
 
 /// Go's `Convert_Slice_string_To_bool`: absent → false; `0` / case-insensitive `false` →
@@ -76,6 +79,7 @@ impl ListOptions {
                 "continue" => o.continue_token = v.into_owned(),
                 "labelSelector" => o.label_selector = v.into_owned(),
                 "fieldSelector" => o.field_selector = v.into_owned(),
+                "shardSelector" => o.shard_selector = v.into_owned(),
                 _ => {}
             }
         }

@@ -244,6 +244,8 @@ pub struct Header {
     /// Selectable field values (reference §7.2), only the ones this resource supports;
     /// `metadata.name` / `metadata.namespace` are not repeated here.
     pub fields: BTreeMap<&'static str, String>,
+    /// `metadata.uid` (empty when absent): what a `shardSelector` by uid hashes.
+    pub uid: String,
 }
 
 /// An object as cached: the JSON bytes as received, split so that both encodings the
@@ -315,6 +317,8 @@ struct RawMeta<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     labels: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
+    #[serde(borrow, default)]
+    uid: Option<Cow<'a, str>>,
 }
 
 /// A flat bag of the scalar members of `spec`, `status`, `involvedObject` or `source`, borrowed
@@ -464,6 +468,7 @@ impl Object {
             rv,
             labels,
             fields,
+            uid: raw.metadata.uid.as_deref().unwrap_or("").to_owned(),
         };
         let has_type_meta = raw.kind.is_some() || raw.api_version.is_some();
         drop(raw);

@@ -127,6 +127,27 @@ async fn watch_fanout_and_kubelet_tiny_runs_are_clean() {
     }
 }
 
+/// `sharded` (issue 34): 20 watchers over 4 uid shards. Through the proxy each change reaches
+/// exactly the 5 watchers of its pod's shard; the 1.28 sim ignores `shardSelector`, so directly
+/// every watcher gets every change (the expected ones among them, none lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_tiny_run_delivers_each_change_to_its_shard_only() {
+    let mut args = tiny(Scenario::Sharded);
+    args.lists_per_sec = Some(0.0);
+    args.gets_per_sec = Some(0.0);
+    let r = bench::measure(&args).await.expect("sharded runs");
+    assert!(r.problems.is_empty(), "{:?}\n{}", r.problems, r.table());
+    for t in &r.targets {
+        let w = &t.watch;
+        assert_eq!((w.watchers, w.opened, w.failed), (20, 20, 0), "{}", t.name);
+        assert_eq!((w.lost, w.duplicated, w.out_of_order), (0, 0, 0), "{}", t.name);
+        assert!(w.changes_written > 10, "{}", t.name);
+        assert_eq!(w.deliveries_expected, 5 * w.changes_written, "{}: 5 watchers per shard", t.name);
+        let received = if t.name == "proxy" { w.deliveries_expected } else { 20 * w.changes_written };
+        assert_eq!(w.deliveries_received, received, "{}", t.name);
+    }
+}
+
 /// `--tls`: the sim and the proxy on HTTPS, the proxy's delegated authn/authz on, a bearer token
 /// from the clients; over HTTP/1.1 and over HTTP/2 (ALPN h2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

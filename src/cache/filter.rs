@@ -1,4 +1,4 @@
-//! Which objects a list or watch selects (scope + label + field selectors), and how one
+//! Which objects a list or watch selects (scope + label + field + shard selectors), and how one
 //! cache event looks to one watcher (reference §3.5: MODIFIED becomes ADDED or DELETED when an
 //! object enters or leaves the selection).
 //!
@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use crate::metadata_only::Repr;
 use crate::resource::{frame_object, Event, EventType, Object};
-use crate::selector::{FieldSelector, LabelSelector};
+use crate::selector::{FieldSelector, LabelSelector, ShardSelector};
 
 /// What a request selects.
 #[derive(Clone, Debug, Default)]
@@ -24,6 +24,8 @@ pub struct Filter {
     pub name: Option<String>,
     pub labels: LabelSelector,
     pub fields: FieldSelector,
+    /// `shardSelector` (KEP-5866): only objects whose hashed uid or namespace is in range.
+    pub shard: Option<Arc<ShardSelector>>,
     /// How the selected objects are encoded (not which ones).
     pub repr: Repr,
 }
@@ -39,7 +41,13 @@ impl Filter {
     ) -> Self {
         let namespace = namespace.or_else(|| fields.exact("metadata.namespace").map(str::to_owned));
         let name = name.or_else(|| fields.exact("metadata.name").map(str::to_owned));
-        Filter { namespace, name, labels, fields, repr: Repr::Full }
+        Filter { namespace, name, labels, fields, shard: None, repr: Repr::Full }
+    }
+
+    /// The same selection narrowed to a shard.
+    pub fn with_shard(mut self, shard: Option<Arc<ShardSelector>>) -> Self {
+        self.shard = shard;
+        self
     }
 
     /// The same selection, encoded as `repr`.
@@ -51,6 +59,10 @@ impl Filter {
     /// Whether `obj` is selected.
     pub fn matches(&self, obj: &Object) -> bool {
         let h = &obj.header;
+        // Before labels and fields, as the apiserver's predicate checks it.
+        if self.shard.as_ref().is_some_and(|s| !s.matches(h)) {
+            return false;
+        }
         if self.namespace.as_deref().is_some_and(|ns| ns != h.namespace) {
             return false;
         }
@@ -63,7 +75,19 @@ impl Filter {
 
     /// Whether every object is selected (no per-object work needed).
     pub fn is_everything(&self) -> bool {
-        self.namespace.is_none() && self.name.is_none() && self.labels.is_empty() && self.fields.is_empty()
+        self.namespace.is_none()
+            && self.name.is_none()
+            && self.labels.is_empty()
+            && self.fields.is_empty()
+            && self.shard.is_none()
+    }
+
+    /// Whether a sharded watcher gets nothing of `ev` because the object (now and before) is
+    /// outside its shard: an event "filtered out by shard selector" in the apiserver's words.
+    pub fn shard_excludes(&self, ev: &Event) -> bool {
+        self.shard.as_ref().is_some_and(|s| {
+            !s.matches(&ev.object.header) && ev.prev.as_deref().is_none_or(|p| !s.matches(&p.header))
+        })
     }
 
     /// The frame this watcher receives for `ev`, `None` if the event does not concern it, or

@@ -5,6 +5,12 @@
 //! Metadata-only lists (`Filter::repr`) are PartialObjectMetadataList envelopes around each
 //! object's PartialObjectMetadata, made once per object version (`metadata_only`).
 //!
+//! A sharded LIST (`Filter::shard`) selects only the objects in the shard and echoes the
+//! selector in `metadata.shardInfo` where a 1.36 apiserver does: on built-in kinds' lists in
+//! JSON and protobuf, not on metadata-only lists (`asPartialObjectMetadataList` copies only
+//! resourceVersion, continue and remainingItemCount) nor on custom resources' (an
+//! `UnstructuredList` has no `SetShardInfo`).
+//!
 //! Pure. Called through `Reader::list` by `server::serve`. Objects are never decoded or
 //! re-encoded: the body is the concatenation of their bytes.
 
@@ -159,7 +165,8 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         Bound::Excluded(ObjectKey(format!("{}0", &prefix[..prefix.len() - 1]).into()))
     };
     let limit = page.as_ref().map(|p| p.limit).unwrap_or(usize::MAX);
-    let selective = !filter.labels.is_empty() || !filter.fields.is_empty();
+    // A shard selector makes the apiserver's predicate non-empty too.
+    let selective = !filter.labels.is_empty() || !filter.fields.is_empty() || filter.shard.is_some();
 
     // As the cacher's paginated list (staging/src/k8s.io/apiserver/pkg/storage/cacher,
     // `GetList`): stop at the `limit`-th selected item; `hasMore` is whether any item of the
@@ -202,9 +209,11 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
 
     let rv = snap.rv;
     let repr = filter.repr;
+    let shard_info = shard_info(kind, filter);
+    let shard_info = shard_info.as_deref();
     let (head, tail) = match repr {
         Repr::Full => (
-            envelope_head(kind, rv, continue_token.as_deref(), remaining),
+            envelope_head(kind, rv, continue_token.as_deref(), remaining, shard_info),
             envelope_tail(kind, rv, continue_token.as_deref(), remaining),
         ),
         Repr::Metadata => metadata_envelope(rv, continue_token.as_deref(), remaining, items.is_empty()),
@@ -214,7 +223,8 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
                 let msg = o.proto_message(repr.is_metadata())?;
                 items_len += envelope::item_prefix_len(msg.len()) + msg.len();
             }
-            proto_envelope(kind, repr, rv, continue_token.as_deref(), remaining, items_len)
+            let meta = ListMeta { rv, cont: continue_token.as_deref(), remaining, shard: shard_info };
+            proto_envelope(kind, repr, &meta, items_len)
         }
     };
     let (head, tail) = (Bytes::from(head), Bytes::from(tail));
@@ -233,18 +243,25 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     })
 }
 
-/// A protobuf list's envelope (`envelope::list_head`) and tail.
-fn proto_envelope(
-    kind: &ResourceKind,
-    repr: Repr,
+/// `metadata.shardInfo.selector` of a sharded list, where the apiserver sets it (module doc).
+fn shard_info(kind: &ResourceKind, filter: &Filter) -> Option<String> {
+    let shard = filter.shard.as_ref()?;
+    (kind.builtin && !filter.repr.is_metadata()).then(|| shard.to_string())
+}
+
+/// A list's ListMeta members.
+struct ListMeta<'a> {
     rv: Rv,
-    cont: Option<&str>,
+    cont: Option<&'a str>,
     remaining: Option<usize>,
-    items_len: usize,
-) -> (Vec<u8>, Vec<u8>) {
+    shard: Option<&'a str>,
+}
+
+/// A protobuf list's envelope (`envelope::list_head_sharded`) and tail.
+fn proto_envelope(kind: &ResourceKind, repr: Repr, m: &ListMeta<'_>, items_len: usize) -> (Vec<u8>, Vec<u8>) {
     let type_meta = proto::list_type_meta(&kind.api_version(), &kind.list_kind(), repr.is_metadata());
     (
-        envelope::list_head(&type_meta, &rv.to_string(), cont, remaining, items_len),
+        envelope::list_head_sharded(&type_meta, &m.rv.to_string(), m.cont, m.remaining, m.shard, items_len),
         envelope::UNKNOWN_TAIL.to_vec(),
     )
 }
@@ -257,7 +274,7 @@ fn metadata_envelope(
     remaining: Option<usize>,
     empty: bool,
 ) -> (Vec<u8>, Vec<u8>) {
-    let meta = typed_meta(rv, cont, remaining);
+    let meta = typed_meta(rv, cont, remaining, None);
     if empty {
         (format!("{}{meta}{}", metadata_only::LIST_HEAD, metadata_only::EMPTY_ITEMS).into_bytes(), Vec::new())
     } else {
@@ -267,13 +284,19 @@ fn metadata_envelope(
 
 /// `{"kind":"PodList","apiVersion":"v1","metadata":{…},"items":[` for built-ins;
 /// `{"apiVersion":"g/v","items":[` for custom resources (unstructured lists sort their keys).
-fn envelope_head(kind: &ResourceKind, rv: Rv, cont: Option<&str>, remaining: Option<usize>) -> Vec<u8> {
+fn envelope_head(
+    kind: &ResourceKind,
+    rv: Rv,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    shard: Option<&str>,
+) -> Vec<u8> {
     if kind.builtin {
         format!(
             "{{\"kind\":{},\"apiVersion\":{},\"metadata\":{},\"items\":[",
             json_str(&kind.list_kind()),
             json_str(&kind.api_version()),
-            typed_meta(rv, cont, remaining)
+            typed_meta(rv, cont, remaining, shard)
         )
         .into_bytes()
     } else {
@@ -295,13 +318,18 @@ fn envelope_tail(kind: &ResourceKind, rv: Rv, cont: Option<&str>, remaining: Opt
     }
 }
 
-fn typed_meta(rv: Rv, cont: Option<&str>, remaining: Option<usize>) -> String {
+/// Typed `ListMeta` in Go's member order: resourceVersion, continue, remainingItemCount,
+/// shardInfo.
+fn typed_meta(rv: Rv, cont: Option<&str>, remaining: Option<usize>, shard: Option<&str>) -> String {
     let mut m = format!("{{\"resourceVersion\":\"{rv}\"");
     if let Some(c) = cont {
         m.push_str(&format!(",\"continue\":{}", json_str(c)));
     }
     if let Some(n) = remaining {
         m.push_str(&format!(",\"remainingItemCount\":{n}"));
+    }
+    if let Some(s) = shard {
+        m.push_str(&format!(",\"shardInfo\":{{\"selector\":{}}}", json_str(s)));
     }
     m.push('}');
     m
@@ -310,3 +338,6 @@ fn typed_meta(rv: Rv, cont: Option<&str>, remaining: Option<usize>) -> String {
 fn json_str(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -310,6 +310,10 @@ pub struct WatcherStats {
     pub offered: u64,
     /// (event, watcher) deliveries by the fan-out.
     pub delivered: u64,
+    /// Live watchers with a `shardSelector` (KEP-5866).
+    pub sharded: usize,
+    /// Events sharded watchers did not get because the object is outside their shard.
+    pub shard_filtered: u64,
 }
 
 /// The history of one resource now.
@@ -372,6 +376,8 @@ impl Reader {
             ended_at_relist: st.watchers.ended_at_relist(),
             offered: st.watchers.offered(),
             delivered: st.watchers.delivered(),
+            sharded: st.watchers.sharded(),
+            shard_filtered: st.watchers.shard_filtered(),
         }
     }
 

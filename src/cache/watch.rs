@@ -111,14 +111,15 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         match start {
             WatchStart::After(rv) => {
                 let replay = st.history.since(rv)?;
+                let mut filtered = 0;
                 for ev in &replay {
                     // A replayed event without an exact protobuf encoding: the apiserver serves it.
-                    if let Some(f) =
-                        filter.frame_for(ev, &LazyFrames::default()).map_err(|_| Error::NoExactEncoding)?
-                    {
-                        pending.push_back(f);
+                    match filter.frame_for(ev, &LazyFrames::default()).map_err(|_| Error::NoExactEncoding)? {
+                        Some(f) => pending.push_back(f),
+                        None => filtered += u64::from(filter.shard_excludes(ev)),
                     }
                 }
+                st.watchers.add_shard_filtered(filtered);
                 last_rv = replay.last().map(|e| e.rv).unwrap_or(rv);
                 let min_rv = last_rv.max(rv);
                 let (id, rx) = st.watchers.add(filter.clone(), min_rv, queue);

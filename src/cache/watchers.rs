@@ -64,6 +64,8 @@ pub struct Watchers {
     offered: u64,
     /// (event, watcher) deliveries so far (at once, or after waiting for the time budget).
     delivered: u64,
+    /// (event, sharded watcher) pairs not delivered because the object is outside the shard.
+    shard_filtered: u64,
 }
 
 /// A delivery that did not fit its watcher's queue; the watcher stays registered until
@@ -174,6 +176,22 @@ impl Watchers {
         self.delivered
     }
 
+    /// Registered watchers with a `shardSelector` (counted when asked: a scrape, not a watch).
+    pub fn sharded(&self) -> usize {
+        let sharded = |m: &HashMap<u64, Entry>| m.values().filter(|e| e.filter.shard.is_some()).count();
+        sharded(&self.all) + self.indexed.values().map(sharded).sum::<usize>()
+    }
+
+    /// Events a sharded watcher did not get because the object is outside its shard.
+    pub fn shard_filtered(&self) -> u64 {
+        self.shard_filtered
+    }
+
+    /// Counts events a replay kept from a sharded watcher (`cache::watch`).
+    pub fn add_shard_filtered(&mut self, n: u64) {
+        self.shard_filtered += n;
+    }
+
     /// Counts deliveries that had to wait for the time budget (`Dispatch::finish`).
     pub fn add_delivered(&mut self, n: u64) {
         self.delivered += n;
@@ -257,14 +275,19 @@ impl Watchers {
     pub fn dispatch(&mut self, d: &Dispatched, mut blocked: Option<&mut Vec<Blocked>>) -> usize {
         let mut sent = 0;
         let mut dropped = 0;
+        let mut filtered = 0;
         self.offered += self.all.len() as u64;
-        let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped };
+        let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped, filtered: &mut filtered };
         sent += send_all(&mut self.all, &Slot::All, d, &mut out);
         if !self.indexed.is_empty() {
             for slot in slots_of(std::iter::once(&*d.event.object).chain(d.event.prev.as_deref())) {
                 if let Some(m) = self.indexed.get_mut(&slot) {
                     self.offered += m.len() as u64;
-                    let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped };
+                    let mut out = Out {
+                        blocked: blocked.as_deref_mut(),
+                        dropped: &mut dropped,
+                        filtered: &mut filtered,
+                    };
                     sent += send_all(m, &slot, d, &mut out);
                 }
             }
@@ -274,6 +297,7 @@ impl Watchers {
             self.terminated += dropped;
         }
         self.delivered += sent as u64;
+        self.shard_filtered += filtered;
         sent
     }
 }
@@ -320,6 +344,8 @@ fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> Vec<Slot> {
 struct Out<'a> {
     blocked: Option<&'a mut Vec<Blocked>>,
     dropped: &'a mut u64,
+    /// Events kept from sharded watchers by their shard.
+    filtered: &'a mut u64,
 }
 
 fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut Out<'_>) -> usize {
@@ -330,7 +356,12 @@ fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut 
         }
         let frame = match e.filter.frame_for(&d.event, &d.lazy) {
             Ok(Some(frame)) => frame,
-            Ok(None) => return !e.tx.is_closed(),
+            Ok(None) => {
+                if e.filter.shard_excludes(&d.event) {
+                    *out.filtered += 1;
+                }
+                return !e.tx.is_closed();
+            }
             Err(NoExactEncoding) => {
                 // Its stream ends after what it has; the client resumes from its last RV, and
                 // the resource's protobuf reads go upstream from now on.

@@ -45,12 +45,27 @@ pub fn object(type_meta: &[u8], msg: &[u8]) -> Bytes {
 
 /// `meta/v1 ListMeta` {selfLink "", resourceVersion, continue, remainingItemCount when set}.
 pub fn list_meta(rv: &str, cont: Option<&str>, remaining: Option<usize>) -> Vec<u8> {
+    list_meta_sharded(rv, cont, remaining, None)
+}
+
+/// [`list_meta`] with `shardInfo` (field 5, `ShardInfo{selector = 1}`, 1.36) when set.
+pub fn list_meta_sharded(
+    rv: &str,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    shard: Option<&str>,
+) -> Vec<u8> {
     let mut out = Vec::new();
     wire::len_field(&mut out, 1, b"");
     wire::len_field(&mut out, 2, rv.as_bytes());
     wire::len_field(&mut out, 3, cont.unwrap_or("").as_bytes());
     if let Some(n) = remaining {
         wire::varint_field(&mut out, 4, n as u64);
+    }
+    if let Some(s) = shard {
+        let mut info = Vec::with_capacity(s.len() + 4);
+        wire::len_field(&mut info, 1, s.as_bytes());
+        wire::len_field(&mut out, 5, &info);
     }
     out
 }
@@ -65,7 +80,19 @@ pub fn list_head(
     remaining: Option<usize>,
     items_len: usize,
 ) -> Vec<u8> {
-    let list_meta = list_meta(rv, cont, remaining);
+    list_head_sharded(type_meta, rv, cont, remaining, None, items_len)
+}
+
+/// [`list_head`] whose ListMeta carries `shardInfo` when `shard` is set.
+pub fn list_head_sharded(
+    type_meta: &[u8],
+    rv: &str,
+    cont: Option<&str>,
+    remaining: Option<usize>,
+    shard: Option<&str>,
+    items_len: usize,
+) -> Vec<u8> {
+    let list_meta = list_meta_sharded(rv, cont, remaining, shard);
     let mut meta_field = Vec::with_capacity(list_meta.len() + 4);
     wire::len_field(&mut meta_field, 1, &list_meta);
     let mut out = head(type_meta, meta_field.len() + items_len);

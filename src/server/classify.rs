@@ -10,7 +10,8 @@
 //! served or forwarded. No I/O; tested with a
 //! table. Validation errors come out of here with the apiserver's exact texts, in its order:
 //! label-selector parse (400) → ListOptions validation (422) → field labels (400) →
-//! continue token (400) → resourceVersion (400 for LIST, 500 for GET/WATCH).
+//! shard selector (500, the registry parses it before storage) → continue token (400) →
+//! resourceVersion (400 for LIST, 500 for GET/WATCH).
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::error::Error;
 use crate::metadata_only::Repr;
 use crate::params::{ContinueToken, ListOptions, RvMatch, RvParam};
 use crate::resource::{ResourceKind, Rv};
-use crate::selector::{FieldSelector, LabelSelector};
+use crate::selector::{FieldSelector, LabelSelector, ShardError, ShardSelector};
 
 /// The parts of a resource URL (`/api/v1/namespaces/ns/pods/name/sub`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +69,9 @@ pub enum ForwardReason {
     /// in a segment), or a namespace or name it would refuse or look up elsewhere: only the
     /// apiserver's own answer, with the caller's identity, is exact.
     UnusualPath,
+    /// A `shardSelector` in a form only the apiserver's CEL parser reads exactly (module doc
+    /// of `selector::shard`): the upstream decides, and says whether it filtered.
+    ShardSelector,
 }
 
 impl ForwardReason {
@@ -86,6 +90,7 @@ impl ForwardReason {
             ForwardReason::NotSynced => "not_synced",
             ForwardReason::Stale => "stale",
             ForwardReason::UnusualPath => "unusual_path",
+            ForwardReason::ShardSelector => "shard_selector",
         }
     }
 }
@@ -138,6 +143,9 @@ pub struct CacheRequest {
     pub plan: Plan,
     /// The objects as received or metadata only, in JSON or protobuf (`accept::negotiate`).
     pub repr: Repr,
+    /// A LIST's or WATCH's parsed `shardSelector` (KEP-5866): only objects in the shard are
+    /// served, and a LIST says so in `metadata.shardInfo`.
+    pub shard: Option<Arc<ShardSelector>>,
 }
 
 /// The outcome of classification.
@@ -455,7 +463,16 @@ fn decide(
             RvParam::Zero => Plan::Get { min_rv: None },
             RvParam::At(rv) => Plan::Get { min_rv: Some(rv) },
         };
-        return Ok(cache(rp, kind, LabelSelector::default(), FieldSelector::default(), opts, plan, repr));
+        return Ok(cache(
+            rp,
+            kind,
+            LabelSelector::default(),
+            FieldSelector::default(),
+            opts,
+            plan,
+            repr,
+            None,
+        ));
     }
     opts.watch |= rp.watch_prefix;
     let labels = LabelSelector::parse(&opts.label_selector)?;
@@ -473,10 +490,23 @@ fn decide(
             return Err(Error::BadRequest("fieldSelector metadata.name doesn't match requested name".into()));
         }
     }
+    // 1.36 with ShardedListAndWatch on: the registry parses the selector before it asks
+    // storage (so before continue / resourceVersion errors) and fails with a plain error.
+    let shard = match opts.shard_selector.as_str() {
+        "" => None,
+        raw => match ShardSelector::parse(raw) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(ShardError::Invalid(m)) => {
+                return Err(Error::InternalRaw(format!("invalid shard selector: {m}")))
+            }
+            Err(ShardError::Unsupported) => return Ok(Route::Forward(ForwardReason::ShardSelector)),
+        },
+    };
     let plan = if opts.watch { watch_plan(&opts)? } else { list_plan(&opts)? };
-    Ok(cache(rp, kind, labels, fields, opts, plan, repr))
+    Ok(cache(rp, kind, labels, fields, opts, plan, repr, shard))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn cache(
     rp: &ResourcePath,
     kind: Arc<ResourceKind>,
@@ -485,6 +515,7 @@ fn cache(
     opts: ListOptions,
     plan: Plan,
     repr: Repr,
+    shard: Option<Arc<ShardSelector>>,
 ) -> Route {
     Route::Cache(Box::new(CacheRequest {
         kind,
@@ -495,6 +526,7 @@ fn cache(
         opts,
         plan,
         repr,
+        shard,
     }))
 }
 

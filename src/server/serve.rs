@@ -141,6 +141,11 @@ async fn proven_by_metadata(
     };
     let mut snap = reader.snapshot();
     let caught_up = snap.rv >= meta.rv;
+    // The metadata page is the unsharded selection's (the proxy's own LIST carries no
+    // shardSelector): it proves a sharded page only when the cache has caught up.
+    if !caught_up && req.shard.is_some() {
+        return Ok(Served::Forward(ForwardReason::MostRecent));
+    }
     if !caught_up {
         snap.rv = meta.rv;
     }
@@ -321,6 +326,7 @@ fn filter(req: &CacheRequest, watch_name: bool) -> Filter {
         req.labels.clone(),
         req.fields.clone(),
     )
+    .with_shard(req.shard.clone())
     .with_repr(req.repr)
 }
 
@@ -400,7 +406,10 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         | Plan::ListNotOlderThan { .. }
         | Plan::ListExact { .. }
         | Plan::ListMostRecent { .. } => {
-            req.opts.limit().is_some() && req.labels.is_empty() && req.fields.is_empty()
+            req.opts.limit().is_some()
+                && req.labels.is_empty()
+                && req.fields.is_empty()
+                && req.shard.is_none()
         }
         _ => false,
     };

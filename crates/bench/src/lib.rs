@@ -21,7 +21,8 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `scenario` | the four load shapes, their defaults, the resolved [`Plan`] |
+//! | `scenario` | the five load shapes, their defaults, the resolved [`Plan`] |
+//! | `shards` | the `sharded` scenario's uid shards: selectors, and each pod's shard |
 //! | `env` | targets, HTTP clients, the writer's backend, the in-process sim + proxy |
 //! | `modes` | external targets or the in-process pair: setup, checks, the two phases |
 //! | `phase` | one target's run: open watches → load → drain → settle |
@@ -52,6 +53,7 @@ mod phase;
 mod procstat;
 pub mod report;
 mod scenario;
+mod shards;
 mod stats;
 mod svg;
 mod tls;

@@ -218,6 +218,8 @@ pub async fn gets(
 pub struct WriteLog {
     pub base: u64,
     pub nodes: Vec<usize>,
+    /// The object (pod index) of each change.
+    pub objects: Vec<usize>,
     pub failed: u64,
     /// The first failed write's error (the upstream's Status message when it answered).
     pub first_error: Option<String>,
@@ -256,6 +258,7 @@ pub async fn writer(plan: Plan, backend: Backend, base: u64, mut stop: watch::Re
         let ok = result.is_ok();
         let mut l = log.lock();
         l.nodes.push(if ok { plan.node_of(i) } else { usize::MAX });
+        l.objects.push(i);
         if let Err(e) = result {
             l.failed += 1;
             l.first_error.get_or_insert(e);
@@ -279,7 +282,8 @@ mod tests {
 
     #[test]
     fn expected_changes_follow_the_selector_and_skip_failures() {
-        let log = WriteLog { base: 10, nodes: vec![0, 1, usize::MAX, 1, 0], failed: 1, first_error: None };
+        let log =
+            WriteLog { base: 10, nodes: vec![0, 1, usize::MAX, 1, 0], failed: 1, ..WriteLog::default() };
         assert_eq!(log.expected(None).collect::<Vec<_>>(), vec![10, 11, 13, 14]);
         assert_eq!(log.expected(Some(1)).collect::<Vec<_>>(), vec![11, 13]);
         assert_eq!(log.expected(Some(7)).count(), 0);

@@ -166,9 +166,16 @@ impl Phase<'_> {
         let nodes = (0..plan.sizes.watchers).map(|_| None).chain((0..plan.sizes.node_watchers).map(Some));
         let mut list = Vec::new();
         let mut tasks = tokio::task::JoinSet::new();
+        // `sharded`: each pod's shard (uids are the server's), and each watcher's.
+        let shard_of = match plan.shards {
+            0 => None,
+            n => Some(super::shards::of_objects(&self.target, clients.pick(0), plan.sizes.objects, n).await?),
+        };
         for (i, node) in nodes.enumerate() {
+            let shard = (plan.shards > 0 && node.is_none()).then(|| (i % plan.shards, plan.shards));
             let w = Arc::new(Watcher {
                 node,
+                shard,
                 tracker: Mutex::new(Tracker::new(self.seq_base, start_rv)),
                 reconnects: Default::default(),
                 failed: Default::default(),
@@ -253,7 +260,7 @@ impl Phase<'_> {
         let _ = gets.await;
 
         // 3. Drain: every watcher gets every change it should see.
-        let expected = Expected::new(&log);
+        let expected = Expected::new(&log, shard_of.as_deref());
         // Wait while deliveries progress (an overloaded machine may lag many seconds); give up
         // after DRAIN_TIMEOUT without progress, or DRAIN_MAX in all.
         let drain_start = Instant::now();
@@ -305,9 +312,9 @@ impl Phase<'_> {
         };
         for w in &list {
             let t = w.tracker.lock();
-            watch.deliveries_expected += expected.count(w.node);
+            watch.deliveries_expected += expected.count(w);
             watch.deliveries_received += t.received;
-            watch.lost += expected.lost_locked(&t, w.node);
+            watch.lost += expected.lost_locked(&t, w);
             watch.duplicated += t.duplicated;
             watch.out_of_order += t.out_of_order;
             watch.reconnects += w.reconnects.load(Relaxed);
@@ -362,35 +369,46 @@ impl Phase<'_> {
 struct Expected {
     all: Vec<u64>,
     by_node: HashMap<usize, Vec<u64>>,
+    /// `sharded`: by the shard of the changed pod (an upstream that ignores `shardSelector`
+    /// sends a sharded watcher more; only these must arrive).
+    by_shard: HashMap<usize, Vec<u64>>,
 }
 
 impl Expected {
-    fn new(log: &WriteLog) -> Expected {
+    /// `shard_of`: each pod's shard, for the `sharded` scenario.
+    fn new(log: &WriteLog, shard_of: Option<&[usize]>) -> Expected {
         let all: Vec<u64> = log.expected(None).collect();
         let mut by_node: HashMap<usize, Vec<u64>> = HashMap::new();
+        let mut by_shard: HashMap<usize, Vec<u64>> = HashMap::new();
         for s in &all {
-            by_node.entry(log.nodes[(s - log.base) as usize]).or_default().push(*s);
+            let at = (s - log.base) as usize;
+            by_node.entry(log.nodes[at]).or_default().push(*s);
+            if let Some(&shard) = shard_of.and_then(|m| log.objects.get(at).and_then(|&i| m.get(i))) {
+                by_shard.entry(shard).or_default().push(*s);
+            }
         }
-        Expected { all, by_node }
+        Expected { all, by_node, by_shard }
     }
 
-    fn of(&self, node: Option<usize>) -> &[u64] {
-        match node {
-            None => &self.all,
-            Some(n) => self.by_node.get(&n).map(Vec::as_slice).unwrap_or(&[]),
-        }
+    fn of(&self, node: Option<usize>, shard: Option<(usize, usize)>) -> &[u64] {
+        let group = match (node, shard) {
+            (Some(n), _) => self.by_node.get(&n),
+            (None, Some((i, _))) => self.by_shard.get(&i),
+            (None, None) => return &self.all,
+        };
+        group.map(Vec::as_slice).unwrap_or(&[])
     }
 
-    fn count(&self, node: Option<usize>) -> u64 {
-        self.of(node).len() as u64
+    fn count(&self, w: &Watcher) -> u64 {
+        self.of(w.node, w.shard).len() as u64
     }
 
     fn lost(&self, w: &Watcher) -> u64 {
-        self.lost_locked(&w.tracker.lock(), w.node)
+        self.lost_locked(&w.tracker.lock(), w)
     }
 
-    fn lost_locked(&self, t: &Tracker, node: Option<usize>) -> u64 {
-        t.lost(self.of(node).iter().copied())
+    fn lost_locked(&self, t: &Tracker, w: &Watcher) -> u64 {
+        t.lost(self.of(w.node, w.shard).iter().copied())
     }
 }
 
@@ -412,15 +430,33 @@ mod tests {
     }
 
     #[test]
-    fn expected_changes_by_node() {
-        let log = WriteLog { base: 5, nodes: vec![1, 2, 1, usize::MAX], failed: 1, first_error: None };
-        let e = Expected::new(&log);
-        assert_eq!(e.of(None), &[5, 6, 7]);
-        assert_eq!(e.of(Some(1)), &[5, 7]);
-        assert_eq!(e.count(Some(3)), 0);
+    fn expected_changes_by_node_and_by_shard() {
+        let log = WriteLog {
+            base: 5,
+            nodes: vec![1, 2, 1, usize::MAX],
+            objects: vec![0, 1, 2, 3],
+            failed: 1,
+            first_error: None,
+        };
+        // Pods 0 and 1 in shard 3, pod 2 in shard 0.
+        let e = Expected::new(&log, Some(&[3, 3, 0, 0]));
+        assert_eq!(e.of(None, None), &[5, 6, 7]);
+        assert_eq!(e.of(Some(1), None), &[5, 7]);
+        assert_eq!(e.of(None, Some((3, 4))), &[5, 6]);
+        assert_eq!(e.of(None, Some((0, 4))), &[7]);
+        assert!(e.of(None, Some((1, 4))).is_empty());
         let mut t = Tracker::new(5, 0);
         t.observe(10, Some(5));
-        assert_eq!(e.lost_locked(&t, Some(1)), 1);
-        assert_eq!(e.lost_locked(&t, None), 2);
+        let w = |node, shard| Watcher {
+            node,
+            shard,
+            tracker: Default::default(),
+            reconnects: Default::default(),
+            failed: Default::default(),
+        };
+        assert_eq!(e.lost_locked(&t, &w(Some(1), None)), 1);
+        assert_eq!(e.lost_locked(&t, &w(None, None)), 2);
+        assert_eq!(e.lost_locked(&t, &w(None, Some((3, 4)))), 1);
+        assert_eq!(e.count(&w(None, Some((0, 4)))), 1);
     }
 }

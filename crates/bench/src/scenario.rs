@@ -1,4 +1,4 @@
-//! The four load shapes and their defaults, resolved with the command-line overrides into the
+//! The five load shapes and their defaults, resolved with the command-line overrides into the
 //! [`Plan`] every driver reads. Called by `bench::run`.
 //!
 //! Defaults are sized for a 2-core machine that runs the harness, the simulated apiserver and
@@ -18,6 +18,9 @@ pub enum Scenario {
     Kubelet,
     /// A bit of everything: whole-resource and per-node watchers, lists, gets, churn.
     Mixed,
+    /// kube-state-metrics-like sharded watchers (KEP-5866): the watchers split over 4 shards
+    /// by uid (`shardSelector`), pod churn; compare with `watch-fanout` at the same sizes.
+    Sharded,
 }
 
 impl Scenario {
@@ -27,6 +30,7 @@ impl Scenario {
             Scenario::WatchFanout => "watch-fanout",
             Scenario::Kubelet => "kubelet",
             Scenario::Mixed => "mixed",
+            Scenario::Sharded => "sharded",
         }
     }
 
@@ -61,6 +65,16 @@ impl Scenario {
                 lists_per_sec: 0.0,
                 gets_per_sec: 20.0,
                 events_per_sec: 50.0,
+                lease_churn_per_sec: LEASE_CHURN,
+            },
+            Scenario::Sharded => Sizes {
+                objects: 2_000,
+                object_size: 1024,
+                watchers: 400,
+                node_watchers: 0,
+                lists_per_sec: 0.0,
+                gets_per_sec: 0.0,
+                events_per_sec: 20.0,
                 lease_churn_per_sec: LEASE_CHURN,
             },
             Scenario::Mixed => Sizes {
@@ -113,11 +127,16 @@ pub struct Plan {
     /// `--node-identities`: node watchers are kubelets with certificates of their own, the pods
     /// mount a Secret per node, and the GETs are those Secrets, by their nodes.
     pub node_identities: bool,
+    /// `sharded`: the whole-resource watchers are spread over this many uid shards (0: none).
+    pub shards: usize,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
+
+/// Shards of the `sharded` scenario (kube-state-metrics' usual split in the KEP's example).
+pub const SHARDS: usize = 4;
 
 /// Namespaces the bench objects live in.
 pub const NAMESPACES: usize = 10;
@@ -128,7 +147,8 @@ pub const CREATED_BY: (&str, &str) = ("app.kubernetes.io/created-by", "kube-watc
 impl Plan {
     pub fn new(scenario: Scenario, sizes: Sizes, duration: Duration, http2: bool) -> Plan {
         let nodes = sizes.node_watchers.max(1).min(sizes.objects.max(1));
-        Plan { scenario, sizes, duration, nodes, page_limit: 500, http2, node_identities: false }
+        let shards = if scenario == Scenario::Sharded { SHARDS } else { 0 };
+        Plan { scenario, sizes, duration, nodes, page_limit: 500, http2, node_identities: false, shards }
     }
 
     /// Namespace and name of object `i`.

@@ -27,6 +27,8 @@ use super::track::{Seen, Tracker};
 pub struct Watcher {
     /// `Some(n)`: watches `fieldSelector=spec.nodeName=node-n`; `None`: the whole resource.
     pub node: Option<usize>,
+    /// `Some((i, n))`: watches shard `i` of `n` by uid (`shardSelector`, the `sharded` scenario).
+    pub shard: Option<(usize, usize)>,
     pub tracker: Mutex<Tracker>,
     pub reconnects: AtomicU64,
     /// The watch got a 410 (or another error event) and gave up.
@@ -124,6 +126,9 @@ pub async fn run(
         let mut url = format!("{path}?watch=true&resourceVersion={rv}&timeoutSeconds=3600");
         if let Some(n) = me.node {
             url.push_str(&format!("&fieldSelector=spec.nodeName%3Dnode-{n}"));
+        }
+        if let Some((i, n)) = me.shard {
+            url.push_str(&format!("&shardSelector={}", super::shards::query(i, n)));
         }
         let req = match kubelet {
             Some(_) => NodeClients::request(&shared.target, Method::GET, &url),

@@ -36,6 +36,7 @@ fn header(namespace: &str, name: &str, fields: &[(&'static str, &str)]) -> Heade
         rv: Rv(1),
         labels: BTreeMap::new(),
         fields: fields.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+        uid: String::new(),
     }
 }
 

@@ -550,3 +550,43 @@ fn dns_labels_as_go_validates_them() {
         assert!(!dns1123_label(bad), "{bad}");
     }
 }
+
+/// `shardSelector` (KEP-5866): parsed for LIST and WATCH only, after the 400 / 422 checks and
+/// before continue / resourceVersion (the registry parses it before asking storage); forms
+/// only CEL reads go upstream.
+#[test]
+fn shard_selectors() {
+    let q = |sel: &str, rest: &str| {
+        format!(
+            "{rest}&shardSelector={}",
+            form_urlencoded::byte_serialize(sel.as_bytes()).collect::<String>()
+        )
+    };
+    let half = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+    for query in [q(half, "resourceVersion=0"), q(half, "watch=1&resourceVersion=5")] {
+        match route(Method::GET, CMS, &query, None) {
+            Route::Cache(c) => assert_eq!(c.shard.as_deref().map(ToString::to_string).as_deref(), Some(half)),
+            other => panic!("{query}: {other:?}"),
+        }
+    }
+    // GET carries GetOptions: no shard.
+    match route(Method::GET, &format!("{CMS}/a"), &q(half, "resourceVersion=0"), None) {
+        Route::Cache(c) => assert!(c.shard.is_none()),
+        other => panic!("{other:?}"),
+    }
+    let bad = "shardRange(object.metadata.name, '0x0000000000000000', '0x8000000000000000')";
+    let text = "invalid shard selector: unsupported field path \"object.metadata.name\"; supported: object.metadata.uid, object.metadata.namespace";
+    assert_eq!(reject(CMS, &q(bad, "resourceVersion=0")), (500, text.into()));
+    // Before the continue token and the resourceVersion, after ListOptions validation.
+    assert_eq!(reject(CMS, &q(bad, "continue=x")).0, 500);
+    assert_eq!(reject(CMS, &q(bad, "resourceVersion=x")).0, 500);
+    assert_eq!(reject(CMS, &q(bad, "resourceVersionMatch=Exact")).0, 422);
+    assert_eq!(reject(CMS, &q(bad, "labelSelector=a%20b")).0, 400);
+    assert_eq!(forward(CMS, &q(&format!("({half})"), "resourceVersion=0")), ForwardReason::ShardSelector);
+    assert_eq!(ForwardReason::ShardSelector.as_str(), "shard_selector");
+    // Empty: no selector.
+    match route(Method::GET, CMS, "resourceVersion=0&shardSelector=", None) {
+        Route::Cache(c) => assert!(c.shard.is_none()),
+        other => panic!("{other:?}"),
+    }
+}
