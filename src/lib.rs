@@ -24,6 +24,7 @@
 //! | [`reflector`] | the single writer: list → watch → relist, with backoff |
 //! | [`caches`] | which resources are cached: discovery, retries, rediscovery, one cache + reflector each |
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
+//! | [`state`] | warm restarts: caches saved to and restored from `--state-dir` |
 //! | [`metrics`] | Prometheus registry |
 //! | [`config`] | `serve`'s flags → validated configuration |
 //! | [`wanted`] | `--resources`: names, the wildcard `*`, exclusions |
@@ -48,5 +49,6 @@ pub mod rlimit;
 pub mod selector;
 pub mod server;
 pub mod shutdown;
+pub mod state;
 pub mod upstream;
 pub mod wanted;

@@ -145,7 +145,12 @@ pub async fn run(
     let resource = writer.kind().group_resource();
     let mut backoff = Backoff::new(&opts);
     let mut failures = Failures::new(&resource, opts.on_not_found.clone());
-    let mut state = State::Empty;
+    // A cache restored from `--state-dir` resumes the upstream watch from its RV (a 410 there
+    // relists as after any watch).
+    let mut state = match writer.progress_rv() {
+        Rv(0) => State::Empty,
+        rv => State::Synced { rv },
+    };
     loop {
         if *stop.borrow() {
             break;

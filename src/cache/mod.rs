@@ -11,6 +11,7 @@ mod dispatch;
 mod filter;
 mod history;
 mod list;
+mod persist;
 mod watch;
 mod watchers;
 
@@ -27,6 +28,7 @@ pub use dispatch::Dispatch;
 pub use filter::Filter;
 pub use history::History;
 pub use list::{ListBody, Page};
+pub use persist::{Persisted, RestoreError};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
