@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use format::{DecodeError, Identity, Saved};
-pub use restore::{restore, Loaded, Warm};
+pub use restore::{fill, restore, Loaded, Warm};
 pub use save::Saver;
 
 use crate::cache::RestoreError;

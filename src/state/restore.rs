@@ -144,6 +144,15 @@ async fn check_and_fill(
     if page.rv < saved.rv {
         return Err(Refusal::UpstreamBehind { saved: saved.rv, upstream: page.rv });
     }
+    let rv = saved.rv;
+    let (n, m) = fill(writer, saved)?;
+    Ok((rv, n, m))
+}
+
+/// Puts a decoded state into the empty cache of `writer`: every object must parse as the
+/// resource's, every event be newer than the one before. No upstream check (see [`restore`]);
+/// also the fuzz target's way into the cache. Returns how many objects and events.
+pub fn fill(writer: &mut Writer, saved: Saved) -> Result<(usize, usize), Refusal> {
     let (n, m) = (saved.objects.len(), saved.events.len());
     let mut base = Vec::with_capacity(n);
     for b in saved.objects {
@@ -157,5 +166,5 @@ async fn check_and_fill(
         events.push((t, writer.parse(b).map_err(|e| Refusal::BadObject(e.to_string()))?));
     }
     writer.restore(base, saved.floor, events, saved.rv)?;
-    Ok((saved.rv, n, m))
+    Ok((n, m))
 }
