@@ -219,10 +219,11 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     );
     let (caching, state) = match (state_opts, loaded) {
         (Some(opts), Some(loaded)) => {
-            let identity = match tokio::time::timeout(Duration::from_secs(10), state::identity(&upstream)).await {
-                Ok(r) => r,
-                Err(_) => Err("no answer within 10s".to_owned()),
-            };
+            let identity =
+                match tokio::time::timeout(Duration::from_secs(10), state::identity(&upstream)).await {
+                    Ok(r) => r,
+                    Err(_) => Err("no answer within 10s".to_owned()),
+                };
             if let Err(e) = &identity {
                 tracing::warn!(error = %e, "the upstream cluster's identity is unknown: no saved state is used");
             }

@@ -25,8 +25,8 @@ use crate::metrics::Metrics;
 use crate::reflector::{self, ReflectorOptions};
 use crate::resource::ResourceKind;
 use crate::server::catalog::Missing;
-use crate::state::{self, Warm};
 use crate::server::Server;
+use crate::state::{self, Warm};
 use crate::upstream::{Round, SkipReason, Skipped, Upstream, UpstreamError};
 use crate::wanted::Wanted;
 
@@ -214,7 +214,8 @@ impl Caching {
             stop: stop.clone(),
             reader: reader.clone(),
         });
-        let (upstream, opts, metrics) = (self.upstream.clone(), self.reflector_opts.clone(), self.metrics.clone());
+        let (upstream, opts, metrics) =
+            (self.upstream.clone(), self.reflector_opts.clone(), self.metrics.clone());
         self.reflectors.lock().push(tokio::spawn(async move {
             if let Some(saved) = saved {
                 state::restore(&upstream, &mut writer, saved, &metrics).await;

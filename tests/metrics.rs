@@ -259,6 +259,9 @@ async fn every_metric_in_the_readme_table_is_exported() {
     args.bind_address = "127.0.0.1".parse().unwrap();
     args.tls_cert_file = Some(dir.join("tls.crt"));
     args.tls_private_key_file = Some(dir.join("tls.key"));
+    // Warm restarts on: state saved every 100 ms (watchcache_state_*).
+    args.state_dir = Some(dir.join("state"));
+    args.state_sync_period = Duration::from_millis(100);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     let c = tls_client();
@@ -282,7 +285,9 @@ async fn every_metric_in_the_readme_table_is_exported() {
     let text = loop {
         let (code, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
         assert_eq!(code, 200, "{text}");
-        if text.contains("watchcache_reflector_errors_total{") || tokio::time::Instant::now() > deadline {
+        let done =
+            text.contains("watchcache_reflector_errors_total{") && text.contains("watchcache_state_bytes{");
+        if done || tokio::time::Instant::now() > deadline {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -167,7 +167,9 @@ fn path_segments_follow_the_apiservers_rules() {
     for input in inputs("path_segments") {
         let text = String::from_utf8_lossy(&input);
         let (path, ns) = text.split_once('\n').unwrap_or((&text, ""));
-        if let Route::Cache(cr) = classify(&http::Method::GET, path, Some("resourceVersion=0"), None, &kinds[..]) {
+        if let Route::Cache(cr) =
+            classify(&http::Method::GET, path, Some("resourceVersion=0"), None, &kinds[..])
+        {
             served += 1;
             let info = request_info(&http::Method::GET, path, Some("resourceVersion=0"));
             if let Some(n) = &cr.namespace {
@@ -179,7 +181,8 @@ fn path_segments_follow_the_apiservers_rules() {
             assert!(info.subresource.is_empty() && info.resource == cr.kind.resource, "{path}: {info:?}");
         }
         let built = kinds[0].collection_path(Some(ns));
-        let seg = built.strip_prefix("/api/v1/namespaces/").and_then(|s| s.strip_suffix("/configmaps")).unwrap();
+        let seg =
+            built.strip_prefix("/api/v1/namespaces/").and_then(|s| s.strip_suffix("/configmaps")).unwrap();
         assert!(!seg.contains(['/', '?', '#']), "{ns:?} → {built}");
         assert_eq!(percent_encoding::percent_decode_str(seg).decode_utf8_lossy(), ns);
     }

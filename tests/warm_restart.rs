@@ -23,15 +23,17 @@ use serde_json::{json, Value};
 const CM: &str = "/api/v1/configmaps";
 
 fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kwc-warm-{name}-{}-{}", std::process::id(), fastrand::u64(..)));
+    let d =
+        std::env::temp_dir().join(format!("kwc-warm-{name}-{}-{}", std::process::id(), fastrand::u64(..)));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
 async fn sim() -> SimHandle {
-    let s = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
-        .await
-        .expect("sim starts");
+    let s =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .expect("sim starts");
     let _ = s.sim.create("namespaces", "", json!({"metadata":{"name":"w"}}));
     s
 }
@@ -69,7 +71,8 @@ async fn get(client: &HttpClient, p: &Running, path: &str) -> Value {
 }
 
 async fn metric(client: &HttpClient, p: &Running, series: &str) -> u64 {
-    let r = send(client, http::Method::GET, &format!("http://{}/watchcache/metrics", p.addr), None, &[]).await;
+    let r =
+        send(client, http::Method::GET, &format!("http://{}/watchcache/metrics", p.addr), None, &[]).await;
     let text = String::from_utf8_lossy(&r.body).into_owned();
     text.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
@@ -152,7 +155,8 @@ async fn watchers_resume_at_every_rv_of_the_restored_history_with_exactly_the_ev
     // Every change the sim made, the live ones of the loop included.
     let mut all = rvs.clone();
     for from in saved.floor.0..=*rvs.last().unwrap() {
-        let mut w = open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={from}", b.addr)).await;
+        let mut w =
+            open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={from}", b.addr)).await;
         assert_eq!(w.status.as_u16(), 200);
         let want: Vec<u64> = all.iter().copied().filter(|&r| r > from).collect();
         let mut got = Vec::new();
@@ -169,7 +173,9 @@ async fn watchers_resume_at_every_rv_of_the_restored_history_with_exactly_the_ev
         all.push(now);
     }
     // Before the restored floor: 410, as before the restart.
-    let mut w = open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={}", b.addr, saved.floor.0 - 1)).await;
+    let mut w =
+        open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={}", b.addr, saved.floor.0 - 1))
+            .await;
     let e = w.next(Duration::from_secs(5)).await.expect("an ERROR event");
     assert_eq!(e["object"]["code"], 410, "{e}");
     b.shutdown().await;
@@ -195,7 +201,8 @@ async fn a_state_the_upstream_compacted_past_is_relisted_under_the_relist_rules(
     assert_eq!(items(&get(&client, &b, &format!("{CM}?resourceVersion=0")).await), truth);
     assert!(!truth.iter().any(|(n, _)| n == "c2"));
     // A watch from a restored RV now answers 410 (the relist covered that gap).
-    let mut w = open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={}", b.addr, rvs[2])).await;
+    let mut w =
+        open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={}", b.addr, rvs[2])).await;
     let e = w.next(Duration::from_secs(5)).await.expect("an ERROR event");
     assert_eq!(e["object"]["code"], 410, "{e}");
     b.shutdown().await;
@@ -211,7 +218,7 @@ async fn refused(sim: &SimHandle, dir: &Path, reason: &str) {
     assert_eq!(metric(&client, &p, &series).await, 1, "{reason}");
     assert_eq!(metric(&client, &p, "watchcache_state_loads_total{result=\"restored\"}").await, 0);
     assert_eq!(full_lists(sim), lists + 1, "{reason}: cold start (a full LIST)");
-    let truth = truth(&client, &sim).await;
+    let truth = truth(&client, sim).await;
     assert_eq!(items(&get(&client, &p, &format!("{CM}?resourceVersion=0")).await), truth);
     // Its own state, written at shutdown, replaces the refused file.
     p.shutdown().await;
@@ -309,5 +316,42 @@ async fn the_state_is_written_every_sync_period_and_secrets_only_when_named() {
     let p = proxy(&args(&sim, &dir, &["configmaps", "secrets"])).await;
     assert!(!dir.join("core_secrets.state").exists());
     p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's "Time to ready" figures: 100 000 pods (override with `KWC_WARM_PODS`), time
+/// from `app::start` to ready cold (upstream LIST) and warm (`--state-dir`), and the file's
+/// size. `cargo test --test warm_restart -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: ~1 min in a debug build"]
+async fn time_to_ready_cold_and_warm() {
+    let pods: usize = std::env::var("KWC_WARM_PODS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let seeded = Instant::now();
+    // The sim seeds half configmaps, half pods.
+    let sim = Sim::start(SimOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        objects: 2 * pods,
+        ..Default::default()
+    })
+    .await
+    .expect("sim starts");
+    println!("seeded {} objects in {:?}", 2 * pods, seeded.elapsed());
+    let dir = temp_dir("measure");
+    let mut a = args(&sim, &dir, &["pods"]);
+    a.state_sync_period = Duration::ZERO;
+    let mut line = String::new();
+    for round in ["cold", "warm", "warm"] {
+        let t = Instant::now();
+        let p = app::start(&a).await.expect("starts");
+        assert!(p.wait_ready(Duration::from_secs(600)).await);
+        let ready = t.elapsed();
+        assert_eq!(p.readers[0].len(), pods);
+        let t = Instant::now();
+        p.shutdown().await;
+        let saved = t.elapsed();
+        let bytes = std::fs::metadata(dir.join("core_pods.state")).map(|m| m.len()).unwrap_or(0);
+        line += &format!("{round}: ready in {ready:?}; shutdown with save {saved:?}, file {bytes} bytes\n");
+    }
+    println!("{pods} pods\n{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }

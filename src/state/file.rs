@@ -77,9 +77,13 @@ pub fn read_all(dir: &Path) -> std::io::Result<Vec<(String, std::io::Result<Vec<
 /// Removes the state of a resource that must not be on disk (excluded since it was written).
 pub fn remove(dir: &Path, name: &str) {
     match fs::remove_file(dir.join(name)) {
-        Ok(()) => tracing::info!(file = name, "state file of a resource excluded from --state-resources removed"),
+        Ok(()) => {
+            tracing::info!(file = name, "state file of a resource excluded from --state-resources removed")
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(file = name, error = %e, "could not remove an excluded resource's state file"),
+        Err(e) => {
+            tracing::warn!(file = name, error = %e, "could not remove an excluded resource's state file")
+        }
     }
 }
 

@@ -153,7 +153,8 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(DecodeError::Malformed(what))?;
+        let end =
+            self.at.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or(DecodeError::Malformed(what))?;
         let s = &self.buf[self.at..end];
         self.at = end;
         Ok(s)
@@ -261,7 +262,9 @@ mod tests {
             resource: "configmaps".into(),
             rv: Rv(12),
             floor: Rv(9),
-            objects: vec![Bytes::from_static(br#"{"metadata":{"name":"a","namespace":"n","resourceVersion":"8"}}"#)],
+            objects: vec![Bytes::from_static(
+                br#"{"metadata":{"name":"a","namespace":"n","resourceVersion":"8"}}"#,
+            )],
             events: vec![(
                 EventType::Modified,
                 Bytes::from_static(br#"{"metadata":{"name":"a","namespace":"n","resourceVersion":"10"}}"#),

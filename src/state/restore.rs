@@ -64,15 +64,18 @@ pub struct Warm {
 impl Warm {
     /// Keeps the states taken from `identity`'s cluster; refuses the others (and all of them
     /// when the identity is unknown).
-    pub fn new(loaded: Loaded, identity: &Result<Identity, String>, metrics: std::sync::Arc<Metrics>) -> Warm {
+    pub fn new(
+        loaded: Loaded,
+        identity: &Result<Identity, String>,
+        metrics: std::sync::Arc<Metrics>,
+    ) -> Warm {
         let mut states = HashMap::new();
         for (name, state) in loaded.files {
             let checked = state.and_then(|s| match identity {
                 Err(e) => Err(Refusal::IdentityUnknown(e.clone())),
-                Ok(id) if *id != s.identity => Err(Refusal::OtherCluster {
-                    saved: describe(&s.identity),
-                    now: describe(id),
-                }),
+                Ok(id) if *id != s.identity => {
+                    Err(Refusal::OtherCluster { saved: describe(&s.identity), now: describe(id) })
+                }
                 Ok(_) => Ok(s),
             });
             match checked {
@@ -116,7 +119,12 @@ fn refused(metrics: &Metrics, what: &str, r: &Refusal) {
 /// Puts `saved` into the empty cache of `writer` once the upstream's current RV (a `limit=1`
 /// LIST) is known not to be behind it; returns the RV the reflector resumes its watch from,
 /// or `None` (refused, logged, counted: the reflector lists).
-pub async fn restore(upstream: &Upstream, writer: &mut Writer, saved: Saved, metrics: &Metrics) -> Option<Rv> {
+pub async fn restore(
+    upstream: &Upstream,
+    writer: &mut Writer,
+    saved: Saved,
+    metrics: &Metrics,
+) -> Option<Rv> {
     let resource = writer.kind().group_resource();
     match check_and_fill(upstream, writer, saved).await {
         Ok((rv, objects, events)) => {
@@ -140,7 +148,8 @@ async fn check_and_fill(
     if saved.version != kind.version {
         return Err(Refusal::OtherVersion { saved: saved.version, served: kind.version });
     }
-    let page = upstream.list_page(&kind, 1, None, None).await.map_err(|e| Refusal::Unchecked(e.to_string()))?;
+    let page =
+        upstream.list_page(&kind, 1, None, None).await.map_err(|e| Refusal::Unchecked(e.to_string()))?;
     if page.rv < saved.rv {
         return Err(Refusal::UpstreamBehind { saved: saved.rv, upstream: page.rv });
     }

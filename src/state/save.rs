@@ -26,7 +26,12 @@ pub struct Saver {
 }
 
 impl Saver {
-    pub fn new(opts: StateOptions, upstream: Upstream, metrics: Arc<Metrics>, identity: Option<Identity>) -> Saver {
+    pub fn new(
+        opts: StateOptions,
+        upstream: Upstream,
+        metrics: Arc<Metrics>,
+        identity: Option<Identity>,
+    ) -> Saver {
         Saver { opts, upstream, metrics, identity: Mutex::new(identity) }
     }
 
