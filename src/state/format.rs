@@ -103,31 +103,31 @@ fn type_byte(t: EventType) -> u8 {
     }
 }
 
-/// The file's bytes.
+/// The file's bytes (built in one buffer: a state can be hundreds of megabytes).
 pub fn encode(s: &Saved) -> Vec<u8> {
     let size: usize = s.objects.iter().map(|o| o.len() + 4).sum::<usize>()
         + s.events.iter().map(|(_, o)| o.len() + 5).sum::<usize>()
         + 256;
-    let mut body = Vec::with_capacity(size);
-    for f in [&s.identity.server, &s.identity.cluster_uid, &s.group, &s.version, &s.resource] {
-        put_str(&mut body, f);
-    }
-    body.extend_from_slice(&s.rv.0.to_le_bytes());
-    body.extend_from_slice(&s.floor.0.to_le_bytes());
-    body.extend_from_slice(&(s.objects.len() as u64).to_le_bytes());
-    for o in &s.objects {
-        put_bytes(&mut body, o);
-    }
-    body.extend_from_slice(&(s.events.len() as u64).to_le_bytes());
-    for (t, o) in &s.events {
-        body.push(type_byte(*t));
-        put_bytes(&mut body, o);
-    }
-    let mut out = Vec::with_capacity(HEAD_LEN + body.len() + CHECKSUM_LEN);
+    let mut out = Vec::with_capacity(HEAD_LEN + size + CHECKSUM_LEN);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&0u64.to_le_bytes());
+    for f in [&s.identity.server, &s.identity.cluster_uid, &s.group, &s.version, &s.resource] {
+        put_str(&mut out, f);
+    }
+    out.extend_from_slice(&s.rv.0.to_le_bytes());
+    out.extend_from_slice(&s.floor.0.to_le_bytes());
+    out.extend_from_slice(&(s.objects.len() as u64).to_le_bytes());
+    for o in &s.objects {
+        put_bytes(&mut out, o);
+    }
+    out.extend_from_slice(&(s.events.len() as u64).to_le_bytes());
+    for (t, o) in &s.events {
+        out.push(type_byte(*t));
+        put_bytes(&mut out, o);
+    }
+    let body_len = (out.len() - HEAD_LEN) as u64;
+    out[12..HEAD_LEN].copy_from_slice(&body_len.to_le_bytes());
     let sum = digest(&SHA256, &out);
     out.extend_from_slice(sum.as_ref());
     out

@@ -60,16 +60,20 @@ impl Saver {
             if !self.opts.persists(&kind.group, &kind.resource) {
                 continue;
             }
-            let Some(saved) = snapshot(r, &identity) else { continue };
             let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
-            let (rv, resource) = (saved.rv, kind.group_resource());
+            let resource = kind.group_resource();
+            // The snapshot is O(1); copying out the objects' bytes, encoding and writing are
+            // done off the runtime's threads.
+            let (reader, id) = (r.clone(), identity.clone());
             let written = tokio::task::spawn_blocking(move || {
+                let Some(saved) = snapshot(&reader, &id) else { return Ok(None) };
                 let bytes = format::encode(&saved);
-                file::write_atomic(&path, &bytes).map(|()| bytes.len())
+                file::write_atomic(&path, &bytes).map(|()| Some((saved.rv, bytes.len())))
             })
             .await;
             match written {
-                Ok(Ok(n)) => {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some((rv, n)))) => {
                     total += n as u64;
                     self.metrics.state_saved(&resource, n as u64, true);
                     tracing::debug!(resource, rv = %rv, bytes = n, "state saved");
