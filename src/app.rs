@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use crate::cache::{CacheOptions, Reader};
 use crate::caches::{self, Caching};
 use crate::config::{SecurityArgs, ServeArgs};
+use crate::consistency;
 use crate::metrics::Metrics;
 use crate::reflector::ReflectorOptions;
 use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
@@ -217,6 +218,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         },
         wanted.clone(),
     );
+    let mut warm_start = false;
     let (caching, state) = match (state_opts, loaded) {
         (Some(opts), Some(loaded)) => {
             let identity =
@@ -229,6 +231,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             }
             let warm = Arc::new(Warm::new(loaded, &identity, metrics.clone()));
             let saver = Arc::new(Saver::new(opts, upstream.clone(), metrics.clone(), identity.ok()));
+            warm_start = !warm.is_empty();
             let caching = caching.with_warm(warm);
             let c = caching.clone();
             tokio::spawn(saver.clone().run(move || c.readers(), shutdown_rx.clone()));
@@ -268,6 +271,15 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         }
     }
     caching.report(&server);
+    let c = caching.clone();
+    tokio::spawn(consistency::run(
+        caching.upstream.clone(),
+        move || c.readers(),
+        args.consistency_check_period,
+        warm_start,
+        caching.metrics.clone(),
+        shutdown_rx.clone(),
+    ));
     tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
     let conn_opts = crate::server::conn::ConnOptions {
         read_header_timeout: args.read_header_timeout,

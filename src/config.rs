@@ -152,6 +152,12 @@ pub struct ServeArgs {
     /// to stop sending traffic).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay_duration: Duration,
+    /// How often each cache is compared with the upstream at the same resourceVersion (a
+    /// metadata-only LIST at `resourceVersionMatch=Exact`, jittered, with backoff; also once
+    /// after a warm start). A cache that differs is relisted, its reads forwarded meanwhile.
+    /// 0: never.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub consistency_check_period: Duration,
     /// Warm restarts: keep each cached resource's objects, history and RV in this directory
     /// (written every --state-sync-period and at shutdown; read at start, checked against the
     /// upstream). The files hold API objects in the clear, like an unencrypted etcd. Off when
@@ -232,6 +238,7 @@ impl ServeArgs {
             ("authenticationTokenMaxLength", s.authentication_token_max_length.into()),
             ("authorizationReviewQps", s.authorization_review_qps.into()),
             ("authorizationReviewBurst", s.authorization_review_burst.into()),
+            ("consistencyCheckPeriod", d(self.consistency_check_period).into()),
             ("stateDir", p(&self.state_dir).into()),
             ("stateSyncPeriod", d(self.state_sync_period).into()),
             ("stateResources", serde_json::json!(self.state_resources)),

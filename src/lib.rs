@@ -24,6 +24,7 @@
 //! | [`reflector`] | the single writer: list → watch → relist, with backoff |
 //! | [`caches`] | which resources are cached: discovery, retries, rediscovery, one cache + reflector each |
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
+//! | [`consistency`] | each cache compared with the upstream at the same RV; relisted if it differs |
 //! | [`state`] | warm restarts: caches saved to and restored from `--state-dir` |
 //! | [`metrics`] | Prometheus registry |
 //! | [`config`] | `serve`'s flags → validated configuration |
@@ -38,6 +39,7 @@ pub mod app;
 pub mod cache;
 pub mod caches;
 pub mod config;
+pub mod consistency;
 pub mod error;
 pub mod metadata_only;
 pub mod metrics;

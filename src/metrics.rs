@@ -126,6 +126,8 @@ pub struct Metrics {
     state_loads: IntCounterVec,
     state_saves: IntCounterVec,
     state_bytes: IntGaugeVec,
+    consistency_checks: IntCounterVec,
+    consistency_differences: IntGaugeVec,
     skipped_resources: IntGaugeVec,
     process: process::Process,
     cert_expiry_registered: std::sync::atomic::AtomicBool,
@@ -378,6 +380,18 @@ impl Metrics {
                 "Size of each resource's last written state file.",
                 &["resource"],
             ),
+            consistency_checks: counter(
+                &r,
+                "watchcache_consistency_checks_total",
+                "Consistency checks (--consistency-check-period) by resource and result: consistent, inconsistent (relisted), failed (upstream not asked), skipped (cache not ready).",
+                &["resource", "result"],
+            ),
+            consistency_differences: gauge(
+                &r,
+                "watchcache_consistency_differences",
+                "Keys (namespace, name, resourceVersion) that differed between the cache and the upstream at the same RV at the last check.",
+                &["resource"],
+            ),
             process: process::Process::register(&r),
             cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
             refresh: Mutex::new(()),
@@ -409,6 +423,16 @@ impl Metrics {
         for (reason, n) in skipped {
             self.skipped_resources.with_label_values(&[reason]).set(*n as i64);
         }
+    }
+
+    /// One consistency check of a cache.
+    pub fn consistency_check(&self, resource: &str, result: &str) {
+        self.consistency_checks.with_label_values(&[resource, result]).inc();
+    }
+
+    /// Keys that differed at a cache's last consistency check.
+    pub fn consistency_differences(&self, resource: &str, n: usize) {
+        self.consistency_differences.with_label_values(&[resource]).set(n as i64);
     }
 
     /// A saved state at start: `restored` or the refusal's reason.

@@ -53,6 +53,10 @@ enum State {
     Empty,
     /// The cache holds the state at `rv`: watch from there.
     Synced { rv: Rv },
+    /// The consistency check found the cache different from the upstream at `at`: a full
+    /// LIST, after which resumes from any RV up to `at` answer 410 (clients may hold the
+    /// wrong state there, even if the list is at `at` itself).
+    Inconsistent { at: Rv },
 }
 
 /// Why a watch ended.
@@ -63,6 +67,9 @@ enum WatchEnd {
     Gone,
     /// A failure (metric reason, message): back off, then re-watch.
     Failed(String, String),
+    /// The consistency check found the cache different from the upstream: relist (the cache
+    /// stays not ready, its reads forwarded, until the list is in).
+    Inconsistent(Rv, String),
 }
 
 /// Failures of one reflector: counted by reason in `watchcache_reflector_errors_total`, and
@@ -181,8 +188,11 @@ async fn step(
 ) -> State {
     let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
     match state {
-        State::Empty => match list_all(upstream, writer, opts, metrics).await {
+        State::Empty | State::Inconsistent { .. } => match list_all(upstream, writer, opts, metrics).await {
             Ok(rv) => {
+                if let State::Inconsistent { at } = state {
+                    writer.relist_done(at);
+                }
                 metrics.relist(resource);
                 backoff.reset();
                 State::Synced { rv }
@@ -202,7 +212,7 @@ async fn step(
                     writer.set_not_ready(Some(e.to_string()));
                 }
                 backoff.wait().await;
-                State::Empty
+                state
             }
         },
         State::Synced { rv: from } => {
@@ -217,6 +227,12 @@ async fn step(
                 WatchEnd::Closed => {
                     backoff.reset();
                     State::Synced { rv }
+                }
+                WatchEnd::Inconsistent(at, why) => {
+                    metrics.reflector_error(resource, "inconsistent");
+                    tracing::warn!(resource, rv = %rv, reason = %why, "relisting: the cache differs from the upstream");
+                    writer.set_not_ready(Some(why));
+                    State::Inconsistent { at }
                 }
                 WatchEnd::Gone => {
                     metrics.reflector_error(resource, "expired");
@@ -317,7 +333,12 @@ async fn watch_once(
     // The upstream accepted a watch from our RV: proof that the cache is current.
     writer.proven();
     loop {
-        let next = match tokio::time::timeout(opts.watch_idle_timeout, stream.next()).await {
+        let next = tokio::select! {
+            biased;
+            (at, why) = writer.relist_requested() => return (WatchEnd::Inconsistent(at, why), rv),
+            next = tokio::time::timeout(opts.watch_idle_timeout, stream.next()) => next,
+        };
+        let next = match next {
             Ok(next) => next,
             Err(_) => {
                 let why = format!(

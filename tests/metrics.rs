@@ -262,6 +262,8 @@ async fn every_metric_in_the_readme_table_is_exported() {
     // Warm restarts on: state saved every 100 ms (watchcache_state_*).
     args.state_dir = Some(dir.join("state"));
     args.state_sync_period = Duration::from_millis(100);
+    // And the consistency check (watchcache_consistency_*).
+    args.consistency_check_period = Duration::from_millis(100);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     let c = tls_client();
@@ -279,15 +281,25 @@ async fn every_metric_in_the_readme_table_is_exported() {
         .expect("create");
     let (code, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
     assert_eq!(code, 200, "{text}");
+    // A state save and a consistency check (every 100 ms) while the upstream is there.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
+        let seen = ["watchcache_state_bytes{", "watchcache_consistency_differences{"]
+            .iter()
+            .all(|m| text.contains(m));
+        if seen || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The upstream goes away: the reflector's watch fails and is counted.
     sim.shutdown().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let text = loop {
         let (code, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
         assert_eq!(code, 200, "{text}");
-        let done =
-            text.contains("watchcache_reflector_errors_total{") && text.contains("watchcache_state_bytes{");
-        if done || tokio::time::Instant::now() > deadline {
+        if text.contains("watchcache_reflector_errors_total{") || tokio::time::Instant::now() > deadline {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -109,7 +109,11 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
         }
         Access::Detailed => {
             for (gr, synced) in &st.caches {
-                out.push(check(format!("cache/{gr}"), (!synced).then(|| format!("cache {gr} not synced"))));
+                let why = st.not_ready.iter().find(|(g, _)| g == gr).map(|(_, w)| format!(": {w}"));
+                out.push(check(
+                    format!("cache/{gr}"),
+                    (!synced).then(|| format!("cache {gr} not synced{}", why.unwrap_or_default())),
+                ));
             }
             for (name, why) in &st.missing {
                 out.push(check(

@@ -78,6 +78,9 @@ pub struct Readiness {
     pub caches: Vec<(String, bool)>,
     /// Synced caches with no proof of being current for too long: (group/resource, why).
     pub stale: Vec<(String, String)>,
+    /// Caches not ready because the consistency check found them different from the upstream
+    /// (relisting): (group/resource, why).
+    pub not_ready: Vec<(String, String)>,
     /// Configured resources not cached yet that block readiness: (name, why).
     pub missing: Vec<(String, String)>,
     /// What a wildcard skipped (never blocks readiness): (name, reason label, detail).
@@ -250,7 +253,11 @@ impl Server {
         let mut st = Readiness { shutting_down: *self.shutting_down.borrow(), ..Readiness::default() };
         for r in self.readers() {
             let gr = r.kind().group_resource();
-            st.caches.push((gr.clone(), r.progress().ready));
+            let progress = r.progress();
+            st.caches.push((gr.clone(), progress.ready));
+            if let (false, Some(why)) = (progress.ready, r.relist_reason()) {
+                st.not_ready.push((gr.clone(), why));
+            }
             if r.progress().ready && serve::too_stale(&r, &self.serve) {
                 let s = r.staleness().unwrap_or_default();
                 st.stale.push((gr, format!("no proof of being current for {}s", s.as_secs())));
