@@ -372,3 +372,13 @@ async fn time_to_ready_cold_and_warm() {
     println!("{pods} pods\n{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_cluster_whose_identity_cannot_be_read_gets_no_saved_state() {
+    let (sim, dir) = (sim().await, temp_dir("identity"));
+    saved_run(&sim, &dir, 3).await;
+    // No kube-system namespace to read the cluster's UID from: nothing saved can be checked.
+    sim.sim.delete("namespaces", "", "kube-system").expect("delete kube-system");
+    refused(&sim, &dir, "identity_unknown").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
