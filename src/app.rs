@@ -229,7 +229,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             if let Err(e) = &identity {
                 tracing::warn!(error = %e, "the upstream cluster's identity is unknown: no saved state is used");
             }
-            let warm = Arc::new(Warm::new(loaded, &identity, metrics.clone()));
+            let warm = Arc::new(Warm::new(loaded, &identity, &metrics));
             let saver = Arc::new(Saver::new(opts, upstream.clone(), metrics.clone(), identity.ok()));
             warm_start = !warm.is_empty();
             let caching = caching.with_warm(warm);

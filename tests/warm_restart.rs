@@ -187,6 +187,13 @@ async fn watchers_resume_at_every_rv_of_the_restored_history_with_exactly_the_ev
         assert_eq!(rv_of(&e["object"]), now, "from {from}");
         all.push(now);
     }
+    // An Exact LIST at a restored RV is forwarded: the upstream may have compacted it while the
+    // proxy was away, and answers for itself (here: it still has it).
+    let query = format!("resourceVersion={}&resourceVersionMatch=Exact", rvs[0]);
+    let before = sim.sim.request_count(|r| r.path == CM && r.query == query);
+    get(&client, &b, &format!("{CM}?{query}")).await;
+    let after = sim.sim.request_count(|r| r.path == CM && r.query == query);
+    assert_eq!(after, before + 1, "forwarded");
     // Before the restored floor: 410, as before the restart.
     let mut w =
         open_watch(&client, &format!("http://{}{CM}?watch=1&resourceVersion={}", b.addr, saved.floor.0 - 1))

@@ -59,7 +59,10 @@ impl Reader {
 impl Writer {
     /// Fills an empty cache with a saved state: the objects at `floor`, the events after it
     /// (each checked to be newer than the one before), then the cache RV. The history's
-    /// floor is `floor`; the cache is ready at `rv` (as after a list).
+    /// floor is `floor` (watches resume from any RV ≥ it); RVs below `rv` count as passed
+    /// longer than `--history-window` ago (Exact reads and continue tokens there are
+    /// forwarded: the upstream may have compacted them while the proxy was away); the cache
+    /// is ready at `rv` (as after a list).
     pub fn restore(
         &mut self,
         base: Vec<Object>,
@@ -100,6 +103,7 @@ impl Writer {
             st.history.push(now, ev);
         }
         st.history.moved(now, rv);
+        st.history.restored(rv);
         st.store = store;
         st.rv = rv;
         self.shared.dispatched.store(rv.0, std::sync::atomic::Ordering::Release);

@@ -58,17 +58,12 @@ impl Loaded {
 /// The loaded states of this cluster, by `group/resource`, each handed out once.
 pub struct Warm {
     states: Mutex<HashMap<(String, String), Saved>>,
-    metrics: std::sync::Arc<Metrics>,
 }
 
 impl Warm {
     /// Keeps the states taken from `identity`'s cluster; refuses the others (and all of them
     /// when the identity is unknown).
-    pub fn new(
-        loaded: Loaded,
-        identity: &Result<Identity, String>,
-        metrics: std::sync::Arc<Metrics>,
-    ) -> Warm {
+    pub fn new(loaded: Loaded, identity: &Result<Identity, String>, metrics: &Metrics) -> Warm {
         let mut states = HashMap::new();
         for (name, state) in loaded.files {
             let checked = state.and_then(|s| match identity {
@@ -82,19 +77,15 @@ impl Warm {
                 Ok(s) => {
                     states.insert((s.group.clone(), s.resource.clone()), s);
                 }
-                Err(r) => refused(&metrics, &name, &r),
+                Err(r) => refused(metrics, &name, &r),
             }
         }
-        Warm { states: Mutex::new(states), metrics }
+        Warm { states: Mutex::new(states) }
     }
 
     /// The state saved for `kind`'s resource, once.
     pub fn take(&self, kind: &ResourceKind) -> Option<Saved> {
         self.states.lock().remove(&(kind.group.clone(), kind.resource.clone()))
-    }
-
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 
     /// How many states are still waiting for their cache.
