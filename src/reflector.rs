@@ -53,10 +53,6 @@ enum State {
     Empty,
     /// The cache holds the state at `rv`: watch from there.
     Synced { rv: Rv },
-    /// The consistency check found the cache different from the upstream at `at`: a full
-    /// LIST, after which resumes from any RV up to `at` answer 410 (clients may hold the
-    /// wrong state there, even if the list is at `at` itself).
-    Inconsistent { at: Rv },
 }
 
 /// Why a watch ended.
@@ -188,11 +184,9 @@ async fn step(
 ) -> State {
     let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
     match state {
-        State::Empty | State::Inconsistent { .. } => match list_all(upstream, writer, opts, metrics).await {
+        State::Empty => match list_all(upstream, writer, opts, metrics).await {
             Ok(rv) => {
-                if let State::Inconsistent { at } = state {
-                    writer.relist_done(at);
-                }
+                writer.relist_done();
                 metrics.relist(resource);
                 backoff.reset();
                 State::Synced { rv }
@@ -212,7 +206,7 @@ async fn step(
                     writer.set_not_ready(Some(e.to_string()));
                 }
                 backoff.wait().await;
-                state
+                State::Empty
             }
         },
         State::Synced { rv: from } => {
@@ -232,7 +226,9 @@ async fn step(
                     metrics.reflector_error(resource, "inconsistent");
                     tracing::warn!(resource, rv = %rv, reason = %why, "relisting: the cache differs from the upstream");
                     writer.set_not_ready(Some(why));
-                    State::Inconsistent { at }
+                    // Clients may hold what the wrong cache served at any RV up to `at`.
+                    writer.distrust_through(at);
+                    State::Empty
                 }
                 WatchEnd::Gone => {
                     metrics.reflector_error(resource, "expired");

@@ -46,15 +46,19 @@ impl Reader {
 }
 
 impl Writer {
-    /// The asked-for relist is in (`Writer::replace`): from now on a watch from any RV up to
-    /// `at` answers 410 and an Exact read or continue token there is forwarded, even when the
-    /// list is at `at` itself — a client that resumes there holds what the wrong cache served.
-    /// (The 410's "oldest" is then `at + 1`, the first RV this cache vouches for.)
-    pub fn relist_done(&self, at: Rv) {
+    /// A full list is in: an asked-for relist is done (`/readyz?verbose` no longer names it).
+    pub fn relist_done(&self) {
         self.shared.relist.shown.lock().take();
-        let mut st = self.shared.state.lock();
-        // Right after `replace`: the history is empty, only its floor moves.
-        st.history.reset(Rv(at.0.saturating_add(1)));
+    }
+
+    /// The cache was found wrong at `at` (the reflector, before it relists, the cache not
+    /// ready): from now on a watch from any RV up to `at` answers 410 and an Exact read or
+    /// continue token there is forwarded, even once the relist is in and at `at` itself — a
+    /// client that resumes there holds what the wrong cache served. The history is emptied
+    /// and its floor raised to `at + 1` (the 410's "oldest"), which the relist's
+    /// `History::reset` keeps.
+    pub fn distrust_through(&self, at: Rv) {
+        self.shared.state.lock().history.reset(Rv(at.0.saturating_add(1)));
     }
 
     /// Resolves when a relist was asked for (where the cache was found wrong, and why),
