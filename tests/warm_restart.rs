@@ -389,3 +389,22 @@ async fn a_cluster_whose_identity_cannot_be_read_gets_no_saved_state() {
     refused(&sim, &dir, "identity_unknown").await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn most_recent_reads_after_a_warm_start_see_what_changed_while_the_proxy_was_away() {
+    let (sim, dir, client) = (sim().await, temp_dir("recent"), client());
+    saved_run(&sim, &dir, 3).await;
+    // While the proxy is away (nothing compacted): the resumed watch will bring it.
+    let away = cm(&sim, "away", "1");
+    let lists = full_lists(&sim);
+    let b = proxy(&args(&sim, &dir, &["configmaps"])).await;
+    // At once, before the cache may have caught up: a Most Recent LIST is the truth (forwarded
+    // or proven by the upstream probe, never the restored state alone).
+    let list = get(&client, &b, CM).await;
+    assert_eq!(items(&list), truth(&client, &sim).await);
+    assert!(items(&list).iter().any(|(n, rv)| n == "away" && *rv == away));
+    b.readers[0].wait_for(Rv(away), Duration::from_secs(5)).await.expect("caught up by the resumed watch");
+    assert_eq!(full_lists(&sim), lists, "no relist: the saved RV was still in the upstream's window");
+    b.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
