@@ -6,7 +6,7 @@
 set -eu
 N="${1:-30}"
 cd "$(dirname "$0")"
-for t in classify selectors continue_token object x509_subject protobuf path_segments; do
+for t in classify selectors continue_token object x509_subject protobuf path_segments state_file; do
     mkdir -p "corpus/$t"
     echo "== $t ($N s)"
     cargo fuzz run "$t" -s none "corpus/$t" "seeds/$t" -- -max_total_time="$N" -max_len=4096

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use crate::cache::{CacheOptions, Reader};
 use crate::caches::{self, Caching};
 use crate::config::{SecurityArgs, ServeArgs};
+use crate::consistency;
 use crate::metrics::Metrics;
 use crate::reflector::ReflectorOptions;
 use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
@@ -25,6 +26,7 @@ use crate::server::serve::ServeOptions;
 use crate::server::tls::{self, TlsFiles};
 use crate::server::Server;
 use crate::server::{listener, Security};
+use crate::state::{self, Loaded, Saver, StateOptions, Warm};
 use crate::upstream::Upstream;
 use crate::wanted::Wanted;
 
@@ -40,6 +42,8 @@ pub struct Running {
     shutdown: watch::Sender<bool>,
     server_task: JoinHandle<()>,
     reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
+    /// `--state-dir`: what writes the state, and the caches to write.
+    state: Option<(Arc<Saver>, Caching)>,
 }
 
 impl Running {
@@ -67,6 +71,10 @@ impl Running {
         let reflectors = std::mem::take(&mut *self.reflectors.lock());
         for r in reflectors {
             let _ = r.await;
+        }
+        // The reflectors stopped and ended every watch: the caches no longer change.
+        if let Some((saver, caching)) = &self.state {
+            saver.save_all(&caching.readers()).await;
         }
         let _ = self.server_task.await;
     }
@@ -155,6 +163,16 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let metrics = Arc::new(Metrics::new());
     upstream.observe(metrics.clone());
     let wanted = Wanted::parse(&args.resources)?;
+    // Saved states are read before the first upstream request.
+    let state_opts = state_options(args)?;
+    let loaded = match &state_opts {
+        Some(o) => {
+            metrics.state_enabled(state::LOAD_RESULTS);
+            let o = o.clone();
+            Some(tokio::task::spawn_blocking(move || Loaded::read(&o)).await.map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
     let discovered = caches::discover_wanted(&upstream, &wanted).await?;
     // Protobuf answers are the upstream's version's encoding (fields added since are not
     // written); unknown (no /version): the newest.
@@ -200,6 +218,27 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         },
         wanted.clone(),
     );
+    let mut warm_start = false;
+    let (caching, state) = match (state_opts, loaded) {
+        (Some(opts), Some(loaded)) => {
+            let identity =
+                match tokio::time::timeout(Duration::from_secs(10), state::identity(&upstream)).await {
+                    Ok(r) => r,
+                    Err(_) => Err("no answer within 10s".to_owned()),
+                };
+            if let Err(e) = &identity {
+                tracing::warn!(error = %e, "the upstream cluster's identity is unknown: no saved state is used");
+            }
+            let warm = Arc::new(Warm::new(loaded, &identity, &metrics));
+            let saver = Arc::new(Saver::new(opts, upstream.clone(), metrics.clone(), identity.ok()));
+            warm_start = !warm.is_empty();
+            let caching = caching.with_warm(warm);
+            let c = caching.clone();
+            tokio::spawn(saver.clone().run(move || c.readers(), shutdown_rx.clone()));
+            (caching.clone(), Some((saver, caching)))
+        }
+        _ => (caching, None),
+    };
     let mut readers: Vec<Reader> =
         discovered.found.iter().filter(|f| !f.2).map(|(name, k, _)| caching.spawn(name, k.clone())).collect();
     let serve_opts = ServeOptions {
@@ -232,6 +271,15 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         }
     }
     caching.report(&server);
+    let c = caching.clone();
+    tokio::spawn(consistency::run(
+        caching.upstream.clone(),
+        move || c.readers(),
+        args.consistency_check_period,
+        warm_start,
+        caching.metrics.clone(),
+        shutdown_rx.clone(),
+    ));
     tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
     let conn_opts = crate::server::conn::ConnOptions {
         read_header_timeout: args.read_header_timeout,
@@ -252,7 +300,16 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         shutdown,
         server_task,
         reflectors: caching.reflectors,
+        state,
     })
+}
+
+/// `--state-dir` and its companions, or `None` when warm restarts are off.
+fn state_options(args: &ServeArgs) -> Result<Option<StateOptions>, String> {
+    let Some(dir) = &args.state_dir else { return Ok(None) };
+    let resources =
+        Wanted::parse(&args.state_resources).map_err(|e| e.replace("--resources", "--state-resources"))?;
+    Ok(Some(StateOptions { dir: dir.clone(), sync_period: args.state_sync_period, resources }))
 }
 
 /// The server's authentication, authorization and limits from the flags.

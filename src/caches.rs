@@ -26,6 +26,7 @@ use crate::reflector::{self, ReflectorOptions};
 use crate::resource::ResourceKind;
 use crate::server::catalog::Missing;
 use crate::server::Server;
+use crate::state::{self, Warm};
 use crate::upstream::{Round, SkipReason, Skipped, Upstream, UpstreamError};
 use crate::wanted::Wanted;
 
@@ -129,6 +130,7 @@ struct Cached {
     wild: bool,
     /// Stops its reflector (which then ends the cache's watches).
     stop: Arc<watch::Sender<bool>>,
+    reader: Reader,
 }
 
 /// Starts, retires and replaces caches.
@@ -146,6 +148,8 @@ pub struct Caching {
     pub rediscover: Arc<Notify>,
     caches: Arc<Mutex<Vec<Cached>>>,
     pub wanted: Arc<Wanted>,
+    /// States loaded from `--state-dir`, each put into its cache before its reflector runs.
+    warm: Option<Arc<Warm>>,
 }
 
 impl Caching {
@@ -169,7 +173,19 @@ impl Caching {
             rediscover,
             caches: Arc::default(),
             wanted: Arc::new(wanted),
+            warm: None,
         }
+    }
+
+    /// Fills each cache from its saved state (if one was loaded and passes its checks) before
+    /// its reflector starts.
+    pub fn with_warm(self, warm: Arc<Warm>) -> Caching {
+        Caching { warm: Some(warm), ..self }
+    }
+
+    /// The caches running now.
+    pub fn readers(&self) -> Vec<Reader> {
+        self.caches.lock().iter().map(|c| c.reader.clone()).collect()
     }
 
     /// Creates the cache of `kind` (configured as `name`) and spawns its reflector, which stops
@@ -189,20 +205,23 @@ impl Caching {
             crate::shutdown::until_true(&mut shutdown).await;
             on_shutdown.send_replace(true);
         });
+        let saved = self.warm.as_ref().and_then(|w| w.take(&kind));
+        let (mut writer, reader) = cache::new(kind.clone(), self.cache_opts.clone());
         self.caches.lock().push(Cached {
             name: name.to_owned(),
-            kind: kind.clone(),
+            kind,
             wild,
             stop: stop.clone(),
+            reader: reader.clone(),
         });
-        let (writer, reader) = cache::new(kind, self.cache_opts.clone());
-        self.reflectors.lock().push(tokio::spawn(reflector::run(
-            self.upstream.clone(),
-            writer,
-            self.reflector_opts.clone(),
-            self.metrics.clone(),
-            stop_rx,
-        )));
+        let (upstream, opts, metrics) =
+            (self.upstream.clone(), self.reflector_opts.clone(), self.metrics.clone());
+        self.reflectors.lock().push(tokio::spawn(async move {
+            if let Some(saved) = saved {
+                state::restore(&upstream, &mut writer, saved, &metrics).await;
+            }
+            reflector::run(upstream, writer, opts, metrics, stop_rx).await
+        }));
         reader
     }
 

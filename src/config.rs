@@ -152,6 +152,26 @@ pub struct ServeArgs {
     /// to stop sending traffic).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay_duration: Duration,
+    /// How often each cache is compared with the upstream at the same resourceVersion (a
+    /// metadata-only LIST at `resourceVersionMatch=Exact`, jittered, with backoff; also once
+    /// after a warm start). A cache that differs is relisted, its reads forwarded meanwhile.
+    /// 0: never.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub consistency_check_period: Duration,
+    /// Warm restarts: keep each cached resource's objects, history and RV in this directory
+    /// (written every --state-sync-period and at shutdown; read at start, checked against the
+    /// upstream). The files hold API objects in the clear, like an unencrypted etcd. Off when
+    /// unset.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// How often the state is written to --state-dir while running (a crash loses at most
+    /// this much; 0: only at shutdown).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub state_sync_period: Duration,
+    /// Which cached resources are written to --state-dir, as --resources (`*` with
+    /// exclusions, or names). Secrets are not written unless named here.
+    #[arg(long, value_delimiter = ',', default_value = "*,-secrets")]
+    pub state_resources: Vec<String>,
     #[command(flatten)]
     pub security: SecurityArgs,
     /// Which of the flags the config file may also set were given explicitly (filled from the
@@ -218,6 +238,10 @@ impl ServeArgs {
             ("authenticationTokenMaxLength", s.authentication_token_max_length.into()),
             ("authorizationReviewQps", s.authorization_review_qps.into()),
             ("authorizationReviewBurst", s.authorization_review_burst.into()),
+            ("consistencyCheckPeriod", d(self.consistency_check_period).into()),
+            ("stateDir", p(&self.state_dir).into()),
+            ("stateSyncPeriod", d(self.state_sync_period).into()),
+            ("stateResources", serde_json::json!(self.state_resources)),
         ] {
             v[k] = x;
         }
@@ -501,6 +525,8 @@ impl ServeArgs {
         self.resources =
             self.resources.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
         crate::wanted::Wanted::parse(&self.resources)?;
+        crate::wanted::Wanted::parse(&self.state_resources)
+            .map_err(|e| e.replace("--resources", "--state-resources"))?;
         if !(0.0..=0.02).contains(&self.goaway_chance) {
             // kube-apiserver's words (server/options/server_run_options.go).
             return Err("--goaway-chance can not be less than 0 or greater than 0.02".into());

@@ -24,6 +24,8 @@
 //! | [`reflector`] | the single writer: list → watch → relist, with backoff |
 //! | [`caches`] | which resources are cached: discovery, retries, rediscovery, one cache + reflector each |
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
+//! | [`consistency`] | each cache compared with the upstream at the same RV; relisted if it differs |
+//! | [`state`] | warm restarts: caches saved to and restored from `--state-dir` |
 //! | [`metrics`] | Prometheus registry |
 //! | [`config`] | `serve`'s flags → validated configuration |
 //! | [`wanted`] | `--resources`: names, the wildcard `*`, exclusions |
@@ -37,6 +39,7 @@ pub mod app;
 pub mod cache;
 pub mod caches;
 pub mod config;
+pub mod consistency;
 pub mod error;
 pub mod metadata_only;
 pub mod metrics;
@@ -48,5 +51,6 @@ pub mod rlimit;
 pub mod selector;
 pub mod server;
 pub mod shutdown;
+pub mod state;
 pub mod upstream;
 pub mod wanted;

@@ -125,6 +125,11 @@ pub struct Metrics {
     reflector_errors: IntCounterVec,
     unparseable: IntCounterVec,
     cached_resources: IntGauge,
+    state_loads: IntCounterVec,
+    state_saves: IntCounterVec,
+    state_bytes: IntGaugeVec,
+    consistency_checks: IntCounterVec,
+    consistency_differences: IntGaugeVec,
     skipped_resources: IntGaugeVec,
     process: process::Process,
     cert_expiry_registered: std::sync::atomic::AtomicBool,
@@ -372,6 +377,36 @@ impl Metrics {
                 "Resources a --resources wildcard found but does not cache, by reason: forbidden (the proxy may not list them), aggregated (served by an aggregated API server), failed (discovery or list failed), not_synced (no sync within the bound; forwarded meanwhile).",
                 &["reason"],
             ),
+            state_loads: counter(
+                &r,
+                "watchcache_state_loads_total",
+                "Saved states (--state-dir) at start by result: restored, or why refused (truncated, corrupt, checksum, format_version, other_cluster, other_version, identity_unknown, unchecked, upstream_behind, unreadable).",
+                &["result"],
+            ),
+            state_saves: counter(
+                &r,
+                "watchcache_state_saves_total",
+                "State files written to --state-dir by resource and result (ok, failed).",
+                &["resource", "result"],
+            ),
+            state_bytes: gauge(
+                &r,
+                "watchcache_state_bytes",
+                "Size of each resource's last written state file.",
+                &["resource"],
+            ),
+            consistency_checks: counter(
+                &r,
+                "watchcache_consistency_checks_total",
+                "Consistency checks (--consistency-check-period) by resource and result: consistent, inconsistent (relisted), failed (upstream not asked), skipped (cache not ready).",
+                &["resource", "result"],
+            ),
+            consistency_differences: gauge(
+                &r,
+                "watchcache_consistency_differences",
+                "Keys (namespace, name, resourceVersion) that differed between the cache and the upstream at the same RV at the last check.",
+                &["resource"],
+            ),
             process: process::Process::register(&r),
             cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
             refresh: Mutex::new(()),
@@ -403,6 +438,36 @@ impl Metrics {
         self.cached_resources.set(cached as i64);
         for (reason, n) in skipped {
             self.skipped_resources.with_label_values(&[reason]).set(*n as i64);
+        }
+    }
+
+    /// One consistency check of a cache.
+    pub fn consistency_check(&self, resource: &str, result: &str) {
+        self.consistency_checks.with_label_values(&[resource, result]).inc();
+    }
+
+    /// Keys that differed at a cache's last consistency check.
+    pub fn consistency_differences(&self, resource: &str, n: usize) {
+        self.consistency_differences.with_label_values(&[resource]).set(n as i64);
+    }
+
+    /// A saved state at start: `restored` or the refusal's reason.
+    pub fn state_load(&self, result: &str) {
+        self.state_loads.with_label_values(&[result]).inc();
+    }
+
+    /// A state file written (`ok`) or not.
+    pub fn state_saved(&self, resource: &str, bytes: u64, ok: bool) {
+        self.state_saves.with_label_values(&[resource, if ok { "ok" } else { "failed" }]).inc();
+        if ok {
+            self.state_bytes.with_label_values(&[resource]).set(bytes as i64);
+        }
+    }
+
+    /// Creates every `result` series of `watchcache_state_loads_total` at 0.
+    pub fn state_enabled(&self, results: &[&str]) {
+        for r in results {
+            self.state_loads.with_label_values(&[r]);
         }
     }
 

@@ -63,6 +63,9 @@ enum WatchEnd {
     Gone,
     /// A failure (metric reason, message): back off, then re-watch.
     Failed(String, String),
+    /// The consistency check found the cache different from the upstream: relist (the cache
+    /// stays not ready, its reads forwarded, until the list is in).
+    Inconsistent(Rv, String),
 }
 
 /// Failures of one reflector: counted by reason in `watchcache_reflector_errors_total`, and
@@ -145,7 +148,12 @@ pub async fn run(
     let resource = writer.kind().group_resource();
     let mut backoff = Backoff::new(&opts);
     let mut failures = Failures::new(&resource, opts.on_not_found.clone());
-    let mut state = State::Empty;
+    // A cache restored from `--state-dir` resumes the upstream watch from its RV (a 410 there
+    // relists as after any watch).
+    let mut state = match writer.progress_rv() {
+        Rv(0) => State::Empty,
+        rv => State::Synced { rv },
+    };
     loop {
         if *stop.borrow() {
             break;
@@ -178,6 +186,7 @@ async fn step(
     match state {
         State::Empty => match list_all(upstream, writer, opts, metrics).await {
             Ok(rv) => {
+                writer.relist_done();
                 metrics.relist(resource);
                 backoff.reset();
                 State::Synced { rv }
@@ -212,6 +221,14 @@ async fn step(
                 WatchEnd::Closed => {
                     backoff.reset();
                     State::Synced { rv }
+                }
+                WatchEnd::Inconsistent(at, why) => {
+                    metrics.reflector_error(resource, "inconsistent");
+                    tracing::warn!(resource, rv = %rv, reason = %why, "relisting: the cache differs from the upstream");
+                    writer.set_not_ready(Some(why));
+                    // Clients may hold what the wrong cache served at any RV up to `at`.
+                    writer.distrust_through(at);
+                    State::Empty
                 }
                 WatchEnd::Gone => {
                     metrics.reflector_error(resource, "expired");
@@ -312,7 +329,12 @@ async fn watch_once(
     // The upstream accepted a watch from our RV: proof that the cache is current.
     writer.proven();
     loop {
-        let next = match tokio::time::timeout(opts.watch_idle_timeout, stream.next()).await {
+        let next = tokio::select! {
+            biased;
+            (at, why) = writer.relist_requested() => return (WatchEnd::Inconsistent(at, why), rv),
+            next = tokio::time::timeout(opts.watch_idle_timeout, stream.next()) => next,
+        };
+        let next = match next {
             Ok(next) => next,
             Err(_) => {
                 let why = format!(

@@ -259,6 +259,11 @@ async fn every_metric_in_the_readme_table_is_exported() {
     args.bind_address = "127.0.0.1".parse().unwrap();
     args.tls_cert_file = Some(dir.join("tls.crt"));
     args.tls_private_key_file = Some(dir.join("tls.key"));
+    // Warm restarts on: state saved every 100 ms (watchcache_state_*).
+    args.state_dir = Some(dir.join("state"));
+    args.state_sync_period = Duration::from_millis(100);
+    // And the consistency check (watchcache_consistency_*).
+    args.consistency_check_period = Duration::from_millis(100);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     let c = tls_client();
@@ -276,6 +281,18 @@ async fn every_metric_in_the_readme_table_is_exported() {
         .expect("create");
     let (code, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
     assert_eq!(code, 200, "{text}");
+    // A state save and a consistency check (every 100 ms) while the upstream is there.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
+        let seen = ["watchcache_state_bytes{", "watchcache_consistency_differences{"]
+            .iter()
+            .all(|m| text.contains(m));
+        if seen || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The upstream goes away: the reflector's watch fails and is counted.
     sim.shutdown().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -110,6 +110,34 @@ fn objects_never_panic() {
     }
 }
 
+/// Issue 33: a `--state-dir` file of any content is refused or restored, never a panic; the
+/// seeds themselves restore. Mutations are also tried with their checksum made to match, so
+/// altered bodies reach the parser and the cache.
+#[test]
+fn state_files_never_panic() {
+    use kube_watchcache::cache::{self, CacheOptions};
+    use kube_watchcache::state::{fill, format};
+    let kind = || ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    for seed in seeds("state_file") {
+        let saved = format::decode(&seed).expect("a seed decodes");
+        let (mut w, r) = cache::new(kind(), CacheOptions::default());
+        fill(&mut w, saved).expect("a seed restores");
+        assert!(r.progress().ready);
+    }
+    let (mut restored, mut refused) = (0, 0);
+    for input in inputs("state_file") {
+        for bytes in [input.clone(), format::reseal(&input)] {
+            let Ok(saved) = format::decode(&bytes) else { continue };
+            let (mut w, _r) = cache::new(kind(), CacheOptions::default());
+            match fill(&mut w, saved) {
+                Ok(_) => restored += 1,
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    assert!(restored > 0 && refused > 0, "restored {restored}, refused {refused}");
+}
+
 #[test]
 fn certificate_subjects_never_panic() {
     let all = inputs("x509_subject");

@@ -82,6 +82,13 @@ impl History {
         }
     }
 
+    /// A restored history (`--state-dir`): the cache moved past every RV below `rv` before
+    /// the restart, longer ago than this process can tell, so Exact reads and continue tokens
+    /// there are forwarded (watches still resume from the floor).
+    pub fn restored(&mut self, rv: Rv) {
+        self.passed_below = self.passed_below.max(rv);
+    }
+
     /// Starts a new window at a relist: everything up to `list_rv` is in the store, nothing
     /// before it can be replayed.
     pub fn reset(&mut self, list_rv: Rv) {

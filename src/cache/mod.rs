@@ -11,6 +11,8 @@ mod dispatch;
 mod filter;
 mod history;
 mod list;
+mod persist;
+mod relist;
 mod watch;
 mod watchers;
 
@@ -27,6 +29,7 @@ pub use dispatch::Dispatch;
 pub use filter::Filter;
 pub use history::History;
 pub use list::{ListBody, Page};
+pub use persist::{Persisted, RestoreError};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
@@ -95,6 +98,8 @@ struct Shared {
     /// upstream watch that started), in milliseconds after `born`.
     proven_ms: AtomicU64,
     born: Instant,
+    /// A relist asked for by someone other than the reflector (`relist.rs`).
+    relist: relist::Request,
 }
 
 /// Creates the cache of one resource.
@@ -115,6 +120,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         dispatched: AtomicU64::new(0),
         proven_ms: AtomicU64::new(0),
         born: Instant::now(),
+        relist: relist::Request::default(),
     });
     (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }

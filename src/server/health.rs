@@ -110,7 +110,11 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
         }
         Access::Detailed => {
             for (gr, synced) in &st.caches {
-                out.push(check(format!("cache/{gr}"), (!synced).then(|| format!("cache {gr} not synced"))));
+                let why = st.not_ready.iter().find(|(g, _)| g == gr).map(|(_, w)| format!(": {w}"));
+                out.push(check(
+                    format!("cache/{gr}"),
+                    (!synced).then(|| format!("cache {gr} not synced{}", why.unwrap_or_default())),
+                ));
             }
             for (name, why) in &st.missing {
                 out.push(check(
@@ -248,6 +252,25 @@ mod tests {
             ]
         );
         assert_eq!(checks_of(&st, Endpoint::Livez, Access::Detailed).len(), 1);
+    }
+
+    /// Issue 33: a cache the consistency check found wrong says so to whoever may see details,
+    /// and to nobody else.
+    #[test]
+    fn an_inconsistent_cache_names_its_reason_in_the_detailed_checks_only() {
+        let why = "inconsistent with the upstream at resourceVersion 11: 1 keys differ; relisting";
+        let st = Readiness {
+            caches: vec![("configmaps".into(), false), ("pods".into(), false)],
+            not_ready: vec![("configmaps".into(), why.into())],
+            ..Readiness::default()
+        };
+        let failures =
+            |a| checks_of(&st, Endpoint::Readyz, a).into_iter().filter_map(|c| c.failure).collect::<Vec<_>>();
+        assert_eq!(
+            failures(Access::Detailed),
+            [format!("cache configmaps not synced: {why}"), "cache pods not synced".to_string()]
+        );
+        assert!(failures(Access::Public).iter().all(|f| !f.contains("inconsistent")));
     }
 
     #[test]

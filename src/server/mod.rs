@@ -56,6 +56,9 @@ pub struct Readiness {
     pub caches: Vec<(String, bool)>,
     /// Synced caches with no proof of being current for too long: (group/resource, why).
     pub stale: Vec<(String, String)>,
+    /// Caches not ready because the consistency check found them different from the upstream
+    /// (relisting): (group/resource, why).
+    pub not_ready: Vec<(String, String)>,
     /// Configured resources not cached yet that block readiness: (name, why).
     pub missing: Vec<(String, String)>,
     /// What a wildcard skipped (never blocks readiness): (name, reason label, detail).

@@ -91,7 +91,11 @@ impl Server {
         let mut st = Readiness { shutting_down: *self.shutting_down.borrow(), ..Readiness::default() };
         for r in self.readers() {
             let gr = r.kind().group_resource();
-            st.caches.push((gr.clone(), r.progress().ready));
+            let progress = r.progress();
+            st.caches.push((gr.clone(), progress.ready));
+            if let (false, Some(why)) = (progress.ready, r.relist_reason()) {
+                st.not_ready.push((gr.clone(), why));
+            }
             if r.progress().ready && serve::too_stale(&r, &self.serve) {
                 let s = r.staleness().unwrap_or_default();
                 st.stale.push((gr, format!("no proof of being current for {}s", s.as_secs())));

@@ -197,6 +197,35 @@ impl Upstream {
         MetadataPage::parse(&body)
     }
 
+    /// One page of a metadata-only LIST of everything at exactly `rv` (first page:
+    /// `resourceVersion=<rv>&resourceVersionMatch=Exact`; later pages: the continue token,
+    /// which carries the RV). For the consistency check (`consistency`).
+    pub async fn list_metadata_exact(
+        &self,
+        kind: &ResourceKind,
+        rv: Rv,
+        limit: u32,
+        continue_token: Option<&str>,
+    ) -> Result<MetadataPage, UpstreamError> {
+        let query = {
+            let mut q = form_urlencoded::Serializer::new(String::new());
+            q.append_pair("limit", &limit.to_string());
+            match continue_token {
+                Some(c) => {
+                    q.append_pair("continue", c);
+                }
+                None => {
+                    q.append_pair("resourceVersion", &rv.to_string());
+                    q.append_pair("resourceVersionMatch", "Exact");
+                }
+            }
+            q.finish()
+        };
+        let path = format!("{}?{query}", kind.collection_path(None));
+        let body = self.inner.get_bytes_as(&path, METADATA_LIST).await?;
+        MetadataPage::parse(&body)
+    }
+
     /// One consistent LIST page of a selection with the proxy's own credentials.
     pub async fn list_selected(
         &self,

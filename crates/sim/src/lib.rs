@@ -130,6 +130,8 @@ struct Inner {
     /// storage (a new watch cache, listed at that revision) has no history before it, so a
     /// watch from an older RV is too old, as at a kube-apiserver whose CRD was re-created.
     served_again_at: Mutex<std::collections::HashMap<usize, Rv>>,
+    /// Test-only fault: this many watch events are silently not sent (`drop_watch_events`).
+    drop_watch_events: std::sync::atomic::AtomicU64,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -162,6 +164,7 @@ impl Sim {
                 withdrawn: Mutex::default(),
                 withdrawals: Mutex::default(),
                 served_again_at: Mutex::default(),
+                drop_watch_events: Default::default(),
             }),
         };
         seed::system(&sim);
@@ -297,6 +300,22 @@ impl Sim {
         kinds::Kinds {
             all: all.iter().enumerate().filter(|(i, _)| !w.contains(i)).map(|(_, k)| k.clone()).collect(),
         }
+    }
+
+    /// Test-only fault: the next `n` events any watch stream would send are silently skipped
+    /// (the stream goes on; a later event or bookmark moves its RV past them), so a cache
+    /// behind it misses them — what the consistency check (`consistency`) must catch.
+    pub fn drop_watch_events(&self, n: u64) {
+        self.inner.drop_watch_events.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether to skip this event (`drop_watch_events`), counting it.
+    pub(crate) fn take_dropped_watch_event(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.inner
+            .drop_watch_events
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// How many recorded HTTP requests match `pred`.

@@ -1,0 +1,114 @@
+//! A cache's state taken out for `--state-dir` and put back at a warm restart: the objects at
+//! the history's floor and every event after it, so the restored cache has the same store,
+//! the same RV and the same history (a watch may resume from any RV it covered).
+//!
+//! Called by `state::save` (through [`Reader::saved`]) and `state::restore` (through
+//! [`Writer::restore`], before the resource's reflector starts).
+
+use std::sync::Arc;
+
+use crate::resource::{Event, EventType, Object, Rv};
+
+use super::{Reader, Store, Writer};
+
+/// What [`Reader::saved`] takes: the state at `floor`, the events after it, the cache RV.
+pub struct Persisted {
+    pub rv: Rv,
+    pub floor: Rv,
+    pub base: Store,
+    pub events: Vec<Arc<Event>>,
+}
+
+/// Why a saved state could not be put back.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("event at {event} is not after {before}")]
+    Order { event: Rv, before: Rv },
+    #[error("unexpected event type {0:?}")]
+    Type(EventType),
+    #[error("the cache has been filled already")]
+    NotEmpty,
+}
+
+impl Reader {
+    /// The current state as [`Persisted`]; `None` before the first sync or while not ready
+    /// (a relist in progress: nothing consistent to save).
+    pub fn saved(&self) -> Option<Persisted> {
+        if !self.progress().ready {
+            return None;
+        }
+        let st = self.shared.state.lock();
+        if st.rv == Rv(0) {
+            return None;
+        }
+        let mut base = st.store.clone();
+        let events: Vec<Arc<Event>> = st.history.newer_than(st.history.floor()).cloned().collect();
+        let (rv, floor) = (st.rv, st.history.floor());
+        drop(st);
+        for ev in events.iter().rev() {
+            let key = &ev.object.header.key;
+            match &ev.prev {
+                Some(p) => base.insert(key.clone(), p.clone()),
+                None => base.remove(key),
+            };
+        }
+        Some(Persisted { rv, floor, base, events })
+    }
+}
+
+impl Writer {
+    /// Fills an empty cache with a saved state: the objects at `floor`, the events after it
+    /// (each checked to be newer than the one before), then the cache RV. The history's
+    /// floor is `floor` (watches resume from any RV ≥ it); RVs below `rv` count as passed
+    /// longer than `--history-window` ago (Exact reads and continue tokens there are
+    /// forwarded: the upstream may have compacted them while the proxy was away); the cache
+    /// is ready at `rv` (as after a list).
+    pub fn restore(
+        &mut self,
+        base: Vec<Object>,
+        floor: Rv,
+        events: Vec<(EventType, Object)>,
+        rv: Rv,
+    ) -> Result<(), RestoreError> {
+        let now = tokio::time::Instant::now();
+        let mut st = self.shared.state.lock();
+        if st.rv != Rv(0) || !st.store.is_empty() {
+            return Err(RestoreError::NotEmpty);
+        }
+        let mut store = Store::new();
+        for o in base {
+            if o.header.rv > floor {
+                return Err(RestoreError::Order { event: o.header.rv, before: floor });
+            }
+            store.insert(o.header.key.clone(), Arc::new(o));
+        }
+        let mut at = floor;
+        let mut history = Vec::with_capacity(events.len());
+        for (kind, obj) in events {
+            let erv = obj.header.rv;
+            if erv <= at || erv > rv {
+                return Err(RestoreError::Order { event: erv, before: at });
+            }
+            let obj = Arc::new(obj);
+            let prev = match kind {
+                EventType::Added | EventType::Modified => store.insert(obj.header.key.clone(), obj.clone()),
+                EventType::Deleted => store.remove(&obj.header.key),
+                other => return Err(RestoreError::Type(other)),
+            };
+            history.push(Arc::new(Event::new(kind, erv, obj, prev)));
+            at = erv;
+        }
+        st.history.reset(floor);
+        for ev in history {
+            st.history.push(now, ev);
+        }
+        st.history.moved(now, rv);
+        st.history.restored(rv);
+        st.store = store;
+        st.rv = rv;
+        self.shared.dispatched.store(rv.0, std::sync::atomic::Ordering::Release);
+        self.publish(rv, true, None);
+        drop(st);
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! A relist asked for from outside the reflector: the consistency check (`consistency`) found
+//! the cache different from the upstream at the same RV. The cache is marked not ready at
+//! once (its reads are forwarded, `/readyz` names the reason), and the reflector, woken, lists
+//! again; the relist rules apply (every watch that started before the list ends).
+//!
+//! [`Reader::request_relist`] is called by `consistency`; [`Writer::relist_requested`] is awaited by
+//! `reflector` beside its upstream watch.
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::{Reader, Writer};
+use crate::resource::Rv;
+
+/// The pending request: why, and a wake-up for the reflector.
+#[derive(Default)]
+pub struct Request {
+    /// Taken by the reflector when it acts on it: the RV at which the cache was found wrong,
+    /// and why.
+    reason: Mutex<Option<(Rv, String)>>,
+    /// Kept until the relist is in, for `/readyz?verbose`.
+    shown: Mutex<Option<String>>,
+    wake: Notify,
+}
+
+impl Reader {
+    /// Asks the reflector for a relist, the cache having been found wrong at `at`, and marks
+    /// the cache not ready until it is done.
+    pub fn request_relist(&self, at: Rv, reason: String) {
+        self.shared.progress.send_modify(|p| {
+            if p.ready {
+                p.since = tokio::time::Instant::now();
+            }
+            p.ready = false;
+            p.last_error = Some(reason.clone());
+        });
+        *self.shared.relist.shown.lock() = Some(reason.clone());
+        *self.shared.relist.reason.lock() = Some((at, reason));
+        self.shared.relist.wake.notify_one();
+    }
+
+    /// Why a relist was asked for, until it is in (`/readyz?verbose`).
+    pub fn relist_reason(&self) -> Option<String> {
+        self.shared.relist.shown.lock().clone()
+    }
+}
+
+impl Writer {
+    /// A full list is in: an asked-for relist is done (`/readyz?verbose` no longer names it).
+    pub fn relist_done(&self) {
+        self.shared.relist.shown.lock().take();
+    }
+
+    /// The cache was found wrong at `at` (the reflector, before it relists, the cache not
+    /// ready): from now on a watch from any RV up to `at` answers 410 and an Exact read or
+    /// continue token there is forwarded, even once the relist is in and at `at` itself — a
+    /// client that resumes there holds what the wrong cache served. The history is emptied
+    /// and its floor raised to `at + 1` (the 410's "oldest"), which the relist's
+    /// `History::reset` keeps.
+    pub fn distrust_through(&self, at: Rv) {
+        self.shared.state.lock().history.reset(Rv(at.0.saturating_add(1)));
+    }
+
+    /// Resolves when a relist was asked for (where the cache was found wrong, and why),
+    /// consuming the request.
+    pub async fn relist_requested(&self) -> (Rv, String) {
+        loop {
+            if let Some(r) = self.shared.relist.reason.lock().take() {
+                return r;
+            }
+            self.shared.relist.wake.notified().await;
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! A cache that checks itself (issue 33 item 2; the apiserver's `DetectCacheInconsistency`
+//! since 1.34): every `--consistency-check-period` (jittered, with backoff after failures) and
+//! once after a warm start, each cache's state at an RV it holds is compared with the
+//! upstream's at that same RV — a paginated, metadata-only upstream LIST at
+//! `resourceVersion=R&resourceVersionMatch=Exact`, both sides hashed as sorted
+//! (namespace, name, resourceVersion). If R is already compacted upstream (410), the check is
+//! retried once at the cache's current RV.
+//!
+//! On a mismatch: `watchcache_consistency_checks_total{result="inconsistent"}`, a log line
+//! naming the resource and how many keys differ (never contents), and the cache asks its
+//! reflector for a relist (`cache::Reader::request_relist`): not ready until then, its reads
+//! forwarded, `/readyz?verbose` naming the reason.
+//!
+//! Spawned by `app`; reads the caches through `cache::Reader`, the upstream through
+//! `upstream::Upstream`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ring::digest::{Context, SHA256};
+use tokio::sync::watch;
+
+use crate::cache::Reader;
+use crate::metrics::Metrics;
+use crate::resource::Rv;
+use crate::upstream::{Upstream, UpstreamError};
+
+/// Page size of the upstream metadata LISTs.
+const PAGE: u32 = 500;
+/// First retry after a failed round; doubles up to the period.
+const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+
+/// Keys and resourceVersions of one side, sorted.
+type Keys = BTreeMap<(String, String), u64>;
+
+/// What one check of one cache found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Same keys and RVs at `rv`.
+    Consistent { rv: Rv, keys: usize },
+    /// `differing` keys are missing on one side or at another RV.
+    Inconsistent { rv: Rv, differing: usize },
+    /// The cache is not ready (syncing, relisting): nothing to compare.
+    Skipped,
+    /// The upstream could not be asked.
+    Failed(String),
+}
+
+impl Outcome {
+    /// The `result` label of `watchcache_consistency_checks_total`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Consistent { .. } => "consistent",
+            Outcome::Inconsistent { .. } => "inconsistent",
+            Outcome::Skipped => "skipped",
+            Outcome::Failed(_) => "failed",
+        }
+    }
+}
+
+fn digest(keys: &Keys) -> Vec<u8> {
+    let mut c = Context::new(&SHA256);
+    for ((ns, name), rv) in keys {
+        c.update(ns.as_bytes());
+        c.update(b"\0");
+        c.update(name.as_bytes());
+        c.update(b"\0");
+        c.update(&rv.to_le_bytes());
+    }
+    c.finish().as_ref().to_vec()
+}
+
+/// Keys present on one side only or at another RV.
+fn differing(a: &Keys, b: &Keys) -> usize {
+    let one_way = a.iter().filter(|(k, rv)| b.get(*k) != Some(*rv)).count();
+    one_way + b.keys().filter(|k| !a.contains_key(*k)).count()
+}
+
+async fn upstream_keys(upstream: &Upstream, reader: &Reader, rv: Rv) -> Result<Keys, UpstreamError> {
+    let mut keys = Keys::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = upstream.list_metadata_exact(reader.kind(), rv, PAGE, token.as_deref()).await?;
+        keys.extend(page.items.into_iter().map(|(ns, name, r)| ((ns, name), r.0)));
+        match page.continue_token {
+            Some(t) => token = Some(t),
+            None => return Ok(keys),
+        }
+    }
+}
+
+/// Compares `reader`'s state at its current RV with the upstream's at the same RV.
+pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
+    let mut retried = false;
+    loop {
+        if !reader.progress().ready {
+            return Outcome::Skipped;
+        }
+        let snap = reader.snapshot();
+        let up = match upstream_keys(upstream, reader, snap.rv).await {
+            Ok(k) => k,
+            // R was compacted upstream meanwhile: once more at the cache's current RV.
+            Err(e) if e.is_gone() && !retried => {
+                retried = true;
+                continue;
+            }
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        let mine: Keys = snap
+            .store
+            .values()
+            .map(|o| ((o.header.namespace.clone(), o.header.name.clone()), o.header.rv.0))
+            .collect();
+        if digest(&mine) == digest(&up) {
+            return Outcome::Consistent { rv: snap.rv, keys: mine.len() };
+        }
+        return Outcome::Inconsistent { rv: snap.rv, differing: differing(&mine, &up) };
+    }
+}
+
+/// One round over every cache; returns whether the upstream could be asked for all of them.
+pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -> bool {
+    let mut ok = true;
+    for r in readers {
+        let resource = r.kind().group_resource();
+        let outcome = check(upstream, r).await;
+        metrics.consistency_check(&resource, outcome.as_str());
+        match outcome {
+            Outcome::Consistent { rv, keys } => {
+                metrics.consistency_differences(&resource, 0);
+                tracing::debug!(resource, rv = %rv, keys, "consistency check: the cache matches the upstream");
+            }
+            Outcome::Inconsistent { rv, differing } => {
+                metrics.consistency_differences(&resource, differing);
+                tracing::warn!(resource, rv = %rv, differing, "consistency check: the cache differs from the upstream at the same resourceVersion; forwarding its reads until a relist rebuilds it");
+                r.request_relist(rv, format!(
+                    "inconsistent with the upstream at resourceVersion {rv}: {differing} keys differ; relisting"
+                ));
+            }
+            Outcome::Skipped => {}
+            Outcome::Failed(e) => {
+                ok = false;
+                tracing::debug!(resource, error = %e, "consistency check failed; retrying with backoff");
+            }
+        }
+    }
+    ok
+}
+
+/// `period` × a random factor in [1, 1.1): checks of many replicas do not line up.
+fn jittered(period: Duration) -> Duration {
+    period.mul_f64(1.0 + fastrand::f64() / 10.0)
+}
+
+/// Checks every `period` (0: never) until `stop`; the first round at once when `now` (after a
+/// warm start, once the caches are ready).
+pub async fn run(
+    upstream: Upstream,
+    readers: impl Fn() -> Vec<Reader>,
+    period: Duration,
+    now: bool,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    if period.is_zero() {
+        return;
+    }
+    if now {
+        for r in readers() {
+            let mut rx = r.subscribe();
+            let ready = tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|p| p.ready));
+            tokio::select! {
+                _ = ready => {}
+                _ = crate::shutdown::until_true(&mut stop) => return,
+            }
+        }
+    }
+    let mut wait = if now { Duration::ZERO } else { jittered(period) };
+    let mut backoff = BACKOFF_INITIAL.min(period);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = crate::shutdown::until_true(&mut stop) => return,
+        }
+        if round(&upstream, &readers(), &metrics).await {
+            backoff = BACKOFF_INITIAL.min(period);
+            wait = jittered(period);
+        } else {
+            wait = backoff;
+            backoff = (backoff * 2).min(period);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(v: &[(&str, &str, u64)]) -> Keys {
+        v.iter().map(|(n, m, r)| ((n.to_string(), m.to_string()), *r)).collect()
+    }
+
+    #[test]
+    fn a_changed_a_missing_and_an_extra_key_are_three_differences() {
+        let a = keys(&[("n", "a", 1), ("n", "b", 2), ("n", "c", 3)]);
+        let b = keys(&[("n", "a", 1), ("n", "b", 5), ("n", "d", 4)]);
+        assert_eq!(differing(&a, &b), 3);
+        assert_eq!(differing(&a, &a), 0);
+        assert_ne!(digest(&a), digest(&b));
+        assert_eq!(digest(&a), digest(&a.clone()));
+        // The separator keeps ("ab", "c") and ("a", "bc") apart.
+        assert_ne!(digest(&keys(&[("ab", "c", 1)])), digest(&keys(&[("a", "bc", 1)])));
+    }
+
+    #[test]
+    fn jitter_stays_within_a_tenth_above_the_period() {
+        let p = Duration::from_secs(300);
+        for _ in 0..100 {
+            let j = jittered(p);
+            assert!(j >= p && j < p.mul_f64(1.1), "{j:?}");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! State files on disk: `DIR/<group or core>_<resource>.state`, written atomically (a
+//! temporary file created 0600, written, fsynced, renamed over the old one, the directory
+//! fsynced) so a crash at any point leaves the old file or the new one, never a mix.
+//! Leftover temporary files (a crash during a write) are never read, and removed at start.
+//!
+//! Blocking I/O: called from `spawn_blocking` by `state::save` and `state::load`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The file name of a resource's state.
+pub fn name_of(group: &str, resource: &str) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("{group}_{resource}.state")
+}
+
+/// The temporary name `bytes` are written under before the rename.
+fn temporary(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!(".tmp-{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// Writes `bytes` to `path` atomically (see the module doc).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temporary(path);
+    let written = (|| {
+        let mut opts = OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    // The rename itself must reach the disk (a power loss would otherwise undo it).
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` (0700) if needed.
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
+/// The state files in `dir` (name, bytes or why unreadable); temporary files left by a crash
+/// are removed, never read.
+pub fn read_all(dir: &Path) -> std::io::Result<Vec<(String, std::io::Result<Vec<u8>>)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.contains(".state.tmp-") {
+            let _ = fs::remove_file(entry.path());
+            continue;
+        }
+        if name.ends_with(".state") {
+            out.push((name, fs::read(entry.path())));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Removes the state of a resource that must not be on disk (excluded since it was written).
+pub fn remove(dir: &Path, name: &str) {
+    match fs::remove_file(dir.join(name)) {
+        Ok(()) => {
+            tracing::info!(file = name, "state file of a resource excluded from --state-resources removed")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(file = name, error = %e, "could not remove an excluded resource's state file")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_files_are_private_and_replace_the_old_one() {
+        let dir = std::env::temp_dir().join(format!("kwc-state-file-{}", fastrand::u64(..)));
+        ensure_dir(&dir).unwrap();
+        let p = dir.join(name_of("", "configmaps"));
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        // A crash between the write and the rename leaves a temporary file: never read, removed.
+        fs::write(temporary(&p), b"half").unwrap();
+        let all = read_all(&dir).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].0, "core_configmaps.state");
+        assert!(!temporary(&p).exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

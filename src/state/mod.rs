@@ -1,0 +1,128 @@
+//! Warm restarts (`--state-dir`, issue 33): each cached resource's objects, history and RV,
+//! with what identifies the upstream cluster, kept on disk so that a restarted proxy serves
+//! the same cache, at the same resourceVersions, before it has listed anything.
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | [`format`] | the bytes of a state file: magic, version, identity, records, SHA-256 (pure) |
+//! | `file` | atomic writes (0600, fsync, rename), reading the directory |
+//! | `restore` | start: files read before any upstream request, refused unless the cluster, the version and the upstream RV agree |
+//! | `save` | every `--state-sync-period` and once at shutdown, after the watches were drained |
+//!
+//! When a restored state is served: after the upstream confirmed who it is (the `kube-system`
+//! namespace's UID, fetched with the proxy's own credentials, and the server URL) and, per
+//! resource, that its current RV (a `limit=1` LIST) is not behind the saved one — one small
+//! request each instead of a full LIST. A state that cannot be trusted is refused, logged
+//! with its reason, counted in `watchcache_state_loads_total{result}`, and the resource starts
+//! cold. Used by `app` (load, saver, shutdown) and `caches` (a cache filled before its reflector
+//! starts).
+
+pub mod format;
+
+mod file;
+mod restore;
+mod save;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use format::{DecodeError, Identity, Saved};
+pub use restore::{fill, restore, Loaded, Warm};
+pub use save::Saver;
+
+use crate::cache::RestoreError;
+use crate::resource::Rv;
+use crate::upstream::Upstream;
+use crate::wanted::Wanted;
+
+/// `--state-dir`, `--state-sync-period`, `--state-resources`.
+#[derive(Clone, Debug)]
+pub struct StateOptions {
+    pub dir: PathBuf,
+    pub sync_period: Duration,
+    /// Which cached resources are written (default: all but `secrets`).
+    pub resources: Wanted,
+}
+
+impl StateOptions {
+    /// Whether the state of `(group, resource)` may be on disk.
+    pub fn persists(&self, group: &str, resource: &str) -> bool {
+        let w = &self.resources;
+        w.names(group, resource) || (w.all && !w.is_excluded(group, resource))
+    }
+}
+
+/// Why a saved state is not used (the resource then starts cold).
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("unreadable: {0}")]
+    Unreadable(String),
+    #[error("{0}")]
+    Decode(#[from] DecodeError),
+    #[error("the upstream cluster's identity could not be fetched: {0}")]
+    IdentityUnknown(String),
+    #[error("saved from another cluster ({saved}), the upstream is {now}")]
+    OtherCluster { saved: String, now: String },
+    #[error("saved for version {saved}, the upstream serves {served}")]
+    OtherVersion { saved: String, served: String },
+    #[error("the upstream's current resourceVersion could not be read: {0}")]
+    Unchecked(String),
+    #[error("the upstream is at resourceVersion {upstream}, behind the saved {saved} (etcd restored from a backup?)")]
+    UpstreamBehind { saved: Rv, upstream: Rv },
+    #[error("an object does not parse: {0}")]
+    BadObject(String),
+    #[error("the saved history is inconsistent: {0}")]
+    Restore(#[from] RestoreError),
+}
+
+impl Refusal {
+    /// The `result` label of `watchcache_state_loads_total`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Refusal::Unreadable(_) => "unreadable",
+            Refusal::Decode(d) => d.as_str(),
+            Refusal::IdentityUnknown(_) => "identity_unknown",
+            Refusal::OtherCluster { .. } => "other_cluster",
+            Refusal::OtherVersion { .. } => "other_version",
+            Refusal::Unchecked(_) => "unchecked",
+            Refusal::UpstreamBehind { .. } => "upstream_behind",
+            Refusal::BadObject(_) | Refusal::Restore(_) => "corrupt",
+        }
+    }
+}
+
+/// Every `result` of `watchcache_state_loads_total` (created at 0).
+pub const LOAD_RESULTS: &[&str] = &[
+    "restored",
+    "unreadable",
+    "truncated",
+    "corrupt",
+    "checksum",
+    "format_version",
+    "identity_unknown",
+    "other_cluster",
+    "other_version",
+    "unchecked",
+    "upstream_behind",
+];
+
+#[derive(serde::Deserialize)]
+struct Namespace {
+    metadata: NamespaceMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct NamespaceMeta {
+    #[serde(default)]
+    uid: String,
+}
+
+/// The upstream cluster's identity: its URL and the `kube-system` namespace's UID.
+pub async fn identity(upstream: &Upstream) -> Result<Identity, String> {
+    let body = upstream.get_json("/api/v1/namespaces/kube-system").await.map_err(|e| e.to_string())?;
+    let ns: Namespace = serde_json::from_slice(&body).map_err(|e| format!("kube-system namespace: {e}"))?;
+    if ns.metadata.uid.is_empty() {
+        return Err("the kube-system namespace has no uid".into());
+    }
+    Ok(Identity { server: upstream.base_url().to_owned(), cluster_uid: ns.metadata.uid })
+}
