@@ -1,5 +1,5 @@
 //! Per-object costs on the filling path (issue 4, benches 1, 3, 5): parsing the header of a
-//! ~2.5 KiB pod (against a full `serde_json::Value` parse, the baseline DESIGN §4 rejects),
+//! ~2.5 KiB pod (against a full `serde_json::Value` parse, the baseline docs/design.md §4 rejects),
 //! framing a watch event once, label / field selector matching on a typical header, and the
 //! protobuf transcoding of the pod (issue 17: once per object version, for every protobuf
 //! reader of it).

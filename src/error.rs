@@ -3,7 +3,7 @@
 //!
 //! Every module returns `Error`; `server` calls `Error::to_status` (or `into_response`) when a
 //! request fails, and `server::serve` uses the same JSON inside watch ERROR events. Messages are
-//! the apiserver's texts, byte for byte (reference §1.3, §1.4, §2.3–2.5, §8.2).
+//! the apiserver's texts, byte for byte (docs/apiserver-watch-cache.md §1.3, §1.4, §2.3–2.5, §8.2).
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -48,7 +48,7 @@ impl Cause {
 /// Everything that can go wrong while classifying, serving or forwarding a request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// 422 on ListOptions validation (reference §1.3).
+    /// 422 on ListOptions validation (docs/apiserver-watch-cache.md §1.3).
     #[error("ListOptions invalid: {causes:?}")]
     InvalidListOptions { causes: Vec<Cause> },
     /// 400 BadRequest with an apiserver text (field labels, continue tokens, selectors …).

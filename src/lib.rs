@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //!
-//! Data flows one way, on two paths (DESIGN §2):
+//! Data flows one way, on two paths (docs/design.md §2):
 //!
 //! ```text
 //!  serving:  request ─▶ server ─▶ classify ─▶ serve (cache::Reader) ─▶ response

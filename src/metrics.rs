@@ -1,6 +1,6 @@
 //! Prometheus metrics: one registry, created by `app`, updated by `server`, the reflectors, the
 //! upstream client (through [`crate::upstream::Observer`]), `auth` and `tls`, rendered at
-//! `/metrics`. Names follow the apiserver's where one exists (reference §8.1), prefixed
+//! `/metrics`. Names follow the apiserver's where one exists (docs/apiserver-watch-cache.md §8.1), prefixed
 //! `watchcache_`; every metric is listed in the README's "Metrics" table.
 //!
 //! Label values are bounded: `resource` is the `group/resource` of a cached resource (or empty),

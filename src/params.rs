@@ -3,7 +3,7 @@
 //! parsing, and continue tokens.
 //!
 //! Pure: no I/O. Called by `server::classify` (the proxy) and by `sim` (the simulated
-//! apiserver), so both validate exactly alike (reference §1.1–§1.4, §6.1).
+//! apiserver), so both validate exactly alike (docs/apiserver-watch-cache.md §1.1–§1.4, §6.1).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -99,7 +99,7 @@ impl ListOptions {
         }
     }
 
-    /// `ValidateListOptions` (reference §1.3): every 422, aggregated like the apiserver.
+    /// `ValidateListOptions` (docs/apiserver-watch-cache.md §1.3): every 422, aggregated like the apiserver.
     pub fn validate(&self) -> Result<(), Error> {
         let mut causes = Vec::new();
         let rvm = self.resource_version_match.as_str();
@@ -228,7 +228,7 @@ fn parse_int(name: &str, v: &str) -> Result<i64, Error> {
     })
 }
 
-/// A decoded continue token (reference §6.1).
+/// A decoded continue token (docs/apiserver-watch-cache.md §6.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContinueToken {
     /// The list RV the pages belong to; negative means "continue at the latest state".

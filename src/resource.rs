@@ -74,7 +74,7 @@ pub fn go_quote(s: &str) -> String {
 }
 
 /// How the apiserver converts field selectors for a resource: it decides both which fields
-/// exist and the wording of the 400 for an unknown one (reference §1.4, §7.2).
+/// exist and the wording of the 400 for an unknown one (docs/apiserver-watch-cache.md §1.4, §7.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldLabelStyle {
     /// Resources with a custom conversion func (pods, nodes, secrets, namespaces, …):
@@ -171,7 +171,7 @@ impl ResourceKind {
     }
 
     /// The selectable fields besides `metadata.name` / `metadata.namespace`, and how unknown
-    /// ones are reported (reference §7.2).
+    /// ones are reported (docs/apiserver-watch-cache.md §7.2).
     pub fn field_labels(&self) -> (&'static [&'static str], FieldLabelStyle) {
         match (self.group.as_str(), self.resource.as_str()) {
             ("", "pods") => (
@@ -241,7 +241,7 @@ pub struct Header {
     pub name: String,
     pub rv: Rv,
     pub labels: BTreeMap<String, String>,
-    /// Selectable field values (reference §7.2), only the ones this resource supports;
+    /// Selectable field values (docs/apiserver-watch-cache.md §7.2), only the ones this resource supports;
     /// `metadata.name` / `metadata.namespace` are not repeated here.
     pub fields: BTreeMap<&'static str, String>,
     /// `metadata.uid` (empty when absent): what a `shardSelector` by uid hashes.

@@ -1,4 +1,4 @@
-//! Fault injection between the proxy and its upstream (DESIGN §6 Reliability, the "Faults,
+//! Fault injection between the proxy and its upstream (docs/design.md §6 Reliability, the "Faults,
 //! proven" issue). The TCP fault proxy of `common::fault` sits between the proxy's upstream
 //! client and the simulated apiserver and, on command, drops every open connection, refuses new
 //! ones (upstream down), delays every chunk (slow upstream), stops forwarding on the open
@@ -548,7 +548,7 @@ fn check_exact(record: &Record, seen: &[(Option<usize>, Seen)]) -> Tally {
 }
 
 /// Delivery across a relist from cache RV `before` to a list at an RV in (`before`, `after`]
-/// (DESIGN §6): a watcher either ended cleanly at the relist, having received exactly the
+/// (docs/design.md §6): a watcher either ended cleanly at the relist, having received exactly the
 /// changes up to its last RV (≤ `before`) and nothing else, or stayed open and received every
 /// change of its scope at or below `before` and above `after`, in order (since issue 31 none
 /// that started before the list stays: `relist_case` asserts that all ended). No relist difference is ever sent: every event is a

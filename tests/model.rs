@@ -1,4 +1,4 @@
-//! Model-based test of the product's promise (issue 22, DESIGN §6): no client ever holds an
+//! Model-based test of the product's promise (issue 22, docs/design.md §6): no client ever holds an
 //! object that does not exist, or misses one that does, whatever the upstream does and
 //! wherever it resumes. Two replicas (A and B, each behind its own fault relay of
 //! `common::fault`) and the sim; a writer churns configmaps; a fault task stalls a replica's

@@ -332,7 +332,7 @@ const SIM_USES: &[(&str, &str)] = &[
     ("selector", "recordings/v1.28.7/label-selector-malformed.json"),
     // PartialObjectMetadata(List): byte-equal to the recorded apiserver's.
     ("metadata_only", "recordings/v1.28.7-raw/metadata-only.json"),
-    // Protobuf: byte-equal to the recorded apiserver's (tests/protobuf.rs).
+    // Protobuf: byte-equal to the recorded apiserver's (tests/protobuf/protobuf.rs).
     ("proto", "recordings/v1.28.7-raw/protobuf.json"),
     // Not semantics: the rustls crypto provider of the HTTPS listener.
     ("server::tls::server_provider", ""),

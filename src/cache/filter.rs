@@ -1,5 +1,5 @@
 //! Which objects a list or watch selects (scope + label + field + shard selectors), and how one
-//! cache event looks to one watcher (reference §3.5: MODIFIED becomes ADDED or DELETED when an
+//! cache event looks to one watcher (docs/apiserver-watch-cache.md §3.5: MODIFIED becomes ADDED or DELETED when an
 //! object enters or leaves the selection).
 //!
 //! A filter also carries the representation its reader asked for (`Repr`: the objects as

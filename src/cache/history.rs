@@ -149,7 +149,7 @@ impl History {
     }
 
     /// Events with RV > `rv`, oldest first; `rv` older than the window is 410
-    /// `too old resource version: N (floor)` (reference §2.3).
+    /// `too old resource version: N (floor)` (docs/apiserver-watch-cache.md §2.3).
     pub fn since(&self, rv: Rv) -> Result<Vec<Arc<Event>>, Error> {
         if rv < self.floor {
             return Err(Error::TooOldResourceVersion { requested: rv, oldest: self.floor });

@@ -1,5 +1,5 @@
 //! LIST bodies assembled from a snapshot: the stored bytes of each selected object between a
-//! list envelope that matches the apiserver's encoding (reference §9), with pagination
+//! list envelope that matches the apiserver's encoding (docs/apiserver-watch-cache.md §9), with pagination
 //! (`limit`, continue tokens in the apiserver's format, `remainingItemCount`, §6.2).
 //!
 //! Metadata-only lists (`Filter::repr`) are PartialObjectMetadataList envelopes around each

@@ -160,7 +160,7 @@ impl Writer {
     /// history restarts at `list_rv`, so a watch from any older RV (one inside the gap the
     /// relist covers included) now answers 410, and Exact reads and continue tokens there are
     /// forwarded. Every live watcher that started before `list_rv` ends after what it already
-    /// has, with no difference and no BOOKMARK (`Watchers::end_at_relist`, DESIGN §6, issue
+    /// has, with no difference and no BOOKMARK (`Watchers::end_at_relist`, docs/design.md §6, issue
     /// 31), unless the cache had already reached `list_rv` and nothing it selects differs.
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
         let now = Instant::now();
@@ -309,7 +309,7 @@ pub struct Reader {
 pub struct WatcherStats {
     pub live: usize,
     pub terminated: u64,
-    /// Watchers ended by relists (DESIGN §6: every one that started before the list, unless
+    /// Watchers ended by relists (docs/design.md §6: every one that started before the list, unless
     /// provably complete).
     pub ended_at_relist: u64,
     /// (event, watcher) pairs examined by the fan-out; grows with interested watchers only.

@@ -350,7 +350,7 @@ impl Drop for Watch {
 
 /// A BOOKMARK event: the kind with only `metadata.resourceVersion` (plus the
 /// `k8s.io/initial-events-end` annotation for the end of a watch-list's initial events), and
-/// the zero-valued non-omitempty members of the built-in Pod type (reference §3.2); metadata
+/// the zero-valued non-omitempty members of the built-in Pod type (docs/apiserver-watch-cache.md §3.2); metadata
 /// only, the PartialObjectMetadata the apiserver makes of that object.
 ///
 /// In protobuf, the same objects encoded as the apiserver encodes its (zero-valued) object;

@@ -10,7 +10,7 @@
 //! [`Blocked`] (`cache::dispatch` gives it the shared time budget outside the lock); a dropped
 //! watcher's stream ends after what it already has, like the apiserver's terminated slow
 //! watchers. At a relist, `end_at_relist` ends every watcher that started before the list
-//! (DESIGN §6, issue 31).
+//! (docs/design.md §6, issue 31).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! The cache-or-upstream decision for one request: a pure function of method, path, query,
-//! `Accept` and the set of cached resources (DESIGN §3, reference §1).
+//! `Accept` and the set of cached resources (docs/design.md §3, docs/apiserver-watch-cache.md §1).
 //!
 //! Also the apiserver's `RequestInfo` of every request ([`request_info`]: verb, group, version,
 //! namespace, resource, subresource, name, as `k8s.io/apiserver/pkg/endpoints/request/
@@ -530,7 +530,7 @@ fn cache(
     }))
 }
 
-/// The LIST rows of reference §1.6.
+/// The LIST rows of docs/apiserver-watch-cache.md §1.6.
 fn list_plan(opts: &ListOptions) -> Result<Plan, Error> {
     let token = opts.continue_for_list()?;
     let rv = opts.rv_for_list()?;
@@ -552,7 +552,7 @@ fn list_plan(opts: &ListOptions) -> Result<Plan, Error> {
     })
 }
 
-/// The WATCH rows of reference §1.7 (after defaulting).
+/// The WATCH rows of docs/apiserver-watch-cache.md §1.7 (after defaulting).
 fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
     let rv = opts.rv_for_get_or_watch()?;
     Ok(match (opts.send_initial_events, rv) {

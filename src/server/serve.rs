@@ -1,5 +1,5 @@
 //! Serving a classified request from the cache: GET, LIST and WATCH with the apiserver's
-//! resourceVersion semantics (reference §1.5–§1.7), or the decision that it must go upstream
+//! resourceVersion semantics (docs/apiserver-watch-cache.md §1.5–§1.7), or the decision that it must go upstream
 //! after all (not fresh enough in time, outside the history window, not synced).
 //!
 //! Called by `phase::dispatch` with a `CacheRequest` from `classify` and the resource's
@@ -51,15 +51,15 @@ impl Default for ServeOptions {
 }
 
 /// What serving produced.
-pub enum Served {
+pub enum Outcome {
     Response(Response<Body>),
     /// The cache cannot answer this one: forward it unchanged.
     Forward(ForwardReason),
 }
 
-impl From<Error> for Served {
+impl From<Error> for Outcome {
     fn from(e: Error) -> Self {
-        Served::Response(body::error(e))
+        Outcome::Response(body::error(e))
     }
 }
 
@@ -80,14 +80,14 @@ async fn wait_fresh(src: &Source<'_>, rv: Rv, wait: Duration) -> Result<(), Erro
 }
 
 /// Serves `req`, which arrived at `arrived`, from the cache.
-pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arrived: Instant) -> Served {
+pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arrived: Instant) -> Outcome {
     // Protobuf only while every object of the resource could be encoded exactly.
     if req.repr.is_proto() && !src.reader.proto_type().serves(req.repr.is_metadata()) {
-        return Served::Forward(ForwardReason::Accept);
+        return Outcome::Forward(ForwardReason::Accept);
     }
     match serve_inner(req, &src, opts, arrived).await {
         Ok(s) => s,
-        Err(e) => Served::Response(body::error_as(e, req.repr.is_proto())),
+        Err(e) => Outcome::Response(body::error_as(e, req.repr.is_proto())),
     }
 }
 
@@ -126,17 +126,17 @@ async fn proven_by_metadata(
     req: &CacheRequest,
     limit: Option<usize>,
     arrived: Instant,
-) -> Result<Served, Error> {
+) -> Result<Outcome, Error> {
     let reader = src.reader;
     if !src.prober.metadata_streak.should_try() {
-        return Ok(Served::Forward(ForwardReason::MostRecent));
+        return Ok(Outcome::Forward(ForwardReason::MostRecent));
     }
     let upstream_limit = limit.map(|l| l.min(u32::MAX as usize) as u32);
     let meta = match src.prober.metadata(selection(req), upstream_limit, arrived).await {
         Ok(m) => m,
         Err(e) => {
             tracing::debug!(error = %e, "metadata proof failed; forwarding");
-            return Ok(Served::Forward(ForwardReason::MostRecent));
+            return Ok(Outcome::Forward(ForwardReason::MostRecent));
         }
     };
     let mut snap = reader.snapshot();
@@ -144,20 +144,20 @@ async fn proven_by_metadata(
     // The metadata page is the unsharded selection's (the proxy's own LIST carries no
     // shardSelector): it proves a sharded page only when the cache has caught up.
     if !caught_up && req.shard.is_some() {
-        return Ok(Served::Forward(ForwardReason::MostRecent));
+        return Ok(Outcome::Forward(ForwardReason::MostRecent));
     }
     if !caught_up {
         snap.rv = meta.rv;
     }
     let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
     let Some(body) = reader.list(&snap, &filter(req, false), page) else {
-        return Ok(Served::Forward(ForwardReason::Accept));
+        return Ok(Outcome::Forward(ForwardReason::Accept));
     };
     // Caught up: fresh by RV alone. Else the cache's page must be exactly the upstream's at R.
     let proven = caught_up || same_page(&body, &meta);
     src.prober.metadata_streak.record(proven);
     if !proven {
-        return Ok(Served::Forward(ForwardReason::MostRecent));
+        return Ok(Outcome::Forward(ForwardReason::MostRecent));
     }
     Ok(respond_list(src, body, req.repr))
 }
@@ -193,21 +193,21 @@ async fn serve_inner(
     src: &Source<'_>,
     opts: &ServeOptions,
     arrived: Instant,
-) -> Result<Served, Error> {
+) -> Result<Outcome, Error> {
     let reader = src.reader;
     let progress = reader.progress();
     if !progress.ready {
         return Ok(not_ready(req, &progress));
     }
     if too_stale(reader, opts) {
-        return Ok(Served::Forward(ForwardReason::Stale));
+        return Ok(Outcome::Forward(ForwardReason::Stale));
     }
     let kind = reader.kind();
     match &req.plan {
         Plan::Get { min_rv } => {
             if let Some(rv) = min_rv {
                 if wait_fresh(src, *rv, opts.freshness_wait).await.is_err() {
-                    return Ok(Served::Forward(ForwardReason::NotFresh));
+                    return Ok(Outcome::Forward(ForwardReason::NotFresh));
                 }
             }
             let ns = req.namespace.as_deref().unwrap_or("");
@@ -215,7 +215,7 @@ async fn serve_inner(
             match reader.get(ns, name) {
                 Some(obj) => {
                     let Some([a, b, c]) = obj.chunks_as(req.repr) else {
-                        return Ok(Served::Forward(ForwardReason::Accept));
+                        return Ok(Outcome::Forward(ForwardReason::Accept));
                     };
                     // JSON ends with a newline, as Go's JSON encoder ends the apiserver's.
                     let end = if req.repr.is_proto() { c } else { bytes::Bytes::from_static(b"\n") };
@@ -225,7 +225,7 @@ async fn serve_inner(
                         response(StatusCode::OK, body::chunks(chunks), content_type(req.repr, false));
                     // Known length: lets a large object be gzip'd like the apiserver's (> 128 KiB).
                     resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-                    Ok(Served::Response(resp))
+                    Ok(Outcome::Response(resp))
                 }
                 None => Err(Error::not_found(kind, name)),
             }
@@ -233,7 +233,7 @@ async fn serve_inner(
         Plan::ListAny => list(src, req, reader.snapshot(), None),
         Plan::ListNotOlderThan { min_rv, limit } => {
             if wait_fresh(src, *min_rv, opts.freshness_wait).await.is_err() {
-                return Ok(Served::Forward(ForwardReason::NotFresh));
+                return Ok(Outcome::Forward(ForwardReason::NotFresh));
             }
             let snap = reader.snapshot();
             let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
@@ -243,13 +243,13 @@ async fn serve_inner(
             // A continue token the cache has not reached (issued by the upstream, or by the
             // metadata proof at the upstream's revision): the upstream serves it at once.
             if *rv > reader.progress().rv && start.is_some() {
-                return Ok(Served::Forward(ForwardReason::NotFresh));
+                return Ok(Outcome::Forward(ForwardReason::NotFresh));
             }
             if *rv > reader.progress().rv && wait_fresh(src, *rv, opts.freshness_wait).await.is_err() {
-                return Ok(Served::Forward(ForwardReason::NotFresh));
+                return Ok(Outcome::Forward(ForwardReason::NotFresh));
             }
             let Some(snap) = reader.snapshot_at(*rv) else {
-                return Ok(Served::Forward(ForwardReason::OutsideWindow));
+                return Ok(Outcome::Forward(ForwardReason::OutsideWindow));
             };
             let page = limit.map(|limit| Page { limit, start: start.clone(), token_rv: rv.0 as i64 });
             // A continue token without a limit still lists from its start key.
@@ -268,7 +268,7 @@ async fn serve_inner(
         }
         Plan::ListMostRecent { limit, start } => {
             if !proven_fresh(src, opts, arrived).await {
-                return Ok(Served::Forward(ForwardReason::MostRecent));
+                return Ok(Outcome::Forward(ForwardReason::MostRecent));
             }
             let snap = reader.snapshot();
             let token_rv = snap.rv.0 as i64;
@@ -280,7 +280,7 @@ async fn serve_inner(
             list(src, req, snap, page)
         }
         Plan::WatchMostRecent { .. } if !opts.consistent_reads => {
-            Ok(Served::Forward(ForwardReason::MostRecent))
+            Ok(Outcome::Forward(ForwardReason::MostRecent))
         }
         // Events after a revision issued after the request arrived; no proof needed: events up
         // to it are skipped and bookmarks held until the cache passes it.
@@ -288,7 +288,7 @@ async fn serve_inner(
             Ok(r) => watch(reader, req, opts, WatchStart::MostRecent(r)),
             Err(e) => {
                 tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
-                Ok(Served::Forward(ForwardReason::MostRecent))
+                Ok(Outcome::Forward(ForwardReason::MostRecent))
             }
         },
         // Watch-list: the initial state from one upstream consistent LIST (shared), the live
@@ -298,7 +298,7 @@ async fn serve_inner(
             Ok(Initial::Listed { rv, items }) => watch(reader, req, opts, WatchStart::Listed { rv, items }),
             Err(e) => {
                 tracing::debug!(error = %e, "initial list failed; forwarding the watch");
-                Ok(Served::Forward(ForwardReason::MostRecent))
+                Ok(Outcome::Forward(ForwardReason::MostRecent))
             }
         },
         Plan::WatchAfter { rv } => watch(reader, req, opts, WatchStart::After(*rv)),
@@ -335,21 +335,21 @@ fn list(
     req: &CacheRequest,
     snap: crate::cache::Snapshot,
     page: Option<Page>,
-) -> Result<Served, Error> {
+) -> Result<Outcome, Error> {
     match src.reader.list(&snap, &filter(req, false), page) {
         Some(body) => Ok(respond_list(src, body, req.repr)),
         // An item without an exact protobuf encoding: the apiserver answers it.
-        None => Ok(Served::Forward(ForwardReason::Accept)),
+        None => Ok(Outcome::Forward(ForwardReason::Accept)),
     }
 }
 
 /// The response for a rendered LIST body (counted in the list metrics).
-fn respond_list(src: &Source<'_>, body: crate::cache::ListBody, repr: Repr) -> Served {
+fn respond_list(src: &Source<'_>, body: crate::cache::ListBody, repr: Repr) -> Outcome {
     src.metrics.list_served(&src.reader.kind().group_resource(), body.fetched, body.items);
     let len = body.len;
     let mut resp = response(StatusCode::OK, body::lazy(body.into_chunks()), content_type(repr, false));
     resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    Served::Response(resp)
+    Outcome::Response(resp)
 }
 
 fn watch(
@@ -357,7 +357,7 @@ fn watch(
     req: &CacheRequest,
     opts: &ServeOptions,
     start: WatchStart,
-) -> Result<Served, Error> {
+) -> Result<Outcome, Error> {
     // `--min-request-timeout` × [1, 2) without `timeoutSeconds`, and at most that with it: the
     // watch was authorized when it started, and its life is bounded (documented in the README).
     let cap = opts.min_request_timeout.mul_f64(1.0 + fastrand::f64());
@@ -372,34 +372,36 @@ fn watch(
         deadline: Instant::now() + timeout,
     };
     match reader.watch(wr) {
-        Ok(w) => Ok(Served::Response(response(StatusCode::OK, body::watch(w), content_type(req.repr, true)))),
+        Ok(w) => {
+            Ok(Outcome::Response(response(StatusCode::OK, body::watch(w), content_type(req.repr, true))))
+        }
         // A cache that stopped (shutdown) refuses the watch before any stream, as the
         // apiserver's stopped cacher does (HTTP 503): the client retries, elsewhere.
         Err(e @ Error::ServiceUnavailable(_)) => Err(e),
         // An object of the replay or of the initial events has no exact protobuf encoding.
-        Err(Error::NoExactEncoding) => Ok(Served::Forward(ForwardReason::Accept)),
+        Err(Error::NoExactEncoding) => Ok(Outcome::Forward(ForwardReason::Accept)),
         // Cached watches report their other errors (410 too old) as HTTP 200 + one ERROR event.
         Err(e) => Ok(error_event_stream(&e, req.repr)),
     }
 }
 
 /// HTTP 200 with exactly one ERROR event carrying the error's Status, then the end.
-fn error_event_stream(e: &Error, repr: Repr) -> Served {
+fn error_event_stream(e: &Error, repr: Repr) -> Outcome {
     let status = e.to_status();
     let frame = if repr.is_proto() {
         match crate::proto::status_event(&status.body) {
             Ok(frame) => frame,
-            Err(_) => return Served::Forward(ForwardReason::Accept),
+            Err(_) => return Outcome::Forward(ForwardReason::Accept),
         }
     } else {
         frame_event(EventType::Error, &[status.body])
     };
-    Served::Response(response(StatusCode::OK, body::chunks(vec![frame]), content_type(repr, true)))
+    Outcome::Response(response(StatusCode::OK, body::chunks(vec![frame]), content_type(repr, true)))
 }
 
-/// What a request gets while the cache is not synced (reference §8.2): GETs and plain
+/// What a request gets while the cache is not synced (docs/apiserver-watch-cache.md §8.2): GETs and plain
 /// paginated LISTs go upstream; the rest get 429 `storage is (re)initializing`.
-fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
+fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Outcome {
     let forward = match &req.plan {
         Plan::Get { .. } => true,
         Plan::ListAny
@@ -414,7 +416,7 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         _ => false,
     };
     if forward {
-        return Served::Forward(ForwardReason::NotSynced);
+        return Outcome::Forward(ForwardReason::NotSynced);
     }
     let secs = Instant::now().duration_since(p.since).as_secs_f64();
     let retry_after = (0.06 * secs).exp().clamp(1.0, 30.0) as u32;
@@ -422,7 +424,7 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Served {
         Some(e) => format!("storage is (re)initializing: {e}"),
         None => "storage is (re)initializing".to_owned(),
     };
-    Served::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.repr.is_proto()))
+    Outcome::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.repr.is_proto()))
 }
 
 /// The apiserver's `Content-Type` for a representation (a watch stream's in protobuf is
@@ -460,7 +462,7 @@ mod tests {
         vec![Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true))]
     }
 
-    async fn run(reader: &Reader, path: &str, query: &str) -> Served {
+    async fn run(reader: &Reader, path: &str, query: &str) -> Outcome {
         let Route::Cache(cr) = classify(&http::Method::GET, path, Some(query), None, &kinds()[..]) else {
             panic!("not for the cache")
         };
@@ -475,8 +477,8 @@ mod tests {
         serve(&cr, Source { reader, prober: &prober, metrics: &metrics }, &opts, Instant::now()).await
     }
 
-    async fn body(s: Served) -> (u16, Option<String>, String) {
-        let Served::Response(r) = s else { panic!("forwarded") };
+    async fn body(s: Outcome) -> (u16, Option<String>, String) {
+        let Outcome::Response(r) = s else { panic!("forwarded") };
         let code = r.status().as_u16();
         let ra = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
         let b = r.into_body().collect().await.unwrap().to_bytes();
@@ -497,11 +499,11 @@ mod tests {
         // A plain paginated list and a GET go where the apiserver would send them: upstream.
         assert!(matches!(
             run(&r, "/api/v1/configmaps", "limit=500&resourceVersion=5").await,
-            Served::Forward(_)
+            Outcome::Forward(_)
         ));
         assert!(matches!(
             run(&r, "/api/v1/namespaces/ns/configmaps/a", "resourceVersion=0").await,
-            Served::Forward(_)
+            Outcome::Forward(_)
         ));
         // With a selector, a paginated list is a 429 too.
         let s = run(&r, "/api/v1/configmaps", "limit=500&resourceVersion=5&labelSelector=a%3Db").await;
@@ -551,7 +553,9 @@ mod tests {
         w.replace(Vec::new(), Rv(10));
         for t in ["9223372036854775807", "9999999999999", "1"] {
             let q = format!("watch=1&resourceVersion=10&timeoutSeconds={t}");
-            let Served::Response(resp) = run(&r, "/api/v1/configmaps", &q).await else { panic!("forwarded") };
+            let Outcome::Response(resp) = run(&r, "/api/v1/configmaps", &q).await else {
+                panic!("forwarded")
+            };
             assert_eq!(resp.status(), 200, "{t}");
         }
     }

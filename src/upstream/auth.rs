@@ -23,7 +23,7 @@ use super::identity::{Identity, IdentitySlot};
 pub(crate) const TOKEN_REFRESH: Duration = Duration::from_secs(60);
 
 /// The proxy's bearer credentials.
-pub enum Auth {
+pub enum Credentials {
     None,
     /// A fixed token (kubeconfig `token`). The header value is marked sensitive.
     Token(HeaderValue),
@@ -32,29 +32,29 @@ pub enum Auth {
     Exec(ExecAuth),
 }
 
-impl Auth {
+impl Credentials {
     /// A fixed bearer token.
-    pub fn token(token: &str) -> Result<Auth, String> {
-        bearer(token).map(Auth::Token)
+    pub fn token(token: &str) -> Result<Credentials, String> {
+        bearer(token).map(Credentials::Token)
     }
 
     /// The `Authorization` header to send, if any.
     pub fn header(&self) -> Option<HeaderValue> {
         match self {
-            Auth::None => None,
-            Auth::Token(h) => Some(h.clone()),
-            Auth::TokenFile(f) => Some(f.header()),
-            Auth::Exec(e) => e.header(),
+            Credentials::None => None,
+            Credentials::Token(h) => Some(h.clone()),
+            Credentials::TokenFile(f) => Some(f.header()),
+            Credentials::Exec(e) => e.header(),
         }
     }
 
     /// For the startup log; never the token itself.
     pub fn describe(&self) -> String {
         match self {
-            Auth::None => "no bearer token".into(),
-            Auth::Token(_) => "bearer token".into(),
-            Auth::TokenFile(f) => format!("bearer token from {}", f.path.display()),
-            Auth::Exec(e) => e.plugin.describe(),
+            Credentials::None => "no bearer token".into(),
+            Credentials::Token(_) => "bearer token".into(),
+            Credentials::TokenFile(f) => format!("bearer token from {}", f.path.display()),
+            Credentials::Exec(e) => e.plugin.describe(),
         }
     }
 }
@@ -248,9 +248,9 @@ mod tests {
 
     #[test]
     fn describe_never_shows_the_token() {
-        let a = Auth::token("s3cret").unwrap();
+        let a = Credentials::token("s3cret").unwrap();
         assert_eq!(a.header().unwrap(), "Bearer s3cret");
         assert!(!a.describe().contains("s3cret"));
-        assert!(Auth::token("a\nb").is_err());
+        assert!(Credentials::token("a\nb").is_err());
     }
 }

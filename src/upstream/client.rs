@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::auth::Auth;
+use super::auth::Credentials;
 use super::config::{ConfigError, Resolved};
 use super::tls::{connector, Connector, Flavor};
 use super::{Upstream, UpstreamError};
@@ -30,7 +30,7 @@ const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 pub(crate) struct Inner {
     pub base_url: String,
     origin: String,
-    auth: Auth,
+    auth: Credentials,
     has_identity: bool,
     user_agent: HeaderValue,
     /// The proxy's own requests: its token and client certificate.

@@ -15,7 +15,7 @@ use base64::Engine;
 use kube_client::config::{AuthInfo, Config, ExecConfig, Kubeconfig, KubeconfigError};
 use rustls_pki_types::CertificateDer;
 
-use super::auth::{Auth, ExecAuth, TokenFile};
+use super::auth::{Credentials, ExecAuth, TokenFile};
 pub(crate) use super::errors::one_line;
 pub use super::errors::ConfigError;
 use super::exec::{ClusterInfo, ExecPlugin};
@@ -50,7 +50,7 @@ pub struct Resolved {
     /// Where it came from, for [`super::Upstream::describe`].
     pub origin: String,
     pub tls: TlsSettings,
-    pub auth: Auth,
+    pub auth: Credentials,
 }
 
 /// What the TLS layer needs.
@@ -97,7 +97,7 @@ pub(crate) fn resolve_with(opts: &UpstreamOptions, env: &Env) -> Result<Resolved
             base_url: normalize_url(url)?,
             origin: "--upstream".into(),
             tls: TlsSettings::default(),
-            auth: Auth::None,
+            auth: Credentials::None,
         }
     } else if let Some(path) = &opts.kubeconfig {
         let kc = read_kubeconfig(path)?;
@@ -198,13 +198,13 @@ fn from_kubeconfig(mut kc: Kubeconfig, label: &str, context: Option<&str>) -> Re
 
 /// The user's bearer token / token file and client certificate, or else its exec plugin's
 /// (run once here, so that a plugin that fails stops the start with its message; `auth.rs`
-/// renews it). Auth providers and basic auth are not supported: a user that has nothing else
+/// renews it). Credentials providers and basic auth are not supported: a user that has nothing else
 /// is an error rather than silent anonymity.
 fn user_credentials(
     a: &AuthInfo,
     user: &str,
     cluster: ClusterInfo,
-) -> Result<(Auth, Option<Arc<IdentitySlot>>), ConfigError> {
+) -> Result<(Credentials, Option<Arc<IdentitySlot>>), ConfigError> {
     let err = |message: String| ConfigError::Kubeconfig { path: String::new(), message };
     // kube-client keeps secrets in `secrecy` types; its serializer exposes them.
     let secrets = serde_json::to_value(a).unwrap_or_default();
@@ -212,11 +212,11 @@ fn user_credentials(
         |k: &str| secrets.get(k).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_owned);
 
     let auth = if let Some(token) = secret("token") {
-        Auth::token(token.trim()).map_err(|e| err(format!("user \"{user}\": {e}")))?
+        Credentials::token(token.trim()).map_err(|e| err(format!("user \"{user}\": {e}")))?
     } else if let Some(path) = a.token_file.as_deref().filter(|p| !p.is_empty()) {
-        Auth::TokenFile(TokenFile::open(Path::new(path))?)
+        Credentials::TokenFile(TokenFile::open(Path::new(path))?)
     } else {
-        Auth::None
+        Credentials::None
     };
 
     let cert = match (&a.client_certificate_data, &a.client_certificate) {
@@ -242,7 +242,7 @@ fn user_credentials(
         }
     };
 
-    if matches!(auth, Auth::None) && identity.is_none() {
+    if matches!(auth, Credentials::None) && identity.is_none() {
         if let Some(exec) = &a.exec {
             let info = exec.provide_cluster_info.then(|| ClusterInfo {
                 config: exec.cluster.as_ref().and_then(|c| c.config.clone()),
@@ -273,7 +273,7 @@ fn exec_credentials(
     exec: &ExecConfig,
     user: &str,
     cluster: Option<ClusterInfo>,
-) -> Result<(Auth, Option<Arc<IdentitySlot>>), ConfigError> {
+) -> Result<(Credentials, Option<Arc<IdentitySlot>>), ConfigError> {
     let plugin = ExecPlugin::new(exec, user, cluster).map_err(ConfigError::Unsupported)?;
     let first = plugin.run_blocking().map_err(ConfigError::Exec)?;
     let slot = match &first.identity {
@@ -284,7 +284,7 @@ fn exec_credentials(
     if let Some(slot) = &slot {
         auth.set_identity_slot(slot.clone());
     }
-    Ok((Auth::Exec(auth), slot))
+    Ok((Credentials::Exec(auth), slot))
 }
 
 fn in_cluster() -> Result<Resolved, ConfigError> {
@@ -298,14 +298,14 @@ fn in_cluster() -> Result<Resolved, ConfigError> {
             roots: cfg.root_cert.unwrap_or_default().into_iter().map(CertificateDer::from).collect(),
             ..TlsSettings::default()
         },
-        auth: Auth::TokenFile(TokenFile::open(Path::new(&token_path))?),
+        auth: Credentials::TokenFile(TokenFile::open(Path::new(&token_path))?),
     })
 }
 
 /// The explicit flags win over whatever the source said.
 fn apply_flags(r: &mut Resolved, opts: &UpstreamOptions) -> Result<(), ConfigError> {
     if let Some(path) = &opts.token_file {
-        r.auth = Auth::TokenFile(TokenFile::open(path)?);
+        r.auth = Credentials::TokenFile(TokenFile::open(path)?);
     }
     match (&opts.client_certificate, &opts.client_key) {
         (Some(c), Some(k)) => {

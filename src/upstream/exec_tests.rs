@@ -7,7 +7,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
-use super::auth::Auth;
+use super::auth::Credentials;
 use super::config::{resolve_with, Env, UpstreamOptions};
 use super::testutil::{TempDir, CA_PEM, CLIENT_KEY, CLIENT_PEM};
 
@@ -63,7 +63,7 @@ fn the_plugin_is_run_once_with_exec_info_and_its_token_is_the_bearer() {
     let cmd = plugin(&dir);
     let opts = kubeconfig(&dir, &cmd, "      interactiveMode: Never\n      provideClusterInfo: true\n", &[]);
     let r = resolve_with(&opts, &env()).unwrap();
-    assert!(matches!(r.auth, Auth::Exec(_)));
+    assert!(matches!(r.auth, Credentials::Exec(_)));
     assert_eq!(r.auth.header().unwrap(), "Bearer tok-1");
     assert!(r.auth.header().unwrap().is_sensitive());
     assert!(!r.auth.describe().contains("tok-1"), "{}", r.auth.describe());
@@ -148,7 +148,7 @@ async fn the_token_is_renewed_before_it_expires_and_not_before_it_is_due() {
     let dir = TempDir::new();
     let cmd = plugin(&dir);
     let r = resolve_with(&kubeconfig(&dir, &cmd, "", &[("LIFETIME", "3")]), &env()).unwrap();
-    let Auth::Exec(exec) = &r.auth else { panic!("exec credentials") };
+    let Credentials::Exec(exec) = &r.auth else { panic!("exec credentials") };
     for _ in 0..100 {
         assert_eq!(r.auth.header().unwrap(), "Bearer tok-1", "fresh: no second run");
     }
@@ -166,7 +166,7 @@ async fn the_token_is_renewed_before_it_expires_and_not_before_it_is_due() {
     let long = TempDir::new();
     let cmd = plugin(&long);
     let r = resolve_with(&kubeconfig(&long, &cmd, "", &[]), &env()).unwrap();
-    let Auth::Exec(exec) = &r.auth else { panic!("exec credentials") };
+    let Credentials::Exec(exec) = &r.auth else { panic!("exec credentials") };
     assert_eq!(r.auth.header().unwrap(), "Bearer tok-1");
     tokio::task::yield_now().await;
     assert_eq!(exec.runs(), 1);

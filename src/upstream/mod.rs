@@ -52,7 +52,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use auth::Auth;
+pub use auth::Credentials;
 pub use config::{resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};

@@ -109,7 +109,7 @@ fn kubeconfig_context_selection_insecure_and_token_file() {
     let c = resolve_with(&opts_kubeconfig(&path, Some("c")), &no_env()).unwrap();
     let id = c.tls.identity.as_ref().expect("client certificate from data");
     assert_eq!(id.current().cert.len(), 1);
-    assert!(matches!(c.auth, auth::Auth::None));
+    assert!(matches!(c.auth, auth::Credentials::None));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! A TCP fault relay between the proxy and the simulated apiserver, for the reliability tests
-//! (`tests/faults.rs`, `tests/relist.rs`): on command it drops every open connection, refuses
+//! (`tests/faults.rs`, `tests/reliability/relist.rs`): on command it drops every open connection, refuses
 //! new ones (upstream down), delays every chunk (slow upstream), stops forwarding on the open
 //! connections without closing them (blackhole, a stalled watch), or answers the next N LISTs of
 //! configmaps with HTTP 500, or holds the responses of watch requests (a stalled watch). It speaks bytes, not HTTP, so the proxy's client must use HTTP/1.1

@@ -1,6 +1,6 @@
 //! A client's copy of one resource, kept as an informer keeps it: a LIST, then watch events
 //! applied in order (the RV of the last one is where it resumes), a relist after 410. Used by
-//! `tests/relist.rs` and `tests/model.rs` to check that any prefix of a stream, followed by a
+//! `tests/reliability/relist.rs` and `tests/model.rs` to check that any prefix of a stream, followed by a
 //! resume at the proxy, another replica or the apiserver, leaves the right state.
 
 use std::collections::BTreeMap;

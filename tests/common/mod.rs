@@ -21,6 +21,20 @@ use kube_watchcache::config::ServeArgs;
 use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
 use serde_json::{json, Value};
 
+/// Polls `f` every 50 ms until it holds, failing after `secs` seconds (for what the proxy does
+/// in the background: rediscovery, retirement).
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within {secs} s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
 pub fn client() -> HttpClient {

@@ -1,6 +1,6 @@
 //! Reading the raw recordings (`tests/recordings/v1.28.7-raw/`) in tests: a recorded list's
 //! parts as the apiserver wrote them, and the group/version of a recorded path. Shared by
-//! `tests/metadata_only.rs` and `tests/protobuf.rs`.
+//! `tests/protobuf/metadata_only.rs` and `tests/protobuf/protobuf.rs`.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -21,7 +21,7 @@ use super::scenario::{Plan, CREATED_BY, NAMESPACES};
 use super::tls::{ClientTls, Connector};
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::ServeArgs;
-use kube_watchcache::upstream::Auth;
+use kube_watchcache::upstream::Credentials;
 use kube_watchcache_sim::{AuthScript, Sim, SimHandle, SimOptions, SimTls};
 
 pub type HttpClient = Client<Connector, Full<Bytes>>;
@@ -67,7 +67,7 @@ pub struct Target {
     /// Base URL without a trailing slash.
     pub base: String,
     /// The bearer credential (`--token`, the kubeconfig's token, token file or exec plugin).
-    pub auth: Option<Arc<Auth>>,
+    pub auth: Option<Arc<Credentials>>,
 }
 
 impl Target {
@@ -444,7 +444,7 @@ impl Local {
     /// The two targets, each with the bearer token in `--tls` mode.
     pub fn targets(&self) -> [Target; 2] {
         let scheme = if self.secure.is_some() { "https" } else { "http" };
-        let token = self.secure.as_ref().and_then(|(_, t)| Auth::token(t).ok()).map(Arc::new);
+        let token = self.secure.as_ref().and_then(|(_, t)| Credentials::token(t).ok()).map(Arc::new);
         [
             Target { name: "proxy", base: format!("{scheme}://{}", self.proxy.addr), auth: token.clone() },
             Target { name: "direct", base: format!("{scheme}://{}", self.sim.addr), auth: token },

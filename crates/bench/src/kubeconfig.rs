@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use kube_watchcache::upstream::{self, Auth, TlsSettings, UpstreamOptions};
+use kube_watchcache::upstream::{self, Credentials, TlsSettings, UpstreamOptions};
 
 /// What the bench takes from the kubeconfig.
 pub struct Cluster {
@@ -17,7 +17,7 @@ pub struct Cluster {
     pub server: String,
     pub tls: TlsSettings,
     /// The bearer credential (token, token file, exec plugin), sent to both targets.
-    pub auth: Option<Arc<Auth>>,
+    pub auth: Option<Arc<Credentials>>,
 }
 
 /// The current context's cluster and credentials (`context`: another one).
@@ -36,7 +36,7 @@ pub fn load(path: &Path, context: Option<&str>) -> Result<Cluster, String> {
         );
     }
     let auth = match r.auth {
-        Auth::None => None,
+        Credentials::None => None,
         a => Some(Arc::new(a)),
     };
     Ok(Cluster { server: r.base_url, tls: r.tls, auth })

@@ -15,7 +15,7 @@
 //! process: harness + sim + proxy, so compare the two columns rather than read either alone).
 //!
 //! Called by the binary (`kube-watchcache-cli`: the `bench` subcommand, `demo`) and by
-//! `tests/bench.rs`.
+//! `tests/serving/bench.rs`.
 //!
 //! # Layout
 //!

@@ -13,7 +13,7 @@ use super::nodes::NodeClients;
 use super::report::Report;
 use super::scenario::Plan;
 use super::{cluster, kubeconfig, phase, tls, BenchArgs};
-use kube_watchcache::upstream::Auth;
+use kube_watchcache::upstream::Credentials;
 
 /// The token of `--token` / `--token-file`, if given.
 fn flag_token(args: &BenchArgs) -> Result<Option<String>, String> {
@@ -46,7 +46,7 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
         (None, None) => (tls::ClientTls::new(roots)?, None),
     };
     if let Some(t) = flag_token(args)? {
-        auth = Some(Arc::new(Auth::token(&t).map_err(|e| format!("--token: {e}"))?));
+        auth = Some(Arc::new(Credentials::token(&t).map_err(|e| format!("--token: {e}"))?));
     }
     let direct = direct_url.map(|base| Target { name: "direct", base, auth: auth.clone() });
     let proxy = args.target.as_ref().map(|u| Target { name: "proxy", base: trim(u), auth: auth.clone() });

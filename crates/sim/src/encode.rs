@@ -167,7 +167,7 @@ pub fn list_chunks(kind: &ResourceKind, meta: &ListMeta, items: Vec<[Bytes; 2]>)
     out
 }
 
-/// The object of a BOOKMARK event (reference §3.2, 1.34+ shapes): the kind's empty object with
+/// The object of a BOOKMARK event (docs/apiserver-watch-cache.md §3.2, 1.34+ shapes): the kind's empty object with
 /// only `metadata.resourceVersion` (and the initial-events-end annotation when `end`).
 pub fn bookmark(kind: &ResourceKind, rv: Rv, end: bool) -> Bytes {
     let rv_json = Value::String(rv.to_string());

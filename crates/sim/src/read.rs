@@ -1,4 +1,4 @@
-//! LIST and GET: the resourceVersion rules of reference §1.5/§1.6 against the etcd-like store
+//! LIST and GET: the resourceVersion rules of docs/apiserver-watch-cache.md §1.5/§1.6 against the etcd-like store
 //! (current state, state at an exact revision rebuilt from the log, waits for future
 //! revisions), pagination with etcd's continue tokens, selectors.
 //!
@@ -102,7 +102,7 @@ impl Filter {
     }
 }
 
-/// LIST (reference §1.6, with the sim as both cache and etcd).
+/// LIST (docs/apiserver-watch-cache.md §1.6, with the sim as both cache and etcd).
 pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(t.res).clone();
@@ -207,7 +207,7 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
 }
 
 /// Whether the apiserver keeps a watch cache for the resource: every kind but core events
-/// (`--watch-cache-sizes` default `events=0`, reference §0.2).
+/// (`--watch-cache-sizes` default `events=0`, docs/apiserver-watch-cache.md §0.2).
 pub fn is_cached(kind: &ResourceKind) -> bool {
     !(kind.group.is_empty() && kind.resource == "events")
 }
@@ -218,7 +218,7 @@ fn expired_continue(start: &str) -> Error {
     Error::ExpiredContinue { continue_token: ContinueToken { rv: -1, start: start.to_owned() }.encode() }
 }
 
-/// GET one object (reference §1.5): RV unset / 0 → current; N → wait until the store reaches N
+/// GET one object (docs/apiserver-watch-cache.md §1.5): RV unset / 0 → current; N → wait until the store reaches N
 /// (3 s, then 504).
 pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Error> {
     let store = sim.store();

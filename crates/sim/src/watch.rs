@@ -1,4 +1,4 @@
-//! WATCH streams (reference §1.7, §3): initial events for watch-lists (1.36 defaulting turns
+//! WATCH streams (docs/apiserver-watch-cache.md §1.7, §3): initial events for watch-lists (1.36 defaulting turns
 //! RV ""/0 watches into watch-lists), replay of the log from RV N, live events, selector
 //! transitions (ADDED/DELETED when an object enters or leaves the selection), bookmarks, and
 //! the in-stream ERROR events (410 too old, 504 too large).
@@ -267,7 +267,7 @@ impl Watch {
         }
     }
 
-    /// The event this watcher sees for a log entry (reference §3.5), if any.
+    /// The event this watcher sees for a log entry (docs/apiserver-watch-cache.md §3.5), if any.
     fn frame(&self, e: &Arc<Entry>) -> Option<Bytes> {
         let ev = &e.event;
         let cur = ev.kind != EventType::Deleted && self.filter.matches(&ev.object.header);

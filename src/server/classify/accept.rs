@@ -1,6 +1,6 @@
 //! Content negotiation for cached reads: which representation the apiserver would answer an
 //! `Accept` header with, and whether the cache can give the client that representation, in
-//! JSON or in protobuf (DESIGN §3, issue 17).
+//! JSON or in protobuf (docs/design.md §3, issue 17).
 //!
 //! The apiserver (`negotiation.NegotiateMediaTypeOptions`) walks the clauses of
 //! `goautoneg.ParseAccept` (sorted by q, then by specificity; stable for the handful of

@@ -82,12 +82,12 @@ impl Dispatch {
                 let verb = cr.plan.verb();
                 let src = serve::Source { reader, prober, metrics: &self.recorder.0 };
                 match serve::serve(&cr, src, &self.serve, arrived).await {
-                    serve::Served::Response(mut resp) => {
+                    serve::Outcome::Response(mut resp) => {
                         self.recorder.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
                         resp.extensions_mut().insert(FromCache);
                         resp
                     }
-                    serve::Served::Forward(reason) => {
+                    serve::Outcome::Forward(reason) => {
                         let fwd = Forwarded { verb, resource: &gr, arrived };
                         self.forward(req, reason, &caller, fwd).await
                     }

@@ -1,0 +1,154 @@
+//! Integration: the cache that checks itself (issue 33 item 2). The simulated apiserver
+//! silently drops one watch event (a test-only fault, `Sim::drop_watch_events`): the cache
+//! misses a change yet moves on. The consistency check must catch it within one
+//! `--consistency-check-period` (a metadata-only LIST at the cache's RV, Exact), the cache is
+//! relisted, and a client that lists and watches through the proxy ends up at the truth.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube_watchcache::app;
+use kube_watchcache::resource::Rv;
+use kube_watchcache_sim::{Sim, SimOptions};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+const CMS: &str = "/api/v1/namespaces/w/configmaps";
+
+async fn metric(client: &HttpClient, addr: std::net::SocketAddr, series: &str) -> u64 {
+    let r = send(client, http::Method::GET, &format!("http://{addr}/watchcache/metrics"), None, &[]).await;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+fn names_rvs(list: &Value) -> BTreeMap<String, u64> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["metadata"]["name"].as_str().unwrap().into(), rv_of(o)))
+        .collect()
+}
+
+/// A client as client-go's reflector: list, watch from the list RV, re-watch from its last RV
+/// when the stream ends, relist on 410. Its state is shared for the test to compare.
+async fn informer(base: String, state: Arc<Mutex<BTreeMap<String, u64>>>) {
+    let client = client();
+    'list: loop {
+        let r = send(&client, http::Method::GET, &format!("{base}{CMS}"), None, &[]).await;
+        if r.status != 200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let list = r.json();
+        *state.lock() = names_rvs(&list);
+        let mut rv: u64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        loop {
+            let mut w = open_watch(&client, &format!("{base}{CMS}?watch=1&resourceVersion={rv}")).await;
+            if w.status != 200 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue 'list;
+            }
+            while let Some(e) = w.next(Duration::from_secs(30)).await {
+                let name = e["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                match e["type"].as_str().unwrap_or_default() {
+                    "ADDED" | "MODIFIED" => {
+                        rv = rv_of(&e["object"]);
+                        state.lock().insert(name, rv);
+                    }
+                    "DELETED" => {
+                        rv = rv_of(&e["object"]);
+                        state.lock().remove(&name);
+                    }
+                    "ERROR" => continue 'list,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_event_is_caught_within_one_period_and_clients_end_at_the_truth() {
+    let period = Duration::from_secs(2);
+    let sim =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .expect("sim starts");
+    let _ = sim.sim.create("namespaces", "", json!({"metadata":{"name":"w"}}));
+    let cm = |name: &str, v: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}});
+    for n in ["a", "b", "c"] {
+        sim.sim.create("configmaps", "w", cm(n, "0")).expect("create");
+    }
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    args.consistency_check_period = period;
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let (client, reader) = (client(), proxy.readers[0].clone());
+    let base = format!("http://{}", proxy.addr);
+    let state = Arc::new(Mutex::new(BTreeMap::new()));
+    let task = tokio::spawn(informer(base.clone(), state.clone()));
+
+    // One change is lost on its way to the proxy; the next one arrives.
+    sim.sim.drop_watch_events(1);
+    let lost = rv_of(&sim.sim.update("configmaps", "w", cm("a", "lost")).expect("update"));
+    let seen = rv_of(&sim.sim.update("configmaps", "w", cm("b", "seen")).expect("update"));
+    let dropped_at = Instant::now();
+    reader.wait_for(Rv(seen), Duration::from_secs(5)).await.expect("the next event arrived");
+    assert!(reader.get("w", "a").is_some_and(|o| o.header.rv.0 < lost), "the fault dropped the event");
+
+    let series = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"inconsistent\"}";
+    while metric(&client, proxy.addr, series).await == 0 {
+        // One period (+ its jitter of a tenth) and the time of a check in a debug build.
+        assert!(
+            dropped_at.elapsed() < period.mul_f64(1.1) + Duration::from_secs(3),
+            "not caught in one period"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        metric(&client, proxy.addr, "watchcache_consistency_differences{resource=\"configmaps\"}").await,
+        1,
+        "one key differs"
+    );
+    // The cache is relisted: it has the lost change, and the consistent checks go on.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reader.get("w", "a").is_none_or(|o| o.header.rv.0 != lost) {
+        assert!(Instant::now() < deadline, "relisted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        metric(
+            &client,
+            proxy.addr,
+            "watchcache_reflector_errors_total{reason=\"inconsistent\",resource=\"configmaps\"}"
+        )
+        .await
+            >= 1
+    );
+    // The client: its watch ended at the relist, its re-watch got 410, it listed again.
+    let truth = names_rvs(
+        &send(&client, http::Method::GET, &format!("http://{}{CMS}", sim.addr), None, &[]).await.json(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while *state.lock() != truth {
+        assert!(Instant::now() < deadline, "client at the truth: {:?} vs {truth:?}", state.lock());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let consistent = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"consistent\"}";
+    let deadline = Instant::now() + period * 3;
+    while metric(&client, proxy.addr, consistent).await == 0 {
+        assert!(Instant::now() < deadline, "a later check finds the cache consistent");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+    proxy.shutdown().await;
+}

@@ -1,0 +1,294 @@
+//! One caller cannot exhaust what every caller needs (issue 30 item 5), and HTTP/2 in the
+//! clear serves many requests on one connection (item 6). The sim answers TokenReviews and
+//! SubjectAccessReviews as the apiserver would; the proxy is real; clients speak HTTP to it.
+//!
+//! - in flight: a user holding connections whose large answers it does not read gets its share
+//!   of `--max-requests-inflight` (429 past it) while another user is served, and the share
+//!   comes back at `--write-stall-timeout`, well before `--request-timeout`;
+//! - SubjectAccessReviews: GETs of many distinct names make at most the user's burst of reviews
+//!   (`--authorization-review-burst`), then 429, while another user is served;
+//! - HTTP/2 streams reset after the proxy accepted them (their review sent) count against the
+//!   connection, which is closed past the bound instead of sending a review per stream.
+
+use crate::common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{send, serve_args};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kube_watchcache::app::{self, Running};
+use kube_watchcache::config::ServeArgs;
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use serde_json::json;
+use tokio::time::Instant;
+
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+const LIST: &str = "/api/v1/namespaces/big/configmaps?resourceVersion=0";
+
+struct Env {
+    sim: SimHandle,
+    proxy: Running,
+    client: common::HttpClient,
+}
+
+fn script() -> AuthScript {
+    AuthScript::default()
+        .token("mallory-token", ScriptUser::new("mallory", &[]))
+        .token("alice-token", ScriptUser::new("alice", &[]))
+        .rule(Rule::user("mallory", &["get", "list"], "", &["configmaps"]))
+        .rule(Rule::user("alice", &["get", "list"], "", &["configmaps"]))
+}
+
+async fn start(objects: usize, edit: impl FnOnce(&mut ServeArgs)) -> Env {
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    sim.sim.set_auth(script());
+    sim.sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"big"}}))
+        .unwrap();
+    // 8 KiB each: 3000 of them are ~24 MB, more than the loopback socket buffers hold.
+    let data = "x".repeat(8 * 1024);
+    let mut rv = 0;
+    for i in 0..objects {
+        let o = sim
+            .sim
+            .create(
+                "configmaps",
+                "big",
+                json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":format!("cm-{i:04}")},"data":{"k":data}}),
+            )
+            .unwrap();
+        rv = common::rv_of(&o);
+    }
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    args.security.auth = "upstream".into();
+    edit(&mut args);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    if rv > 0 {
+        let r = proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+        r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(20)).await.expect("synced");
+    }
+    Env { sim, proxy, client: common::client() }
+}
+
+impl Env {
+    async fn get(&self, path: &str, token: &str) -> StatusCode {
+        let auth = format!("Bearer {token}");
+        let url = format!("http://{}{path}", self.proxy.addr);
+        send(&self.client, Method::GET, &url, None, &[("authorization", &auth)]).await.status
+    }
+
+    /// A GET whose response headers are read, and nothing of its body.
+    async fn unread(&self, path: &str, token: &str) -> http::Response<hyper::body::Incoming> {
+        let req = Request::get(format!("http://{}{path}", self.proxy.addr))
+            .header("authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), self.client.request(req)).await.unwrap().unwrap()
+    }
+
+    fn access_reviews(&self) -> usize {
+        self.sim.sim.request_count(|r| r.path == ACCESS_REVIEWS)
+    }
+}
+
+/// Mallory opens more connections than all the in-flight permits, each asking for a ~24 MB
+/// LIST it never reads. Before: every permit was Mallory's until --request-timeout, and Alice's
+/// cached GET got 429. Now Mallory holds half of them (--max-requests-inflight-per-user) and
+/// Alice is served; and the unread answers give their permits back at --write-stall-timeout.
+#[tokio::test]
+async fn a_user_not_reading_large_answers_holds_only_its_share_and_not_for_long() {
+    let stall = Duration::from_secs(2);
+    let env = start(3000, |a| {
+        a.security.max_requests_inflight = 4;
+        a.security.write_stall_timeout = stall;
+    })
+    .await;
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..6 {
+        let r = env.unread(LIST, "mallory-token").await;
+        match r.status() {
+            StatusCode::OK => held.push(r),
+            StatusCode::TOO_MANY_REQUESTS => refused += 1,
+            s => panic!("unexpected {s}"),
+        }
+    }
+    let t0 = Instant::now();
+    assert_eq!((held.len(), refused), (2, 4), "Mallory's share is half of the 4 permits");
+    for _ in 0..3 {
+        assert_eq!(
+            env.get("/api/v1/namespaces/big/configmaps/cm-0001?resourceVersion=0", "alice-token").await,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        env.get("/api/v1/namespaces/big/configmaps/cm-0001?resourceVersion=0", "mallory-token").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "Mallory's unread answers still hold her share"
+    );
+    // Nothing read: the share comes back after the stall timeout (not the 60 s request timeout).
+    loop {
+        let s = env.get("/api/v1/namespaces/big/configmaps/cm-0001?resourceVersion=0", "mallory-token").await;
+        if s == StatusCode::OK {
+            break;
+        }
+        assert!(t0.elapsed() < stall * 4, "freed within a few stall timeouts: {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let waited = t0.elapsed();
+    eprintln!("unread answers freed their share after {waited:?}");
+    assert!(waited >= stall - Duration::from_millis(500), "not before the stall timeout: {waited:?}");
+    // The unread answers were cut: reading one now ends with an error, not 24 MB.
+    let body =
+        tokio::time::timeout(Duration::from_secs(20), held.remove(0).into_body().collect()).await.unwrap();
+    assert!(body.is_err(), "the stalled body was cut");
+    env.proxy.shutdown().await;
+}
+
+/// Alice GETs 300 distinct names (no such objects: each needs its own decision). Before: 300
+/// SubjectAccessReviews. Now at most her burst (plus what the rate refills), then 429; another
+/// user still has reviews of their own.
+#[tokio::test]
+async fn gets_of_many_names_make_at_most_the_users_burst_of_reviews() {
+    let env = start(0, |a| {
+        a.security.authorization_review_qps = 2.0;
+        a.security.authorization_review_burst = 30;
+    })
+    .await;
+    let t0 = Instant::now();
+    let mut codes = Vec::new();
+    for i in 0..300 {
+        codes.push(
+            env.get(&format!("/api/v1/namespaces/big/configmaps/n-{i}?resourceVersion=0"), "alice-token")
+                .await,
+        );
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let reviews = env.access_reviews();
+    eprintln!("300 names: {reviews} reviews in {secs:.2} s");
+    let limited = codes.iter().filter(|c| **c == StatusCode::TOO_MANY_REQUESTS).count();
+    assert!(reviews as f64 <= 30.0 + 2.0 * secs + 1.0, "{reviews} reviews in {secs:.1} s for 300 names");
+    assert_eq!(limited + reviews, 300, "the rest got 429: {codes:?}");
+    assert!(codes.iter().all(|c| [StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS].contains(c)));
+    // Cached decisions need no review: a name already decided is served past the bound.
+    assert_eq!(
+        env.get("/api/v1/namespaces/big/configmaps/n-0?resourceVersion=0", "alice-token").await,
+        StatusCode::NOT_FOUND
+    );
+    // Mallory's bucket is her own.
+    assert_eq!(
+        env.get("/api/v1/namespaces/big/configmaps/n-0?resourceVersion=0", "mallory-token").await,
+        StatusCode::NOT_FOUND
+    );
+    env.proxy.shutdown().await;
+}
+
+/// An h2c connection (prior knowledge) on the plain listener.
+async fn h2c(
+    env: &Env,
+) -> (hyper::client::conn::http2::SendRequest<Empty<Bytes>>, tokio::task::JoinHandle<Result<(), hyper::Error>>)
+{
+    let tcp = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    (send, tokio::spawn(conn))
+}
+
+fn h2_get(path: &str, token: &str) -> Request<Empty<Bytes>> {
+    Request::get(format!("http://localhost{path}"))
+        .header("authorization", format!("Bearer {token}"))
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// HEADERS, then RST_STREAM once the proxy has accepted the stream and sent its review (the
+/// sim answers reviews after 300 ms), 20 streams at a time. Before: a review per stream, the
+/// connection kept (h2's own bound counts only streams reset before they are accepted). Now the
+/// connection is closed after about `conn::RESET_BURST` of them.
+#[tokio::test]
+async fn streams_reset_after_they_were_accepted_close_the_connection() {
+    let env = start(0, |a| a.security.authorization_review_qps = 0.0).await;
+    env.sim.sim.set_auth(script().delayed(Duration::from_millis(300)));
+    let (mut send, conn) = h2c(&env).await;
+    let mut streams = 0;
+    let mut closed = false;
+    'flood: for batch in 0..50 {
+        let before = env.access_reviews();
+        let mut pending = Vec::new();
+        for i in 0..20 {
+            if send.ready().await.is_err() {
+                closed = true;
+                break 'flood;
+            }
+            let path = format!("/api/v1/namespaces/big/configmaps/r-{batch}-{i}?resourceVersion=0");
+            pending.push(send.send_request(h2_get(&path, "mallory-token")));
+            streams += 1;
+        }
+        // Until the proxy has sent their reviews (the sim records a request when it arrives).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while env.access_reviews() < before + pending.len()
+            && Instant::now() < deadline
+            && !conn.is_finished()
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(pending); // RST_STREAM(CANCEL) for each
+    }
+    let reviews = env.access_reviews();
+    eprintln!(
+        "reset flood: connection closed={} after {streams} streams, {reviews} reviews",
+        closed || conn.is_finished()
+    );
+    assert!(closed || conn.is_finished(), "the connection was closed ({streams} streams)");
+    assert!(streams <= 400, "closed after {streams} streams");
+    assert!(reviews <= 400, "{reviews} reviews");
+    // Another connection is served.
+    env.sim.sim.set_auth(script());
+    let (mut send, _conn) = h2c(&env).await;
+    let resp =
+        send.send_request(h2_get("/api/v1/namespaces/big/configmaps?resourceVersion=0", "alice-token")).await;
+    assert_eq!(resp.unwrap().status(), StatusCode::OK);
+    env.proxy.shutdown().await;
+}
+
+/// Item 6: several requests, one after the other and at once, on one h2c connection (prior
+/// knowledge, as `curl --http2-prior-knowledge`), with and without --goaway-chance.
+#[tokio::test]
+async fn h2c_serves_many_requests_on_one_connection() {
+    for chance in [0.0, 0.02] {
+        let env = start(3, |a| a.goaway_chance = chance).await;
+        let (mut send, conn) = h2c(&env).await;
+        let mut served = 0;
+        for i in 0..20 {
+            let path = format!("/api/v1/namespaces/big/configmaps/cm-{:04}?resourceVersion=0", i % 3);
+            if send.ready().await.is_err() {
+                break; // after a GOAWAY (--goaway-chance) a client reconnects
+            }
+            let resp = send.send_request(h2_get(&path, "alice-token")).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK, "request {i}");
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert!(body.starts_with(b"{\"kind\":\"ConfigMap\""), "request {i}");
+            served += 1;
+        }
+        if chance == 0.0 {
+            assert_eq!(served, 20, "every request on the one connection");
+        }
+        assert!(served >= 1);
+        let (send, _conn) = h2c(&env).await;
+        let all = futures_util::future::join_all((0..10).map(|_| {
+            let mut send = send.clone();
+            async move { send.send_request(h2_get(LIST, "alice-token")).await.map(|r| r.status()) }
+        }))
+        .await;
+        assert!(all.iter().all(|r| matches!(r, Ok(StatusCode::OK))), "{all:?}");
+        drop(send);
+        drop(conn);
+        env.proxy.shutdown().await;
+    }
+}

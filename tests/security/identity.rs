@@ -1,0 +1,327 @@
+//! Certificate identities forwarded upstream (issue 21, items 2 and 3): a TLS proxy with
+//! `--client-ca-file` (a client CA made here with rcgen, so subjects can be anything a CA might
+//! sign), the sim recording what it receives. A subject that a header would change is refused
+//! with 401 before anything is sent; an `Upgrade` other than Kubernetes' own is a plain request;
+//! a service-account certificate user reaches the upstream with exactly its groups.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use kube_watchcache::app::{self, Running};
+use kube_watchcache_sim::{AuthScript, Rule, Sim, SimHandle, SimOptions};
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::json;
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)
+}
+
+/// A client CA and certificates it signs, with any CN and O values.
+struct Pki {
+    issuer: Issuer<'static, KeyPair>,
+    ca_pem: String,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name.push(DnType::CommonName, "identity test client CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        let ca_pem = ca.self_signed(&key).unwrap().pem();
+        Pki { issuer: Issuer::new(ca, key), ca_pem }
+    }
+
+    /// (certificate PEM, key PEM) for `CN=cn` and one `O` per entry of `orgs`.
+    fn client(&self, cn: &str, orgs: &[&str]) -> (String, String) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// Always presents one certificate.
+#[derive(Debug)]
+struct Present(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for Present {
+    fn resolve(&self, _: &[&[u8]], _: &[rustls::SignatureScheme]) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+type TlsClient =
+    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+
+/// An HTTP/1.1 client presenting `identity` (so that `Connection: Upgrade` can be sent).
+fn client((cert, key): &(String, String)) -> TlsClient {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(testdata("server-ca.crt")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert.as_bytes()).map(|c| c.unwrap()).collect();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // Not `with_client_auth_cert`, which refuses X.509 v1 certificates on the client side.
+    let signer = provider.key_provider.load_private_key(key).unwrap();
+    let certified = Arc::new(rustls::sign::CertifiedKey::new(chain, signer));
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(Present(certified)));
+    let conn =
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http1().build();
+    Client::builder(TokioExecutor::new()).build(conn)
+}
+
+struct Env {
+    sim: SimHandle,
+    proxy: Running,
+    dir: PathBuf,
+}
+
+async fn start(pki: &Pki, tag: &str) -> Env {
+    start_with_ca(&pki.ca_pem, tag).await
+}
+
+async fn start_with_ca(ca_pem: &str, tag: &str) -> Env {
+    let dir = std::env::temp_dir().join(format!("kwc-identity-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("client-ca.crt"), ca_pem).unwrap();
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    // Everyone authenticated may do everything: the refusals below are the proxy's own.
+    sim.sim.set_auth(AuthScript::default().rule(Rule::group("system:authenticated", &["*"], "*", &["*"])));
+    sim.sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns-a"}}))
+        .unwrap();
+    let mut args = common::serve_args(sim.addr, &["configmaps"]);
+    args.security.auth = "upstream".into();
+    args.security.client_ca_file = Some(dir.join("client-ca.crt"));
+    args.insecure_listen = None;
+    args.secure_port = 0;
+    args.bind_address = "127.0.0.1".parse().unwrap();
+    args.tls_cert_file = Some(testdata("server1.crt"));
+    args.tls_private_key_file = Some(testdata("server1.key"));
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    Env { sim, proxy, dir }
+}
+
+impl Env {
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.proxy.addr.port())
+    }
+
+    /// A ConfigMap POST (forwarded), optionally asking for an arbitrary upgrade.
+    async fn create(&self, c: &TlsClient, name: &str, upgrade: bool) -> StatusCode {
+        let mut b = Request::builder()
+            .method(Method::POST)
+            .uri(self.url("/api/v1/namespaces/ns-a/configmaps"))
+            .header("content-type", "application/json");
+        if upgrade {
+            b = b.header("connection", "Upgrade").header("upgrade", "x");
+        }
+        let body = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name}}).to_string();
+        let resp = tokio::time::timeout(
+            Duration::from_secs(10),
+            c.request(b.body(Full::new(Bytes::from(body))).unwrap()),
+        )
+        .await
+        .expect("answered")
+        .expect("request");
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        status
+    }
+
+    async fn list(&self, c: &TlsClient) -> StatusCode {
+        let req = Request::get(self.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        c.request(req).await.expect("request").status()
+    }
+
+    /// Forwarded POSTs the sim saw, with their impersonation headers.
+    fn posts(&self) -> Vec<(Option<String>, Vec<String>, bool)> {
+        self.sim
+            .sim
+            .requests(|r| r.method == "POST" && r.path.ends_with("/configmaps"))
+            .into_iter()
+            .map(|r| {
+                let user = r
+                    .headers
+                    .get("impersonate-user")
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                let groups = r
+                    .headers
+                    .get_all("impersonate-group")
+                    .iter()
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                    .collect();
+                (user, groups, r.headers.contains_key("upgrade"))
+            })
+            .collect()
+    }
+
+    async fn stop(self) {
+        self.proxy.shutdown().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Issue 21 item 2, as reproduced against a real kube-apiserver 1.28.7: `CN=mallory,
+/// O=" system:masters"` with `Connection: Upgrade`, `Upgrade: x` on a POST ran as
+/// system:masters. Now every request with such a subject is 401 and nothing reaches the upstream.
+#[tokio::test]
+async fn subjects_a_header_would_change_are_refused() {
+    let pki = Pki::new();
+    let env = start(&pki, "subjects").await;
+    for (cn, orgs) in [
+        ("mallory", vec![" system:masters"]),
+        ("mallory", vec!["system:masters "]),
+        ("mallory", vec!["devs", "\tsystem:masters"]),
+        (" ", vec![]),
+        (" mallory", vec![]),
+        ("mal\u{7f}lory", vec![]),
+    ] {
+        let c = client(&pki.client(cn, &orgs));
+        assert_eq!(env.create(&c, "by-mallory", true).await, StatusCode::UNAUTHORIZED, "{cn:?} {orgs:?}");
+        assert_eq!(env.create(&c, "by-mallory", false).await, StatusCode::UNAUTHORIZED, "{cn:?} {orgs:?}");
+        assert_eq!(env.list(&c).await, StatusCode::UNAUTHORIZED, "{cn:?} {orgs:?}");
+    }
+    assert!(env.posts().is_empty(), "nothing forwarded: {:?}", env.posts());
+    // A well-formed certificate with an arbitrary Upgrade: a plain request, as the apiserver
+    // treats it; the upstream gets exactly the certificate's identity, without the Upgrade.
+    let c = client(&pki.client("carol", &["team a"]));
+    assert_eq!(env.create(&c, "by-carol", true).await, StatusCode::CREATED);
+    assert_eq!(
+        env.posts(),
+        [(Some("carol".to_string()), vec!["team a".to_string(), "system:authenticated".to_string()], false)]
+    );
+    env.stop().await;
+}
+
+/// Issue 21 item 3: `CN=system:serviceaccount:<ns>:<name>` without O has no groups but
+/// `system:authenticated` at the apiserver; forwarded, it must not gain the service-account
+/// groups (which the apiserver adds when no Impersonate-Group is sent).
+#[tokio::test]
+async fn a_service_account_certificate_keeps_exactly_its_groups_upstream() {
+    let pki = Pki::new();
+    let env = start(&pki, "sa").await;
+    let c = client(&pki.client("system:serviceaccount:ns-a:robot", &[]));
+    assert_eq!(env.create(&c, "by-robot", false).await, StatusCode::CREATED);
+    assert_eq!(
+        env.posts(),
+        [(
+            Some("system:serviceaccount:ns-a:robot".to_string()),
+            vec!["system:authenticated".to_string()],
+            false
+        )]
+    );
+    env.stop().await;
+}
+
+/// Issue 21 item 7: an X.509 v1 client certificate (kube-apiserver accepts them, rustls does
+/// not verify them) completes the handshake and gets a 401 saying why, on every request, and
+/// authenticates nothing: the upstream never hears of it.
+#[tokio::test]
+async fn a_version_one_client_certificate_gets_a_clear_401() {
+    let ca = std::fs::read_to_string(testdata("v1/ca.crt")).unwrap();
+    let env = start_with_ca(&ca, "v1").await;
+    let cert = std::fs::read_to_string(testdata("v1/client-v1.crt")).unwrap();
+    let key = std::fs::read_to_string(testdata("v1/client-v1.key")).unwrap();
+    let c = client(&(cert, key));
+    let req = Request::get(env.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = c.request(req).await.expect("the handshake completes");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let body: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["reason"], "Unauthorized");
+    assert!(body["message"].as_str().unwrap().contains("X.509 version 1"), "{body}");
+    assert_eq!(env.create(&c, "by-v1", false).await, StatusCode::UNAUTHORIZED);
+    assert!(env.posts().is_empty());
+    env.stop().await;
+}
+
+/// The groups of the forwarded POST that created `name`, as the sim received them.
+fn groups_of(env: &Env, user: &str) -> Vec<Vec<String>> {
+    env.posts().into_iter().filter(|(u, _, _)| u.as_deref() == Some(user)).map(|(_, g, _)| g).collect()
+}
+
+/// Issue 30 §2, as found against kube-apiserver 1.28.7: `CN=system:serviceaccount:team-a:<64 ×
+/// a>` is a service account to the apiserver (Go bounds only a service-account name's total
+/// length), so the proxy used to forward it as a plain user with no `Impersonate-Group`, and
+/// the apiserver added `system:serviceaccounts` and `system:serviceaccounts:team-a`. Now every
+/// forwarded identity states all its groups, whatever either side takes the name for: the
+/// upstream acts as exactly the certificate's user.
+#[tokio::test]
+async fn a_long_service_account_label_gains_no_groups_upstream() {
+    let pki = Pki::new();
+    let env = start(&pki, "sa-long").await;
+    let long = "a".repeat(64);
+    for (i, name) in
+        [long.clone(), format!("x.{long}"), "short".to_string(), "b".repeat(254)].into_iter().enumerate()
+    {
+        let user = format!("system:serviceaccount:ns-a:{name}");
+        let c = client(&pki.client(&user, &["devs"]));
+        assert_eq!(env.create(&c, &format!("by-sa-{i}"), false).await, StatusCode::CREATED, "{user}");
+        assert_eq!(
+            groups_of(&env, &user),
+            [vec!["devs".to_string(), "system:authenticated".to_string()]],
+            "{user}"
+        );
+        // And without any O: still stated, so the apiserver adds no service-account group.
+        let user = format!("system:serviceaccount:team-b:{name}");
+        let c = client(&pki.client(&user, &[]));
+        assert_eq!(env.create(&c, &format!("by-bare-sa-{i}"), false).await, StatusCode::CREATED, "{user}");
+        assert_eq!(groups_of(&env, &user), [vec!["system:authenticated".to_string()]], "{user}");
+    }
+    env.stop().await;
+}
+
+/// Issue 30 §3: Go's group adder adds `system:authenticated` to nobody in
+/// `system:unauthenticated`, nor to `system:anonymous`; and `CN=system:anonymous` cannot be
+/// impersonated upstream without gaining `system:unauthenticated`, so it is not forwarded.
+#[tokio::test]
+async fn unauthenticated_and_anonymous_certificates_keep_their_groups() {
+    let pki = Pki::new();
+    let env = start(&pki, "anon").await;
+    // The sim's rule is for system:authenticated: a user outside it is denied on cached reads.
+    let c = client(&pki.client("carol", &["system:unauthenticated"]));
+    assert_eq!(env.list(&c).await, StatusCode::FORBIDDEN, "not in system:authenticated");
+    assert_eq!(env.create(&c, "by-carol", false).await, StatusCode::CREATED, "the sim does not check writes");
+    assert_eq!(groups_of(&env, "carol"), [vec!["system:unauthenticated".to_string()]]);
+    let c = client(&pki.client("system:anonymous", &["devs"]));
+    assert_eq!(env.list(&c).await, StatusCode::FORBIDDEN, "only its O groups");
+    assert_ne!(env.create(&c, "by-anon", false).await, StatusCode::CREATED);
+    assert!(groups_of(&env, "system:anonymous").is_empty(), "never forwarded: {:?}", env.posts());
+    // (One O each: rcgen keeps one value per attribute type.)
+    let c = client(&pki.client("system:anonymous", &["system:unauthenticated"]));
+    assert_eq!(env.create(&c, "by-anon-2", false).await, StatusCode::CREATED);
+    assert_eq!(groups_of(&env, "system:anonymous"), [vec!["system:unauthenticated".to_string()]]);
+    env.stop().await;
+}

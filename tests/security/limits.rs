@@ -1,0 +1,164 @@
+//! Limits end to end: which requests hold an in-flight permit and for how long, and which count
+//! as watches against `--max-watches-per-user`. The sim is the upstream, the proxy is real, the
+//! client talks HTTP to it.
+
+use crate::common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{send, serve_args, Resp};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use kube_watchcache::app::{self, Running};
+use kube_watchcache::config::ServeArgs;
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use serde_json::json;
+
+struct Env {
+    sim: SimHandle,
+    proxy: Running,
+    client: common::HttpClient,
+}
+
+async fn start(edit: impl FnOnce(&mut ServeArgs)) -> Env {
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    edit(&mut args);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    Env { sim, proxy, client: common::client() }
+}
+
+impl Env {
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        send(&self.client, Method::GET, &format!("http://{}{path}", self.proxy.addr), None, headers).await
+    }
+
+    /// Sends a GET and returns once the response headers are in, leaving the body unread.
+    async fn headers_only(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> http::Response<hyper::body::Incoming> {
+        let mut b = Request::get(format!("http://{}{path}", self.proxy.addr));
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::new())).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.client.request(req)).await.unwrap().unwrap()
+    }
+}
+
+/// ~24 MB of configmaps: more than the loopback socket buffers hold, so a LIST body whose reader
+/// stops stays unfinished on the proxy's side.
+fn fill(env: &Env) -> u64 {
+    let _ = env.sim.sim.create(
+        "namespaces",
+        "",
+        json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"big"}}),
+    );
+    let data = "x".repeat(8 * 1024);
+    let mut rv = 0;
+    for i in 0..3000 {
+        let o = env
+            .sim
+            .sim
+            .create(
+                "configmaps",
+                "big",
+                json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":format!("cm-{i:04}")},"data":{"k":data}}),
+            )
+            .unwrap();
+        rv = common::rv_of(&o);
+    }
+    rv
+}
+
+#[tokio::test]
+async fn the_in_flight_permit_lasts_until_the_body_ends_and_only_real_long_runners_skip_it() {
+    let env = start(|a| a.security.max_requests_inflight = 1).await;
+    let rv = fill(&env);
+    let r = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(20)).await.expect("synced");
+    let _ = env.sim.sim.create("pods", "big", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}));
+
+    // A large LIST whose client reads the headers, then stops: its body is not done.
+    let big = env.headers_only("/api/v1/namespaces/big/configmaps?resourceVersion=0", &[]).await;
+    assert_eq!(big.status(), StatusCode::OK);
+
+    let small = "/api/v1/namespaces/big/configmaps/cm-0001?resourceVersion=0";
+    let r = env.get(small, &[]).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "the unfinished body still holds the only permit");
+    assert_eq!(r.headers["retry-after"], "1");
+    // Raw flags do not make a request long-running …
+    for (query, headers) in [
+        ("&follow=1", &[][..]),
+        ("&follow=true&watch=false", &[][..]),
+        ("", &[("upgrade", "websocket")][..]),
+        ("", &[("connection", "Upgrade"), ("upgrade", "websocket")][..]),
+    ] {
+        let r = env.get(&format!("{small}{query}"), headers).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{query} {headers:?}");
+    }
+    let r = env.get("/api/v1/namespaces/big/pods/p/log", &[]).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a log without follow is a short request");
+    // … what the request is does: watches (served and forwarded) and a followed log.
+    for path in [
+        "/api/v1/namespaces/big/configmaps?watch=1&resourceVersion=0&fieldSelector=metadata.name%3Dcm-0001",
+        "/api/v1/namespaces/big/secrets?watch=true",
+        "/api/v1/namespaces/big/pods/p/log?follow=true",
+    ] {
+        let resp = env.headers_only(path, &[]).await;
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+    }
+
+    // Reading the LIST to its end frees the permit.
+    let body =
+        tokio::time::timeout(Duration::from_secs(30), big.into_body().collect()).await.unwrap().unwrap();
+    assert!(body.to_bytes().len() > 24_000_000);
+    assert_eq!(env.get(small, &[]).await.status, StatusCode::OK);
+}
+
+/// Watches count against the caller's limit whether the cache serves them or not.
+#[tokio::test]
+async fn forwarded_watches_count_against_the_per_user_limit() {
+    let env = start(|a| {
+        a.security.auth = "upstream".into();
+        a.security.max_watches_per_user = 2;
+    })
+    .await;
+    env.sim.sim.set_auth(
+        AuthScript::default()
+            .token("alice-token", ScriptUser::new("alice", &[]))
+            .token("bob-token", ScriptUser::new("bob", &[]))
+            .rule(Rule::user("alice", &["watch"], "", &["configmaps"]))
+            .rule(Rule::user("bob", &["watch"], "", &["configmaps"])),
+    );
+    let alice = [("authorization", "Bearer alice-token")];
+    // Two watches of resources the proxy does not cache: forwarded, and counted.
+    let w1 = env.headers_only("/api/v1/namespaces/default/secrets?watch=1", &alice).await;
+    let w2 = env.headers_only("/api/v1/watch/namespaces/default/services", &alice).await;
+    assert_eq!((w1.status(), w2.status()), (StatusCode::OK, StatusCode::OK));
+    let r = env.get("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0", &alice).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a cache-served watch finds the slots taken");
+    let r = env.get("/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=1", &alice).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "and so does a forwarded one");
+    // Another user has their own slots; a list is not a watch.
+    let bob = env
+        .headers_only("/api/v1/namespaces/default/secrets?watch=1", &[("authorization", "Bearer bob-token")])
+        .await;
+    assert_eq!(bob.status(), StatusCode::OK);
+    assert_eq!(env.get("/api/v1/namespaces/default/secrets", &alice).await.status, StatusCode::OK);
+    // A forwarded watch frees its slot when it ends (once the proxy sees the connection close).
+    drop(w1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let w = env.headers_only("/api/v1/namespaces/default/secrets?watch=1", &alice).await;
+        if w.status() == StatusCode::OK {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the slot of the closed watch is freed");
+    }
+    drop(w2);
+}

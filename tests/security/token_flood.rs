@@ -1,0 +1,204 @@
+//! What an unauthenticated caller can make the proxy do upstream (issue 21 item 5): random
+//! bearer tokens must not turn into unbounded TokenReviews. Requests count against
+//! `--max-requests-inflight` before they are authenticated; rejected tokens are remembered
+//! apart from valid ones; reviews sent upstream are bounded per second, and each source address
+//! has a quarter of that (issue 30 item 5); tokens are read as the apiserver reads them, and a
+//! token over `--authentication-token-max-length` is refused without a review.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fault::Fault;
+use common::{send, serve_args};
+use http::{Method, StatusCode};
+use kube_watchcache::app;
+use kube_watchcache::config::SecurityArgs;
+use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
+use serde_json::json;
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const LIST: &str = "/api/v1/namespaces/ns-a/configmaps?resourceVersion=0";
+
+async fn sim() -> SimHandle {
+    let sim = Sim::start(SimOptions::default()).await.expect("sim starts");
+    sim.sim.set_auth(
+        AuthScript::default().token("alice-token", ScriptUser::new("alice", &[])).rule(Rule::user(
+            "alice",
+            &["get", "list", "watch"],
+            "",
+            &["configmaps"],
+        )),
+    );
+    sim.sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns-a"}}))
+        .unwrap();
+    sim
+}
+
+fn reviews(sim: &SimHandle) -> usize {
+    sim.sim.request_count(|r| r.path == TOKEN_REVIEWS)
+}
+
+async fn get(addr: std::net::SocketAddr, token: &str) -> StatusCode {
+    let auth = format!("Bearer {token}");
+    send(&common::client(), Method::GET, &format!("http://{addr}{LIST}"), None, &[("authorization", &auth)])
+        .await
+        .status
+}
+
+fn secured(
+    upstream: std::net::SocketAddr,
+    edit: impl FnOnce(&mut SecurityArgs),
+) -> kube_watchcache::config::ServeArgs {
+    let mut args = serve_args(upstream, &["configmaps"]);
+    args.security.auth = "upstream".into();
+    edit(&mut args.security);
+    args
+}
+
+/// A flood of random tokens: at most the burst of reviews goes upstream, the rest get 429;
+/// the same bad tokens again cost nothing; a valid user's cached entry survives.
+#[tokio::test]
+async fn random_tokens_cost_a_bounded_number_of_reviews() {
+    let sim = sim().await;
+    let args = secured(sim.addr, |s| {
+        s.authentication_token_review_qps = 1.0;
+        s.authentication_token_review_burst = 20;
+        s.auth_cache_size = 64;
+    });
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK);
+    assert_eq!(reviews(&sim), 1);
+    let tokens: Vec<String> = (0..200).map(|i| format!("random-{i}-{}", fastrand::u64(..))).collect();
+    let mut codes = Vec::new();
+    for t in &tokens {
+        codes.push(get(proxy.addr, t).await);
+    }
+    let sent = reviews(&sim) - 1;
+    let refused = codes.iter().filter(|c| **c == StatusCode::UNAUTHORIZED).count();
+    let limited = codes.iter().filter(|c| **c == StatusCode::TOO_MANY_REQUESTS).count();
+    assert!(sent <= 22, "at most the burst (20) and what 1/s refilled: {sent} reviews for 200 tokens");
+    assert_eq!(refused, sent, "every review sent said 401");
+    assert_eq!(refused + limited, tokens.len());
+    // The rejected tokens again: answered from the negative cache, no review.
+    let before = reviews(&sim);
+    for (t, c) in tokens.iter().zip(&codes) {
+        if *c == StatusCode::UNAUTHORIZED {
+            assert_eq!(get(proxy.addr, t).await, StatusCode::UNAUTHORIZED);
+        }
+    }
+    assert_eq!(reviews(&sim), before, "rejected tokens are remembered");
+    // Alice's entry was not pushed out by the flood (the cache holds 64).
+    assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK);
+    assert_eq!(reviews(&sim), before, "alice still cached");
+    proxy.shutdown().await;
+}
+
+/// With one request in flight (its TokenReview slowed down by the relay), a second request with
+/// another bad token is refused with 429 before it is authenticated: no second review.
+#[tokio::test]
+async fn the_inflight_limit_comes_before_authentication() {
+    let sim = sim().await;
+    let relay = Fault::start(sim.addr).await;
+    let args = secured(relay.addr, |s| s.max_requests_inflight = 1);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    relay.set_delay(Duration::from_millis(400));
+    let addr = proxy.addr;
+    let first = tokio::spawn(async move { get(addr, "bad-1").await });
+    // Until the first request's review is held in the relay.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while relay.count(|s| &s.delayed_chunks) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the first review reached the relay");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(get(addr, "bad-2").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(first.await.unwrap(), StatusCode::UNAUTHORIZED);
+    relay.set_delay(Duration::ZERO);
+    assert_eq!(reviews(&sim), 1, "the refused request made no TokenReview");
+    proxy.shutdown().await;
+}
+
+fn client_from(ip: &str) -> common::HttpClient {
+    let mut c = hyper_util::client::legacy::connect::HttpConnector::new();
+    c.set_local_address(Some(ip.parse().unwrap()));
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(c)
+}
+
+/// A flood of random tokens from one address takes its own share of the review rate (a
+/// quarter), not everyone's: new valid tokens from another address are still reviewed. Before,
+/// one bucket for all: the flood spent it and new valid tokens got 429.
+#[tokio::test]
+async fn a_flood_from_one_source_leaves_reviews_for_the_others() {
+    let sim = sim().await;
+    let mut script = AuthScript::default();
+    for i in 0..8 {
+        script = script.token(&format!("valid-{i}"), ScriptUser::new(&format!("user-{i}"), &[]));
+        script = script.rule(Rule::user(&format!("user-{i}"), &["list"], "", &["configmaps"]));
+    }
+    sim.sim.set_auth(script);
+    let args = secured(sim.addr, |s| {
+        s.authentication_token_review_qps = 1.0;
+        s.authentication_token_review_burst = 40;
+    });
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let mut limited = 0;
+    for i in 0..200 {
+        if get(proxy.addr, &format!("random-{i}-{}", fastrand::u64(..))).await
+            == StatusCode::TOO_MANY_REQUESTS
+        {
+            limited += 1;
+        }
+    }
+    let flood_reviews = reviews(&sim);
+    assert!(flood_reviews <= 10 + 3, "the flood's source had a quarter of the burst: {flood_reviews}");
+    assert_eq!(limited, 200 - flood_reviews);
+    let other = client_from("127.0.0.2");
+    for i in 0..8 {
+        let auth = format!("Bearer valid-{i}");
+        let url = format!("http://{}{LIST}", proxy.addr);
+        let r = send(&other, Method::GET, &url, None, &[("authorization", &auth)]).await;
+        assert_eq!(r.status, StatusCode::OK, "valid token {i} from another address");
+    }
+    proxy.shutdown().await;
+}
+
+/// A token longer than --authentication-token-max-length is 401 without a TokenReview (before:
+/// a 900 KB token became a 900 KB TokenReview), even one the upstream would accept; one of
+/// exactly the length is reviewed.
+#[tokio::test]
+async fn a_token_over_the_length_bound_is_refused_without_a_review() {
+    let sim = sim().await;
+    let (long, just) = ("l".repeat(16 * 1024 + 1), "j".repeat(16 * 1024));
+    sim.sim.set_auth(
+        AuthScript::default()
+            .token(&long, ScriptUser::new("alice", &[]))
+            .token(&just, ScriptUser::new("alice", &[]))
+            .rule(Rule::user("alice", &["list"], "", &["configmaps"])),
+    );
+    let proxy = app::start(&secured(sim.addr, |_| {})).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    assert_eq!(get(proxy.addr, &long).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(reviews(&sim), 0, "no review of the long token");
+    assert_eq!(get(proxy.addr, &just).await, StatusCode::OK);
+    assert_eq!(reviews(&sim), 1);
+    proxy.shutdown().await;
+}
+
+/// `Bearer  <token>` (two spaces) carries no token for the apiserver's bearer token
+/// authenticator (`strings.SplitN(auth, " ", 3)`: the token part is empty): 401, no review.
+/// Before, the token was trimmed and the cached read served.
+#[tokio::test]
+async fn bearer_with_two_spaces_carries_no_token() {
+    let sim = sim().await;
+    let proxy = app::start(&secured(sim.addr, |_| {})).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    assert_eq!(get(proxy.addr, " alice-token").await, StatusCode::UNAUTHORIZED);
+    assert_eq!(reviews(&sim), 0);
+    assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK, "one space is a token");
+    proxy.shutdown().await;
+}
