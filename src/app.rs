@@ -256,7 +256,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     });
     let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
     for (name, kind, _) in discovered.found.into_iter().filter(|f| f.2) {
-        readers.push(caching.spawn_wild(&name, kind, &server));
+        readers.push(caching.spawn_wild(&name, kind, &server.catalog()));
     }
     server.resources().set_skipped(discovered.skipped);
     if wanted.all {
@@ -265,12 +265,12 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     for (name, m) in discovered.missing {
         server.resources().set_missing(&name, m);
         if name == "*" {
-            tokio::spawn(caching.clone().retry_wildcard(server.clone()));
+            tokio::spawn(caching.clone().retry_wildcard(server.catalog()));
         } else {
-            tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
+            tokio::spawn(caching.clone().retry_discovery(name, server.catalog()));
         }
     }
-    caching.report(&server);
+    caching.report(server.resources());
     let c = caching.clone();
     tokio::spawn(consistency::run(
         caching.upstream.clone(),
@@ -280,7 +280,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         caching.metrics.clone(),
         shutdown_rx.clone(),
     ));
-    tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
+    tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.catalog()));
     let conn_opts = crate::server::conn::ConnOptions {
         read_header_timeout: args.read_header_timeout,
         idle_timeout: args.idle_timeout,
