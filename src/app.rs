@@ -178,11 +178,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     // written); unknown (no /version): the newest.
     let version = upstream.get_json("/version").await.ok();
     let version = version.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    match version.as_ref().and_then(crate::proto::minor_of_version) {
-        Some(minor) => {
-            crate::proto::set_upstream_minor(minor);
-            tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)");
-        }
+    let upstream_minor = version.as_ref().and_then(crate::proto::minor_of_version);
+    match upstream_minor {
+        Some(minor) => tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)"),
         None => {
             tracing::warn!("upstream /version has no minor version: protobuf answers use the newest schema")
         }
@@ -205,6 +203,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let cache_opts = CacheOptions {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
+        upstream_minor,
         ..CacheOptions::default()
     };
     let caching = Caching::new(
