@@ -178,11 +178,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     // written); unknown (no /version): the newest.
     let version = upstream.get_json("/version").await.ok();
     let version = version.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
-    match version.as_ref().and_then(crate::proto::minor_of_version) {
-        Some(minor) => {
-            crate::proto::set_upstream_minor(minor);
-            tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)");
-        }
+    let upstream_minor = version.as_ref().and_then(crate::proto::minor_of_version);
+    match upstream_minor {
+        Some(minor) => tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)"),
         None => {
             tracing::warn!("upstream /version has no minor version: protobuf answers use the newest schema")
         }
@@ -205,6 +203,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let cache_opts = CacheOptions {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
+        upstream_minor,
         ..CacheOptions::default()
     };
     let caching = Caching::new(
@@ -256,7 +255,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     });
     let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
     for (name, kind, _) in discovered.found.into_iter().filter(|f| f.2) {
-        readers.push(caching.spawn_wild(&name, kind, &server));
+        readers.push(caching.spawn_wild(&name, kind, &server.catalog()));
     }
     server.resources().set_skipped(discovered.skipped);
     if wanted.all {
@@ -265,12 +264,12 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     for (name, m) in discovered.missing {
         server.resources().set_missing(&name, m);
         if name == "*" {
-            tokio::spawn(caching.clone().retry_wildcard(server.clone()));
+            tokio::spawn(caching.clone().retry_wildcard(server.catalog()));
         } else {
-            tokio::spawn(caching.clone().retry_discovery(name, server.clone()));
+            tokio::spawn(caching.clone().retry_discovery(name, server.catalog()));
         }
     }
-    caching.report(&server);
+    caching.report(server.resources());
     let c = caching.clone();
     tokio::spawn(consistency::run(
         caching.upstream.clone(),
@@ -280,7 +279,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         caching.metrics.clone(),
         shutdown_rx.clone(),
     ));
-    tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.clone()));
+    tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.catalog()));
     let conn_opts = crate::server::conn::ConnOptions {
         read_header_timeout: args.read_header_timeout,
         idle_timeout: args.idle_timeout,

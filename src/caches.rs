@@ -11,7 +11,8 @@
 //! A wildcard resource that has not synced within [`SYNC_BOUND`] is taken out of service
 //! (forwarded, reported, not blocking `/readyz`) until it has.
 //!
-//! Used by `app` (start and wiring); grows and shrinks `server::catalog`.
+//! Used by `app` (start and wiring); grows and shrinks `server::catalog` (the catalog alone:
+//! it never sees the `Server`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +25,7 @@ use crate::cache::{self, CacheOptions, Reader};
 use crate::metrics::Metrics;
 use crate::reflector::{self, ReflectorOptions};
 use crate::resource::ResourceKind;
-use crate::server::catalog::Missing;
-use crate::server::Server;
+use crate::server::catalog::{Missing, Resources};
 use crate::state::{self, Warm};
 use crate::upstream::{Round, SkipReason, Skipped, Upstream, UpstreamError};
 use crate::wanted::Wanted;
@@ -227,13 +227,13 @@ impl Caching {
 
     /// Stops serving the cache configured as `name`: its requests are forwarded from now on,
     /// its reflector stops and its watches end (clients re-watch, upstream).
-    fn retire(&self, name: &str, server: &Server) {
+    fn retire(&self, name: &str, catalog: &Resources) {
         let mut caches = self.caches.lock();
         caches.retain(|c| {
             if c.name != name {
                 return true;
             }
-            server.resources().remove(&c.kind);
+            catalog.remove(&c.kind);
             c.stop.send_replace(true);
             false
         });
@@ -241,7 +241,7 @@ impl Caching {
 
     /// Retries the discovery of `name` (1 s doubling to 30 s) until it is found, then caches
     /// it; stops at shutdown.
-    pub async fn retry_discovery(self, name: String, server: Arc<Server>) {
+    pub async fn retry_discovery(self, name: String, catalog: Arc<Resources>) {
         let mut delay = Duration::from_secs(1);
         let mut stop = self.stop.clone();
         loop {
@@ -254,22 +254,20 @@ impl Caching {
                 Ok(kinds) => {
                     for kind in kinds {
                         let reader = self.spawn(&name, kind);
-                        server.resources().add(&self.upstream, reader);
+                        catalog.add(&self.upstream, reader);
                     }
-                    server.resources().clear_missing(&name);
+                    catalog.clear_missing(&name);
                     tracing::info!(resource = %name, "discovered; now cached");
                     return;
                 }
                 Err(e) => match missing(&e) {
                     Ok(m) => {
                         tracing::debug!(resource = %name, error = %e, "still not discovered");
-                        server.resources().set_missing(&name, m);
+                        catalog.set_missing(&name, m);
                     }
                     Err(fatal) => {
                         tracing::error!(resource = %name, "{fatal}; not cached");
-                        server
-                            .resources()
-                            .set_missing(&name, Missing { reason: fatal, blocks_readiness: false });
+                        catalog.set_missing(&name, Missing { reason: fatal, blocks_readiness: false });
                         return;
                     }
                 },
@@ -279,7 +277,7 @@ impl Caching {
 
     /// Rediscovers the cached resources every `interval` (zero: only when a reflector got 404)
     /// until shutdown; see the module doc.
-    pub async fn rediscover_loop(self, interval: Duration, server: Arc<Server>) {
+    pub async fn rediscover_loop(self, interval: Duration, catalog: Arc<Resources>) {
         let mut stop = self.stop.clone();
         loop {
             let tick = async {
@@ -294,11 +292,11 @@ impl Caching {
                 _ = self.rediscover.notified() => {}
                 _ = crate::shutdown::until_true(&mut stop) => return,
             }
-            self.rediscover_once(&server).await;
+            self.rediscover_once(&catalog).await;
         }
     }
 
-    async fn rediscover_once(&self, server: &Arc<Server>) {
+    async fn rediscover_once(&self, catalog: &Arc<Resources>) {
         let mut round = Round::new(&self.upstream);
         let cached: Vec<(String, ResourceKind)> =
             self.caches.lock().iter().filter(|c| !c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
@@ -307,59 +305,59 @@ impl Caching {
                 Ok(None) => {}
                 Ok(Some(now)) => {
                     tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew");
-                    self.retire(&name, server);
+                    self.retire(&name, catalog);
                     for k in now {
                         let reader = self.spawn(&name, k);
-                        server.resources().add(&self.upstream, reader);
+                        catalog.add(&self.upstream, reader);
                     }
                 }
                 Err(e @ UpstreamError::Discovery(_)) => {
                     tracing::warn!(resource = %name, error = %e, "the upstream no longer serves it; forwarding its requests, looking for it again");
-                    self.retire(&name, server);
+                    self.retire(&name, catalog);
                     match missing(&e) {
-                        Ok(m) => server.resources().set_missing(&name, m),
-                        Err(fatal) => server
-                            .resources()
-                            .set_missing(&name, Missing { reason: fatal, blocks_readiness: false }),
+                        Ok(m) => catalog.set_missing(&name, m),
+                        Err(fatal) => {
+                            catalog.set_missing(&name, Missing { reason: fatal, blocks_readiness: false })
+                        }
                     }
-                    tokio::spawn(self.clone().retry_discovery(name, server.clone()));
+                    tokio::spawn(self.clone().retry_discovery(name, catalog.clone()));
                 }
                 // The upstream cannot be asked right now: keep the cache.
                 Err(e) => tracing::debug!(resource = %name, error = %e, "rediscovery failed"),
             }
         }
         if self.wanted.all {
-            self.rediscover_wildcard(&mut round, server).await;
+            self.rediscover_wildcard(&mut round, catalog).await;
         }
-        self.report(server);
+        self.report(catalog);
     }
 
     /// Retries a wildcard discovery that failed at start (1 s doubling to 30 s) until one round
     /// succeeds; stops at shutdown.
-    pub async fn retry_wildcard(self, server: Arc<Server>) {
+    pub async fn retry_wildcard(self, catalog: Arc<Resources>) {
         let mut delay = Duration::from_secs(1);
         let mut stop = self.stop.clone();
-        while server.resources().missing().contains_key("*") {
+        while catalog.missing().contains_key("*") {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = crate::shutdown::until_true(&mut stop) => return,
             }
             delay = (delay * 2).min(Duration::from_secs(30));
-            self.rediscover_wildcard(&mut Round::new(&self.upstream), &server).await;
-            self.report(&server);
+            self.rediscover_wildcard(&mut Round::new(&self.upstream), &catalog).await;
+            self.report(&catalog);
         }
     }
 
     /// Starts caching a resource the wildcard found, in service at once; if it has not synced
     /// within [`SYNC_BOUND`] it is taken out of service (forwarded, reported, not blocking
     /// `/readyz`) until it has.
-    pub fn spawn_wild(&self, name: &str, kind: ResourceKind, server: &Arc<Server>) -> Reader {
+    pub fn spawn_wild(&self, name: &str, kind: ResourceKind, catalog: &Arc<Resources>) -> Reader {
         let reader = self.spawn_as(name, kind, true);
-        server.resources().add(&self.upstream, reader.clone());
+        catalog.add(&self.upstream, reader.clone());
         let stop = self.caches.lock().iter().find(|c| c.name == name).map(|c| c.stop.subscribe());
         let Some(mut stop) = stop else { return reader };
-        let (server, upstream, name, out) =
-            (server.clone(), self.upstream.clone(), name.to_owned(), reader.clone());
+        let (catalog, upstream, name, out) =
+            (catalog.clone(), self.upstream.clone(), name.to_owned(), reader.clone());
         tokio::spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(SYNC_BOUND) => {}
@@ -369,17 +367,17 @@ impl Caching {
                 return;
             }
             tracing::warn!(resource = %name, bound = ?SYNC_BOUND, "not synced in time; forwarding its requests until it is");
-            server.resources().remove(reader.kind());
+            catalog.remove(reader.kind());
             let reason = format!("not synced within {}s; forwarded until it is", SYNC_BOUND.as_secs());
-            server.resources().set_missing(&name, Missing { reason, blocks_readiness: false });
+            catalog.set_missing(&name, Missing { reason, blocks_readiness: false });
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = crate::shutdown::until_true(&mut stop) => return,
                 }
                 if reader.progress().ready {
-                    server.resources().add(&upstream, reader);
-                    server.resources().clear_missing(&name);
+                    catalog.add(&upstream, reader);
+                    catalog.clear_missing(&name);
                     tracing::info!(resource = %name, "synced; now served from the cache");
                     return;
                 }
@@ -391,7 +389,7 @@ impl Caching {
     /// One wildcard round: caches what appeared, retires what went away or is now excluded,
     /// re-caches what changed version, and records what is skipped. A round that cannot reach
     /// the upstream changes nothing.
-    async fn rediscover_wildcard(&self, round: &mut Round<'_>, server: &Arc<Server>) {
+    async fn rediscover_wildcard(&self, round: &mut Round<'_>, catalog: &Arc<Resources>) {
         let wanted = self.wanted.clone();
         let excluded = |g: &str, r: &str| wanted.is_excluded(g, r) || wanted.names(g, r);
         let known: Vec<ResourceKind> =
@@ -403,7 +401,7 @@ impl Caching {
                 return;
             }
         };
-        server.resources().clear_missing("*");
+        catalog.clear_missing("*");
         let cached: Vec<(String, ResourceKind)> =
             self.caches.lock().iter().filter(|c| c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
         for (name, kind) in &cached {
@@ -419,29 +417,29 @@ impl Caching {
             if all.kinds.iter().any(|(n, k)| n == name && k == kind) {
                 continue;
             }
-            self.retire(name, server);
-            server.resources().clear_missing(name);
+            self.retire(name, catalog);
+            catalog.clear_missing(name);
         }
         for (name, kind) in all.kinds {
             if !cached.iter().any(|(n, k)| *n == name && *k == kind) {
                 tracing::info!(resource = %name, "found by the wildcard; caching it");
-                self.spawn_wild(&name, kind, server);
+                self.spawn_wild(&name, kind, catalog);
             }
         }
         for s in &all.skipped {
             tracing::debug!(resource = %s.name, reason = s.reason.as_str(), detail = %s.detail, "skipped by the wildcard");
         }
-        server.resources().set_skipped(all.skipped);
+        catalog.set_skipped(all.skipped);
     }
 
     /// The cached/skipped metrics.
-    pub fn report(&self, server: &Server) {
-        let skipped = server.resources().skipped();
-        let missing = server.resources().missing();
+    pub fn report(&self, catalog: &Resources) {
+        let skipped = catalog.skipped();
+        let missing = catalog.missing();
         let count = |r: SkipReason| skipped.values().filter(|s| s.reason == r).count();
         let not_synced = missing.values().filter(|m| m.reason.starts_with("not synced within")).count();
         self.metrics.resources(
-            server.resources().snapshot().kinds.len(),
+            catalog.snapshot().kinds.len(),
             &[
                 (SkipReason::Forbidden.as_str(), count(SkipReason::Forbidden)),
                 (SkipReason::Aggregated.as_str(), count(SkipReason::Aggregated)),

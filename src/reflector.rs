@@ -61,11 +61,69 @@ enum WatchEnd {
     Closed,
     /// The upstream no longer has our RV (410): relist.
     Gone,
-    /// A failure (metric reason, message): back off, then re-watch.
-    Failed(String, String),
+    /// A failure (what, and its message): back off, then re-watch.
+    Failed(Failure, String),
     /// The consistency check found the cache different from the upstream: relist (the cache
     /// stays not ready, its reads forwarded, until the list is in).
     Inconsistent(Rv, String),
+}
+
+/// What failed: the LIST or the WATCH, and how. Its metric reason (`list_unreachable`,
+/// `watch_http_500`, `watch_stalled`, `error_event_500`, …) is derived from it, never parsed back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    List(Cause),
+    Watch(Cause),
+    /// The watch went silent for longer than its stall bound.
+    WatchStalled,
+    /// An ERROR event other than 410 / Expired / Gone, with its Status code.
+    ErrorEvent(u16),
+}
+
+/// How an upstream request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cause {
+    Unreachable,
+    Http(u16),
+    Decode,
+    Discovery,
+}
+
+impl Cause {
+    fn of(e: &UpstreamError) -> Cause {
+        match e {
+            UpstreamError::Transport(_) => Cause::Unreachable,
+            UpstreamError::Status { code, .. } => Cause::Http(*code),
+            UpstreamError::Decode(_) => Cause::Decode,
+            UpstreamError::Discovery(_) => Cause::Discovery,
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Cause::Unreachable => "unreachable".into(),
+            Cause::Http(code) => format!("http_{code}"),
+            Cause::Decode => "decode".into(),
+            Cause::Discovery => "discovery".into(),
+        }
+    }
+}
+
+impl Failure {
+    /// The `reason` label of `watchcache_reflector_errors_total`.
+    fn reason(self) -> String {
+        match self {
+            Failure::List(c) => format!("list_{}", c.label()),
+            Failure::Watch(c) => format!("watch_{}", c.label()),
+            Failure::WatchStalled => "watch_stalled".into(),
+            Failure::ErrorEvent(code) => format!("error_event_{code}"),
+        }
+    }
+
+    /// The upstream no longer serves the resource (a CRD deleted): rediscovery is due.
+    fn not_found(self) -> bool {
+        matches!(self, Failure::List(Cause::Http(404)) | Failure::Watch(Cause::Http(404)))
+    }
 }
 
 /// Failures of one reflector: counted by reason in `watchcache_reflector_errors_total`, and
@@ -85,9 +143,11 @@ impl Failures {
         Failures { resource: resource.to_owned(), on_not_found, last_warn: None, unlogged: 0 }
     }
 
-    fn record(&mut self, metrics: &Metrics, reason: &str, rv: Rv, what: &str, error: &str) {
+    fn record(&mut self, metrics: &Metrics, failure: Failure, rv: Rv, what: &str, error: &str) {
+        let reason = failure.reason();
+        let reason = reason.as_str();
         metrics.reflector_error(&self.resource, reason);
-        if reason.ends_with("http_404") {
+        if failure.not_found() {
             if let Some(n) = &self.on_not_found {
                 n.notify_one();
             }
@@ -101,16 +161,6 @@ impl Failures {
         tracing::warn!(resource = %self.resource, rv = %rv, reason, error, similar_since_last = self.unlogged, "{what}");
         self.last_warn = Some(now);
         self.unlogged = 0;
-    }
-}
-
-/// The metric reason of an upstream failure: `unreachable`, `http_<code>` or `decode`.
-fn reason(e: &UpstreamError) -> String {
-    match e {
-        UpstreamError::Transport(_) => "unreachable".into(),
-        UpstreamError::Status { code, .. } => format!("http_{code}"),
-        UpstreamError::Decode(_) => "decode".into(),
-        UpstreamError::Discovery(_) => "discovery".into(),
     }
 }
 
@@ -192,10 +242,9 @@ async fn step(
                 State::Synced { rv }
             }
             Err(e) => {
-                let r = format!("list_{}", reason(&e));
                 failures.record(
                     metrics,
-                    &r,
+                    Failure::List(Cause::of(&e)),
                     writer.progress_rv(),
                     "upstream list failed; retrying",
                     &e.to_string(),
@@ -236,7 +285,7 @@ async fn step(
                     State::Empty
                 }
                 WatchEnd::Failed(r, e) => {
-                    failures.record(metrics, &r, rv, "upstream watch failed; re-watching", &e);
+                    failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
                     backoff.wait().await;
                     State::Synced { rv }
                 }
@@ -317,13 +366,13 @@ async fn watch_once(
     let mut stream = match started.await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.is_gone() => return (WatchEnd::Gone, rv),
-        Ok(Err(e)) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
+        Ok(Err(e)) => return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string()), rv),
         Err(_) => {
             let why = format!(
                 "no answer to the watch request for {:?}; the connection may be partitioned",
                 opts.watch_idle_timeout
             );
-            return (WatchEnd::Failed("watch_stalled".into(), why), rv);
+            return (WatchEnd::Failed(Failure::WatchStalled, why), rv);
         }
     };
     // The upstream accepted a watch from our RV: proof that the cache is current.
@@ -341,13 +390,13 @@ async fn watch_once(
                     "nothing received for {:?}; the connection may be partitioned",
                     opts.watch_idle_timeout
                 );
-                return (WatchEnd::Failed("watch_stalled".into(), why), rv);
+                return (WatchEnd::Failed(Failure::WatchStalled, why), rv);
             }
         };
         let ev: RawEvent = match next {
             Ok(Some(ev)) => ev,
             Ok(None) => return (WatchEnd::Closed, rv),
-            Err(e) => return (WatchEnd::Failed(format!("watch_{}", reason(&e)), e.to_string()), rv),
+            Err(e) => return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string()), rv),
         };
         match ev.kind {
             EventType::Added | EventType::Modified | EventType::Deleted => match writer.parse(ev.object) {
@@ -388,8 +437,8 @@ async fn watch_once(
                 if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
                     return (WatchEnd::Gone, rv);
                 }
-                let reason = format!("error_event_{}", st.code);
-                return (WatchEnd::Failed(reason, format!("ERROR event {}: {}", st.code, st.message)), rv);
+                let failure = Failure::ErrorEvent(st.code);
+                return (WatchEnd::Failed(failure, format!("ERROR event {}: {}", st.code, st.message)), rv);
             }
         }
     }
@@ -398,6 +447,25 @@ async fn watch_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32: failures are typed; their metric reasons are the labels they always were, and
+    /// only a 404 (of the LIST or the WATCH) rings rediscovery.
+    #[test]
+    fn failure_reasons_and_rediscovery() {
+        let cases = [
+            (Failure::List(Cause::Unreachable), "list_unreachable", false),
+            (Failure::List(Cause::Http(404)), "list_http_404", true),
+            (Failure::Watch(Cause::Http(404)), "watch_http_404", true),
+            (Failure::Watch(Cause::Http(500)), "watch_http_500", false),
+            (Failure::Watch(Cause::Decode), "watch_decode", false),
+            (Failure::List(Cause::Discovery), "list_discovery", false),
+            (Failure::WatchStalled, "watch_stalled", false),
+            (Failure::ErrorEvent(404), "error_event_404", false),
+        ];
+        for (f, reason, not_found) in cases {
+            assert_eq!((f.reason().as_str(), f.not_found()), (reason, not_found), "{f:?}");
+        }
+    }
 
     /// The README promises a backoff of 0.8 s doubling to 30 s: with the jitter, no sleep may
     /// pass `backoff_max` (before: up to 60 s once the step reached 30 s).

@@ -12,9 +12,9 @@ fuzz_target!(|data: &[u8]| {
     let s = schema();
     for (g, v, k) in [("", "v1", "Pod"), ("", "v1", "ConfigMap"), ("apiextensions.k8s.io", "v1", "CustomResourceDefinition")] {
         let Some(msg) = s.kind(g, v, k) else { continue };
-        let copied = object(s, msg, data);
+        let copied = object(s, msg, data, u32::MAX);
         let stored = Bytes::copy_from_slice(data);
-        let shared = object_shared(s, msg, data, &stored, 0);
+        let shared = object_shared(s, msg, data, &stored, 0, u32::MAX);
         match (copied, shared) {
             (Ok(a), Ok(b)) => assert_eq!(a, b.to_vec()),
             (Err(_), Err(_)) => {}

@@ -53,6 +53,10 @@ pub struct CacheOptions {
     pub watcher_queue: usize,
     /// Period of BOOKMARKs to watchers that asked for them (60 s like the apiserver).
     pub bookmark_interval: Duration,
+    /// The upstream's Kubernetes minor version (`/version`): protobuf answers leave out the
+    /// fields its types do not have yet. `None`: the newest. Per cache, never process-wide:
+    /// two proxies in one process (tiers, tests) may front different versions.
+    pub upstream_minor: Option<u32>,
 }
 
 impl Default for CacheOptions {
@@ -62,6 +66,7 @@ impl Default for CacheOptions {
             history_max_events: 100 * 1024,
             watcher_queue: 1000,
             bookmark_interval: Duration::from_secs(60),
+            upstream_minor: None,
         }
     }
 }
@@ -106,8 +111,12 @@ struct Shared {
 pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
     let (tx, _rx) =
         progress::channel(Progress { rv: Rv(0), ready: false, since: Instant::now(), last_error: None });
+    let typing = typing(&kind);
+    if let Some(minor) = opts.upstream_minor {
+        typing.proto.set_upstream_minor(minor);
+    }
     let shared = Arc::new(Shared {
-        typing: typing(&kind),
+        typing,
         kind,
         state: Mutex::new(State {
             store: Store::new(),

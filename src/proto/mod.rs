@@ -23,18 +23,8 @@ use bytes::Bytes;
 
 pub use transcode::{Rope, Unsupported};
 
-/// The upstream's Kubernetes minor version (`/version`), newest until known: fields its types
-/// do not have yet are not written (`schema::Field::since`).
-static UPSTREAM_MINOR: AtomicU32 = AtomicU32::new(u32::MAX);
-
-/// Records the upstream's minor version (from its `/version`).
-pub fn set_upstream_minor(minor: u32) {
-    UPSTREAM_MINOR.store(minor, Ordering::Relaxed);
-}
-
-fn upstream_minor() -> u32 {
-    UPSTREAM_MINOR.load(Ordering::Relaxed)
-}
+/// The newest Kubernetes minor version: every field the schema has is written.
+pub const NEWEST: u32 = u32::MAX;
 
 /// The minor version in a `/version` answer (`"minor":"28"` or `"28+"`).
 pub fn minor_of_version(version: &serde_json::Value) -> Option<u32> {
@@ -63,6 +53,9 @@ pub struct ProtoType {
     /// resource go upstream from now on. Apart, so that a kind whose whole objects cannot be
     /// proven (ControllerRevisions) keeps its metadata-only protobuf (the garbage collector's).
     failed: [AtomicBool; 2],
+    /// The upstream's Kubernetes minor version ([`NEWEST`] until known): fields its types do
+    /// not have yet are not written (`schema::Field::since`). Per cache, not process-wide.
+    minor: AtomicU32,
 }
 
 impl ProtoType {
@@ -75,7 +68,17 @@ impl ProtoType {
             type_meta: envelope::type_meta(&api_version, kind),
             resource,
             failed: Default::default(),
+            minor: AtomicU32::new(NEWEST),
         }
+    }
+
+    /// Records the upstream's minor version (from its `/version`).
+    pub fn set_upstream_minor(&self, minor: u32) {
+        self.minor.store(minor, Ordering::Relaxed);
+    }
+
+    fn minor(&self) -> u32 {
+        self.minor.load(Ordering::Relaxed)
     }
 
     /// Whether reads of this resource may be served in protobuf (metadata only, or whole
@@ -97,13 +100,13 @@ impl ProtoType {
     /// protobuf reads of this resource forwarded from now on) if it cannot be proven exact.
     pub fn encode(&self, json: &[u8]) -> Option<Bytes> {
         let msg = self.msg?;
-        self.outcome(false, transcode::object(schema::schema(), msg, json).map(Bytes::from))
+        self.outcome(false, transcode::object(schema::schema(), msg, json, self.minor()).map(Bytes::from))
     }
 
     /// The PartialObjectMetadata message of an object's PartialObjectMetadata JSON (what
     /// `metadata_only` makes, byte-equal to the apiserver's).
     pub fn encode_metadata(&self, json: &[u8]) -> Option<Bytes> {
-        self.outcome(true, encode_metadata(json))
+        self.outcome(true, encode_metadata(json, self.minor()))
     }
 
     /// An object's message as a [`Rope`] sharing its long strings with `stored`: `json` is
@@ -111,7 +114,10 @@ impl ProtoType {
     /// the cache keeps them. Made once per object version.
     pub fn encode_shared(&self, json: &[u8], stored: &Bytes, prefix_len: usize) -> Option<Rope> {
         let msg = self.msg?;
-        self.outcome(false, transcode::object_shared(schema::schema(), msg, json, stored, prefix_len))
+        self.outcome(
+            false,
+            transcode::object_shared(schema::schema(), msg, json, stored, prefix_len, self.minor()),
+        )
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.
@@ -120,7 +126,7 @@ impl ProtoType {
         let Some(msg) = s.message(&format!("{META_V1}.PartialObjectMetadata")) else {
             return self.outcome(true, Err(Unsupported("no PartialObjectMetadata in the schema".into())));
         };
-        self.outcome(true, transcode::object_shared(s, msg, json, json, 0))
+        self.outcome(true, transcode::object_shared(s, msg, json, json, 0, self.minor()))
     }
 
     /// One watch frame of type `event_type` whose object is given as JSON (a BOOKMARK's, a
@@ -170,12 +176,12 @@ pub fn list_type_meta(api_version: &str, list_kind: &str, metadata: bool) -> Vec
     }
 }
 
-fn encode_metadata(json: &[u8]) -> Result<Bytes, Unsupported> {
+fn encode_metadata(json: &[u8], minor: u32) -> Result<Bytes, Unsupported> {
     let s = schema::schema();
     let msg = s
         .message(&format!("{META_V1}.PartialObjectMetadata"))
         .ok_or_else(|| Unsupported("no PartialObjectMetadata in the schema".into()))?;
-    transcode::object(s, msg, json).map(Bytes::from)
+    transcode::object(s, msg, json, minor).map(Bytes::from)
 }
 
 /// A `Status` (the JSON `error::Error` renders) as the apiserver sends it in protobuf: the
@@ -185,7 +191,8 @@ pub fn encode_status(json: &[u8]) -> Result<Bytes, Unsupported> {
     let msg = s
         .message(&format!("{META_V1}.Status"))
         .ok_or_else(|| Unsupported("no Status in the schema".into()))?;
-    let body = transcode::object(s, msg, json)?;
+    // A Status's fields are as old as the API: every version writes them alike.
+    let body = transcode::object(s, msg, json, NEWEST)?;
     Ok(envelope::object(&envelope::type_meta("v1", "Status"), &body))
 }
 

@@ -40,16 +40,24 @@ fn unsupported<T>(what: impl Into<String>) -> R<T> {
 /// The encoded message `msg` of the JSON object `json` (a whole object as the apiserver sent
 /// it: `kind` and `apiVersion` are TypeMeta, which protobuf carries in its envelope, or not at
 /// all for an embedded object).
-pub fn object(schema: &Schema, msg: usize, json: &[u8]) -> R<Vec<u8>> {
-    let cx = Cx { s: schema, minor: super::upstream_minor(), json, stored: None };
+/// Fields added after Kubernetes 1.`minor` are not written ([`super::NEWEST`]: all).
+pub fn object(schema: &Schema, msg: usize, json: &[u8], minor: u32) -> R<Vec<u8>> {
+    let cx = Cx { s: schema, minor, json, stored: None };
     Ok(encode_object(&cx, msg)?.into_rope().to_vec())
 }
 
 /// The same, as a [`Rope`] whose long strings and raw JSON (managedFields' `fieldsV1`, large
 /// annotations, ConfigMap data) are shared with `stored` instead of copied: `json` is
 /// `prefix_len` bytes followed by `stored` (the object's bytes as the cache keeps them).
-pub fn object_shared(schema: &Schema, msg: usize, json: &[u8], stored: &Bytes, prefix_len: usize) -> R<Rope> {
-    let cx = Cx { s: schema, minor: super::upstream_minor(), json, stored: Some((stored, prefix_len)) };
+pub fn object_shared(
+    schema: &Schema,
+    msg: usize,
+    json: &[u8],
+    stored: &Bytes,
+    prefix_len: usize,
+    minor: u32,
+) -> R<Rope> {
+    let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)) };
     Ok(encode_object(&cx, msg)?.into_rope())
 }
 
@@ -831,7 +839,7 @@ mod tests {
 
     fn enc(json: &str) -> R<Vec<u8>> {
         let s = schema();
-        object(&s, s.message("t.Obj").unwrap(), json.as_bytes())
+        object(&s, s.message("t.Obj").unwrap(), json.as_bytes(), super::super::NEWEST)
     }
 
     #[test]
@@ -902,8 +910,14 @@ mod tests {
         let stored = Bytes::from(body.clone());
         let json = format!(r#"{{"kind":"Obj","apiVersion":"v1",{body}"#);
         let msg = s.message("t.Obj").unwrap();
-        let rope = object_shared(&s, msg, json.as_bytes(), &stored, json.len() - body.len()).unwrap();
-        assert_eq!(rope.to_vec(), object(&s, msg, json.as_bytes()).unwrap(), "same bytes");
+        let rope =
+            object_shared(&s, msg, json.as_bytes(), &stored, json.len() - body.len(), super::super::NEWEST)
+                .unwrap();
+        assert_eq!(
+            rope.to_vec(),
+            object(&s, msg, json.as_bytes(), super::super::NEWEST).unwrap(),
+            "same bytes"
+        );
         assert_eq!(rope.len(), rope.to_vec().len());
         // name, the long tag and the long label value are shared; the escaped one is copied.
         let own = rope.own_bytes(&stored);

@@ -150,6 +150,11 @@ impl Server {
         &self.resources
     }
 
+    /// The same, shared (for `caches`, which grows and shrinks it).
+    pub fn catalog(&self) -> Arc<catalog::Resources> {
+        self.resources.clone()
+    }
+
     /// The upstream client (for caches added later).
     pub fn upstream(&self) -> &Upstream {
         &self.upstream

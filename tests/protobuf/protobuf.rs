@@ -27,9 +27,15 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+/// The recordings are a 1.28.7 apiserver's: fields added since are not its to write.
+const RECORDED_MINOR: u32 = 28;
+
+/// A cache encoding as the recorded apiserver does.
+fn recorded_options() -> CacheOptions {
+    CacheOptions { upstream_minor: Some(RECORDED_MINOR), ..CacheOptions::default() }
+}
+
 fn recording() -> Value {
-    // The recordings are a 1.28.7 apiserver's: fields added since are not its to write.
-    kube_watchcache::proto::set_upstream_minor(28);
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/recordings/v1.28.7-raw/protobuf.json");
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&text).unwrap()
@@ -97,7 +103,8 @@ const FORWARDED: &[&str] = &["controllerrevisions"];
 fn why(group: &str, version: &str, kind: &str, json: &str) -> String {
     let s = kube_watchcache::proto::schema::schema();
     match s.kind(group, version, kind) {
-        Some(msg) => match kube_watchcache::proto::transcode::object(s, msg, json.as_bytes()) {
+        Some(msg) => match kube_watchcache::proto::transcode::object(s, msg, json.as_bytes(), RECORDED_MINOR)
+        {
             Ok(_) => "encodes".into(),
             Err(e) => e.to_string(),
         },
@@ -128,7 +135,7 @@ fn lists_of_every_builtin_kind_equal_the_apiservers_protobuf() {
             entry["namespaced"].as_bool().unwrap(),
             true,
         );
-        let (mut w, r) = cache::new(kind, CacheOptions::default());
+        let (mut w, r) = cache::new(kind, recorded_options());
         let items = list.items.unwrap_or_default();
         let objects = items.iter().map(|i| w.parse(Bytes::from(i.get().to_owned())).unwrap()).collect();
         w.replace(objects, rv);
@@ -176,7 +183,7 @@ fn gets_of_every_builtin_kind_equal_the_apiservers_protobuf() {
         let (g, v) = group_version(path);
         let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
         let kind = ResourceKind::new(&g, &v, "things", obj["kind"].as_str().unwrap(), !ns.is_empty(), true);
-        let (mut w, r) = cache::new(kind, CacheOptions::default());
+        let (mut w, r) = cache::new(kind, recorded_options());
         let o = w.parse(Bytes::from(json.trim_end().to_owned())).unwrap();
         let rv = o.header.rv;
         w.replace(vec![o], rv);
@@ -237,7 +244,7 @@ async fn a_watch_seen_three_ways_equals_the_apiservers_frames() {
     let meta_stream = b64(&wr["meta_proto"]);
     let (proto_frames, meta_frames) = (frames(&proto_stream), frames(&meta_stream));
     let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let opts = CacheOptions { bookmark_interval: Duration::from_secs(60), ..Default::default() };
+    let opts = CacheOptions { bookmark_interval: Duration::from_secs(60), ..recorded_options() };
     let (mut w, r) = cache::new(kind, opts);
     w.replace(Vec::new(), Rv(start));
     let ns = wr["path"].as_str().unwrap().split('/').nth(4).unwrap().to_owned();
@@ -293,7 +300,7 @@ async fn a_watch_list_equals_the_apiservers_frames() {
     let (proto_stream, meta_stream) = (b64(&wl["proto"]), b64(&wl["meta_proto"]));
     let (proto_frames, meta_frames) = (frames(&proto_stream), frames(&meta_stream));
     let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (mut w, r) = cache::new(kind, CacheOptions::default());
+    let (mut w, r) = cache::new(kind, recorded_options());
     let events: Vec<Ev> = json_stream.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let initial: Vec<_> = events
         .iter()
@@ -453,7 +460,7 @@ fn a_protobuf_page_carries_the_json_pages_list_meta() {
     let meta: Value = serde_json::from_str(list.metadata.get()).unwrap();
     let rv = Rv(meta["resourceVersion"].as_str().unwrap().parse().unwrap());
     let kind = ResourceKind::new("", "v1", "namespaces", "Namespace", false, true);
-    let (mut w, r) = cache::new(kind, CacheOptions::default());
+    let (mut w, r) = cache::new(kind, recorded_options());
     let items = list.items.unwrap_or_default();
     assert!(items.len() >= 3);
     w.replace(items.iter().map(|i| w.parse(Bytes::from(i.get().to_owned())).unwrap()).collect(), rv);
@@ -490,7 +497,7 @@ fn a_protobuf_page_carries_the_json_pages_list_meta() {
 #[tokio::test(start_paused = true)]
 async fn an_object_without_an_exact_encoding_ends_protobuf_watchers_and_forwards_protobuf_reads() {
     let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (mut w, r) = cache::new(kind, CacheOptions::default());
+    let (mut w, r) = cache::new(kind, recorded_options());
     w.replace(Vec::new(), Rv(10));
     let open = |repr: Repr| {
         r.watch(WatchRequest {

@@ -58,7 +58,13 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
     let s = kube_watchcache::proto::schema::schema();
     let cm = s.kind("", "v1", "ConfigMap").unwrap();
     for (item, want) in json_list["items"].as_array().unwrap().iter().zip(&items) {
-        let got = kube_watchcache::proto::transcode::object(s, cm, item.to_string().as_bytes()).unwrap();
+        let got = kube_watchcache::proto::transcode::object(
+            s,
+            cm,
+            item.to_string().as_bytes(),
+            kube_watchcache::proto::NEWEST,
+        )
+        .unwrap();
         assert_eq!(got, want.2, "item bytes");
     }
 
