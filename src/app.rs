@@ -187,6 +187,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let cache_opts = CacheOptions {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
+        delivery_lag: metrics.delivery_lag(),
         ..CacheOptions::default()
     };
     let caching = Caching::new(
