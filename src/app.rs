@@ -204,6 +204,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
         upstream_minor,
+        delivery_lag: metrics.delivery_lag(),
         ..CacheOptions::default()
     };
     let caching = Caching::new(

@@ -28,6 +28,13 @@ const REQUEST_BUCKETS: &[f64] = &[
 const WAIT_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0];
 
+/// Watch-delivery lag buckets: from 50 µs (an idle proxy) to the seconds a slow watcher's
+/// blocked delivery may wait.
+const DELIVERY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0,
+];
+
 /// Verbs a request can be counted under; anything else (a custom HTTP method) is `other`.
 const VERBS: &[&str] = &[
     "get",
@@ -111,6 +118,8 @@ pub struct Metrics {
     shard_filtered: IntCounterVec,
     ready: IntGaugeVec,
     staleness: GaugeVec,
+    cache_lag: GaugeVec,
+    delivery_lag: HistogramVec,
     history_capacity: IntGaugeVec,
     history_size: IntGaugeVec,
     history_window: GaugeVec,
@@ -286,6 +295,19 @@ impl Metrics {
                 "watchcache_cache_staleness_seconds",
                 "Seconds since the cache last had proof that it was current (an event, a bookmark, a list, an upstream watch that started).",
                 &["resource"],
+            ),
+            cache_lag: fgauge(
+                &r,
+                "watchcache_cache_lag_seconds",
+                "Seconds since the upstream was seen (consistent-read probe) at a resourceVersion the cache has not reached; 0 once it has reached every one. A lower bound of how far behind the cache is (watchcache_cache_staleness_seconds is the upper one).",
+                &["resource"],
+            ),
+            delivery_lag: histogram(
+                &r,
+                "watchcache_watch_delivery_lag_seconds",
+                "Time from an upstream watch event's arrival at the cache to its frame being handed to a watcher's response body; sampled: each event's first delivery and one in 64 of the rest.",
+                &["resource"],
+                DELIVERY_BUCKETS,
             ),
             history_capacity: gauge(
                 &r,
@@ -536,6 +558,11 @@ impl Metrics {
         self.cert_expiry.set(not_after as f64);
     }
 
+    /// The watch-delivery lag histogram, for the caches to observe into (`cache::lag`).
+    pub fn delivery_lag(&self) -> crate::cache::DeliveryLag {
+        crate::cache::DeliveryLag(Some(self.delivery_lag.clone()))
+    }
+
     pub fn set_in_flight(&self, n: usize) {
         self.in_flight.set(n as i64);
     }
@@ -561,6 +588,9 @@ impl Metrics {
             self.ready.with_label_values(&l).set(i64::from(p.ready));
             if let Some(s) = r.staleness() {
                 self.staleness.with_label_values(&l).set(s.as_secs_f64());
+            }
+            if let Some(lag) = r.lag() {
+                self.cache_lag.with_label_values(&l).set(lag.as_secs_f64());
             }
             self.history_capacity.with_label_values(&l).set(h.capacity as i64);
             self.history_size.with_label_values(&l).set(h.len as i64);

@@ -146,4 +146,7 @@ impl LazyFrames {
 pub struct Dispatched {
     pub event: Arc<Event>,
     pub lazy: LazyFrames,
+    /// When the event arrived, in nanoseconds after the cache was made (at least 1): the
+    /// stamp of the deliveries the lag sampler picks (`cache::lag`).
+    pub arrived_ns: u64,
 }

@@ -10,6 +10,7 @@ mod budget;
 mod dispatch;
 mod filter;
 mod history;
+mod lag;
 mod list;
 mod persist;
 mod relist;
@@ -28,6 +29,7 @@ use tokio::time::Instant;
 pub use dispatch::Dispatch;
 pub use filter::Filter;
 pub use history::History;
+pub use lag::DeliveryLag;
 pub use list::{ListBody, Page};
 pub use persist::{Persisted, RestoreError};
 pub use watch::{Watch, WatchRequest, WatchStart};
@@ -57,6 +59,8 @@ pub struct CacheOptions {
     /// fields its types do not have yet. `None`: the newest. Per cache, never process-wide:
     /// two proxies in one process (tiers, tests) may front different versions.
     pub upstream_minor: Option<u32>,
+    /// Where sampled watch-delivery lags are observed (`cache::lag`; off by default).
+    pub delivery_lag: DeliveryLag,
 }
 
 impl Default for CacheOptions {
@@ -67,6 +71,7 @@ impl Default for CacheOptions {
             watcher_queue: 1000,
             bookmark_interval: Duration::from_secs(60),
             upstream_minor: None,
+            delivery_lag: DeliveryLag::default(),
         }
     }
 }
@@ -105,6 +110,26 @@ struct Shared {
     born: Instant,
     /// A relist asked for by someone other than the reflector (`relist.rs`).
     relist: relist::Request,
+    /// This resource's `watchcache_watch_delivery_lag_seconds` (`cache::lag`).
+    delivery_lag: Option<prometheus::Histogram>,
+    /// RVs the upstream was seen at (consistent-read probes) that the cache had not reached,
+    /// oldest first, each with when it was seen: the cache is at least that far behind.
+    ahead: Mutex<lag::Ahead>,
+}
+
+impl Shared {
+    /// Nanoseconds after `born` (at least 1: 0 means "not stamped" in a `Delivery`).
+    fn stamp(&self, at: Instant) -> u64 {
+        (at.duration_since(self.born).as_nanos() as u64).max(1)
+    }
+
+    /// A stamped delivery's frame goes to its watcher's response body now.
+    fn delivered(&self, arrived_ns: u64) {
+        if let Some(h) = &self.delivery_lag {
+            let lag_ns = self.stamp(Instant::now()).saturating_sub(arrived_ns);
+            h.observe(lag_ns as f64 / 1e9);
+        }
+    }
 }
 
 /// Creates the cache of one resource.
@@ -115,6 +140,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
     if let Some(minor) = opts.upstream_minor {
         typing.proto.set_upstream_minor(minor);
     }
+    let delivery_lag = opts.delivery_lag.for_resource(&kind.group_resource());
     let shared = Arc::new(Shared {
         typing,
         kind,
@@ -130,6 +156,8 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         proven_ms: AtomicU64::new(0),
         born: Instant::now(),
         relist: relist::Request::default(),
+        delivery_lag,
+        ahead: Mutex::new(lag::Ahead::default()),
     });
     (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }
@@ -205,6 +233,7 @@ impl Writer {
         self.publish(rv, true, None);
         drop(st);
         self.proven();
+        self.shared.ahead.lock().reached(rv);
         tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
     }
 
@@ -230,10 +259,13 @@ impl Writer {
         st.history.moved(now, rv);
         st.rv = rv;
         let mut blocked = Vec::new();
-        st.watchers.dispatch(&Dispatched { event, lazy: LazyFrames::default() }, Some(&mut blocked));
+        let arrived_ns = self.shared.stamp(now);
+        st.watchers
+            .dispatch(&Dispatched { event, lazy: LazyFrames::default(), arrived_ns }, Some(&mut blocked));
         self.publish(rv, true, None);
         drop(st);
         self.proven();
+        self.shared.ahead.lock().reached(rv);
         Ok(Dispatch::new(self, rv, blocked))
     }
 
@@ -248,6 +280,8 @@ impl Writer {
             st.history.expire(now);
             self.shared.dispatched.store(rv.0, Ordering::Release);
             self.publish(rv, true, None);
+            drop(st);
+            self.shared.ahead.lock().reached(rv);
         }
     }
 
@@ -419,6 +453,30 @@ impl Reader {
         }
         let proven = self.shared.born + Duration::from_millis(self.shared.proven_ms.load(Ordering::Relaxed));
         Some(Instant::now().saturating_duration_since(proven))
+    }
+
+    /// The upstream was at `rv` (a consistent-read probe's answer): until the cache reaches it,
+    /// [`Reader::lag`] counts from now.
+    pub fn upstream_at(&self, rv: Rv) {
+        let now = Instant::now();
+        let mut ahead = self.shared.ahead.lock();
+        // Under the `ahead` lock: the writer clears what it reached after it moved the RV.
+        if rv > self.progress().rv {
+            ahead.seen(rv, now);
+        }
+    }
+
+    /// How far behind the upstream the cache is known to be: time since the upstream was
+    /// seen at an RV the cache has not reached, zero when it has reached every one (a lower
+    /// bound; `staleness` is the upper one). `None` before the first sync.
+    pub fn lag(&self) -> Option<Duration> {
+        let p = self.progress();
+        if !p.ready && p.rv == Rv(0) {
+            return None;
+        }
+        let mut ahead = self.shared.ahead.lock();
+        ahead.reached(p.rv);
+        Some(ahead.since().map_or(Duration::ZERO, |t| Instant::now().saturating_duration_since(t)))
     }
 
     /// Waits until the cache RV is at least `rv` (and the cache is ready), at most `timeout`.

@@ -661,3 +661,43 @@ async fn no_watch_starts_once_the_watchers_are_closed() {
     let refused = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false));
     assert!(matches!(refused, Err(Error::ServiceUnavailable(_))));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sampled_delivery_observes_its_lag_when_the_watch_yields_it() {
+    let hist = prometheus::HistogramVec::new(
+        prometheus::HistogramOpts::new("lag", "lag").buckets(vec![0.001, 0.01, 1.0]),
+        &["resource"],
+    )
+    .unwrap();
+    let opts = CacheOptions { delivery_lag: DeliveryLag(Some(hist.clone())), ..Default::default() };
+    let (mut w, r) = new(cms(), opts);
+    w.replace(vec![], Rv(10));
+    let h = hist.with_label_values(&["configmaps"]);
+    let mut watchers: Vec<Watch> =
+        (0..100).map(|_| r.watch(req(Filter::default(), WatchStart::Now, false)).unwrap()).collect();
+    w.apply(EventType::Added, obj(&w, "a", "x", 11, "a")).unwrap();
+    assert_eq!(h.get_sample_count(), 0, "observed at the body, not at the fan-out");
+    tokio::time::advance(Duration::from_millis(5)).await;
+    for watch in &mut watchers {
+        assert_eq!(take(watch, 1).await.len(), 1);
+    }
+    // The event's first delivery and one in SAMPLE_EVERY of the 99 others.
+    assert_eq!(h.get_sample_count(), 1 + 99 / lag::SAMPLE_EVERY);
+    let mean = h.get_sample_sum() / h.get_sample_count() as f64;
+    assert!((0.0049..0.006).contains(&mean), "{mean}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cache_lag_counts_while_the_upstream_is_seen_ahead() {
+    let (mut w, r) = setup();
+    assert_eq!(r.lag(), Some(Duration::ZERO));
+    r.upstream_at(Rv(10));
+    assert_eq!(r.lag(), Some(Duration::ZERO), "the cache is there already");
+    r.upstream_at(Rv(12));
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert_eq!(r.lag(), Some(Duration::from_secs(3)));
+    w.apply(EventType::Added, obj(&w, "a", "n", 11, "a")).unwrap();
+    assert_eq!(r.lag(), Some(Duration::from_secs(3)), "still behind 12");
+    w.bookmark(Rv(12));
+    assert_eq!(r.lag(), Some(Duration::ZERO));
+}

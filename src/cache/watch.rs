@@ -266,6 +266,9 @@ impl Watch {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some(d)) => {
                     self.last_rv = self.last_rv.max(d.rv);
+                    if d.arrived_ns != 0 {
+                        self.shared.delivered(d.arrived_ns);
+                    }
                     return Poll::Ready(Some(d.frame));
                 }
                 Poll::Ready(None) => {
@@ -307,6 +310,10 @@ impl Watch {
             match self.rx.try_recv() {
                 Ok(d) => {
                     self.last_rv = self.last_rv.max(d.rv);
+                    // Drained ahead of a bookmark: it goes to the body next, observed now.
+                    if d.arrived_ns != 0 {
+                        self.shared.delivered(d.arrived_ns);
+                    }
                     self.pending.push_back(d.frame);
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break false,

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::filter::{Dispatched, Filter, NoExactEncoding};
+use super::lag::Sampler;
 use crate::resource::{Object, Rv};
 
 /// One frame queued to a watcher: the event's RV (for bookmark ordering) and its bytes.
@@ -26,6 +27,9 @@ use crate::resource::{Object, Rv};
 pub struct Delivery {
     pub rv: Rv,
     pub frame: Bytes,
+    /// For a delivery the lag sampler stamped (`cache::lag`): when its event arrived, in
+    /// nanoseconds after the cache was made (at least 1). 0: not stamped.
+    pub arrived_ns: u64,
 }
 
 struct Entry {
@@ -66,6 +70,8 @@ pub struct Watchers {
     delivered: u64,
     /// (event, sharded watcher) pairs not delivered because the object is outside the shard.
     shard_filtered: u64,
+    /// Which deliveries carry their event's arrival stamp (`cache::lag`).
+    sampler: Sampler,
 }
 
 /// A delivery that did not fit its watcher's queue; the watcher stays registered until
@@ -277,7 +283,10 @@ impl Watchers {
         let mut dropped = 0;
         let mut filtered = 0;
         self.offered += self.all.len() as u64;
-        let mut out = Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped, filtered: &mut filtered };
+        self.sampler.event();
+        let sampler = &mut self.sampler;
+        let mut out =
+            Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped, filtered: &mut filtered, sampler };
         sent += send_all(&mut self.all, &Slot::All, d, &mut out);
         if !self.indexed.is_empty() {
             for slot in slots_of(std::iter::once(&*d.event.object).chain(d.event.prev.as_deref())) {
@@ -287,6 +296,7 @@ impl Watchers {
                         blocked: blocked.as_deref_mut(),
                         dropped: &mut dropped,
                         filtered: &mut filtered,
+                        sampler: &mut self.sampler,
                     };
                     sent += send_all(m, &slot, d, &mut out);
                 }
@@ -346,6 +356,7 @@ struct Out<'a> {
     dropped: &'a mut u64,
     /// Events kept from sharded watchers by their shard.
     filtered: &'a mut u64,
+    sampler: &'a mut Sampler,
 }
 
 fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut Out<'_>) -> usize {
@@ -369,7 +380,8 @@ fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut 
                 return false;
             }
         };
-        match e.tx.try_send(Delivery { rv: d.event.rv, frame }) {
+        let arrived_ns = if out.sampler.take() { d.arrived_ns } else { 0 };
+        match e.tx.try_send(Delivery { rv: d.event.rv, frame, arrived_ns }) {
             Ok(()) => {
                 sent += 1;
                 true

@@ -106,6 +106,8 @@ async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -
             return false;
         }
     };
+    // The upstream is at `r` now: until the cache gets there it is behind (cache lag).
+    src.reader.upstream_at(r);
     let proven = if opts.consistent_wait.is_zero() {
         let p = src.reader.progress();
         p.ready && p.rv >= r

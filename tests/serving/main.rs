@@ -7,6 +7,7 @@
 mod common;
 
 mod bench;
+mod delivery_lag;
 mod gzip;
 mod health;
 mod lifecycle;

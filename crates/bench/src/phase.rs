@@ -21,7 +21,7 @@ use super::env::{send, Backend, Clients, Remote, Target};
 use super::load::{self, WriteLog, MAX_IN_FLIGHT};
 use super::nodes::NodeClients;
 use super::procstat;
-use super::report::{AuthLookups, RequestReport, TargetReport, WatchReport};
+use super::report::{AuthLookups, ProxyDeliveryLag, RequestReport, TargetReport, WatchReport};
 use super::scenario::Plan;
 use super::stats::{Kind, PhaseStats};
 use super::tls::ClientTls;
@@ -99,13 +99,82 @@ pub fn auth_lookups(metrics: &str) -> Option<AuthLookups> {
     out
 }
 
-async fn read_auth_lookups(r: &Option<Arc<Remote>>) -> Option<AuthLookups> {
+/// The proxy's `/watchcache/metrics` text now (`None` for the direct target, or unreachable).
+async fn scrape(r: &Option<Arc<Remote>>) -> Option<String> {
     let r = r.as_ref()?;
     let body =
         send(&r.client, r.target.request(Method::GET, kube_watchcache::server::health::METRICS_PATH, None)?)
             .await
             .ok()?;
-    auth_lookups(&String::from_utf8_lossy(&body))
+    Some(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `watchcache_watch_delivery_lag_seconds` summed over resources: cumulative bucket counts by
+/// upper bound, and the sample sum. `None` when the proxy exports no sample.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LagHistogram {
+    /// (le, cumulative count), by increasing `le` (`+Inf` last).
+    pub buckets: Vec<(f64, f64)>,
+    pub sum: f64,
+}
+
+pub fn delivery_lag(metrics: &str) -> Option<LagHistogram> {
+    const NAME: &str = "watchcache_watch_delivery_lag_seconds";
+    let value = |l: &str| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+    let mut by_le: Vec<(f64, f64)> = Vec::new();
+    let mut sum = None;
+    for l in metrics.lines() {
+        let Some(rest) = l.strip_prefix(NAME) else { continue };
+        if rest.starts_with("_sum") {
+            *sum.get_or_insert(0.0) += value(l).unwrap_or(0.0);
+        } else if rest.starts_with("_bucket{") {
+            let Some(le) = rest.split("le=\"").nth(1).and_then(|x| x.split('"').next()) else { continue };
+            let Ok(le) = le.parse::<f64>() else { continue };
+            let n = value(l).unwrap_or(0.0);
+            match by_le.iter_mut().find(|(b, _)| *b == le) {
+                Some((_, c)) => *c += n,
+                None => by_le.push((le, n)),
+            }
+        }
+    }
+    by_le.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Some(LagHistogram { buckets: by_le, sum: sum? })
+}
+
+impl LagHistogram {
+    /// The samples between `before` and `self` (two scrapes of the same proxy), as the
+    /// report's figures: count, mean and `histogram_quantile`-style p50 / p99 (linear within
+    /// a bucket; the bucket's lower bound when it is the `+Inf` one).
+    pub fn since(&self, before: &LagHistogram) -> ProxyDeliveryLag {
+        let earlier = |le: f64| before.buckets.iter().find(|(b, _)| *b == le).map_or(0.0, |(_, c)| *c);
+        let delta: Vec<(f64, f64)> =
+            self.buckets.iter().map(|(le, c)| (*le, (c - earlier(*le)).max(0.0))).collect();
+        let count = delta.last().map_or(0.0, |(_, c)| *c);
+        let quantile = |q: f64| {
+            if count <= 0.0 {
+                return None;
+            }
+            let rank = q * count;
+            let (mut lo, mut below) = (0.0, 0.0);
+            for &(le, c) in &delta {
+                if c >= rank {
+                    if le.is_infinite() {
+                        return Some(lo * 1e3);
+                    }
+                    let within = if c > below { (rank - below) / (c - below) } else { 1.0 };
+                    return Some((lo + (le - lo) * within) * 1e3);
+                }
+                (lo, below) = (le, c);
+            }
+            None
+        };
+        ProxyDeliveryLag {
+            samples: count as u64,
+            mean_ms: (count > 0.0).then(|| (self.sum - before.sum).max(0.0) / count * 1e3),
+            p50_ms: quantile(0.5),
+            p99_ms: quantile(0.99),
+        }
+    }
 }
 
 /// What a phase needs.
@@ -193,7 +262,8 @@ impl Phase<'_> {
         // 2. Load for the duration.
         let cpu0 = self.measure.and_then(procstat::cpu_seconds);
         let up0 = self.upstream.read().await;
-        let auth0 = read_auth_lookups(&self.proxy_metrics).await;
+        let metrics0 = scrape(&self.proxy_metrics).await;
+        let auth0 = metrics0.as_deref().and_then(auth_lookups);
         let (stop, stop_rx) = watch::channel(false);
         let rss_peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let sampler = self.measure.map(|pid| {
@@ -288,7 +358,10 @@ impl Phase<'_> {
         }
         let cpu1 = self.measure.and_then(procstat::cpu_seconds);
         let up1 = self.upstream.read().await;
-        let auth1 = read_auth_lookups(&self.proxy_metrics).await;
+        let metrics1 = scrape(&self.proxy_metrics).await;
+        let auth1 = metrics1.as_deref().and_then(auth_lookups);
+        let lag = |m: &Option<String>| m.as_deref().and_then(delivery_lag);
+        let proxy_delivery_lag = lag(&metrics1).map(|b| b.since(&lag(&metrics0).unwrap_or_default()));
         progress_done();
 
         // 4. Settle.
@@ -355,6 +428,7 @@ impl Phase<'_> {
                 misses: b.misses.saturating_sub(a.misses),
                 subject_access_reviews: b.subject_access_reviews.saturating_sub(a.subject_access_reviews),
             }),
+            proxy_delivery_lag,
             lease_renewals: lease_log.renewed,
             lease_renewals_failed: lease_log.failed,
             first_lease_error: lease_log.first_error,
@@ -420,6 +494,21 @@ mod tests {
     fn forwarded_requests_are_summed_over_reasons() {
         let m = "# HELP watchcache_forwarded_requests_total Requests forwarded upstream, by reason.\n# TYPE watchcache_forwarded_requests_total counter\nwatchcache_forwarded_requests_total{reason=\"write\"} 3\nwatchcache_forwarded_requests_total{reason=\"consistent\"} 4\nwatchcache_requests_total{verb=\"get\",code=\"200\"} 99\n";
         assert_eq!(forwarded_total(m), 7);
+    }
+
+    #[test]
+    fn the_proxy_delivery_lag_is_the_histogram_between_two_scrapes() {
+        let before = "watchcache_watch_delivery_lag_seconds_bucket{resource=\"pods\",le=\"0.001\"} 10\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"pods\",le=\"0.01\"} 10\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"pods\",le=\"+Inf\"} 10\nwatchcache_watch_delivery_lag_seconds_sum{resource=\"pods\"} 0.005\nwatchcache_watch_delivery_lag_seconds_count{resource=\"pods\"} 10\n";
+        // 100 more: 50 under 1 ms (pods), 50 in (1 ms, 10 ms] (configmaps); sum +0.3 s.
+        let after = "watchcache_watch_delivery_lag_seconds_bucket{resource=\"pods\",le=\"0.001\"} 60\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"pods\",le=\"0.01\"} 60\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"pods\",le=\"+Inf\"} 60\nwatchcache_watch_delivery_lag_seconds_sum{resource=\"pods\"} 0.03\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"configmaps\",le=\"0.001\"} 0\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"configmaps\",le=\"0.01\"} 50\nwatchcache_watch_delivery_lag_seconds_bucket{resource=\"configmaps\",le=\"+Inf\"} 50\nwatchcache_watch_delivery_lag_seconds_sum{resource=\"configmaps\"} 0.275\n";
+        let (a, b) = (delivery_lag(before).unwrap(), delivery_lag(after).unwrap());
+        let lag = b.since(&a);
+        assert_eq!(lag.samples, 100);
+        assert!((lag.mean_ms.unwrap() - 3.0).abs() < 1e-9, "{lag:?}");
+        assert!((lag.p50_ms.unwrap() - 1.0).abs() < 1e-9, "{lag:?}");
+        assert!((lag.p99_ms.unwrap() - 9.82).abs() < 1e-9, "{lag:?}");
+        assert_eq!(delivery_lag("watchcache_requests_total 3\n"), None);
+        assert_eq!(a.since(&a).p99_ms, None);
     }
 
     #[test]

@@ -105,6 +105,20 @@ pub struct TargetReport {
     /// `/watchcache/metrics`), when it runs with auth on; `None` for the direct target.
     #[serde(default)]
     pub auth_lookups: Option<AuthLookups>,
+    /// The proxy's own part of the watch lag over the phase, from its sampled
+    /// `watchcache_watch_delivery_lag_seconds` (scraped before and after): an upstream event's
+    /// arrival to its frame going to a watcher's body. `None` for the direct target.
+    #[serde(default)]
+    pub proxy_delivery_lag: Option<ProxyDeliveryLag>,
+}
+
+/// Sampled proxy delivery lag over a phase (see `TargetReport::proxy_delivery_lag`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxyDeliveryLag {
+    pub samples: u64,
+    pub mean_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
 }
 
 /// `watchcache_auth_cache_lookups_total` over the phase, summed over TokenReview and
@@ -256,6 +270,21 @@ impl Report {
             row("lag p50 ms".into(), &|t| Some(t.watch.lag.p50_ms), 2);
             row("lag p99 ms".into(), &|t| Some(t.watch.lag.p99_ms), 2);
             row("lag max ms".into(), &|t| Some(t.watch.lag.max_ms), 2);
+            // The proxy's part of that lag, from its own histogram (sampled; bucket-interpolated).
+            if cols.iter().any(|t| t.proxy_delivery_lag.is_some()) {
+                row("proxy delivery lag p50 ms".into(), &|t| t.proxy_delivery_lag.and_then(|l| l.p50_ms), 2);
+                row("proxy delivery lag p99 ms".into(), &|t| t.proxy_delivery_lag.and_then(|l| l.p99_ms), 2);
+                row(
+                    "proxy delivery lag mean ms".into(),
+                    &|t| t.proxy_delivery_lag.and_then(|l| l.mean_ms),
+                    2,
+                );
+                row(
+                    "proxy delivery lag samples".into(),
+                    &|t| t.proxy_delivery_lag.map(|l| l.samples as f64),
+                    0,
+                );
+            }
             // Nothing expected proves nothing: "-", not "0 lost".
             let proven = |t: &TargetReport, n: u64| (t.watch.deliveries_expected > 0).then_some(n as f64);
             row("events lost".into(), &|t| proven(t, t.watch.lost), 0);
