@@ -4,7 +4,7 @@
 //! the rest are closed without waiting). A watcher that drains in time keeps its stream and
 //! gets the event in order; one that does not is closed (stream ends; counted as terminated).
 //!
-//! Returned by `Writer::apply`; the reflector awaits [`Dispatch::finish`]. Dropping it
+//! Returned by `Writer::apply`; the reflector awaits [`Fanout::finish`]. Dropping it
 //! unfinished closes the blocked watchers at once (no budget). Until it ends, watchers'
 //! BOOKMARKs stay at the previous RV, so a bookmark never overtakes an undelivered event.
 
@@ -18,7 +18,7 @@ use super::Writer;
 use crate::resource::Rv;
 
 /// One applied event whose delivery may still be pending for some watchers.
-pub struct Dispatch<'w> {
+pub struct Fanout<'w> {
     pub(super) writer: &'w mut Writer,
     pub(super) rv: Rv,
     /// Still to deliver, in reverse order of dispatch (popped from the end).
@@ -27,10 +27,10 @@ pub struct Dispatch<'w> {
     pub(super) in_flight: Option<WatcherId>,
 }
 
-impl<'w> Dispatch<'w> {
+impl<'w> Fanout<'w> {
     pub(super) fn new(writer: &'w mut Writer, rv: Rv, mut blocked: Vec<Blocked>) -> Self {
         blocked.reverse();
-        Dispatch { writer, rv, blocked, in_flight: None }
+        Fanout { writer, rv, blocked, in_flight: None }
     }
 
     /// How many watchers had a full queue when the event was applied.
@@ -86,7 +86,7 @@ impl<'w> Dispatch<'w> {
     }
 }
 
-impl Drop for Dispatch<'_> {
+impl Drop for Fanout<'_> {
     fn drop(&mut self) {
         let unfinished: Vec<WatcherId> =
             self.in_flight.take().into_iter().chain(self.blocked.drain(..).map(|b| b.id)).collect();

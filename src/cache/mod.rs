@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch as progress;
 use tokio::time::Instant;
 
-pub use dispatch::Dispatch;
+pub use dispatch::Fanout;
 pub use filter::Filter;
 pub use history::History;
 pub use lag::DeliveryLag;
@@ -102,7 +102,7 @@ struct Shared {
     progress: progress::Sender<Progress>,
     /// RV up to which every event is in its watchers' queues (or they were closed): the
     /// newest RV a watcher's BOOKMARK may carry. Behind the cache RV only while a
-    /// `Dispatch` waits for slow watchers.
+    /// `Fanout` waits for slow watchers.
     dispatched: AtomicU64,
     /// When the cache last had proof that it was current (an event, a bookmark, a list, an
     /// upstream watch that started), in milliseconds after `born`.
@@ -239,9 +239,9 @@ impl Writer {
 
     /// Applies one upstream watch event (ADDED / MODIFIED / DELETED): store, history, and a
     /// non-blocking send to every interested watcher. Readers see the new state at once. Await
-    /// [`Dispatch::finish`] to give watchers whose queue was full the shared time budget;
+    /// [`Fanout::finish`] to give watchers whose queue was full the shared time budget;
     /// dropping it closes them right away.
-    pub fn apply(&mut self, kind: EventType, obj: Object) -> Result<Dispatch<'_>, ApplyError> {
+    pub fn apply(&mut self, kind: EventType, obj: Object) -> Result<Fanout<'_>, ApplyError> {
         let now = Instant::now();
         let mut st = self.shared.state.lock();
         let rv = obj.header.rv;
@@ -266,7 +266,7 @@ impl Writer {
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);
-        Ok(Dispatch::new(self, rv, blocked))
+        Ok(Fanout::new(self, rv, blocked))
     }
 
     /// An upstream BOOKMARK: everything up to `rv` has been applied.

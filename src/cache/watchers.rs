@@ -198,7 +198,7 @@ impl Watchers {
         self.shard_filtered += n;
     }
 
-    /// Counts deliveries that had to wait for the time budget (`Dispatch::finish`).
+    /// Counts deliveries that had to wait for the time budget (`Fanout::finish`).
     pub fn add_delivered(&mut self, n: u64) {
         self.delivered += n;
     }
