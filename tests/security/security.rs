@@ -610,6 +610,10 @@ async fn start_tls(dir: &Path) -> (SimHandle, Running) {
         s.tls_reload_interval = Duration::from_millis(100);
     });
     args.insecure_listen = None;
+    // Port 0 on loopback: the TLS tests of this binary run at once (the default 0.0.0.0:8443
+    // would be taken by the first).
+    args.secure_port = 0;
+    args.bind_address = "127.0.0.1".parse().unwrap();
     args.tls_cert_file = Some(dir.join("tls.crt"));
     args.tls_private_key_file = Some(dir.join("tls.key"));
     let proxy = app::start(&args).await.expect("proxy starts");
