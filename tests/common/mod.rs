@@ -7,6 +7,7 @@ pub mod fault;
 pub mod mirror;
 pub mod pb;
 pub mod recorded;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::time::Duration;

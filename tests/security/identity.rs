@@ -13,8 +13,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache_sim::{AuthScript, Rule, Sim, SimHandle, SimOptions};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
@@ -70,15 +68,10 @@ impl rustls::client::ResolvesClientCert for Present {
     }
 }
 
-type TlsClient =
-    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+use common::tls::TlsClient;
 
 /// An HTTP/1.1 client presenting `identity` (so that `Connection: Upgrade` can be sent).
 fn client((cert, key): &(String, String)) -> TlsClient {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(testdata("server-ca.crt")).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(cert.as_bytes()).map(|c| c.unwrap()).collect();
     let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
@@ -89,11 +82,9 @@ fn client((cert, key): &(String, String)) -> TlsClient {
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
+        .with_root_certificates(common::tls::server_roots())
         .with_client_cert_resolver(Arc::new(Present(certified)));
-    let conn =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http1().build();
-    Client::builder(TokioExecutor::new()).build(conn)
+    common::tls::https(cfg, false)
 }
 
 struct Env {

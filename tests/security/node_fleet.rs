@@ -32,8 +32,7 @@ fn testdata(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)
 }
 
-type TlsClient =
-    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+use common::tls::TlsClient;
 
 /// An HTTP/2 client with a certificate for `cn` / `orgs` signed by `issuer`.
 fn node_client(issuer: &Issuer<'_, KeyPair>, cn: &str, orgs: &[&str]) -> TlsClient {
@@ -45,18 +44,9 @@ fn node_client(issuer: &Issuer<'_, KeyPair>, cn: &str, orgs: &[&str]) -> TlsClie
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let key = KeyPair::generate().unwrap();
     let cert = p.signed_by(&key, issuer).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(testdata("server-ca.crt")).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
     let chain = vec![CertificateDer::from_pem_slice(cert.pem().as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .unwrap();
+    let cfg = common::tls::config().with_client_auth_cert(chain, key).unwrap();
     let conn =
         hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http2().build();
     Client::builder(TokioExecutor::new()).http2_only(true).build(conn)

@@ -12,8 +12,6 @@ use bytes::Bytes;
 use common::{open_watch, send, serve_args, Resp};
 use http::{Method, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::{SecurityArgs, ServeArgs};
 use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
@@ -552,14 +550,7 @@ fn certs(name: &str) -> Vec<CertificateDer<'static>> {
 }
 
 fn client_tls(identity: Option<&str>) -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in certs("server-ca.crt") {
-        roots.add(c).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
+    let b = common::tls::config();
     match identity {
         None => b.with_no_client_auth(),
         Some(name) => {
@@ -569,16 +560,10 @@ fn client_tls(identity: Option<&str>) -> rustls::ClientConfig {
     }
 }
 
-type TlsClient =
-    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+use common::tls::TlsClient;
 
 fn tls_client(identity: Option<&str>, h2: bool) -> TlsClient {
-    let b = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(client_tls(identity))
-        .https_only()
-        .enable_http1();
-    let conn = if h2 { b.enable_http2().build() } else { b.build() };
-    Client::builder(TokioExecutor::new()).build(conn)
+    common::tls::https(client_tls(identity), h2)
 }
 
 async fn tls_get(

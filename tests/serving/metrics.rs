@@ -8,19 +8,14 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::{open_watch_with, send, serve_args};
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache_sim::{AuthScript, Rule, ScriptUser, Sim, SimHandle, SimOptions};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
 use serde_json::{json, Value};
 
 fn root(p: &str) -> PathBuf {
@@ -212,22 +207,10 @@ fn readme_metrics() -> Vec<String> {
     names
 }
 
-type TlsClient =
-    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Full<Bytes>>;
+use common::tls::TlsClient;
 
 fn tls_client() -> TlsClient {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(root("tests/testdata/security/server-ca.crt")).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let conn =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(cfg).https_only().enable_http1().build();
-    Client::builder(TokioExecutor::new()).build(conn)
+    common::tls::https(common::tls::config().with_no_client_auth(), false)
 }
 
 async fn tls_get(c: &TlsClient, url: &str, token: &str) -> (u16, String) {
