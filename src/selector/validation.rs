@@ -62,6 +62,18 @@ pub(crate) fn is_valid_label_value(value: &str) -> Vec<String> {
     errs
 }
 
+/// `IsDNS1123Label` as a yes or no: at most 63 characters of `[a-z0-9-]`, alphanumeric at both
+/// ends (what `ValidateNamespaceName` asks of a namespace).
+pub fn is_dns1123_label_name(s: &str) -> bool {
+    s.len() <= 63 && is_dns1123_label(s)
+}
+
+/// `IsDNS1123Subdomain` as a yes or no (what `ValidateServiceAccountName` asks): only the total
+/// length is bounded (253), not each dot-separated part's.
+pub fn is_dns1123_subdomain_name(s: &str) -> bool {
+    is_dns1123_subdomain(s).is_empty()
+}
+
 /// `IsDNS1123Subdomain`.
 fn is_dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errs = Vec::new();

@@ -307,28 +307,16 @@ pub fn valid_path_segment_name(name: &str) -> bool {
     name != "." && name != ".." && !name.contains(['/', '%'])
 }
 
-/// `validation.IsDNS1123Label`, what `ValidateNamespaceName` asks of a namespace: at most 63
-/// characters of `[a-z0-9-]`, starting and ending with an alphanumeric.
-pub fn dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.first().is_some_and(alnum)
-        && b.last().is_some_and(alnum)
-        && b.iter().all(|c| alnum(c) || *c == b'-')
-}
-
 impl ResourcePath {
     /// Whether the cache may answer for this path: every segment reads the same one by one as
     /// the apiserver reads it from the decoded path (no encoded `/`), the namespace is one the
-    /// apiserver could hold ([`dns1123_label`]) and the name is a valid path segment. Anything
+    /// apiserver could hold (a DNS-1123 label) and the name is a valid path segment. Anything
     /// else is the apiserver's to answer (a subresource it routes to, a 400, a 404).
     pub fn is_plain(&self) -> bool {
         let segments =
             [Some(&self.group), Some(&self.version), Some(&self.resource), self.namespace.as_ref()];
         segments.into_iter().flatten().all(|s| !s.contains('/'))
-            && self.namespace.as_deref().is_none_or(dns1123_label)
+            && self.namespace.as_deref().is_none_or(crate::selector::is_dns1123_label_name)
             && self.name.as_deref().is_none_or(valid_path_segment_name)
     }
 }

@@ -12,6 +12,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 
 use super::authz::Attributes;
 use super::user::{UserInfo, ANONYMOUS, AUTHENTICATED, UNAUTHENTICATED};
+use crate::selector::{is_dns1123_label_name, is_dns1123_subdomain_name};
 
 pub const USER: &str = "impersonate-user";
 pub const GROUP: &str = "impersonate-group";
@@ -136,32 +137,7 @@ pub fn user(w: &Wanted) -> UserInfo {
 /// plain user name (`system:serviceaccount:ns:a:b`, `system:serviceaccount:ns:`).
 pub fn split_service_account(user: &str) -> Option<(&str, &str)> {
     let (ns, name) = user.strip_prefix(SA_PREFIX)?.split_once(':')?;
-    (is_dns_label(ns) && is_dns_subdomain(name)).then_some((ns, name))
-}
-
-/// RFC 1123 label: 1–63 of `[a-z0-9-]`, alphanumeric at both ends.
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// `validation.IsDNS1123Subdomain`, what `ValidateServiceAccountName` asks: at most 253
-/// characters of `[a-z0-9]([-a-z0-9]*[a-z0-9])?` parts joined by `.`. Only the total length is
-/// bounded, not each part's (issue 30: a 64-character part is a service account to the
-/// apiserver, and must be one here too).
-fn is_dns_subdomain(s: &str) -> bool {
-    let part = |p: &str| {
-        let b = p.as_bytes();
-        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-        b.first().is_some_and(alnum)
-            && b.last().is_some_and(alnum)
-            && b.iter().all(|c| alnum(c) || *c == b'-')
-    };
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(part)
+    (is_dns1123_label_name(ns) && is_dns1123_subdomain_name(name)).then_some((ns, name))
 }
 
 /// Removes every `Impersonate-*` header.
