@@ -16,3 +16,4 @@ mod node_fleet;
 mod security;
 mod security_fuzz_seeds;
 mod token_flood;
+mod unusual_paths;

@@ -113,6 +113,9 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
 
 async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
     let raw = req.uri().query().unwrap_or("").to_owned();
+    if let Some(why) = t.name.as_deref().and_then(invalid_name) {
+        return Err(why);
+    }
     if let Some(sub) = t.sub.clone() {
         return subresource::handle(sim, t, &sub, &raw, req).await;
     }
@@ -135,4 +138,26 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
         (Method::DELETE, true) => write::delete(&sim, &t, &raw),
         _ => Err(Error::MethodNotAllowed),
     }
+}
+
+/// The apiserver's handlers refuse a name that is not a valid path segment
+/// (`path.IsValidPathSegmentName`, in `ScopeNamer.Name`) with 400, as recorded from
+/// kube-apiserver 1.28.7: `Name parameter invalid: "a%b": may not contain '%'`.
+fn invalid_name(name: &str) -> Option<Error> {
+    let mut errs: Vec<String> = Vec::new();
+    if name == "." || name == ".." {
+        errs.push(format!("may not be '{name}'"));
+    }
+    for c in ['/', '%'] {
+        if name.contains(c) {
+            errs.push(format!("may not contain '{c}'"));
+        }
+    }
+    (!errs.is_empty()).then(|| {
+        Error::BadRequest(format!(
+            "Name parameter invalid: {}: {}",
+            kube_watchcache::resource::go_quote(name),
+            errs.join(";")
+        ))
+    })
 }
