@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use base64::Engine;
 use bytes::Bytes;
-use common::pb::fields;
+use common::pb::{lean_envelope, lean_list, lean_object};
 use common::recorded::{group_version, RawList};
 use kube_watchcache::cache::{self, CacheOptions, Filter};
 use kube_watchcache::metadata_only::Repr;
@@ -43,49 +43,6 @@ fn b64(v: &Value) -> Vec<u8> {
 
 fn options() -> CacheOptions {
     CacheOptions { upstream_minor: Some(28), ..CacheOptions::default() }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// A message again from its fields, each length-delimited one passed through `f` (by number).
-fn rebuild(msg: &[u8], f: &dyn Fn(u64, &[u8]) -> Option<Vec<u8>>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(msg.len());
-    for (n, wt, payload) in fields(msg).expect("a protobuf message") {
-        let payload = if wt == 2 { f(n, payload) } else { Some(payload.to_vec()) };
-        let Some(payload) = payload else { continue };
-        put_varint(&mut out, n << 3 | u64::from(wt));
-        if wt == 2 {
-            put_varint(&mut out, payload.len() as u64);
-        }
-        out.extend_from_slice(&payload);
-    }
-    out
-}
-
-/// An object (or PartialObjectMetadata) message without `ObjectMeta.managedFields` (17).
-fn lean_object(obj: &[u8]) -> Vec<u8> {
-    rebuild(obj, &|n, p| {
-        Some(if n == 1 { rebuild(p, &|n, p| (n != 17).then(|| p.to_vec())) } else { p.to_vec() })
-    })
-}
-
-/// `k8s\0` + Unknown whose raw (2) is rewritten by `f`.
-fn lean_envelope(body: &[u8], f: &dyn Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
-    let unknown = body.strip_prefix(b"k8s\0").expect("the protobuf magic");
-    let mut out = b"k8s\0".to_vec();
-    out.extend(rebuild(unknown, &|n, p| Some(if n == 2 { f(p) } else { p.to_vec() })));
-    out
-}
-
-/// A list message whose items (2) lose their managedFields.
-fn lean_list(list: &[u8]) -> Vec<u8> {
-    rebuild(list, &|n, p| Some(if n == 2 { lean_object(p) } else { p.to_vec() }))
 }
 
 #[derive(Deserialize)]
