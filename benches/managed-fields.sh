@@ -8,7 +8,8 @@
 # REPS LISTs, after one warm-up LIST of that form: the first lean read of an object version
 # strips it once, kept for later reads, and its cost is printed apart), and the sim's CPU for the
 # same full JSON LIST (the upstream, a 1.28 apiserver, has no opt-out: a client of it gets the
-# full bytes).
+# full bytes). The proxy's RSS growth over each form's first LIST shows what the lean copies
+# (and the protobuf forms, made at the first protobuf read) keep.
 # Usage: benches/managed-fields.sh [pods] [reps]   (builds release first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,12 @@ tick = os.sysconf("SC_CLK_TCK")
 def cpu(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / tick
+
+def rss(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 def conn(addr):
     h, p = addr.split(":")
@@ -73,24 +80,25 @@ forms = [("JSON", "application/json"), ("JSON, drop", "application/json" + D),
          ("protobuf", PB), ("protobuf, drop", PB + D)]
 rows = []
 for label, accept in forms:
-    c0 = cpu(proxy_pid); first = list_(accept); first_cpu = cpu(proxy_pid) - c0
+    m0 = rss(proxy_pid); c0 = cpu(proxy_pid); first = list_(accept); first_cpu = cpu(proxy_pid) - c0
+    grew = rss(proxy_pid) - m0
     if "drop" in label:
         assert b"managedFields" not in first, label
     c0 = cpu(proxy_pid); t0 = time.time()
     for _ in range(reps):
         body = list_(accept)
     per = (cpu(proxy_pid) - c0) / reps; wall = (time.time() - t0) / reps
-    rows.append((label, len(body), per, wall, first_cpu))
+    rows.append((label, len(body), per, wall, first_cpu, grew))
 sc = conn(sim)
 c0 = cpu(sim_pid)
 for _ in range(reps):
     sim_body = list_("application/json", sc)
 sim_per = (cpu(sim_pid) - c0) / reps
 print(f"{pods} pods, {reps} LISTs per form (proxy CPU per LIST: utime+stime / {reps}; first: the warm-up LIST)")
-base = {l: (b, c) for l, b, c, _, _ in rows}
-for label, size, per, wall, first in rows:
+base = {l: (b, c) for l, b, c, _, _, _ in rows}
+for label, size, per, wall, first, grew in rows:
     ref = base[label.split(",")[0]]
     print(f"  {label:15} {size/1e6:7.2f} MB ({size/ref[0]:5.1%} of full)  proxy {per*1e3:6.1f} ms CPU per LIST "
-          f"({per/ref[1]:5.1%} of full), wall {wall*1e3:6.1f} ms; first LIST {first*1e3:6.1f} ms CPU")
+          f"({per/ref[1]:5.1%} of full), wall {wall*1e3:6.1f} ms; first LIST {first*1e3:6.1f} ms CPU, RSS {grew/1e6:+.1f} MB")
 print(f"  sim (upstream) full JSON LIST: {len(sim_body)/1e6:.2f} MB, {sim_per*1e3:.1f} ms CPU per LIST")
 PY

@@ -254,7 +254,7 @@ pub struct Header {
 /// `typed = {"kind":…,"apiVersion":…,` + `body`, `item = {` + `body` for built-ins.
 #[derive(Clone, Debug)]
 pub struct Object {
-    pub header: Header,
+    pub header: Arc<Header>,
     /// For built-in kinds: the object after its `{"kind":"…","apiVersion":"…",` (or after
     /// `{` when it came without them), i.e. starting at the first other member.
     /// For custom resources: the whole object as received.
@@ -483,7 +483,7 @@ impl Object {
             (true, false) => bytes.slice(skip_ws(&bytes, 0) + 1..),
         };
         Ok(Object {
-            header,
+            header: Arc::new(header),
             body,
             type_prefix: if kind.builtin { typing.prefix.clone() } else { Bytes::new() },
             meta: OnceLock::new(),
@@ -668,7 +668,7 @@ impl Object {
             b.put_slice(&self.body[pos + needle.len()..]);
             out.body = b.freeze();
         }
-        out.header.rv = rv;
+        Arc::make_mut(&mut out.header).rv = rv;
         out
     }
 
