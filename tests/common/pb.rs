@@ -99,7 +99,11 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// A message again from its fields, each length-delimited one passed through `f` (by number).
-pub fn rebuild(msg: &[u8], f: &dyn Fn(u64, &[u8]) -> Option<Vec<u8>>) -> Vec<u8> {
+/// What `rebuild` does with a length-delimited field (by number): its new payload, or `None`
+/// to leave it out.
+pub type FieldMap<'a> = &'a dyn Fn(u64, &[u8]) -> Option<Vec<u8>>;
+
+pub fn rebuild(msg: &[u8], f: FieldMap<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(msg.len());
     for (n, wt, payload) in fields(msg).expect("a protobuf message") {
         let payload = if wt == 2 { f(n, payload) } else { Some(payload.to_vec()) };

@@ -281,7 +281,7 @@ mod tests {
         let n = |wanted, proto, lean| Some(Negotiated { wanted, proto, lean });
         let cases: &[(String, Option<Negotiated>)] = &[
             (format!("application/json{d}"), n(Wanted::Object, J, true)),
-            (format!("application/json; drop=metadata.managedFields"), n(Wanted::Object, J, true)),
+            ("application/json; drop=metadata.managedFields".to_owned(), n(Wanted::Object, J, true)),
             (format!("{pb}{d}"), n(Wanted::Object, P, true)),
             (format!("{pb};stream=watch{d}"), n(Wanted::Object, P, true)),
             // client-go with the opt-out: the parameter on every clause.
@@ -297,7 +297,7 @@ mod tests {
                 n(Wanted::MetadataList, P, true),
             ),
             // The 1.38 integration test: an unsupported value skips its clause.
-            (format!("application/json;drop=spec, application/json"), n(Wanted::Object, J, false)),
+            ("application/json;drop=spec, application/json".to_owned(), n(Wanted::Object, J, false)),
             (format!("{pb};drop=spec, application/json{d}"), n(Wanted::Object, J, true)),
             (
                 format!("application/json;drop=metadata.managedFields+metadata.managedFields, {pb}"),
