@@ -886,8 +886,10 @@ pub struct Event {
     meta_frame: OnceLock<Bytes>,
     /// The same in protobuf, whole and metadata only (`None`: no exact protobuf).
     proto_frames: [OnceLock<Option<Bytes>>; 2],
-    /// The four representations without managedFields, each framed at its first watcher.
-    lean_frames: [OnceLock<Option<Bytes>>; 4],
+    /// The four representations without managedFields, each framed at its first watcher; boxed
+    /// at the first lean watcher, so an event nobody reads lean (most of the history) carries a
+    /// pointer, not four empty slots.
+    lean_frames: OnceLock<Box<[OnceLock<Option<Bytes>>; 4]>>,
 }
 
 impl Event {
@@ -918,7 +920,7 @@ impl Event {
             Repr::FullProto | Repr::MetadataProto => self.proto_frames[usize::from(repr.is_metadata())]
                 .get_or_init(|| frame_object(self.kind, &self.object, repr))
                 .clone(),
-            _ => self.lean_frames[repr.index() - 4]
+            _ => self.lean_frames.get_or_init(Default::default)[repr.index() - 4]
                 .get_or_init(|| frame_object(self.kind, &self.object, repr))
                 .clone(),
         }
