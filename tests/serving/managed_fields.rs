@@ -198,6 +198,27 @@ async fn watchers_with_and_without_the_opt_out_each_get_their_form() {
     let last = rv_of(&env.sim.sim.delete("configmaps", "a", "cm-1").expect("delete"));
     env.synced_to(last).await;
 
+    // The initial events of a watch from rv 0 and of a watch-list, and its end BOOKMARK.
+    for q in [
+        "resourceVersion=0",
+        "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true",
+    ] {
+        let url = env.proxy_url(&format!("/api/v1/namespaces/a/configmaps?watch=1&{q}"));
+        let mut w = open_watch_with(&env.client, &url, &[("accept", &accept)]).await;
+        let e = w.next(T).await.expect("initial event");
+        assert_eq!(
+            (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
+            (Some("ADDED"), Some("cm-0")),
+            "{q}"
+        );
+        assert!(!has_mf(&e["object"]) && e["object"]["data"]["k"] == "v", "{q}: {e}");
+        if q.contains("sendInitialEvents") {
+            let b = w.next(T).await.expect("bookmark");
+            assert_eq!(b["type"], "BOOKMARK", "{q}");
+            assert_eq!(b["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        }
+    }
+
     let (mut full_w, mut lean_w) = (full_w, lean_w);
     for want in ["ADDED", "MODIFIED", "DELETED"] {
         let f = full_w.next(T).await.expect("full event");
