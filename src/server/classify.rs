@@ -557,7 +557,7 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
 
 mod accept;
 
-pub use accept::{error_in_proto, Negotiated, Wanted};
+pub use accept::{asks_to_drop_managed_fields, error_in_proto, Negotiated, Wanted};
 
 #[cfg(test)]
 mod tests;

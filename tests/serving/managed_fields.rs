@@ -166,6 +166,20 @@ async fn refused_drop_values_and_forwarded_reads_are_the_apiservers() {
     // Table stays the apiserver's too.
     let table = format!("application/json;as=Table;v=v1;g=meta.k8s.io{DROP}");
     get(&env, path, &table, true).await;
+
+    // Counted by where they were answered: the four lean LISTs above from the cache; the GET
+    // and the Table upstream (refused values ask for nothing: not counted).
+    let m = env.get("/watchcache/metrics").await;
+    let text = String::from_utf8_lossy(&m.body).into_owned();
+    let value = |answered: &str| {
+        let series = format!("watchcache_drop_managed_fields_requests_total{{answered=\"{answered}\",resource=\"configmaps\"}}");
+        text.lines()
+            .find(|l| l.starts_with(&series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{series} in\n{text}"))
+    };
+    assert_eq!((value("cache"), value("upstream")), (4.0, 2.0));
 }
 
 #[tokio::test]

@@ -189,6 +189,12 @@ pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<Negotiated> {
     }
 }
 
+/// Whether some clause of `accept` asks for `drop=metadata.managedFields` (with a value the
+/// apiserver takes), for the metric of such requests whatever answers them.
+pub fn asks_to_drop_managed_fields(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| clauses(a).iter().any(|c| c.lean))
+}
+
 /// Whether the apiserver would send an error `Status` for `accept` in protobuf: its
 /// `ErrorNegotiated` takes the first clause it can encode a Status in, transforms (`as=…`)
 /// excluded, so only a plain protobuf clause ahead of every plain JSON one.
