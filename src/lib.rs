@@ -15,6 +15,7 @@
 //! | --- | --- |
 //! | [`resource`] | plain types: `ResourceKind`, `ObjectKey`, `Rv`, `Object`, `Event` |
 //! | [`metadata_only`] | the `PartialObjectMetadata` encodings (metadata-only reads) of cached bytes |
+//! | [`managed_fields`] | objects without `metadata.managedFields` (`drop=metadata.managedFields`, KEP-5958) |
 //! | [`proto`] | protobuf answers: the Kubernetes schema, JSON → protobuf transcoding, envelopes |
 //! | [`error`] | the error enum and the one function that renders apiserver `Status` JSON |
 //! | [`params`] | ListOptions query parsing, defaulting, validation, continue tokens |
@@ -41,6 +42,7 @@ pub mod caches;
 pub mod config;
 pub mod consistency;
 pub mod error;
+pub mod managed_fields;
 pub mod metadata_only;
 pub mod metrics;
 pub mod params;

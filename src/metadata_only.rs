@@ -16,7 +16,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// How a cached read encodes its objects for the client.
+/// How a cached read encodes its objects for the client: the shape (the objects, or their
+/// PartialObjectMetadata), the encoding (JSON, protobuf) and whether `metadata.managedFields`
+/// is left out (`Accept: …;drop=metadata.managedFields`, KEP-5958, `managed_fields`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Repr {
     /// The objects as received (the resource's own kind), in JSON.
@@ -28,19 +30,40 @@ pub enum Repr {
     FullProto,
     /// PartialObjectMetadata in protobuf.
     MetadataProto,
+    /// `Full` without `metadata.managedFields`.
+    FullLean,
+    /// `Metadata` without `metadata.managedFields`.
+    MetadataLean,
+    /// `FullProto` without `metadata.managedFields`.
+    FullProtoLean,
+    /// `MetadataProto` without `metadata.managedFields`.
+    MetadataProtoLean,
 }
 
 impl Repr {
     /// Every representation, in `index` order.
-    pub const ALL: [Repr; 4] = [Repr::Full, Repr::Metadata, Repr::FullProto, Repr::MetadataProto];
+    pub const ALL: [Repr; 8] = [
+        Repr::Full,
+        Repr::Metadata,
+        Repr::FullProto,
+        Repr::MetadataProto,
+        Repr::FullLean,
+        Repr::MetadataLean,
+        Repr::FullProtoLean,
+        Repr::MetadataProtoLean,
+    ];
 
-    /// Index for per-representation arrays (`[Full, Metadata, FullProto, MetadataProto]`).
+    /// Index for per-representation arrays (`ALL`'s order; the first four keep managedFields).
     pub fn index(self) -> usize {
         match self {
             Repr::Full => 0,
             Repr::Metadata => 1,
             Repr::FullProto => 2,
             Repr::MetadataProto => 3,
+            Repr::FullLean => 4,
+            Repr::MetadataLean => 5,
+            Repr::FullProtoLean => 6,
+            Repr::MetadataProtoLean => 7,
         }
     }
 
@@ -51,27 +74,47 @@ impl Repr {
             Repr::Metadata => "metadata",
             Repr::FullProto => "full_protobuf",
             Repr::MetadataProto => "metadata_protobuf",
+            Repr::FullLean => "full_lean",
+            Repr::MetadataLean => "metadata_lean",
+            Repr::FullProtoLean => "full_protobuf_lean",
+            Repr::MetadataProtoLean => "metadata_protobuf_lean",
         }
     }
 
     /// Protobuf rather than JSON.
     pub fn is_proto(self) -> bool {
-        matches!(self, Repr::FullProto | Repr::MetadataProto)
+        matches!(self, Repr::FullProto | Repr::MetadataProto | Repr::FullProtoLean | Repr::MetadataProtoLean)
     }
 
     /// PartialObjectMetadata rather than the object.
     pub fn is_metadata(self) -> bool {
-        matches!(self, Repr::Metadata | Repr::MetadataProto)
+        matches!(self, Repr::Metadata | Repr::MetadataProto | Repr::MetadataLean | Repr::MetadataProtoLean)
+    }
+
+    /// Without `metadata.managedFields` (`drop=metadata.managedFields`).
+    pub fn is_lean(self) -> bool {
+        self.index() >= 4
+    }
+
+    /// The same representation with managedFields kept.
+    pub fn keeping_managed_fields(self) -> Repr {
+        Repr::ALL[self.index() % 4]
+    }
+
+    /// The same representation, with managedFields left out if `lean`.
+    pub fn lean(self, lean: bool) -> Repr {
+        Repr::ALL[self.index() % 4 + if lean { 4 } else { 0 }]
     }
 
     /// The same shape in the other encoding.
     pub fn with_proto(self, proto: bool) -> Repr {
-        match (self.is_metadata(), proto) {
+        let base = match (self.is_metadata(), proto) {
             (false, false) => Repr::Full,
             (true, false) => Repr::Metadata,
             (false, true) => Repr::FullProto,
             (true, true) => Repr::MetadataProto,
-        }
+        };
+        base.lean(self.is_lean())
     }
 }
 

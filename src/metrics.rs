@@ -116,6 +116,7 @@ pub struct Metrics {
     offered: IntCounterVec,
     watch_shards: IntGaugeVec,
     shard_filtered: IntCounterVec,
+    drop_managed_fields: IntCounterVec,
     ready: IntGaugeVec,
     staleness: GaugeVec,
     cache_lag: GaugeVec,
@@ -283,6 +284,13 @@ impl Metrics {
                 "watchcache_watch_filtered_events_total",
                 "Events a sharded watch did not get because the object is outside its shard.",
                 &["resource"],
+            ),
+            drop_managed_fields: counter(
+                &r,
+                "watchcache_drop_managed_fields_requests_total",
+                "Reads asking drop=metadata.managedFields (KEP-5958), by where they were answered: \
+                 cache (without managedFields) or upstream (as the upstream answers).",
+                &["resource", "answered"],
             ),
             ready: gauge(
                 &r,
@@ -452,6 +460,9 @@ impl Metrics {
         }
         self.list_fetched.with_label_values(&[resource]);
         self.list_returned.with_label_values(&[resource]);
+        for answered in ["cache", "upstream"] {
+            self.drop_managed_fields.with_label_values(&[resource, answered]);
+        }
     }
 
     /// How many resources are cached, and how many a wildcard skipped by reason (every reason
@@ -512,6 +523,13 @@ impl Metrics {
     pub fn request_duration(&self, verb: &str, resource: &str, served: Served, secs: f64) {
         let verb = if VERBS.contains(&verb) { verb } else { "other" };
         self.request_duration.with_label_values(&[verb, resource, served.labels().0]).observe(secs);
+    }
+
+    /// A read that asked for `drop=metadata.managedFields`, answered by the cache (without
+    /// them) or forwarded (`cache` false: the upstream decides; one before 1.38 keeps them).
+    pub fn drop_managed_fields(&self, resource: &str, cache: bool) {
+        let answered = if cache { "cache" } else { "upstream" };
+        self.drop_managed_fields.with_label_values(&[resource, answered]).inc();
     }
 
     pub fn forwarded(&self, reason: &str) {

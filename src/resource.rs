@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 
+use crate::managed_fields;
 use crate::metadata_only::{self, Repr};
 use crate::proto::{self, ProtoType, Rope};
 
@@ -253,7 +254,7 @@ pub struct Header {
 /// `typed = {"kind":…,"apiVersion":…,` + `body`, `item = {` + `body` for built-ins.
 #[derive(Clone, Debug)]
 pub struct Object {
-    pub header: Header,
+    pub header: Arc<Header>,
     /// For built-in kinds: the object after its `{"kind":"…","apiVersion":"…",` (or after
     /// `{` when it came without them), i.e. starting at the first other member.
     /// For custom resources: the whole object as received.
@@ -270,6 +271,10 @@ pub struct Object {
     proto: OnceLock<Option<Rope>>,
     /// The same for its PartialObjectMetadata (sharing with `meta`).
     proto_meta: OnceLock<Option<Rope>>,
+    /// This version without `metadata.managedFields` (`drop=metadata.managedFields`), made at
+    /// the first such read and shared by every later one, its own encodings made lazily as
+    /// these are; `None` when it has none (the object itself is lean).
+    lean: OnceLock<Option<Box<Object>>>,
 }
 
 /// Why an object could not be taken from upstream bytes.
@@ -478,14 +483,62 @@ impl Object {
             (true, false) => bytes.slice(skip_ws(&bytes, 0) + 1..),
         };
         Ok(Object {
-            header,
+            header: Arc::new(header),
             body,
             type_prefix: if kind.builtin { typing.prefix.clone() } else { Bytes::new() },
             meta: OnceLock::new(),
             proto_type: typing.proto.clone(),
             proto: OnceLock::new(),
             proto_meta: OnceLock::new(),
+            lean: OnceLock::new(),
         })
+    }
+
+    /// This version without `metadata.managedFields`, as a 1.38 apiserver encodes it for
+    /// `drop=metadata.managedFields` (`managed_fields`): made once, then shared.
+    pub fn without_managed_fields(&self) -> &Object {
+        self.lean
+            .get_or_init(|| {
+                let cut = if self.type_prefix.is_empty() {
+                    managed_fields::cut(&self.body)
+                } else {
+                    // A built-in's body is its members after `{`: cut in `{` + body.
+                    let mut whole = Vec::with_capacity(self.body.len() + 1);
+                    whole.push(b'{');
+                    whole.extend_from_slice(&self.body);
+                    managed_fields::cut(&whole).map(|r| r.start - 1..r.end - 1)
+                }?;
+                let mut body = BytesMut::with_capacity(self.body.len() - cut.len());
+                body.put_slice(&self.body[..cut.start]);
+                body.put_slice(&self.body[cut.end..]);
+                Some(Box::new(Object {
+                    header: self.header.clone(),
+                    body: body.freeze(),
+                    type_prefix: self.type_prefix.clone(),
+                    meta: OnceLock::new(),
+                    proto_type: self.proto_type.clone(),
+                    proto: OnceLock::new(),
+                    proto_meta: OnceLock::new(),
+                    lean: OnceLock::new(),
+                }))
+            })
+            .as_deref()
+            .unwrap_or(self)
+    }
+
+    /// The object whose bytes a representation encodes: this one, or it without managedFields.
+    pub fn view(&self, repr: Repr) -> &Object {
+        if repr.is_lean() {
+            self.without_managed_fields()
+        } else {
+            self
+        }
+    }
+
+    /// The protobuf message of the object in a protobuf representation (`proto_message` of its
+    /// `view`).
+    pub fn proto_message_as(&self, repr: Repr) -> Option<&Rope> {
+        self.view(repr).proto_message(repr.is_metadata())
     }
 
     /// The object as `meta.k8s.io/v1` PartialObjectMetadata (encoded once per version).
@@ -533,13 +586,16 @@ impl Object {
     /// answers, watch events, metadata-only list items); in protobuf, the enveloped object
     /// (`k8s\0` + Unknown). `None`: no exact protobuf for it.
     pub fn chunks_as(&self, repr: Repr) -> Option<[Bytes; 3]> {
+        if repr.is_lean() {
+            return self.without_managed_fields().chunks_as(repr.keeping_managed_fields());
+        }
         Some(match repr {
             Repr::Full => {
                 let [a, b] = self.typed_chunks();
                 [a, b, Bytes::new()]
             }
             Repr::Metadata => [self.metadata_bytes(), Bytes::new(), Bytes::new()],
-            Repr::FullProto | Repr::MetadataProto => {
+            _ => {
                 let msg = self.proto_message(repr.is_metadata())?;
                 let head = proto::envelope::head(self.proto_type.type_meta(repr.is_metadata()), msg.len());
                 [Bytes::from(head), msg.to_bytes(), Bytes::from_static(proto::envelope::UNKNOWN_TAIL)]
@@ -551,10 +607,11 @@ impl Object {
     /// protobuf, whose list items are the kept message's parts (`proto_message`), written by the
     /// list without a copy of their own.
     pub fn item_chunks_as(&self, repr: Repr) -> Option<[Bytes; 2]> {
-        match repr {
-            Repr::Full => Some(self.item_chunks()),
-            Repr::Metadata => Some([self.metadata_bytes(), Bytes::new()]),
-            Repr::FullProto | Repr::MetadataProto => None,
+        let o = self.view(repr);
+        match repr.keeping_managed_fields() {
+            Repr::Full => Some(o.item_chunks()),
+            Repr::Metadata => Some([o.metadata_bytes(), Bytes::new()]),
+            _ => None,
         }
     }
 
@@ -602,6 +659,7 @@ impl Object {
         out.meta = OnceLock::new();
         out.proto = OnceLock::new();
         out.proto_meta = OnceLock::new();
+        out.lean = OnceLock::new();
         let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
         if let Some(pos) = find(&self.body, needle.as_bytes()) {
             let mut b = BytesMut::with_capacity(self.body.len() + 8);
@@ -610,7 +668,7 @@ impl Object {
             b.put_slice(&self.body[pos + needle.len()..]);
             out.body = b.freeze();
         }
-        out.header.rv = rv;
+        Arc::make_mut(&mut out.header).rv = rv;
         out
     }
 
@@ -624,7 +682,7 @@ impl Object {
     pub fn item_len_as(&self, repr: Repr) -> usize {
         if repr.is_proto() {
             return self
-                .proto_message(repr.is_metadata())
+                .proto_message_as(repr)
                 .map_or(0, |m| proto::envelope::item_prefix_len(m.len()) + m.len());
         }
         self.item_chunks_as(repr).map_or(0, |[a, b]| a.len() + b.len())
@@ -828,12 +886,25 @@ pub struct Event {
     meta_frame: OnceLock<Bytes>,
     /// The same in protobuf, whole and metadata only (`None`: no exact protobuf).
     proto_frames: [OnceLock<Option<Bytes>>; 2],
+    /// The four representations without managedFields, each framed at its first watcher; boxed
+    /// at the first lean watcher, so an event nobody reads lean (most of the history) carries a
+    /// pointer, not four empty slots.
+    lean_frames: OnceLock<Box<[OnceLock<Option<Bytes>>; 4]>>,
 }
 
 impl Event {
     pub fn new(kind: EventType, rv: Rv, object: Arc<Object>, prev: Option<Arc<Object>>) -> Event {
         let frame = frame_event(kind, &object.typed_chunks());
-        Event { kind, rv, object, prev, frame, meta_frame: OnceLock::new(), proto_frames: Default::default() }
+        Event {
+            kind,
+            rv,
+            object,
+            prev,
+            frame,
+            meta_frame: OnceLock::new(),
+            proto_frames: Default::default(),
+            lean_frames: Default::default(),
+        }
     }
 
     /// The event's frame in the representation a watcher asked for; `None` if it has no exact
@@ -847,6 +918,9 @@ impl Event {
                     .clone(),
             ),
             Repr::FullProto | Repr::MetadataProto => self.proto_frames[usize::from(repr.is_metadata())]
+                .get_or_init(|| frame_object(self.kind, &self.object, repr))
+                .clone(),
+            _ => self.lean_frames.get_or_init(Default::default)[repr.index() - 4]
                 .get_or_init(|| frame_object(self.kind, &self.object, repr))
                 .clone(),
         }

@@ -121,8 +121,8 @@ pub struct NoExactEncoding;
 /// that need them.
 #[derive(Debug, Default)]
 pub struct LazyFrames {
-    added: [OnceLock<Option<Bytes>>; 4],
-    deleted: [OnceLock<Option<Bytes>>; 4],
+    added: [OnceLock<Option<Bytes>>; 8],
+    deleted: [OnceLock<Option<Bytes>>; 8],
 }
 
 impl LazyFrames {

@@ -114,7 +114,7 @@ impl Iterator for ListChunks {
             if self.repr.is_proto() {
                 // Made (and checked) by `render`: always there. Its parts (some shared with the
                 // stored JSON) are copied once, into this chunk.
-                let Some(msg) = obj.proto_message(self.repr.is_metadata()) else { continue };
+                let Some(msg) = obj.proto_message_as(self.repr) else { continue };
                 // The `items` key and length, written in place (no buffer per item).
                 buf.put_u8(0x12);
                 proto::wire::put_varint(&mut buf, msg.len() as u64);
@@ -211,16 +211,16 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     let repr = filter.repr;
     let shard_info = shard_info(kind, filter);
     let shard_info = shard_info.as_deref();
-    let (head, tail) = match repr {
+    let (head, tail) = match repr.keeping_managed_fields() {
         Repr::Full => (
             envelope_head(kind, rv, continue_token.as_deref(), remaining, shard_info),
             envelope_tail(kind, rv, continue_token.as_deref(), remaining),
         ),
         Repr::Metadata => metadata_envelope(rv, continue_token.as_deref(), remaining, items.is_empty()),
-        Repr::FullProto | Repr::MetadataProto => {
+        _ => {
             let mut items_len = 0;
             for o in &items {
-                let msg = o.proto_message(repr.is_metadata())?;
+                let msg = o.proto_message_as(repr)?;
                 items_len += envelope::item_prefix_len(msg.len()) + msg.len();
             }
             let meta = ListMeta { rv, cont: continue_token.as_deref(), remaining, shard: shard_info };

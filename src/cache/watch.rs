@@ -157,7 +157,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         }
         // In protobuf, every initial object must have its exact encoding (made now, once per
         // object version), or the apiserver serves the watch.
-        if repr.is_proto() && !initial.iter().all(|o| o.proto_message(repr.is_metadata()).is_some()) {
+        if repr.is_proto() && !initial.iter().all(|o| o.proto_message_as(repr).is_some()) {
             return Err(Error::NoExactEncoding);
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);

@@ -110,7 +110,7 @@ fn parse(step: &Step) -> Result<(LabelSelector, FieldSelector), Error> {
 
 fn header(kind: &ResourceKind, object: &Value) -> Header {
     let bytes = Bytes::from(serde_json::to_vec(object).unwrap());
-    Object::parse(kind, &typing(kind), bytes).unwrap().header
+    (*Object::parse(kind, &typing(kind), bytes).unwrap().header).clone()
 }
 
 fn is_watch(step: &Step) -> bool {

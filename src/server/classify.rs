@@ -421,10 +421,10 @@ pub fn classify(
         // e.g. /api/v1/namespaces/ns/nodes: let the apiserver answer as it does.
         return Route::Forward(ForwardReason::NotCached);
     }
-    let Some((wanted, proto)) = accept::negotiate(accept, kind.builtin) else {
+    let Some(negotiated) = accept::negotiate(accept, kind.builtin) else {
         return Route::Forward(ForwardReason::Accept);
     };
-    match decide(&rp, kind, query.unwrap_or(""), wanted, proto) {
+    match decide(&rp, kind, query.unwrap_or(""), negotiated) {
         Ok(r) => r,
         Err(e) => Route::Reject(e),
     }
@@ -434,14 +434,13 @@ fn decide(
     rp: &ResourcePath,
     kind: Arc<ResourceKind>,
     query: &str,
-    wanted: Wanted,
-    proto: bool,
+    negotiated: Negotiated,
 ) -> Result<Route, Error> {
     let mut opts = ListOptions::from_query(query)?;
     // `?watch=1` on an object URL is a plain GET; `/watch/` makes anything a watch.
     let is_get = rp.name.is_some() && !rp.watch_prefix;
     let is_list = !is_get && !opts.watch && !rp.watch_prefix;
-    let Some(repr) = accept::repr_for(wanted, is_list, proto) else {
+    let Some(repr) = accept::repr_for(negotiated, is_list) else {
         return Ok(Route::Forward(ForwardReason::Accept));
     };
     if is_get {
@@ -558,7 +557,7 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
 
 mod accept;
 
-pub use accept::{error_in_proto, Wanted};
+pub use accept::{asks_to_drop_managed_fields, error_in_proto, Negotiated, Wanted};
 
 #[cfg(test)]
 mod tests;

@@ -85,3 +85,54 @@ pub fn take_frames(buf: &mut Vec<u8>) -> Vec<Vec<u8>> {
     }
     out
 }
+
+// Without managedFields (KEP-5958): what an apiserver that clears `ObjectMeta.managedFields`
+// before encoding sends, made from what it sent with them. Go writes a message's fields in
+// order and nothing for an empty repeated field, so dropping field 17 is exactly that.
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A message again from its fields, each length-delimited one passed through `f` (by number).
+/// What `rebuild` does with a length-delimited field (by number): its new payload, or `None`
+/// to leave it out.
+pub type FieldMap<'a> = &'a dyn Fn(u64, &[u8]) -> Option<Vec<u8>>;
+
+pub fn rebuild(msg: &[u8], f: FieldMap<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(msg.len());
+    for (n, wt, payload) in fields(msg).expect("a protobuf message") {
+        let payload = if wt == 2 { f(n, payload) } else { Some(payload.to_vec()) };
+        let Some(payload) = payload else { continue };
+        put_varint(&mut out, n << 3 | u64::from(wt));
+        if wt == 2 {
+            put_varint(&mut out, payload.len() as u64);
+        }
+        out.extend_from_slice(&payload);
+    }
+    out
+}
+
+/// An object (or PartialObjectMetadata) message without `ObjectMeta.managedFields` (17).
+pub fn lean_object(obj: &[u8]) -> Vec<u8> {
+    rebuild(obj, &|n, p| {
+        Some(if n == 1 { rebuild(p, &|n, p| (n != 17).then(|| p.to_vec())) } else { p.to_vec() })
+    })
+}
+
+/// `k8s\0` + Unknown whose raw (2) is rewritten by `f`.
+pub fn lean_envelope(body: &[u8], f: &dyn Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    let unknown = body.strip_prefix(b"k8s\0").expect("the protobuf magic");
+    let mut out = b"k8s\0".to_vec();
+    out.extend(rebuild(unknown, &|n, p| Some(if n == 2 { f(p) } else { p.to_vec() })));
+    out
+}
+
+/// A list message whose items (2) lose their managedFields.
+pub fn lean_list(list: &[u8]) -> Vec<u8> {
+    rebuild(list, &|n, p| Some(if n == 2 { lean_object(p) } else { p.to_vec() }))
+}

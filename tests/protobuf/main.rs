@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod managed_fields;
 mod metadata_only;
 mod protobuf;
 mod protobuf_serving;

@@ -12,6 +12,7 @@ mod gzip;
 mod health;
 mod lifecycle;
 mod live_cluster;
+mod managed_fields;
 mod metrics;
 mod passthrough;
 mod pod_updates;

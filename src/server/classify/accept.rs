@@ -13,6 +13,13 @@
 //! JSON gets JSON. Anything else (Table, v1beta1, YAML only, unknown parameters) is forwarded,
 //! which is exact.
 //!
+//! `drop=metadata.managedFields` (KEP-5958, a 1.38 apiserver with `ManagedFieldsOptOut`) is
+//! served as the same representation without `metadata.managedFields`, in JSON and protobuf,
+//! objects and metadata alike. The apiserver accepts a `drop` whose `+`-separated targets it
+//! all knows, each once; any other `drop` makes its clause unacceptable, skipped like an
+//! unknown media type (the next clause answers; none left is a 406, which the cache leaves to
+//! the upstream).
+//!
 //! Errors are negotiated apart (`error_in_proto`), as the apiserver's `ErrorNegotiated` does:
 //! without transforms, so a metadata-only protobuf client gets its Status in JSON.
 //!
@@ -48,6 +55,8 @@ enum Media {
 struct Clause {
     media: Media,
     wanted: Wanted,
+    /// `drop=metadata.managedFields`.
+    lean: bool,
     q: f32,
     /// 0 for `type/subtype`, 1 for `type/*`, 2 for `*/*` (goautoneg's tie-break).
     wildcards: u8,
@@ -73,6 +82,7 @@ fn parse(range: &str) -> Option<Clause> {
     };
     let (mut as_, mut g, mut v, mut q, mut other) = (None, None, None, 1.0f32, false);
     let mut stream = false;
+    let mut drop = None;
     for p in it {
         let (k, val) = p.split_once('=').unwrap_or((p, ""));
         let val = val.trim().trim_matches('"');
@@ -84,10 +94,25 @@ fn parse(range: &str) -> Option<Clause> {
             // Recorded: `vnd.kubernetes.protobuf;stream=watch` is served as protobuf (LIST and
             // GET included); other stream parameters are the apiserver's to judge.
             "stream" if val == "watch" => stream = true,
+            "drop" => drop = Some(val.to_owned()),
             "" => {}
             _ => other = true,
         }
     }
+    let lean = match drop.as_deref().map(drop_targets) {
+        None => false,
+        Some(Some(lean)) => lean,
+        // An unknown, repeated or empty target: the apiserver skips the clause.
+        Some(None) => {
+            return Some(Clause {
+                media: Media::Unsupported,
+                wanted: Wanted::Other,
+                lean: false,
+                q,
+                wildcards,
+            })
+        }
+    };
     let meta_v1 = g.as_deref() == Some("meta.k8s.io") && v.as_deref() == Some("v1");
     let other = other || (stream && media != Media::Protobuf);
     let wanted = match (as_.as_deref(), other) {
@@ -97,7 +122,23 @@ fn parse(range: &str) -> Option<Clause> {
         (Some("PartialObjectMetadataList"), false) if meta_v1 => Wanted::MetadataList,
         _ => Wanted::Other,
     };
-    Some(Clause { media, wanted, q, wildcards })
+    Some(Clause { media, wanted, lean, q, wildcards })
+}
+
+/// The fields a 1.38 apiserver can drop (`drop=a+b`).
+const DROPPABLE: &[&str] = &["metadata.managedFields"];
+
+/// Whether a `drop` value asks for managedFields to be left out; `None` if the apiserver
+/// refuses the value (a target it does not know, one named twice, an empty one).
+fn drop_targets(value: &str) -> Option<bool> {
+    let mut seen: Vec<&str> = Vec::new();
+    for t in value.split('+') {
+        if !DROPPABLE.contains(&t) || seen.contains(&t) {
+            return None;
+        }
+        seen.push(t);
+    }
+    Some(seen.contains(&"metadata.managedFields"))
 }
 
 fn clauses(accept: &str) -> Vec<Clause> {
@@ -109,12 +150,22 @@ fn clauses(accept: &str) -> Vec<Clause> {
     clauses
 }
 
+/// What negotiation chose: the representation, protobuf or JSON, managedFields dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    pub wanted: Wanted,
+    pub proto: bool,
+    /// `drop=metadata.managedFields`.
+    pub lean: bool,
+}
+
 /// The representation the apiserver would answer `accept` with for a resource (`builtin`:
-/// not a custom resource), and whether in protobuf, if the cache can give it; `None` if the
-/// request must go upstream. An absent or empty header is JSON.
-pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<(Wanted, bool)> {
+/// not a custom resource), whether in protobuf and whether without managedFields, if the
+/// cache can give it; `None` if the request must go upstream. An absent or empty header is
+/// JSON.
+pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<Negotiated> {
     let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
-        return Some((Wanted::Object, false));
+        return Some(Negotiated { wanted: Wanted::Object, proto: false, lean: false });
     };
     let clauses = clauses(accept);
     // A custom resource has no protobuf of its own; its PartialObjectMetadata has.
@@ -126,15 +177,22 @@ pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<(Wanted, bool)> 
     if first.wanted == Wanted::Other || (builtin && first.media == Media::Json && first.wildcards == 1) {
         return None;
     }
+    let chosen = |c: &Clause, proto| Negotiated { wanted: c.wanted, proto, lean: c.lean };
     match first.media {
-        Media::Json => Some((first.wanted, false)),
-        Media::Protobuf => Some((first.wanted, true)),
+        Media::Json => Some(chosen(first, false)),
+        Media::Protobuf => Some(chosen(first, true)),
         // YAML first: JSON if the client takes the same representation in JSON.
         _ => {
             let json = usable().find(|c| c.media == Media::Json)?;
-            (json.wanted == first.wanted).then_some((json.wanted, false))
+            (json.wanted == first.wanted && json.lean == first.lean).then_some(chosen(json, false))
         }
     }
+}
+
+/// Whether some clause of `accept` asks for `drop=metadata.managedFields` (with a value the
+/// apiserver takes), for the metric of such requests whatever answers them.
+pub fn asks_to_drop_managed_fields(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| clauses(a).iter().any(|c| c.lean))
 }
 
 /// Whether the apiserver would send an error `Status` for `accept` in protobuf: its
@@ -152,13 +210,13 @@ pub fn error_in_proto(accept: Option<&str>) -> bool {
 /// PartialObjectMetadata gets the apiserver's 406, a watch asked for as a list gets objects).
 /// Built-in kinds and custom resources alike (a custom resource's metadata is re-ordered as
 /// `ObjectMeta` by `metadata_only::custom_object`).
-pub fn repr_for(wanted: Wanted, is_list: bool, proto: bool) -> Option<Repr> {
-    let repr = match (wanted, is_list) {
+pub fn repr_for(n: Negotiated, is_list: bool) -> Option<Repr> {
+    let repr = match (n.wanted, is_list) {
         (Wanted::Object, _) => Repr::Full,
         (Wanted::MetadataObject, false) | (Wanted::MetadataList, true) => Repr::Metadata,
         _ => return None,
     };
-    Some(repr.with_proto(proto))
+    Some(repr.with_proto(n.proto).lean(n.lean))
 }
 
 #[cfg(test)]
@@ -211,8 +269,67 @@ mod tests {
             ("application/json;g=meta.k8s.io;v=v1", None),
         ];
         for (accept, want) in cases {
+            let got = negotiate(Some(accept), true);
+            assert_eq!(got.map(|n| (n.wanted, n.proto)), *want, "Accept: {accept}");
+            assert!(!got.is_some_and(|n| n.lean), "Accept: {accept}");
+        }
+    }
+
+    /// KEP-5958 as the 1.38 sources and their tests have it: `drop=metadata.managedFields`
+    /// on any clause the cache serves; an unknown, repeated or empty target makes the clause
+    /// unacceptable (the next one answers); the response's media type is the clause's.
+    #[test]
+    fn drop_managed_fields() {
+        let pb = "application/vnd.kubernetes.protobuf";
+        let d = ";drop=metadata.managedFields";
+        const J: bool = false;
+        const P: bool = true;
+        let n = |wanted, proto, lean| Some(Negotiated { wanted, proto, lean });
+        let cases: &[(String, Option<Negotiated>)] = &[
+            (format!("application/json{d}"), n(Wanted::Object, J, true)),
+            ("application/json; drop=metadata.managedFields".to_owned(), n(Wanted::Object, J, true)),
+            (format!("{pb}{d}"), n(Wanted::Object, P, true)),
+            (format!("{pb};stream=watch{d}"), n(Wanted::Object, P, true)),
+            // client-go with the opt-out: the parameter on every clause.
+            (format!("{pb}{d}, application/json{d}"), n(Wanted::Object, P, true)),
+            (format!("application/json{d},*/*{d}"), n(Wanted::Object, J, true)),
+            // Only the chosen clause's parameter counts.
+            (format!("{pb}, application/json{d}"), n(Wanted::Object, P, false)),
+            (format!("{pb}{d};q=0.5, application/json"), n(Wanted::Object, J, false)),
+            (format!("{META}{d}"), n(Wanted::MetadataObject, J, true)),
+            (format!("{META_LIST}{d}"), n(Wanted::MetadataList, J, true)),
+            (
+                format!("{pb};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1{d},{META_LIST}{d}"),
+                n(Wanted::MetadataList, P, true),
+            ),
+            // The 1.38 integration test: an unsupported value skips its clause.
+            ("application/json;drop=spec, application/json".to_owned(), n(Wanted::Object, J, false)),
+            (format!("{pb};drop=spec, application/json{d}"), n(Wanted::Object, J, true)),
+            (
+                format!("application/json;drop=metadata.managedFields+metadata.managedFields, {pb}"),
+                n(Wanted::Object, P, false),
+            ),
+            (
+                format!("application/json;drop=spec.x+metadata.managedFields, {pb}"),
+                n(Wanted::Object, P, false),
+            ),
+            (format!("application/json;drop=, {pb}"), n(Wanted::Object, P, false)),
+            // No clause left: the apiserver's 406, left to the upstream.
+            ("application/json;drop=spec".to_owned(), None),
+            // YAML first: JSON only if it is the same representation, managedFields included.
+            (format!("application/yaml{d},application/json{d}"), n(Wanted::Object, J, true)),
+            (format!("application/yaml{d},application/json"), None),
+            // Table is the apiserver's, with or without the parameter.
+            (format!("application/json;as=Table;v=v1;g=meta.k8s.io{d}"), None),
+        ];
+        for (accept, want) in cases {
             assert_eq!(negotiate(Some(accept), true), *want, "Accept: {accept}");
         }
+        // A custom resource: JSON only, metadata in protobuf too.
+        assert_eq!(
+            negotiate(Some(&format!("{pb}{d}, application/json{d}")), false),
+            n(Wanted::Object, J, true)
+        );
     }
 
     #[test]
@@ -220,10 +337,11 @@ mod tests {
         let pb = "application/vnd.kubernetes.protobuf";
         // Recorded (crd-accept-protobuf.json): protobuf alone is a 406 (upstream answers it),
         // protobuf-first gets JSON.
+        let n = |wanted, proto| Some(Negotiated { wanted, proto, lean: false });
         assert_eq!(negotiate(Some(pb), false), None);
-        assert_eq!(negotiate(Some(&format!("{pb}, application/json")), false), Some((Wanted::Object, false)));
+        assert_eq!(negotiate(Some(&format!("{pb}, application/json")), false), n(Wanted::Object, false));
         let gc = format!("{pb};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,{META_LIST},application/json");
-        assert_eq!(negotiate(Some(&gc), false), Some((Wanted::MetadataList, true)));
+        assert_eq!(negotiate(Some(&gc), false), n(Wanted::MetadataList, true));
     }
 
     #[test]
@@ -241,13 +359,21 @@ mod tests {
 
     #[test]
     fn verbs_and_kinds() {
-        assert_eq!(repr_for(Wanted::MetadataList, true, false), Some(Repr::Metadata));
-        assert_eq!(repr_for(Wanted::MetadataObject, false, false), Some(Repr::Metadata));
-        assert_eq!(repr_for(Wanted::MetadataObject, false, true), Some(Repr::MetadataProto));
+        let n = |wanted, proto| Negotiated { wanted, proto, lean: false };
+        assert_eq!(repr_for(n(Wanted::MetadataList, false), true), Some(Repr::Metadata));
+        assert_eq!(repr_for(n(Wanted::MetadataObject, false), false), Some(Repr::Metadata));
+        assert_eq!(repr_for(n(Wanted::MetadataObject, true), false), Some(Repr::MetadataProto));
         // The apiserver's 406s (recorded) and its watch quirk stay its own.
-        assert_eq!(repr_for(Wanted::MetadataObject, true, true), None);
-        assert_eq!(repr_for(Wanted::MetadataList, false, false), None);
-        assert_eq!(repr_for(Wanted::Object, true, false), Some(Repr::Full));
-        assert_eq!(repr_for(Wanted::Object, true, true), Some(Repr::FullProto));
+        assert_eq!(repr_for(n(Wanted::MetadataObject, true), true), None);
+        assert_eq!(repr_for(n(Wanted::MetadataList, false), false), None);
+        assert_eq!(repr_for(n(Wanted::Object, false), true), Some(Repr::Full));
+        assert_eq!(repr_for(n(Wanted::Object, true), true), Some(Repr::FullProto));
+        // drop=metadata.managedFields: the same representations, lean.
+        let lean = |wanted, proto| Negotiated { wanted, proto, lean: true };
+        assert_eq!(repr_for(lean(Wanted::Object, false), true), Some(Repr::FullLean));
+        assert_eq!(repr_for(lean(Wanted::Object, true), false), Some(Repr::FullProtoLean));
+        assert_eq!(repr_for(lean(Wanted::MetadataList, false), true), Some(Repr::MetadataLean));
+        assert_eq!(repr_for(lean(Wanted::MetadataObject, true), false), Some(Repr::MetadataProtoLean));
+        assert_eq!(repr_for(lean(Wanted::MetadataList, true), false), None);
     }
 }

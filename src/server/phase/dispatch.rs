@@ -12,7 +12,7 @@ use super::{arrived, missing, Classified, FromCache, Next, Recorder, Req, Reques
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::body;
-use crate::server::classify::{ForwardReason, RequestInfo};
+use crate::server::classify::{self, ForwardReason, RequestInfo};
 use crate::server::proxy::{self, TrustedHeaders};
 use crate::server::serve::{self, ServeOptions};
 use crate::upstream::Upstream;
@@ -84,6 +84,9 @@ impl Dispatch {
                 match serve::serve(&cr, src, &self.serve, arrived).await {
                     serve::Outcome::Response(mut resp) => {
                         self.recorder.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
+                        if cr.repr.is_lean() {
+                            self.recorder.0.drop_managed_fields(&gr, true);
+                        }
                         resp.extensions_mut().insert(FromCache);
                         resp
                     }
@@ -105,6 +108,10 @@ impl Dispatch {
         f: Forwarded<'_>,
     ) -> Resp {
         self.recorder.0.forwarded(reason.as_str());
+        let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        if req.method() == http::Method::GET && classify::asks_to_drop_managed_fields(accept) {
+            self.recorder.0.drop_managed_fields(f.resource, false);
+        }
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
         let resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
         self.recorder.record(
