@@ -12,6 +12,7 @@ mod filter;
 mod history;
 mod lag;
 mod list;
+mod memory;
 mod persist;
 mod relist;
 mod watch;
@@ -31,6 +32,7 @@ pub use filter::Filter;
 pub use history::History;
 pub use lag::DeliveryLag;
 pub use list::{ListBody, Page};
+pub use memory::Usage;
 pub use persist::{Persisted, RestoreError};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
@@ -61,6 +63,9 @@ pub struct CacheOptions {
     pub upstream_minor: Option<u32>,
     /// Where sampled watch-delivery lags are observed (`cache::lag`; off by default).
     pub delivery_lag: DeliveryLag,
+    /// Rung after every full list (`--cache-memory-limit`: a relist can grow a cache by its
+    /// whole size, so the limit is checked at once rather than at the next period).
+    pub memory_check: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Default for CacheOptions {
@@ -72,6 +77,7 @@ impl Default for CacheOptions {
             bookmark_interval: Duration::from_secs(60),
             upstream_minor: None,
             delivery_lag: DeliveryLag::default(),
+            memory_check: None,
         }
     }
 }
@@ -234,6 +240,9 @@ impl Writer {
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);
+        if let Some(check) = &self.shared.opts.memory_check {
+            check.notify_one();
+        }
         tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
     }
 
@@ -370,7 +379,8 @@ pub struct WatcherStats {
 pub struct HistoryStats {
     /// Events kept.
     pub len: usize,
-    /// At most this many (`--history-max-events`).
+    /// At most this many now (`--history-max-events`, or fewer while `--cache-memory-limit`
+    /// has shortened it).
     pub capacity: usize,
     /// Age of the oldest event kept (zero when empty).
     pub oldest_age: Duration,
@@ -435,7 +445,7 @@ impl Reader {
         let st = self.shared.state.lock();
         HistoryStats {
             len: st.history.len(),
-            capacity: self.shared.opts.history_max_events.max(1),
+            capacity: st.history.cap(),
             oldest_age: st.history.oldest_age(Instant::now()),
         }
     }
