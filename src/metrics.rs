@@ -498,9 +498,9 @@ impl Metrics {
     }
 
     /// `--cache-memory-limit` is on with `bytes`: every action's series starts at 0.
-    pub fn memory_limit(&self, bytes: u64) {
+    pub fn memory_limit(&self, bytes: u64, actions: &[&str]) {
         self.memory_limit.set(bytes as i64);
-        for a in crate::memory::ACTIONS {
+        for a in actions {
             self.memory_actions.with_label_values(&[a]);
         }
     }

@@ -47,7 +47,7 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let metrics = caching.metrics.clone();
-    metrics.memory_limit(opts.limit);
+    metrics.memory_limit(opts.limit, ACTIONS);
     tracing::info!(limit = opts.limit, period = ?opts.period, "cache memory limit");
     loop {
         tokio::select! {
