@@ -18,7 +18,7 @@ use crate::cache::{CacheOptions, Reader};
 use crate::caches::{self, Caching};
 use crate::config::{SecurityArgs, ServeArgs};
 use crate::consistency;
-use crate::memory::{self, MemoryOptions};
+use crate::memory;
 use crate::metrics::Metrics;
 use crate::reflector::ReflectorOptions;
 use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
@@ -208,13 +208,13 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             None
         }
     };
-    let memory_check = memory_limit.map(|_| Arc::new(tokio::sync::Notify::new()));
+    let memory_budget = memory_limit.map(|l| Arc::new(crate::cache::Budget::new(l)));
     let cache_opts = CacheOptions {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
         upstream_minor,
         delivery_lag: metrics.delivery_lag(),
-        memory_check: memory_check.clone(),
+        memory: memory_budget.clone(),
         ..CacheOptions::default()
     };
     let caching = Caching::new(
@@ -291,9 +291,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         shutdown_rx.clone(),
     ));
     tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.catalog()));
-    if let (Some(limit), Some(check)) = (memory_limit, memory_check) {
-        let opts = MemoryOptions { limit, period: args.cache_memory_check_period };
-        tokio::spawn(memory::run(caching.clone(), server.catalog(), opts, check, shutdown_rx.clone()));
+    if let Some(budget) = memory_budget {
+        let period = args.cache_memory_check_period;
+        tokio::spawn(memory::run(caching.clone(), server.catalog(), budget, period, shutdown_rx.clone()));
     }
     let conn_opts = crate::server::conn::ConnOptions {
         read_header_timeout: args.read_header_timeout,

@@ -4,14 +4,23 @@
 //! versions only the history still holds: superseded and deleted ones, each counted once).
 //! Objects the store holds are counted with the store, never again with the history.
 //!
-//! Called by `memory` (the governor) through [`Reader::memory`], [`Reader::limit_history`] and
-//! [`Reader::unlimit_history`]. The lock is held only to take the store's O(1) snapshot and to
-//! clone the history's event pointers; the counting happens outside it.
+//! A list that would take the caches past the limit is refused while it arrives ([`Budget`]):
+//! the reflector accounts it page by page ([`ListAccount`]), together with every other list in
+//! flight (the caches start listing at once), so that a resource larger than the room left is
+//! never held whole (the governor then makes room or drops it).
+//!
+//! Called by `memory` (the governor) through [`Reader::memory`], [`Reader::limit_history`],
+//! [`Reader::unlimit_history`] and [`Reader::refused_list`], and by `reflector` through
+//! `Writer::list_account`. The lock is held only to take the store's O(1) snapshot and to clone
+//! the history's event pointers; the counting happens outside it.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{Reader, Store};
+use tokio::sync::Notify;
+
+use super::{Reader, Store, Writer};
 use crate::resource::{Event, Object};
 
 /// A store entry's share of the ordered map (key and value pointers, node slack).
@@ -38,7 +47,96 @@ impl Usage {
     }
 }
 
+/// `--cache-memory-limit` as the caches see it: the limit, the caches' total at the last
+/// measurement, and the governor's bell.
+#[derive(Debug, Default)]
+pub struct Budget {
+    pub limit: u64,
+    measured: AtomicU64,
+    /// Bytes lists in flight have brought so far (all caches).
+    listing: AtomicU64,
+    /// Rung after every full list and every refused one: the governor measures at once.
+    pub check: Notify,
+}
+
+impl Budget {
+    pub fn new(limit: u64) -> Budget {
+        Budget { limit, ..Budget::default() }
+    }
+
+    /// The caches' total, as the governor last measured it (less what it then dropped).
+    pub fn set_measured(&self, total: u64) {
+        self.measured.store(total, Ordering::Relaxed);
+    }
+
+    pub fn measured(&self) -> u64 {
+        self.measured.load(Ordering::Relaxed)
+    }
+}
+
+/// One full list's bytes, counted against the [`Budget`] while it arrives; what it counted
+/// leaves the lists in flight when it is dropped (installed, refused or failed).
+pub struct ListAccount {
+    budget: Option<Arc<Budget>>,
+    shared: Arc<super::Shared>,
+    listed: u64,
+}
+
+impl ListAccount {
+    /// Counts `bytes` more; false when the caches' measured total, less what this cache holds
+    /// now (a relist replaces it), plus every list in flight passes the limit. The refusal is
+    /// recorded (the governor counts this cache at what its list brought) and rings the
+    /// governor. Always true without a limit.
+    pub fn add(&mut self, bytes: u64) -> bool {
+        self.listed += bytes;
+        let Some(budget) = &self.budget else { return true };
+        let listing = budget.listing.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let own = self.shared.kept.load(Ordering::Relaxed);
+        if budget.measured().saturating_sub(own) + listing <= budget.limit {
+            return true;
+        }
+        self.shared.refused.store(self.listed, Ordering::Relaxed);
+        budget.check.notify_one();
+        false
+    }
+
+    /// Bytes counted so far.
+    pub fn listed(&self) -> u64 {
+        self.listed
+    }
+
+    /// The list was installed: until the governor measures again, the caches' total counts it
+    /// in place of what the cache held before.
+    pub fn installed(self) {
+        if let Some(budget) = &self.budget {
+            let own = self.shared.kept.swap(self.listed, Ordering::Relaxed);
+            budget.set_measured(budget.measured().saturating_sub(own) + self.listed);
+        }
+    }
+}
+
+impl Drop for ListAccount {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.listing.fetch_sub(self.listed, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Writer {
+    /// Starts counting a full list against `--cache-memory-limit` ([`ListAccount`]).
+    pub fn list_account(&self) -> ListAccount {
+        ListAccount { budget: self.shared.opts.memory.clone(), shared: self.shared.clone(), listed: 0 }
+    }
+}
+
 impl Reader {
+    /// Bytes a list of this resource had brought when it was refused for the limit (0: none
+    /// since the last full list).
+    pub fn refused_list(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
+    }
+
     /// What this cache keeps in memory now (see the module doc).
     pub fn memory(&self) -> Usage {
         let (store, events, cap) = {
@@ -46,6 +144,7 @@ impl Reader {
             (st.store.clone(), st.history.iter().cloned().collect::<Vec<_>>(), st.history.cap())
         };
         let (objects, history) = measure(&store, &events);
+        self.shared.kept.store(objects + history, Ordering::Relaxed);
         Usage { objects, history, events: events.len(), history_cap: cap }
     }
 
@@ -96,6 +195,32 @@ mod tests {
             "x".repeat(data)
         );
         w.parse(Bytes::from(json)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn lists_in_flight_count_together_and_a_relist_replaces_what_its_cache_held() {
+        let budget = Arc::new(Budget::new(10_000));
+        let opts = CacheOptions { memory: Some(budget.clone()), ..CacheOptions::default() };
+        let (wa, ra) = cache::new(kind(), opts.clone());
+        let (wb, rb) = cache::new(kind(), opts);
+        let mut a = wa.list_account();
+        assert!(a.add(6_000));
+        let mut b = wb.list_account();
+        assert!(!b.add(5_000), "6 000 + 5 000 in flight pass 10 000");
+        assert_eq!((rb.refused_list(), ra.refused_list()), (5_000, 0));
+        drop(b);
+        assert!(a.add(3_000), "b's bytes left the lists in flight");
+        a.installed();
+        assert_eq!(budget.measured(), 9_000);
+        // A relist of a replaces its 9 000: 9 500 more fit; another cache's 1 500 then do not.
+        let mut again = wa.list_account();
+        assert!(again.add(9_500));
+        assert!(!wb.list_account().add(1_500));
+        drop(again);
+        assert!(wb.list_account().add(1_000));
+        // Without a limit every list fits.
+        let (w, _) = cache::new(kind(), CacheOptions::default());
+        assert!(w.list_account().add(u64::MAX / 2));
     }
 
     #[tokio::test]

@@ -32,7 +32,7 @@ pub use filter::Filter;
 pub use history::History;
 pub use lag::DeliveryLag;
 pub use list::{ListBody, Page};
-pub use memory::Usage;
+pub use memory::{Budget, ListAccount, Usage};
 pub use persist::{Persisted, RestoreError};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
@@ -63,9 +63,10 @@ pub struct CacheOptions {
     pub upstream_minor: Option<u32>,
     /// Where sampled watch-delivery lags are observed (`cache::lag`; off by default).
     pub delivery_lag: DeliveryLag,
-    /// Rung after every full list (`--cache-memory-limit`: a relist can grow a cache by its
-    /// whole size, so the limit is checked at once rather than at the next period).
-    pub memory_check: Option<Arc<tokio::sync::Notify>>,
+    /// `--cache-memory-limit` (`cache::memory`): rung after every full list (a relist can
+    /// grow a cache by its whole size, so the limit is checked at once rather than at the
+    /// next period), and checked by the reflector while a list arrives.
+    pub memory: Option<Arc<Budget>>,
 }
 
 impl Default for CacheOptions {
@@ -77,7 +78,7 @@ impl Default for CacheOptions {
             bookmark_interval: Duration::from_secs(60),
             upstream_minor: None,
             delivery_lag: DeliveryLag::default(),
-            memory_check: None,
+            memory: None,
         }
     }
 }
@@ -121,6 +122,10 @@ struct Shared {
     /// RVs the upstream was seen at (consistent-read probes) that the cache had not reached,
     /// oldest first, each with when it was seen: the cache is at least that far behind.
     ahead: Mutex<lag::Ahead>,
+    /// Bytes this cache kept at its last measurement (`cache::memory`).
+    kept: AtomicU64,
+    /// Bytes a list had brought when `--cache-memory-limit` refused it; 0 after a full list.
+    refused: AtomicU64,
 }
 
 impl Shared {
@@ -164,6 +169,8 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         relist: relist::Request::default(),
         delivery_lag,
         ahead: Mutex::new(lag::Ahead::default()),
+        kept: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
     });
     (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }
@@ -240,8 +247,9 @@ impl Writer {
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);
-        if let Some(check) = &self.shared.opts.memory_check {
-            check.notify_one();
+        self.shared.refused.store(0, Ordering::Relaxed);
+        if let Some(budget) = &self.shared.opts.memory {
+            budget.check.notify_one();
         }
         tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
     }

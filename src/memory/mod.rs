@@ -17,8 +17,9 @@ pub mod plan;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
+use crate::cache::Budget;
 use crate::caches::Caching;
 use crate::metrics::Metrics;
 use crate::server::catalog::Resources;
@@ -28,46 +29,40 @@ use plan::{Action, Cache, Dropped};
 /// (docs/apiserver-watch-cache.md §2.2).
 pub const HISTORY_FLOOR: usize = 100;
 
-/// The governor's settings.
-#[derive(Clone, Debug)]
-pub struct MemoryOptions {
-    /// Bytes the caches may keep together.
-    pub limit: u64,
-    /// How often it measures (`--cache-memory-check-period`).
-    pub period: Duration,
-}
-
-/// Runs the governor until `stop` turns true. `check` is rung by the caches after each full
-/// list (`CacheOptions::memory_check`).
+/// Runs the governor until `stop` turns true, measuring every `period` (and whenever a cache
+/// rings `budget.check`: after a full list, or a list refused for the limit).
 pub async fn run(
     caching: Caching,
     catalog: Arc<Resources>,
-    opts: MemoryOptions,
-    check: Arc<Notify>,
+    budget: Arc<Budget>,
+    period: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     let metrics = caching.metrics.clone();
-    metrics.memory_limit(opts.limit, ACTIONS);
-    tracing::info!(limit = opts.limit, period = ?opts.period, "cache memory limit");
+    metrics.memory_limit(budget.limit, ACTIONS);
+    tracing::info!(limit = budget.limit, ?period, "cache memory limit");
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(opts.period) => {}
-            _ = check.notified() => {}
+            _ = tokio::time::sleep(period) => {}
+            _ = budget.check.notified() => {}
             _ = crate::shutdown::until_true(&mut stop) => return,
         }
-        sweep(&caching, &catalog, opts.limit, &metrics);
+        sweep(&caching, &catalog, &budget, &metrics);
     }
 }
 
-/// One measurement of every cache, and what the plan says to do about it.
-pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, limit: u64, metrics: &Metrics) {
+/// One measurement of every cache, and what the plan says to do about it. A cache whose list
+/// was refused counts with what that list had brought (what it would hold).
+pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metrics: &Metrics) {
+    let limit = budget.limit;
     let running = caching.running();
     let caches: Vec<Cache> = running
         .iter()
         .map(|(name, r)| {
-            let usage = r.memory();
-            let configured = r.options().history_max_events;
+            let mut usage = r.memory();
             metrics.cache_memory(&r.kind().group_resource(), usage.objects, usage.history);
+            usage.objects = usage.objects.max(r.refused_list());
+            let configured = r.options().history_max_events;
             Cache {
                 name: name.clone(),
                 usage,
@@ -79,6 +74,7 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, limit: u64, metrics: &
     let dropped: Vec<Dropped> =
         caching.dropped().into_iter().map(|(name, bytes)| Dropped { name, bytes }).collect();
     let total: u64 = caches.iter().map(|c| c.usage.total()).sum();
+    let mut left = total;
     let reader = |name: &str| running.iter().find(|(n, _)| n == name).map(|(_, r)| r);
     for action in plan::plan(limit, &caches, &dropped) {
         metrics.memory_action(action_label(&action));
@@ -97,6 +93,7 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, limit: u64, metrics: &
                     metrics.cache_memory(&r.kind().group_resource(), 0, 0);
                 }
                 caching.drop_for_memory(&name, bytes, why, catalog);
+                left = left.saturating_sub(bytes);
             }
             Action::Unlimit { name } => {
                 if let Some(r) = reader(&name) {
@@ -110,6 +107,7 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, limit: u64, metrics: &
             }
         }
     }
+    budget.set_measured(left);
     metrics.memory_dropped(caching.dropped().len());
 }
 

@@ -3,8 +3,9 @@
 //! outgrows it is dropped while a client watches it: the watch ends after events that are
 //! exactly a prefix of the sim's, the re-watch from its last RV is forwarded and brings the
 //! rest, every read is answered (forwarded, equal to the sim's truth), the proxy stays ready and
-//! says what it dropped in its metrics and `/readyz?verbose`; a dropped cache comes back once
-//! the others have shrunk enough. Run by `cargo test --test reliability memory_limit::`.
+//! says what it dropped in its metrics and `/readyz?verbose`; a resource larger than the limit
+//! at start is never held whole (its list is refused page by page, then it is dropped); a
+//! dropped cache comes back once the others have shrunk enough. Run by `cargo test --test reliability memory_limit::`.
 
 use crate::common;
 
@@ -233,14 +234,23 @@ async fn a_dropped_cache_comes_back_once_the_others_have_shrunk() {
     roomy.shutdown().await;
     assert!(pods > cms && cms > pods / 2, "pods {pods}, configmaps {cms}");
     // A limit both exceed together: pods (the larger) go, configmaps stay.
+    // Both lists arrive at once: whichever passes the limit first is refused, then pods
+    // (the larger) are dropped and configmaps list again.
     let limit = (pods + cms) * 95 / 100;
-    let p = proxy(&sim, limit, 5).await;
+    let mut args = serve_args(sim.addr, &["configmaps", "pods"]);
+    args.cache_memory_limit = Limit::Bytes(limit);
+    args.cache_memory_check_period = Duration::from_millis(100);
+    args.history_max_events = 5;
+    let p = app::start(&args).await.expect("proxy starts");
     let c = client();
     eventually(10, "pods dropped", || async {
         metric(&c, &p, "watchcache_cache_memory_dropped_resources").await == 1.0
     })
     .await;
-    let (_, body) = get(&c, &format!("http://{}", p.addr), "/readyz?verbose").await;
+    let cms_cache = p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    eventually(10, "configmaps synced", || async { cms_cache.progress().ready }).await;
+    let (code, body) = get(&c, &format!("http://{}", p.addr), "/readyz?verbose").await;
+    assert_eq!(code, 200);
     assert!(String::from_utf8_lossy(&body).contains("[+]dropped/memory-limit/pods ok"));
     // Configmaps shrink to a twentieth (a history of 5 events): pods fit under 70 % again.
     for i in 5..100 {
@@ -266,5 +276,41 @@ async fn a_dropped_cache_comes_back_once_the_others_have_shrunk() {
     let (_, sim_body) = get(&c, &format!("http://{}", sim.addr), &path).await;
     assert_eq!(items(&body), items(&sim_body));
     assert_eq!(items(&body).len(), 100);
+    p.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_larger_than_the_limit_at_start_is_refused_while_listing_then_forwarded() {
+    let sim = sim().await;
+    for i in 0..1200 {
+        sim.sim.create("pods", NS, pod(&format!("p{i}"), 1000)).unwrap();
+    }
+    for i in 0..10 {
+        sim.sim.create("configmaps", NS, cm(&format!("c{i}"), 100)).unwrap();
+    }
+    // ~2.5 MB of pods in three pages of 500 against 1 MB: the second page is refused.
+    let mut args = serve_args(sim.addr, &["configmaps", "pods"]);
+    args.cache_memory_limit = Limit::Bytes(1_000_000);
+    args.cache_memory_check_period = Duration::from_millis(100);
+    let p = app::start(&args).await.expect("proxy starts");
+    let (c, base) = (client(), format!("http://{}", p.addr));
+    eventually(10, "ready, pods dropped", || async {
+        let (code, body) = get(&c, &base, "/readyz?verbose").await;
+        code == 200 && String::from_utf8_lossy(&body).contains("[+]dropped/memory-limit/pods ok")
+    })
+    .await;
+    let pods = p.readers.iter().find(|r| r.kind().resource == "pods").unwrap();
+    assert!(pods.refused_list() > 0 && pods.refused_list() < 2_000_000, "{}", pods.refused_list());
+    assert!(pods.is_empty(), "never installed");
+    for path in [
+        format!("/api/v1/namespaces/{NS}/pods?resourceVersion=0"),
+        format!("/api/v1/namespaces/{NS}/configmaps?resourceVersion=0"),
+    ] {
+        let (code, body) = get(&c, &base, &path).await;
+        let (_, sim_body) = get(&c, &format!("http://{}", sim.addr), &path).await;
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(items(&body), items(&sim_body), "{path}");
+    }
+    assert_eq!(metric(&c, &p, r#"watchcache_forwarded_requests_total{reason="memory_limit"}"#).await, 1.0);
     p.shutdown().await;
 }
