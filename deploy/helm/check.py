@@ -363,6 +363,7 @@ def main() -> int:
     must_fail("unknown key in config (the proxy's FileConfig denies it too)", {"config": {"resources": ["pods"], "bogusKey": 1}})
     must_fail("unknown TLS mode", {"tls": {"mode": "plain"}})
     must_fail("resource with two slashes", {"config": {"resources": ["a/b/c"]}})
+    must_fail("a cacheMemoryLimit the proxy cannot read", {"cacheMemoryLimit": "1Gb"})
     must_fail("an exclusion that is not a resource name", {"config": {"resources": ["*", "-"]}})
     must_fail("existingSecret without a name", {"tls": {"mode": "existingSecret"}})
     must_fail("certManager without an issuer", {"tls": {"mode": "certManager"}})
