@@ -31,7 +31,8 @@ count() { # items in a LIST answer (JSON)
 run() {
   local label=$1 limit=$2
   $BIN serve --upstream "http://$SIM" --resources pods,configmaps --insecure-listen $PROXY --auth=none \
-    --cache-memory-limit "$limit" --cache-memory-check-period 1s --log-level warn 2>"/tmp/memory-limit.$label.log" &
+    --cache-memory-limit "$limit" --cache-memory-check-period 1s --log-level 'warn,kube_watchcache::memory=debug' \
+    2>"/tmp/memory-limit.$label.log" &
   P=$!
   until curl -sf "http://$PROXY/readyz" >/dev/null 2>&1; do sleep 0.5; done
   local ok=yes
@@ -67,3 +68,5 @@ run limited "$limit"
 read -r _ hwm < /tmp/memory-limit.limited
 python3 -c "l=$limit; h=$hwm*1024; print(f'limited: peak RSS {h/2**20:.1f} MiB = limit {l/2**20:.1f} MiB + {(h-l)/2**20:.1f} MiB ({h/l:.2f} x the limit)')"
 grep -h 'cache-memory-limit' /tmp/memory-limit.limited.log | head -5 || true
+# What one measurement of every cache took (the governor's cost, every --cache-memory-check-period).
+grep -ho 'took=[^ ]*' /tmp/memory-limit.unlimited.log | tail -3 || true

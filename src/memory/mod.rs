@@ -55,6 +55,7 @@ pub async fn run(
 /// was refused counts with what that list had brought (what it would hold).
 pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metrics: &Metrics) {
     let limit = budget.limit;
+    let started = std::time::Instant::now();
     let running = caching.running();
     let caches: Vec<Cache> = running
         .iter()
@@ -74,6 +75,7 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
     let dropped: Vec<Dropped> =
         caching.dropped().into_iter().map(|(name, bytes)| Dropped { name, bytes }).collect();
     let total: u64 = caches.iter().map(|c| c.usage.total()).sum();
+    tracing::debug!(caches = caches.len(), total, limit, took = ?started.elapsed(), "caches measured");
     let mut left = total;
     let reader = |name: &str| running.iter().find(|(n, _)| n == name).map(|(_, r)| r);
     for action in plan::plan(limit, &caches, &dropped) {
