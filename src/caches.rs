@@ -255,6 +255,7 @@ impl Caching {
         let Some(i) = caches.iter().position(|c| c.name == name) else { return };
         let c = caches.remove(i);
         catalog.set_dropped(&c.kind, why);
+        c.reader.release_at_stop();
         c.stop.send_replace(true);
         self.dropped.lock().push(DroppedCache { name: c.name, kind: c.kind, wild: c.wild, bytes });
     }

@@ -215,6 +215,7 @@ pub async fn run(
         };
     }
     writer.close_watchers();
+    writer.stopped();
 }
 
 /// What every step reads.

@@ -10,8 +10,9 @@
 //! never held whole (the governor then makes room or drops it).
 //!
 //! Called by `memory` (the governor) through [`Reader::memory`], [`Reader::limit_history`],
-//! [`Reader::unlimit_history`] and [`Reader::refused_list`], and by `reflector` through
-//! `Writer::list_account`. The lock is held only to take the store's O(1) snapshot and to clone
+//! [`Reader::unlimit_history`] and [`Reader::refused_list`], by `caches` through
+//! [`Reader::release_at_stop`], and by `reflector` through `Writer::list_account` and
+//! `Writer::stopped`. The lock is held only to take the store's O(1) snapshot and to clone
 //! the history's event pointers; the counting happens outside it.
 
 use std::collections::HashSet;
@@ -124,6 +125,19 @@ impl Drop for ListAccount {
 }
 
 impl Writer {
+    /// The reflector stopped: a cache dropped for the limit ([`Reader::release_at_stop`]) lets
+    /// go of its objects and history now, whoever still holds a reader of it (snapshots taken
+    /// by reads in flight keep what they use until they are answered).
+    pub fn stopped(&mut self) {
+        if self.shared.release.load(Ordering::Relaxed) {
+            let mut st = self.shared.state.lock();
+            st.store = Store::new();
+            let rv = st.rv;
+            st.history.reset(rv);
+            self.shared.kept.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Starts counting a full list against `--cache-memory-limit` ([`ListAccount`]).
     pub fn list_account(&self) -> ListAccount {
         ListAccount { budget: self.shared.opts.memory.clone(), shared: self.shared.clone(), listed: 0 }
@@ -131,6 +145,11 @@ impl Writer {
 }
 
 impl Reader {
+    /// Has the writer empty this cache once its reflector stops (it is being dropped).
+    pub fn release_at_stop(&self) {
+        self.shared.release.store(true, Ordering::Relaxed);
+    }
+
     /// Bytes a list of this resource had brought when it was refused for the limit (0: none
     /// since the last full list).
     pub fn refused_list(&self) -> u64 {

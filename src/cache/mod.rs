@@ -126,6 +126,9 @@ struct Shared {
     kept: AtomicU64,
     /// Bytes a list had brought when `--cache-memory-limit` refused it; 0 after a full list.
     refused: AtomicU64,
+    /// Dropped for `--cache-memory-limit`: the writer empties the cache when its reflector
+    /// stops (readers may outlive it: `app::Running` keeps the first ones).
+    release: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -171,6 +174,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         ahead: Mutex::new(lag::Ahead::default()),
         kept: AtomicU64::new(0),
         refused: AtomicU64::new(0),
+        release: Default::default(),
     });
     (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }

@@ -52,16 +52,20 @@ pub async fn run(
 }
 
 /// One measurement of every cache, and what the plan says to do about it. A cache whose list
-/// was refused counts with what that list had brought (what it would hold).
+/// was refused counts with what that list had brought (what it would hold) in the plan, never
+/// in the budget's measured total (which lists in flight are checked against: only what is
+/// held).
 pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metrics: &Metrics) {
     let limit = budget.limit;
     let started = std::time::Instant::now();
     let running = caching.running();
+    let mut held: Vec<(String, u64)> = Vec::new();
     let caches: Vec<Cache> = running
         .iter()
         .map(|(name, r)| {
             let mut usage = r.memory();
             metrics.cache_memory(&r.kind().group_resource(), usage.objects, usage.history);
+            held.push((name.clone(), usage.total()));
             usage.objects = usage.objects.max(r.refused_list());
             let configured = r.options().history_max_events;
             Cache {
@@ -76,7 +80,6 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
         caching.dropped().into_iter().map(|(name, bytes)| Dropped { name, bytes }).collect();
     let total: u64 = caches.iter().map(|c| c.usage.total()).sum();
     tracing::debug!(caches = caches.len(), total, limit, took = ?started.elapsed(), "caches measured");
-    let mut left = total;
     let reader = |name: &str| running.iter().find(|(n, _)| n == name).map(|(_, r)| r);
     for action in plan::plan(limit, &caches, &dropped) {
         metrics.memory_action(action_label(&action));
@@ -95,7 +98,7 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
                     metrics.cache_memory(&r.kind().group_resource(), 0, 0);
                 }
                 caching.drop_for_memory(&name, bytes, why, catalog);
-                left = left.saturating_sub(bytes);
+                held.retain(|(n, _)| *n != name);
             }
             Action::Unlimit { name } => {
                 if let Some(r) = reader(&name) {
@@ -109,7 +112,7 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
             }
         }
     }
-    budget.set_measured(left);
+    budget.set_measured(held.iter().map(|(_, b)| b).sum());
     metrics.memory_dropped(caching.dropped().len());
 }
 

@@ -169,6 +169,12 @@ async fn a_cache_past_the_limit_is_dropped_its_watch_ends_and_every_read_is_answ
         metric(&c, &p, "watchcache_cache_memory_dropped_resources").await == 1.0
     })
     .await;
+    // Its objects and history are let go, even though `Running` still holds its reader.
+    let dropped = p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    eventually(5, "the dropped cache emptied", || async {
+        dropped.is_empty() && dropped.memory().total() == 0
+    })
+    .await;
 
     // The watch ended after events that are exactly the start of the sim's own; the re-watch
     // from its last RV (forwarded now) brings the rest: nothing lost, nothing repeated.
@@ -312,5 +318,45 @@ async fn a_resource_larger_than_the_limit_at_start_is_refused_while_listing_then
         assert_eq!(items(&body), items(&sim_body), "{path}");
     }
     assert_eq!(metric(&c, &p, r#"watchcache_forwarded_requests_total{reason="memory_limit"}"#).await, 1.0);
+    p.shutdown().await;
+}
+
+/// Two resources that fit the limit alone but not together, listed at once: one list is
+/// refused, the larger cache is dropped, and the other lists again and is served from the
+/// cache (what a refused list had brought never counts as held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_lists_that_do_not_fit_together_one_is_dropped_and_the_other_synced() {
+    let sim = sim().await;
+    for i in 0..1200 {
+        sim.sim.create("configmaps", NS, cm(&format!("c{i}"), 1000)).unwrap();
+    }
+    for i in 0..400 {
+        sim.sim.create("pods", NS, pod(&format!("p{i}"), 2500)).unwrap();
+    }
+    let mut args = serve_args(sim.addr, &["configmaps", "pods"]);
+    // ~1.9 MB of configmaps (three pages), ~1.85 MB of pods: each fits 3 MB, not both.
+    args.cache_memory_limit = Limit::Bytes(3_000_000);
+    args.cache_memory_check_period = Duration::from_millis(100);
+    let p = app::start(&args).await.expect("proxy starts");
+    let (c, base) = (client(), format!("http://{}", p.addr));
+    eventually(20, "ready with one resource dropped", || async {
+        let (code, body) = get(&c, &base, "/readyz?verbose").await;
+        code == 200 && String::from_utf8_lossy(&body).matches("dropped/memory-limit/").count() == 1
+    })
+    .await;
+    let synced: Vec<&str> = p
+        .readers
+        .iter()
+        .filter(|r| r.progress().ready && !r.is_empty())
+        .map(|r| r.kind().resource.as_str())
+        .collect();
+    assert_eq!(synced.len(), 1, "{synced:?}");
+    for r in ["configmaps", "pods"] {
+        let path = format!("/api/v1/namespaces/{NS}/{r}?resourceVersion=0");
+        let (code, body) = get(&c, &base, &path).await;
+        let (_, sim_body) = get(&c, &format!("http://{}", sim.addr), &path).await;
+        assert_eq!(code, 200, "{path}");
+        assert_eq!(items(&body), items(&sim_body), "{path}");
+    }
     p.shutdown().await;
 }
