@@ -192,7 +192,7 @@ async fn a_cache_past_the_limit_is_dropped_its_watch_ends_and_every_read_is_answ
     // Every read answered: configmaps forwarded (the sim's answer), pods from the cache.
     for path in [
         format!("/api/v1/namespaces/{NS}/configmaps?resourceVersion=0"),
-        format!("/api/v1/configmaps?limit=50"),
+        "/api/v1/configmaps?limit=50".to_string(),
         format!("/api/v1/namespaces/{NS}/configmaps/big7"),
     ] {
         let (code, body) = get(&c, &base, &path).await;
