@@ -2,8 +2,12 @@
 //! whose discovery failed at start (upstream not up yet, CRD not installed) is added once a
 //! retry finds it; until then its requests are forwarded and `/readyz` says why it is missing.
 //!
-//! Written by `app` (initial caches, then the discovery retries); read by `Server` on every
-//! request through a cheap `Arc` snapshot.
+//! A resource `--cache-memory-limit` stopped caching is marked dropped (`set_dropped`): its
+//! requests are forwarded with their own reason and `/readyz?verbose` names it.
+//!
+//! Written by `app` (initial caches, then the discovery retries) and `caches` (retirements,
+//! drops for the memory limit); read by `Server` on every request through a cheap `Arc`
+//! snapshot.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
