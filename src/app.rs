@@ -18,6 +18,7 @@ use crate::cache::{CacheOptions, Reader};
 use crate::caches::{self, Caching};
 use crate::config::{SecurityArgs, ServeArgs};
 use crate::consistency;
+use crate::memory;
 use crate::metrics::Metrics;
 use crate::reflector::ReflectorOptions;
 use crate::server::auth::{Auth, AuthOptions, AuthnOptions, AuthzOptions};
@@ -200,11 +201,20 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (unready, unready_rx) = watch::channel(false);
+    let memory_limit = match args.cache_memory_limit.resolve() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "--cache-memory-limit: running without a limit");
+            None
+        }
+    };
+    let memory_budget = memory_limit.map(|l| Arc::new(crate::cache::Budget::new(l)));
     let cache_opts = CacheOptions {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
         upstream_minor,
         delivery_lag: metrics.delivery_lag(),
+        memory: memory_budget.clone(),
         ..CacheOptions::default()
     };
     let caching = Caching::new(
@@ -281,6 +291,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         shutdown_rx.clone(),
     ));
     tokio::spawn(caching.clone().rediscover_loop(args.rediscovery_interval, server.catalog()));
+    if let Some(budget) = memory_budget {
+        let period = args.cache_memory_check_period;
+        tokio::spawn(memory::run(caching.clone(), server.catalog(), budget, period, shutdown_rx.clone()));
+    }
     let conn_opts = crate::server::conn::ConnOptions {
         read_header_timeout: args.read_header_timeout,
         idle_timeout: args.idle_timeout,

@@ -133,6 +133,15 @@ struct Cached {
     reader: Reader,
 }
 
+/// A cache `--cache-memory-limit` dropped: what it takes to start it again.
+struct DroppedCache {
+    name: String,
+    kind: ResourceKind,
+    wild: bool,
+    /// What it measured when dropped.
+    bytes: u64,
+}
+
 /// Starts, retires and replaces caches.
 #[derive(Clone)]
 pub struct Caching {
@@ -147,6 +156,8 @@ pub struct Caching {
     /// for resources not cached).
     pub rediscover: Arc<Notify>,
     caches: Arc<Mutex<Vec<Cached>>>,
+    /// Caches `--cache-memory-limit` dropped, by name (`memory`): not running, forwarded.
+    dropped: Arc<Mutex<Vec<DroppedCache>>>,
     pub wanted: Arc<Wanted>,
     /// States loaded from `--state-dir`, each put into its cache before its reflector runs.
     warm: Option<Arc<Warm>>,
@@ -172,6 +183,7 @@ impl Caching {
             reflector_opts,
             rediscover,
             caches: Arc::default(),
+            dropped: Arc::default(),
             wanted: Arc::new(wanted),
             warm: None,
         }
@@ -225,9 +237,62 @@ impl Caching {
         reader
     }
 
+    /// The caches running now, with their configured names (`memory` measures them).
+    pub fn running(&self) -> Vec<(String, Reader)> {
+        self.caches.lock().iter().map(|c| (c.name.clone(), c.reader.clone())).collect()
+    }
+
+    /// The caches `--cache-memory-limit` dropped, with what each measured then.
+    pub fn dropped(&self) -> Vec<(String, u64)> {
+        self.dropped.lock().iter().map(|d| (d.name.clone(), d.bytes)).collect()
+    }
+
+    /// Stops caching `name` for `--cache-memory-limit` (`memory`): its requests are forwarded
+    /// (reason `memory_limit`) from now on, its reflector stops and its watches end (clients
+    /// re-watch, upstream); its memory goes once the reads in flight on it are answered.
+    pub fn drop_for_memory(&self, name: &str, bytes: u64, why: String, catalog: &Resources) {
+        let mut caches = self.caches.lock();
+        let Some(i) = caches.iter().position(|c| c.name == name) else { return };
+        let c = caches.remove(i);
+        catalog.set_dropped(&c.kind, why);
+        c.reader.release_at_stop();
+        c.stop.send_replace(true);
+        self.dropped.lock().push(DroppedCache { name: c.name, kind: c.kind, wild: c.wild, bytes });
+    }
+
+    /// Caches the dropped `name` again. Its requests stay forwarded until it has synced, so a
+    /// comeback never makes the proxy unready.
+    pub fn readmit(&self, name: &str, catalog: &Arc<Resources>) {
+        let d = {
+            let mut dropped = self.dropped.lock();
+            let Some(i) = dropped.iter().position(|d| d.name == name) else { return };
+            dropped.remove(i)
+        };
+        let reader = self.spawn_as(&d.name, d.kind, d.wild);
+        let stop = self.caches.lock().iter().find(|c| c.name == d.name).map(|c| c.stop.subscribe());
+        let (catalog, upstream) = (catalog.clone(), self.upstream.clone());
+        tokio::spawn(async move {
+            let Some(mut stop) = stop else { return };
+            let mut progress = reader.subscribe();
+            tokio::select! {
+                _ = progress.wait_for(|p| p.ready) => {}
+                _ = crate::shutdown::until_true(&mut stop) => return,
+            }
+            catalog.add(&upstream, reader);
+            tracing::info!(resource = %d.name, "back under --cache-memory-limit: served from the cache again");
+        });
+    }
+
     /// Stops serving the cache configured as `name`: its requests are forwarded from now on,
     /// its reflector stops and its watches end (clients re-watch, upstream).
     fn retire(&self, name: &str, catalog: &Resources) {
+        self.dropped.lock().retain(|d| {
+            if d.name != name {
+                return true;
+            }
+            catalog.remove(&d.kind);
+            false
+        });
         let mut caches = self.caches.lock();
         caches.retain(|c| {
             if c.name != name {
@@ -386,14 +451,23 @@ impl Caching {
         out
     }
 
+    /// The wildcard's caches, running or dropped for `--cache-memory-limit` (a dropped one is
+    /// not cached anew by a round, only by `readmit`).
+    fn wild_caches(&self) -> Vec<(String, ResourceKind)> {
+        let running: Vec<_> =
+            self.caches.lock().iter().filter(|c| c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
+        let dropped: Vec<_> =
+            self.dropped.lock().iter().filter(|d| d.wild).map(|d| (d.name.clone(), d.kind.clone())).collect();
+        [running, dropped].concat()
+    }
+
     /// One wildcard round: caches what appeared, retires what went away or is now excluded,
     /// re-caches what changed version, and records what is skipped. A round that cannot reach
     /// the upstream changes nothing.
     async fn rediscover_wildcard(&self, round: &mut Round<'_>, catalog: &Arc<Resources>) {
         let wanted = self.wanted.clone();
         let excluded = |g: &str, r: &str| wanted.is_excluded(g, r) || wanted.names(g, r);
-        let known: Vec<ResourceKind> =
-            self.caches.lock().iter().filter(|c| c.wild).map(|c| c.kind.clone()).collect();
+        let known: Vec<ResourceKind> = self.wild_caches().into_iter().map(|(_, k)| k).collect();
         let all = match round.everything(&excluded, &known).await {
             Ok(all) => all,
             Err(e) => {
@@ -402,8 +476,7 @@ impl Caching {
             }
         };
         catalog.clear_missing("*");
-        let cached: Vec<(String, ResourceKind)> =
-            self.caches.lock().iter().filter(|c| c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
+        let cached = self.wild_caches();
         for (name, kind) in &cached {
             match all.kinds.iter().find(|(n, _)| n == name) {
                 Some((_, now)) if now == kind => {}

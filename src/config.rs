@@ -94,6 +94,15 @@ pub struct ServeArgs {
     /// At most this many events per resource's history.
     #[arg(long, default_value_t = 102_400)]
     pub history_max_events: usize,
+    /// Bytes the caches may keep together: a quantity (`512Mi`, `2Gi`) or a share of the
+    /// container's memory limit (`60%`). Past it, histories are shortened, then the largest
+    /// caches dropped (their requests forwarded). Unset: no limit.
+    #[arg(long, default_value = "", value_parser = crate::memory::limit::parse)]
+    pub cache_memory_limit: crate::memory::limit::Limit,
+    /// How often the caches' memory is measured against `--cache-memory-limit` (also at once
+    /// after every full list).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub cache_memory_check_period: Duration,
     /// Watches without timeoutSeconds end after this × a random factor in [1, 2).
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     pub min_request_timeout: Duration,
@@ -208,6 +217,8 @@ impl ServeArgs {
             "insecureListen": self.insecure_listen.map(|a| a.to_string()),
             "historyWindow": d(self.history_window),
             "historyMaxEvents": self.history_max_events,
+            "cacheMemoryLimit": format!("{:?}", self.cache_memory_limit),
+            "cacheMemoryCheckPeriod": d(self.cache_memory_check_period),
             "minRequestTimeout": d(self.min_request_timeout),
             "freshnessWait": d(self.freshness_wait),
             "consistentReads": self.consistent_reads,
@@ -554,6 +565,9 @@ impl ServeArgs {
         }
         if self.history_max_events == 0 {
             return Err("--history-max-events must be positive".into());
+        }
+        if self.cache_memory_check_period.is_zero() {
+            return Err("--cache-memory-check-period must be positive".into());
         }
         Ok(self)
     }

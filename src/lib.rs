@@ -25,6 +25,7 @@
 //! | [`reflector`] | the single writer: list → watch → relist, with backoff |
 //! | [`caches`] | which resources are cached: discovery, retries, rediscovery, one cache + reflector each |
 //! | [`server`] | listener, `classify` (pure), `serve` from cache, `proxy` upstream, health |
+//! | [`memory`] | `--cache-memory-limit`: the caches measured, histories shortened, caches dropped and taken back |
 //! | [`consistency`] | each cache compared with the upstream at the same RV; relisted if it differs |
 //! | [`state`] | warm restarts: caches saved to and restored from `--state-dir` |
 //! | [`metrics`] | Prometheus registry |
@@ -43,6 +44,7 @@ pub mod config;
 pub mod consistency;
 pub mod error;
 pub mod managed_fields;
+pub mod memory;
 pub mod metadata_only;
 pub mod metrics;
 pub mod params;

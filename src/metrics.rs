@@ -141,6 +141,10 @@ pub struct Metrics {
     consistency_checks: IntCounterVec,
     consistency_differences: IntGaugeVec,
     skipped_resources: IntGaugeVec,
+    memory_limit: IntGauge,
+    cache_memory: IntGaugeVec,
+    memory_actions: IntCounterVec,
+    memory_dropped: IntGauge,
     process: process::Process,
     cert_expiry_registered: std::sync::atomic::AtomicBool,
     /// Serialises the scrape-time refresh (counters advanced by differences).
@@ -437,6 +441,36 @@ impl Metrics {
                 "Keys (namespace, name, resourceVersion) that differed between the cache and the upstream at the same RV at the last check.",
                 &["resource"],
             ),
+            memory_limit: register(
+                &r,
+                "watchcache_cache_memory_limit_bytes",
+                IntGauge::new(
+                    "watchcache_cache_memory_limit_bytes",
+                    "--cache-memory-limit in bytes (0: no limit).",
+                )
+                .unwrap_or_else(|e| panic!("metric cache_memory_limit_bytes: {e}")),
+            ),
+            cache_memory: gauge(
+                &r,
+                "watchcache_cache_memory_bytes",
+                "Bytes each cache keeps, as --cache-memory-limit counts them, by part: objects (current objects with their lazily made forms and index share) and history (what only the history keeps: event frames, superseded and deleted versions). Measured every --cache-memory-check-period; only with a limit; 0 once dropped.",
+                &["resource", "part"],
+            ),
+            memory_actions: counter(
+                &r,
+                "watchcache_cache_memory_actions_total",
+                "What --cache-memory-limit did, by action: history_shortened, dropped (a cache no longer kept; its requests forwarded), history_restored, readmitted.",
+                &["action"],
+            ),
+            memory_dropped: register(
+                &r,
+                "watchcache_cache_memory_dropped_resources",
+                IntGauge::new(
+                    "watchcache_cache_memory_dropped_resources",
+                    "Resources not cached now because of --cache-memory-limit (their requests are forwarded, reason memory_limit).",
+                )
+                .unwrap_or_else(|e| panic!("metric cache_memory_dropped_resources: {e}")),
+            ),
             process: process::Process::register(&r),
             cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
             refresh: Mutex::new(()),
@@ -472,6 +506,30 @@ impl Metrics {
         for (reason, n) in skipped {
             self.skipped_resources.with_label_values(&[reason]).set(*n as i64);
         }
+    }
+
+    /// `--cache-memory-limit` is on with `bytes`: every action's series starts at 0.
+    pub fn memory_limit(&self, bytes: u64, actions: &[&str]) {
+        self.memory_limit.set(bytes as i64);
+        for a in actions {
+            self.memory_actions.with_label_values(&[a]);
+        }
+    }
+
+    /// One cache's measured memory.
+    pub fn cache_memory(&self, resource: &str, objects: u64, history: u64) {
+        self.cache_memory.with_label_values(&[resource, "objects"]).set(objects as i64);
+        self.cache_memory.with_label_values(&[resource, "history"]).set(history as i64);
+    }
+
+    /// One action of `--cache-memory-limit` (`memory::ACTIONS`).
+    pub fn memory_action(&self, action: &str) {
+        self.memory_actions.with_label_values(&[action]).inc();
+    }
+
+    /// Resources not cached now because of `--cache-memory-limit`.
+    pub fn memory_dropped(&self, n: usize) {
+        self.memory_dropped.set(n as i64);
     }
 
     /// One consistency check of a cache.

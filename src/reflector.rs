@@ -215,6 +215,7 @@ pub async fn run(
         };
     }
     writer.close_watchers();
+    writer.stopped();
 }
 
 /// What every step reads.
@@ -235,7 +236,19 @@ async fn step(
     let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
     match state {
         State::Empty => match list_all(upstream, writer, opts, metrics).await {
-            Ok(rv) => {
+            Ok(Listed::Refused(bytes)) => {
+                // --cache-memory-limit: the governor makes room or drops this cache (which
+                // stops this reflector); until then, retry with the backoff.
+                tracing::info!(resource, bytes, "list refused: it would pass --cache-memory-limit; retrying");
+                if writer.progress_rv() == Rv(0) {
+                    writer.set_not_ready(Some(format!(
+                        "its list passed --cache-memory-limit at {bytes} bytes"
+                    )));
+                }
+                backoff.wait().await;
+                State::Empty
+            }
+            Ok(Listed::Installed(rv)) => {
                 writer.relist_done();
                 metrics.relist(resource);
                 backoff.reset();
@@ -294,28 +307,45 @@ async fn step(
     }
 }
 
-/// Lists every page and installs the result; returns the list RV.
+/// What a full list came to.
+enum Listed {
+    /// Installed at this RV.
+    Installed(Rv),
+    /// Given up after this many bytes: it would pass `--cache-memory-limit`.
+    Refused(u64),
+}
+
+/// Lists every page and installs the result (unless `--cache-memory-limit` refuses it on the
+/// way, page by page: a list larger than the room left is never held whole).
 async fn list_all(
     upstream: &Upstream,
     writer: &mut Writer,
     opts: &ReflectorOptions,
     metrics: &Metrics,
-) -> Result<Rv, UpstreamError> {
+) -> Result<Listed, UpstreamError> {
     let mut items = Vec::new();
     let mut token: Option<String> = None;
     let mut list_rv = None;
+    let mut account = writer.list_account();
+    let mut listed = 0u64;
     loop {
         let page = upstream.list_page(writer.kind(), opts.page_size, token.as_deref(), None).await?;
         list_rv.get_or_insert(page.rv);
         for raw in page.items {
             match writer.parse(raw) {
-                Ok(o) => items.push(o),
+                Ok(o) => {
+                    listed += o.kept_bytes() as u64;
+                    items.push(o)
+                }
                 Err(e) => {
                     let resource = writer.kind().group_resource();
                     metrics.unparseable(&resource);
                     tracing::warn!(resource, error = %e, "skipping an object that cannot be parsed")
                 }
             }
+        }
+        if !account.add(std::mem::take(&mut listed)) {
+            return Ok(Listed::Refused(account.listed()));
         }
         match page.continue_token {
             Some(t) if !t.is_empty() => token = Some(t),
@@ -324,7 +354,8 @@ async fn list_all(
     }
     let rv = list_rv.unwrap_or_default();
     writer.replace(items, rv);
-    Ok(rv)
+    account.installed();
+    Ok(Listed::Installed(rv))
 }
 
 #[derive(Deserialize)]

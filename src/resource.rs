@@ -672,6 +672,34 @@ impl Object {
         out
     }
 
+    /// Bytes this object keeps (`--cache-memory-limit`'s accounting, `cache::memory`): its
+    /// JSON, its parsed header, the lazily made metadata-only and protobuf forms built so far
+    /// (a protobuf rope's parts shared with the JSON counted once), and the struct itself. The
+    /// shared type prefix is not counted; a body that is a slice of a larger buffer (a list
+    /// page, a watch frame) counts its own length only.
+    pub fn kept_bytes(&self) -> usize {
+        let h = &self.header;
+        let strings = h.key.0.len() + h.namespace.capacity() + h.name.capacity() + h.uid.capacity();
+        // A BTreeMap entry: its two strings and about one pointer-pair of node slack.
+        let labels: usize = h.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum();
+        let fields: usize = h.fields.values().map(|v| v.capacity() + 40).sum();
+        let meta = self.meta.get().map_or(0, Bytes::len);
+        let rope = |r: &OnceLock<Option<Rope>>, of: &Bytes| {
+            r.get().and_then(Option::as_ref).map_or(0, |r| r.own_bytes(of) + 32 * r.parts().len())
+        };
+        let empty = Bytes::new();
+        let proto = rope(&self.proto, &self.body);
+        let proto_meta = rope(&self.proto_meta, self.meta.get().unwrap_or(&empty));
+        std::mem::size_of::<Object>()
+            + self.body.len()
+            + strings
+            + labels
+            + fields
+            + meta
+            + proto
+            + proto_meta
+    }
+
     /// Length of the object as a list item, for sizing buffers.
     pub fn item_len(&self) -> usize {
         self.item_len_as(Repr::Full)
@@ -905,6 +933,13 @@ impl Event {
             proto_frames: Default::default(),
             lean_frames: Default::default(),
         }
+    }
+
+    /// Bytes the event keeps besides its objects (`cache::memory` counts those apart): its
+    /// frames built so far and the struct itself.
+    pub fn frame_bytes(&self) -> usize {
+        let proto: usize = self.proto_frames.iter().filter_map(|f| f.get()?.as_ref().map(Bytes::len)).sum();
+        std::mem::size_of::<Event>() + self.frame.len() + self.meta_frame.get().map_or(0, Bytes::len) + proto
     }
 
     /// The event's frame in the representation a watcher asked for; `None` if it has no exact

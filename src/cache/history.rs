@@ -29,6 +29,9 @@ pub struct History {
     /// It is the list RV after a relist, then the RV before the oldest kept event after evictions.
     floor: Rv,
     max_events: usize,
+    /// At most this many events now: `max_events`, or fewer while `--cache-memory-limit`
+    /// has shortened this history (`set_cap`).
+    cap: usize,
     max_age: Duration,
     /// When the cache RV moved, oldest first: `(t, rv)` = at `t` the cache reached `rv`, so every
     /// RV below it was passed at or before `t`. Consecutive moves within a granule share the
@@ -44,6 +47,7 @@ impl History {
             events: VecDeque::new(),
             floor: Rv(0),
             max_events: max_events.max(1),
+            cap: max_events.max(1),
             max_age,
             moves: VecDeque::new(),
             passed_below: Rv(0),
@@ -101,10 +105,30 @@ impl History {
     pub fn push(&mut self, now: Instant, event: Arc<Event>) {
         debug_assert!(self.events.back().is_none_or(|(_, e)| e.rv < event.rv));
         self.events.push_back((now, event));
-        while self.events.len() > self.max_events {
+        while self.events.len() > self.cap {
             self.evict_one();
         }
         self.expire(now);
+    }
+
+    /// Keeps at most `cap` events (at least 1, at most the configured maximum) from now on,
+    /// evicting the oldest at once: the floor rises as at any eviction, so a watch from an RV
+    /// now older answers 410 "too old", as the apiserver's does after its window moved.
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap.clamp(1, self.max_events);
+        while self.events.len() > self.cap {
+            self.evict_one();
+        }
+    }
+
+    /// The most events kept now (see [`History::set_cap`]).
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// The kept events, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Event>> {
+        self.events.iter().map(|(_, e)| e)
     }
 
     /// Drops events older than the window (the newest is kept so the floor stays tight).
@@ -220,6 +244,23 @@ mod tests {
         h.reset(Rv(20));
         assert_eq!(h.floor(), Rv(20));
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_lower_cap_evicts_the_oldest_at_once_and_raises_the_floor() {
+        let mut h = filled(10, 100, &[101, 102, 103, 104, 105]);
+        h.set_cap(2);
+        assert_eq!(h.len(), 2);
+        assert_eq!(h.floor(), Rv(103));
+        assert_eq!(h.since(Rv(102)).unwrap_err().to_string(), "too old resource version: 102 (103)");
+        assert_eq!(h.since(Rv(103)).unwrap().iter().map(|e| e.rv.0).collect::<Vec<_>>(), vec![104, 105]);
+        // The cap holds for later events, and never exceeds the configured maximum.
+        h.push(Instant::now(), event(106));
+        assert_eq!((h.len(), h.floor()), (2, Rv(104)));
+        h.set_cap(1000);
+        assert_eq!(h.cap(), 10);
+        h.set_cap(0);
+        assert_eq!((h.cap(), h.len()), (1, 1));
     }
 
     fn sorted_unique_rvs() -> impl Strategy<Value = Vec<u64>> {

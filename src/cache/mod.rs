@@ -12,6 +12,7 @@ mod filter;
 mod history;
 mod lag;
 mod list;
+mod memory;
 mod persist;
 mod relist;
 mod watch;
@@ -31,6 +32,7 @@ pub use filter::Filter;
 pub use history::History;
 pub use lag::DeliveryLag;
 pub use list::{ListBody, Page};
+pub use memory::{Budget, ListAccount, Usage};
 pub use persist::{Persisted, RestoreError};
 pub use watch::{Watch, WatchRequest, WatchStart};
 
@@ -61,6 +63,10 @@ pub struct CacheOptions {
     pub upstream_minor: Option<u32>,
     /// Where sampled watch-delivery lags are observed (`cache::lag`; off by default).
     pub delivery_lag: DeliveryLag,
+    /// `--cache-memory-limit` (`cache::memory`): rung after every full list (a relist can
+    /// grow a cache by its whole size, so the limit is checked at once rather than at the
+    /// next period), and checked by the reflector while a list arrives.
+    pub memory: Option<Arc<Budget>>,
 }
 
 impl Default for CacheOptions {
@@ -72,6 +78,7 @@ impl Default for CacheOptions {
             bookmark_interval: Duration::from_secs(60),
             upstream_minor: None,
             delivery_lag: DeliveryLag::default(),
+            memory: None,
         }
     }
 }
@@ -115,6 +122,13 @@ struct Shared {
     /// RVs the upstream was seen at (consistent-read probes) that the cache had not reached,
     /// oldest first, each with when it was seen: the cache is at least that far behind.
     ahead: Mutex<lag::Ahead>,
+    /// Bytes this cache kept at its last measurement (`cache::memory`).
+    kept: AtomicU64,
+    /// Bytes a list had brought when `--cache-memory-limit` refused it; 0 after a full list.
+    refused: AtomicU64,
+    /// Dropped for `--cache-memory-limit`: the writer empties the cache when its reflector
+    /// stops (readers may outlive it: `app::Running` keeps the first ones).
+    release: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -158,6 +172,9 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         relist: relist::Request::default(),
         delivery_lag,
         ahead: Mutex::new(lag::Ahead::default()),
+        kept: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+        release: Default::default(),
     });
     (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
 }
@@ -234,6 +251,10 @@ impl Writer {
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);
+        self.shared.refused.store(0, Ordering::Relaxed);
+        if let Some(budget) = &self.shared.opts.memory {
+            budget.check.notify_one();
+        }
         tracing::info!(resource = %self.shared.kind.group_resource(), rv = %list_rv, "cache synced from a full list");
     }
 
@@ -370,7 +391,8 @@ pub struct WatcherStats {
 pub struct HistoryStats {
     /// Events kept.
     pub len: usize,
-    /// At most this many (`--history-max-events`).
+    /// At most this many now (`--history-max-events`, or fewer while `--cache-memory-limit`
+    /// has shortened it).
     pub capacity: usize,
     /// Age of the oldest event kept (zero when empty).
     pub oldest_age: Duration,
@@ -435,7 +457,7 @@ impl Reader {
         let st = self.shared.state.lock();
         HistoryStats {
             len: st.history.len(),
-            capacity: self.shared.opts.history_max_events.max(1),
+            capacity: st.history.cap(),
             oldest_age: st.history.oldest_age(Instant::now()),
         }
     }

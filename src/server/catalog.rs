@@ -2,8 +2,12 @@
 //! whose discovery failed at start (upstream not up yet, CRD not installed) is added once a
 //! retry finds it; until then its requests are forwarded and `/readyz` says why it is missing.
 //!
-//! Written by `app` (initial caches, then the discovery retries); read by `Server` on every
-//! request through a cheap `Arc` snapshot.
+//! A resource `--cache-memory-limit` stopped caching is marked dropped (`set_dropped`): its
+//! requests are forwarded with their own reason and `/readyz?verbose` names it.
+//!
+//! Written by `app` (initial caches, then the discovery retries) and `caches` (retirements,
+//! drops for the memory limit); read by `Server` on every request through a cheap `Arc`
+//! snapshot.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -32,6 +36,10 @@ fn key_of(kind: &ResourceKind) -> Key {
 pub struct Catalog {
     pub kinds: Vec<Arc<ResourceKind>>,
     pub caches: HashMap<Key, (Reader, Arc<Prober>)>,
+    /// Resources not cached because of `--cache-memory-limit` (`memory`): their requests are
+    /// forwarded with the reason `memory_limit`; `/readyz?verbose` names them. By key: their
+    /// `group/resource` and why.
+    pub dropped: HashMap<Key, (String, String)>,
 }
 
 /// A configured resource not cached yet.
@@ -85,12 +93,23 @@ impl Resources {
         self.update(&key_of(kind), |_| {});
     }
 
-    /// Replaces the snapshot by a copy without `key`'s resource, then changed by `change`.
+    /// Stops answering for `kind`'s resource because of `--cache-memory-limit`, saying `why`.
+    pub fn set_dropped(&self, kind: &ResourceKind, why: String) {
+        let key = key_of(kind);
+        self.update(&key, |next| {
+            next.dropped.insert(key.clone(), (kind.group_resource(), why));
+        });
+    }
+
+    /// Replaces the snapshot by a copy without `key`'s resource (cached or dropped), then
+    /// changed by `change`.
     fn update(&self, key: &Key, change: impl FnOnce(&mut Catalog)) {
         let mut cur = self.current.write();
-        let mut next = Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone() };
+        let mut next =
+            Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone(), dropped: cur.dropped.clone() };
         next.kinds.retain(|k| key_of(k) != *key);
         next.caches.remove(key);
+        next.dropped.remove(key);
         change(&mut next);
         *cur = Arc::new(next);
     }

@@ -72,6 +72,8 @@ pub enum ForwardReason {
     /// A `shardSelector` in a form only the apiserver's CEL parser reads exactly (module doc
     /// of `selector::shard`): the upstream decides, and says whether it filtered.
     ShardSelector,
+    /// A resource `--cache-memory-limit` stopped caching (`memory`; set by `phase::classify`).
+    MemoryLimit,
 }
 
 impl ForwardReason {
@@ -91,6 +93,7 @@ impl ForwardReason {
             ForwardReason::Stale => "stale",
             ForwardReason::UnusualPath => "unusual_path",
             ForwardReason::ShardSelector => "shard_selector",
+            ForwardReason::MemoryLimit => "memory_limit",
         }
     }
 }

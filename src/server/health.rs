@@ -16,7 +16,9 @@
 //! (`ping`, `shutdown`, `upstream`, `cache-sync`, `resources`) with failure reasons withheld, as
 //! the apiserver withholds them on its public endpoints; a caller allowed `get` on the path (or
 //! any caller with `--auth=none`) gets one check per cached resource (`cache/<resource>`) and
-//! per resource not cached yet (`resource/<name>`), with the reasons. Per-check paths are not
+//! per resource not cached yet (`resource/<name>`), with the reasons, and passing lines for
+//! what a wildcard skipped (`skipped/<reason>/<name>`) and what `--cache-memory-limit` stopped
+//! caching (`dropped/memory-limit/<resource>`). Per-check paths are not
 //! public (as in the apiserver, whose public-info-viewer role covers the root paths only).
 //!
 //! Called by `phase::health`, which decides the access, and `phase::authenticate` (the
@@ -126,6 +128,11 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
             for (name, reason, _) in &st.skipped {
                 out.push(check(format!("skipped/{reason}/{name}"), None));
             }
+            // What --cache-memory-limit stopped caching (forwarded, never blocking): passing;
+            // the numbers are in the log line and the metrics.
+            for (gr, _) in &st.dropped {
+                out.push(check(format!("dropped/memory-limit/{gr}"), None));
+            }
         }
     }
     out
@@ -220,6 +227,7 @@ mod tests {
             caches: vec![("configmaps".into(), true), ("widgets.example.com".into(), false)],
             missing: vec![("apps/deployments".into(), "upstream unreachable".into())],
             skipped: vec![("metrics.k8s.io/v1beta1".into(), "aggregated", "served by an APIService".into())],
+            dropped: vec![("secrets".into(), "over --cache-memory-limit".into())],
             ..Readiness::default()
         };
         let names = |a| {
@@ -238,6 +246,7 @@ mod tests {
                 ("cache/widgets.example.com".into(), true),
                 ("resource/apps/deployments".into(), true),
                 ("skipped/aggregated/metrics.k8s.io/v1beta1".into(), false),
+                ("dropped/memory-limit/secrets".into(), false),
             ]
         );
         // The public checks name no resource.

@@ -63,6 +63,9 @@ pub struct Readiness {
     pub missing: Vec<(String, String)>,
     /// What a wildcard skipped (never blocks readiness): (name, reason label, detail).
     pub skipped: Vec<(String, &'static str, String)>,
+    /// What `--cache-memory-limit` stopped caching (never blocks readiness: its requests are
+    /// forwarded, answered as they would be without the proxy): (group/resource, why).
+    pub dropped: Vec<(String, String)>,
 }
 
 /// What a server checks; the default (no auth, default limits, no browser guard) is what

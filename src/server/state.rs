@@ -110,6 +110,8 @@ impl Server {
         for (name, s) in self.resources.skipped() {
             st.skipped.push((name, s.reason.as_str(), s.detail));
         }
+        st.dropped = self.resources.snapshot().dropped.values().cloned().collect();
+        st.dropped.sort();
         st
     }
 

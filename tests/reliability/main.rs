@@ -8,6 +8,7 @@ mod common;
 
 mod consistency;
 mod goaway;
+mod memory_limit;
 mod reflector;
 mod relist;
 mod warm_restart;

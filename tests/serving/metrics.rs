@@ -247,6 +247,9 @@ async fn every_metric_in_the_readme_table_is_exported() {
     args.state_sync_period = Duration::from_millis(100);
     // And the consistency check (watchcache_consistency_*).
     args.consistency_check_period = Duration::from_millis(100);
+    // And a memory limit with room to spare (watchcache_cache_memory_*).
+    args.cache_memory_limit = kube_watchcache::memory::limit::Limit::Bytes(1 << 30);
+    args.cache_memory_check_period = Duration::from_millis(100);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     let c = tls_client();
@@ -268,9 +271,13 @@ async fn every_metric_in_the_readme_table_is_exported() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (_, text) = tls_get(&c, &format!("{base}/watchcache/metrics"), "metrics-token").await;
-        let seen = ["watchcache_state_bytes{", "watchcache_consistency_differences{"]
-            .iter()
-            .all(|m| text.contains(m));
+        let seen = [
+            "watchcache_state_bytes{",
+            "watchcache_consistency_differences{",
+            "watchcache_cache_memory_bytes{",
+        ]
+        .iter()
+        .all(|m| text.contains(m));
         if seen || tokio::time::Instant::now() > deadline {
             break;
         }

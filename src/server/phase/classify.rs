@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{context, context_mut, pass, Classified, Next, Phase, Req, Resp};
 use crate::resource::ResourceKind;
-use crate::server::catalog::Resources;
+use crate::server::catalog::{Catalog, Resources};
 use crate::server::classify::{self, ForwardReason, RequestInfo, Route};
 
 #[derive(Clone)]
@@ -37,6 +37,10 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
             Route::Reject(e) => {
                 Classified::Refuse { error: Arc::new(e), proto: classify::error_in_proto(accept) }
             }
+            Route::Forward(ForwardReason::NotCached) if dropped(info, &catalog) => {
+                // Not cached because of --cache-memory-limit: said apart (metrics, logs).
+                Classified::Forward(ForwardReason::MemoryLimit)
+            }
             Route::Forward(reason) => {
                 if reason == ForwardReason::NotCached
                     && info.is_resource_request
@@ -62,6 +66,18 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
         ctx.label = resource;
         pass(next, req).await
     }
+}
+
+/// Whether the request is about a resource `--cache-memory-limit` stopped caching.
+fn dropped(info: &RequestInfo, catalog: &Catalog) -> bool {
+    !catalog.dropped.is_empty()
+        && info.is_resource_request
+        && info.subresource.is_empty()
+        && catalog.dropped.contains_key(&(
+            info.api_group.clone(),
+            info.api_version.clone(),
+            info.resource.clone(),
+        ))
 }
 
 /// The `group/resource` of a request about a cached resource, else empty (uncached resources,
@@ -109,5 +125,26 @@ mod tests {
             }
             _ => panic!("a refusal"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_resource_dropped_for_memory_is_forwarded_under_its_own_reason() {
+        let (_w, r) = configmaps();
+        let kind = r.kind().clone();
+        let resources = Arc::new(Resources::default());
+        resources.add(&upstream(), r);
+        resources.set_dropped(&kind, "over the limit".into());
+        let s = Classify { resources: resources.clone() };
+        for path in ["/api/v1/configmaps?resourceVersion=0", "/api/v1/namespaces/ns/configmaps/a"] {
+            let (_, seen) = run_seen(s.clone(), request(path)).await;
+            assert!(matches!(decided(seen), Some(Classified::Forward(ForwardReason::MemoryLimit))), "{path}");
+        }
+        // Another resource is still just not cached; the dropped one is no longer cached at all.
+        let (_, seen) = run_seen(s.clone(), request("/api/v1/pods?resourceVersion=0")).await;
+        assert!(matches!(decided(seen), Some(Classified::Forward(ForwardReason::NotCached))));
+        assert!(resources.snapshot().caches.is_empty());
+        resources.remove(&kind);
+        let (_, seen) = run_seen(s, request("/api/v1/configmaps?resourceVersion=0")).await;
+        assert!(matches!(decided(seen), Some(Classified::Forward(ForwardReason::NotCached))));
     }
 }

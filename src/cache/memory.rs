@@ -1,0 +1,278 @@
+//! What one resource's cache keeps in memory, for `--cache-memory-limit`: the current objects
+//! (each one's JSON, parsed header and the metadata-only / protobuf forms made so far, plus the
+//! store's per-entry share) and the history's share (every event's frames, and the object
+//! versions only the history still holds: superseded and deleted ones, each counted once).
+//! Objects the store holds are counted with the store, never again with the history.
+//!
+//! A list that would take the caches past the limit is refused while it arrives ([`Budget`]):
+//! the reflector accounts it page by page ([`ListAccount`]), together with every other list in
+//! flight (the caches start listing at once), so that a resource larger than the room left is
+//! never held whole (the governor then makes room or drops it).
+//!
+//! Called by `memory` (the governor) through [`Reader::memory`], [`Reader::limit_history`],
+//! [`Reader::unlimit_history`] and [`Reader::refused_list`], by `caches` through
+//! [`Reader::release_at_stop`], and by `reflector` through `Writer::list_account` and
+//! `Writer::stopped`. The lock is held only to take the store's O(1) snapshot and to clone
+//! the history's event pointers; the counting happens outside it.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use super::{Reader, Store, Writer};
+use crate::resource::{Event, Object};
+
+/// A store entry's share of the ordered map (key and value pointers, node slack).
+const STORE_ENTRY: usize = 64;
+/// A history slot (its time and pointer) with the ring buffer's slack.
+const HISTORY_SLOT: usize = 32;
+
+/// One cache's memory now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes of the current objects.
+    pub objects: u64,
+    /// Bytes only the history keeps.
+    pub history: u64,
+    /// Events in the history.
+    pub events: usize,
+    /// The most events the history keeps now (lower than configured while shortened).
+    pub history_cap: usize,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.objects + self.history
+    }
+}
+
+/// `--cache-memory-limit` as the caches see it: the limit, the caches' total at the last
+/// measurement, and the governor's bell.
+#[derive(Debug, Default)]
+pub struct Budget {
+    pub limit: u64,
+    measured: AtomicU64,
+    /// Bytes lists in flight have brought so far (all caches).
+    listing: AtomicU64,
+    /// Rung after every full list and every refused one: the governor measures at once.
+    pub check: Notify,
+}
+
+impl Budget {
+    pub fn new(limit: u64) -> Budget {
+        Budget { limit, ..Budget::default() }
+    }
+
+    /// The caches' total, as the governor last measured it (less what it then dropped).
+    pub fn set_measured(&self, total: u64) {
+        self.measured.store(total, Ordering::Relaxed);
+    }
+
+    pub fn measured(&self) -> u64 {
+        self.measured.load(Ordering::Relaxed)
+    }
+}
+
+/// One full list's bytes, counted against the [`Budget`] while it arrives; what it counted
+/// leaves the lists in flight when it is dropped (installed, refused or failed).
+pub struct ListAccount {
+    budget: Option<Arc<Budget>>,
+    shared: Arc<super::Shared>,
+    listed: u64,
+}
+
+impl ListAccount {
+    /// Counts `bytes` more; false when the caches' measured total, less what this cache holds
+    /// now (a relist replaces it), plus every list in flight passes the limit. The refusal is
+    /// recorded (the governor counts this cache at what its list brought) and rings the
+    /// governor. Always true without a limit.
+    pub fn add(&mut self, bytes: u64) -> bool {
+        self.listed += bytes;
+        let Some(budget) = &self.budget else { return true };
+        let listing = budget.listing.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let own = self.shared.kept.load(Ordering::Relaxed);
+        if budget.measured().saturating_sub(own) + listing <= budget.limit {
+            return true;
+        }
+        self.shared.refused.store(self.listed, Ordering::Relaxed);
+        budget.check.notify_one();
+        false
+    }
+
+    /// Bytes counted so far.
+    pub fn listed(&self) -> u64 {
+        self.listed
+    }
+
+    /// The list was installed: until the governor measures again, the caches' total counts it
+    /// in place of what the cache held before.
+    pub fn installed(self) {
+        if let Some(budget) = &self.budget {
+            let own = self.shared.kept.swap(self.listed, Ordering::Relaxed);
+            budget.set_measured(budget.measured().saturating_sub(own) + self.listed);
+        }
+    }
+}
+
+impl Drop for ListAccount {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.listing.fetch_sub(self.listed, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Writer {
+    /// The reflector stopped: a cache dropped for the limit ([`Reader::release_at_stop`]) lets
+    /// go of its objects and history now, whoever still holds a reader of it (snapshots taken
+    /// by reads in flight keep what they use until they are answered).
+    pub fn stopped(&mut self) {
+        if self.shared.release.load(Ordering::Relaxed) {
+            let mut st = self.shared.state.lock();
+            st.store = Store::new();
+            let rv = st.rv;
+            st.history.reset(rv);
+            self.shared.kept.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Starts counting a full list against `--cache-memory-limit` ([`ListAccount`]).
+    pub fn list_account(&self) -> ListAccount {
+        ListAccount { budget: self.shared.opts.memory.clone(), shared: self.shared.clone(), listed: 0 }
+    }
+}
+
+impl Reader {
+    /// Has the writer empty this cache once its reflector stops (it is being dropped).
+    pub fn release_at_stop(&self) {
+        self.shared.release.store(true, Ordering::Relaxed);
+    }
+
+    /// Bytes a list of this resource had brought when it was refused for the limit (0: none
+    /// since the last full list).
+    pub fn refused_list(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
+    }
+
+    /// What this cache keeps in memory now (see the module doc).
+    pub fn memory(&self) -> Usage {
+        let (store, events, cap) = {
+            let st = self.shared.state.lock();
+            (st.store.clone(), st.history.iter().cloned().collect::<Vec<_>>(), st.history.cap())
+        };
+        let (objects, history) = measure(&store, &events);
+        self.shared.kept.store(objects + history, Ordering::Relaxed);
+        Usage { objects, history, events: events.len(), history_cap: cap }
+    }
+
+    /// Keeps at most `cap` events in the history from now on (the oldest go at once; watches
+    /// from RVs now older than the floor answer 410, as after any eviction).
+    pub fn limit_history(&self, cap: usize) {
+        self.shared.state.lock().history.set_cap(cap);
+    }
+
+    /// Gives the history back its configured length (`--history-max-events`).
+    pub fn unlimit_history(&self) {
+        self.shared.state.lock().history.set_cap(self.shared.opts.history_max_events);
+    }
+}
+
+/// Bytes of the objects of `store`, and bytes only `events` keep.
+fn measure(store: &Store, events: &[Arc<Event>]) -> (u64, u64) {
+    let objects: usize = store.values().map(|o| o.kept_bytes() + STORE_ENTRY).sum();
+    let mut seen: HashSet<*const Object> = HashSet::new();
+    let mut history = 0usize;
+    for e in events {
+        history += e.frame_bytes() + HISTORY_SLOT;
+        for o in std::iter::once(&e.object).chain(e.prev.as_ref()) {
+            let current = store.get(&o.header.key).is_some_and(|c| Arc::ptr_eq(c, o));
+            if !current && seen.insert(Arc::as_ptr(o)) {
+                history += o.kept_bytes();
+            }
+        }
+    }
+    (objects as u64, history as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{self, CacheOptions};
+    use crate::metadata_only::Repr;
+    use crate::resource::{EventType, ResourceKind, Rv};
+    use bytes::Bytes;
+
+    fn kind() -> ResourceKind {
+        ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true)
+    }
+
+    fn cm(w: &cache::Writer, name: &str, rv: u64, data: usize) -> crate::resource::Object {
+        let json = format!(
+            r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
+            "x".repeat(data)
+        );
+        w.parse(Bytes::from(json)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn lists_in_flight_count_together_and_a_relist_replaces_what_its_cache_held() {
+        let budget = Arc::new(Budget::new(10_000));
+        let opts = CacheOptions { memory: Some(budget.clone()), ..CacheOptions::default() };
+        let (wa, ra) = cache::new(kind(), opts.clone());
+        let (wb, rb) = cache::new(kind(), opts);
+        let mut a = wa.list_account();
+        assert!(a.add(6_000));
+        let mut b = wb.list_account();
+        assert!(!b.add(5_000), "6 000 + 5 000 in flight pass 10 000");
+        assert_eq!((rb.refused_list(), ra.refused_list()), (5_000, 0));
+        drop(b);
+        assert!(a.add(3_000), "b's bytes left the lists in flight");
+        a.installed();
+        assert_eq!(budget.measured(), 9_000);
+        // A relist of a replaces its 9 000: 9 500 more fit; another cache's 1 500 then do not.
+        let mut again = wa.list_account();
+        assert!(again.add(9_500));
+        assert!(!wb.list_account().add(1_500));
+        drop(again);
+        assert!(wb.list_account().add(1_000));
+        // Without a limit every list fits.
+        let (w, _) = cache::new(kind(), CacheOptions::default());
+        assert!(w.list_account().add(u64::MAX / 2));
+    }
+
+    #[tokio::test]
+    async fn objects_count_once_and_the_history_counts_what_only_it_keeps() {
+        let (mut w, r) = cache::new(kind(), CacheOptions::default());
+        w.replace(vec![cm(&w, "a", 10, 10_000), cm(&w, "b", 10, 10_000)], Rv(10));
+        let listed = r.memory();
+        assert_eq!((listed.events, listed.history), (0, 0));
+        assert!(listed.objects > 20_000 && listed.objects < 22_000, "{listed:?}");
+
+        // ADDED: the object is the store's; the history keeps its frame (a copy of the JSON).
+        drop(w.apply(EventType::Added, cm(&w, "c", 11, 10_000)).unwrap());
+        let added = r.memory();
+        assert!(added.objects - listed.objects > 10_000 && added.objects - listed.objects < 11_000);
+        assert!(added.history > 10_000 && added.history < 11_000, "{added:?}");
+
+        // MODIFIED: the superseded version is the history's alone now.
+        drop(w.apply(EventType::Modified, cm(&w, "c", 12, 10_000)).unwrap());
+        let modified = r.memory();
+        assert_eq!(modified.objects, added.objects);
+        assert!(modified.history - added.history > 20_000, "frame and old version: {modified:?}");
+
+        // A lazily made form counts where its object is: the store's.
+        r.get("ns", "a").unwrap().chunks_as(Repr::Metadata).unwrap();
+        assert!(r.memory().objects > modified.objects);
+
+        // Shortening the history gives its bytes back and raises the floor.
+        r.limit_history(1);
+        let short = r.memory();
+        assert_eq!((short.events, short.history_cap), (1, 1));
+        assert!(short.history < modified.history - 10_000, "the first frame is gone: {short:?}");
+        assert_eq!(r.window().0, Rv(11));
+        r.unlimit_history();
+        assert_eq!(r.memory().history_cap, CacheOptions::default().history_max_events);
+    }
+}
