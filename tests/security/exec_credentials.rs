@@ -29,7 +29,8 @@ use parking_lot::Mutex;
 const PLUGIN: &str = r#"#!/bin/sh
 dir=$(dirname "$0")
 n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
-echo "$n" > "$dir/count"
+# Written whole, then renamed: the test reading the count never sees an empty file.
+echo "$n" > "$dir/count.$$" && mv "$dir/count.$$" "$dir/count"
 exp=$(( $(date +%s) + ${LIFETIME:-3600} ))
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"tok-%s-%s","expirationTimestamp":"%s"}}' \
   "$n" "$exp" "$(date -u -d "@$exp" +%Y-%m-%dT%H:%M:%SZ)"
