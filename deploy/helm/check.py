@@ -210,6 +210,8 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     c("--shutdown-grace-period matches the value", secs(arg_value(args, "--shutdown-grace-period") or "") == grace)
     sdd = arg_value(args, "--shutdown-delay-duration")
     c("--shutdown-delay-duration passed iff delaySeconds > 0", (sdd is not None and secs(sdd) == delay) if delay > 0 else sdd is None)
+    ccp = arg_value(args, "--consistency-check-period")
+    c("--consistency-check-period passed with consistencyCheckPeriod's value", ccp is not None and ccp == v["consistencyCheckPeriod"])
     gc = arg_value(args, "--goaway-chance")
     want = v.get("goawayChance", 0)
     c("--goaway-chance passed iff goawayChance > 0, with its value", (gc is not None and float(gc) == float(want)) if want > 0 else gc is None)
