@@ -41,7 +41,13 @@ pub struct Options {
     pub backoff: Duration,
     /// Bench pods (`bench-pod-<i>`, see `Plan::object_key`): the store keeps their RVs by index.
     pub objects: usize,
+    /// LIST bodies being fetched and parsed at once, over all the harness's informers: a
+    /// thousand clients relisting 10 MB each would need 10 GB at once in this one process.
+    pub lists_at_once: Arc<tokio::sync::Semaphore>,
 }
+
+/// The harness's bound on concurrent LISTs ([`Options::lists_at_once`]).
+pub const LISTS_AT_ONCE: usize = 32;
 
 /// What an informer's store holds: each pod's resourceVersion (0 when absent).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -480,6 +486,10 @@ async fn list(
         if !cont.is_empty() {
             path = format!("/api/v1/pods?limit=500&continue={}", encode(&cont));
         }
+        let _permit = tokio::select! {
+            p = opts.lists_at_once.acquire() => p.map_err(|_| Failure::Other("stopped".into()))?,
+            _ = stop.wait_for(|s| *s) => return Err(Failure::Other("stopped".into())),
+        };
         me.list_requests.fetch_add(1, Relaxed);
         let body = tokio::select! {
             r = fetch(client, target, &path) => r?,

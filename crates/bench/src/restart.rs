@@ -154,7 +154,11 @@ impl Ctx {
         one: HttpClient,
         args: &BenchArgs,
     ) -> Ctx {
-        let informer = informer::Options { backoff: args.informer_backoff, objects: plan.sizes.objects };
+        let informer = informer::Options {
+            backoff: args.informer_backoff,
+            objects: plan.sizes.objects,
+            lists_at_once: Arc::new(tokio::sync::Semaphore::new(informer::LISTS_AT_ONCE)),
+        };
         Ctx {
             plan,
             upstream: Mutex::new(upstream),
