@@ -100,8 +100,8 @@ pub struct Informer {
     pub relists: AtomicU64,
     /// Watches opened (200 answers).
     pub watch_opens: AtomicU64,
-    /// Why its watches ended in a relist (`watch 410`, `watch answered 503`, `very short
-    /// watch`, …), counted.
+    /// Why its watches ended in a relist (`watch ERROR 410`, `watch answered 503`, `very short
+    /// watch`, …) and why a relist's LIST was tried again, counted.
     pub relist_reasons: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -315,11 +315,18 @@ pub async fn run(
         match list(&me, &client, &target, &rv, &opts, &mut stop).await {
             Ok(()) => unavailable = false,
             Err(Failure::Expired) => {
+                me.relist_because("list answered 410 (then resourceVersion=\"\")");
                 unavailable = true;
                 backoff.wait(&mut stop).await;
                 continue;
             }
-            Err(_) => {
+            Err(Failure::Retriable) => {
+                me.relist_because("list refused or answered 429 (retried)");
+                backoff.wait(&mut stop).await;
+                continue;
+            }
+            Err(Failure::Other(why)) => {
+                me.relist_because(&format!("list {why} (retried)"));
                 backoff.wait(&mut stop).await;
                 continue;
             }

@@ -460,7 +460,6 @@ async fn drive(
         let _ = stop_tx.send(true);
         return Err("the clients' watches did not all open within 300 s".into());
     }
-    let upstream_before = upstream_count(ctx, case, replicas, &informers).await;
     let log = Arc::new(Mutex::new(WriterLog::default()));
     let (wstop_tx, wstop_rx) = watch::channel(false);
     let writer_task = {
@@ -471,6 +470,13 @@ async fn drive(
     let pre = ctx.plan.duration / 3;
     let body = async {
         tokio::time::sleep(pre).await;
+        // What the restart costs is counted from here: relists and LISTs before it (a client
+        // whose first watch met a replica that had listed later than its RV) are not its.
+        let upstream_before = upstream_count(ctx, case, replicas, &informers).await;
+        for inf in &informers {
+            inf.relists.store(0, Relaxed);
+            inf.relist_reasons.lock().clear();
+        }
         let t0 = Instant::now();
         match case {
             'a' | 'b' => restart_upstream(ctx).await?,
@@ -501,7 +507,7 @@ async fn drive(
         let recovery = recovered.then(|| t0.elapsed().as_secs_f64());
         let rest = ctx.plan.duration.saturating_sub(pre + t0.elapsed());
         tokio::time::sleep(rest).await;
-        Ok::<_, String>((restart_seconds, recovery))
+        Ok::<_, String>((restart_seconds, recovery, upstream_before))
     };
     let (timing, ()) = tokio::join!(
         async {
@@ -511,7 +517,7 @@ async fn drive(
         },
         writer_task
     );
-    let (restart_seconds, recovery_seconds) = timing.inspect_err(|_| {
+    let (restart_seconds, recovery_seconds, upstream_before) = timing.inspect_err(|_| {
         let _ = stop_tx.send(true);
     })?;
     // Settle: every client at the upstream's state once the writer stopped.

@@ -23,7 +23,7 @@ pub struct CaseReport {
     /// Full lists the clients made after their first (summed), and how many clients relisted.
     pub client_relists: u64,
     pub clients_relisted: u64,
-    /// Why the clients' watches ended in a relist, counted.
+    /// Why the clients' watches ended in a relist, and why a LIST was tried again, counted.
     #[serde(default)]
     pub relist_reasons: std::collections::BTreeMap<String, u64>,
     /// LISTs that reached the upstream: case (a) the clients' LIST requests (pages included),
@@ -147,7 +147,7 @@ impl RestartReport {
         }
         for c in self.cases.iter().filter(|c| !c.relist_reasons.is_empty()) {
             let why: Vec<String> = c.relist_reasons.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
-            let _ = writeln!(out, "({}) relists because: {}", c.case, why.join(", "));
+            let _ = writeln!(out, "({}) relists (and LIST retries) because: {}", c.case, why.join(", "));
         }
         for g in &self.goals {
             let _ = writeln!(out, "goal {g}");
