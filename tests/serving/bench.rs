@@ -307,7 +307,7 @@ async fn kubelets_with_node_identities_are_authorized_and_lose_nothing() {
 /// relist and no upstream LIST.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_tiny_run_all_cases() {
-    let mut a = BenchArgs::new(Scenario::Restart, Duration::from_millis(1500));
+    let mut a = BenchArgs::new(Scenario::Restart, Duration::from_secs(1));
     a.watchers = Some(4);
     a.objects = Some(100);
     a.object_size = Some(400);
