@@ -41,6 +41,9 @@ pub struct Running {
     /// `--shutdown-delay-duration`: ready no more, yet still serving everything.
     shutdown_delay: Duration,
     shutdown: watch::Sender<bool>,
+    /// Stops the listener (first); it answers on `told` once no connection reads a request.
+    stop_serving: watch::Sender<bool>,
+    told: watch::Receiver<bool>,
     server_task: JoinHandle<()>,
     reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
     /// `--state-dir`: what writes the state, and the caches to write.
@@ -68,6 +71,12 @@ impl Running {
             tokio::time::sleep(self.shutdown_delay).await;
         }
         tracing::info!("no new connections, ending watches, draining");
+        // Stop accepting and tell every connection to finish before the watches end: a client
+        // whose watch ends finds its connection closing (then the port refused), as at a
+        // stopping kube-apiserver, and retries its watch rather than relisting on a 503.
+        let _ = self.stop_serving.send(true);
+        let mut told = self.told.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(2), crate::shutdown::until_true(&mut told)).await;
         let _ = self.shutdown.send(true);
         let reflectors = std::mem::take(&mut *self.reflectors.lock());
         for r in reflectors {
@@ -303,8 +312,17 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         h2_keepalive_timeout: args.http2_keepalive_timeout,
         goaway_chance: args.goaway_chance,
     };
-    let server_task =
-        tokio::spawn(listener::run(tcp, tls, server, shutdown_rx, args.shutdown_grace_period, conn_opts));
+    let (stop_serving, stop_serving_rx) = watch::channel(false);
+    let (told_tx, told) = watch::channel(false);
+    let server_task = tokio::spawn(listener::run(
+        tcp,
+        tls,
+        server,
+        stop_serving_rx,
+        told_tx,
+        args.shutdown_grace_period,
+        conn_opts,
+    ));
     tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");
     Ok(Running {
         addr,
@@ -312,6 +330,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         unready,
         shutdown_delay: args.shutdown_delay_duration,
         shutdown,
+        stop_serving,
+        told,
         server_task,
         reflectors: caching.reflectors,
         state,

@@ -213,6 +213,8 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     cml = arg_value(args, "--cache-memory-limit")
     want_cml = v.get("cacheMemoryLimit", "")
     c("--cache-memory-limit passed iff cacheMemoryLimit is set, with its value", cml == want_cml if want_cml else cml is None)
+    ccp = arg_value(args, "--consistency-check-period")
+    c("--consistency-check-period passed with consistencyCheckPeriod's value", ccp is not None and ccp == v["consistencyCheckPeriod"])
     gc = arg_value(args, "--goaway-chance")
     want = v.get("goawayChance", 0)
     c("--goaway-chance passed iff goawayChance > 0, with its value", (gc is not None and float(gc) == float(want)) if want > 0 else gc is None)

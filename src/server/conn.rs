@@ -322,18 +322,51 @@ impl Idle {
 pub struct Live {
     _held: mpsc::Sender<()>,
     kill: watch::Receiver<bool>,
+    untold: Arc<Untold>,
+}
+
+/// Connections not yet told to finish, so that the caches end their watches only once no
+/// connection will read another request (a client whose watch ends then finds its connection
+/// closing, as at a stopping kube-apiserver, not a stopped cache's 503).
+#[derive(Default)]
+struct Untold {
+    count: AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+/// One connection counted in [`Untold`] until dropped.
+struct UntoldGuard(Arc<Untold>);
+
+impl Drop for UntoldGuard {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
 }
 
 /// The listener's side of [`Live`].
-pub struct AllGone(mpsc::Receiver<()>, watch::Sender<bool>);
+pub struct AllGone(mpsc::Receiver<()>, watch::Sender<bool>, Arc<Untold>);
 
 pub fn live() -> (Live, AllGone) {
     let (tx, rx) = mpsc::channel(1);
     let (kill_tx, kill) = watch::channel(false);
-    (Live { _held: tx, kill }, AllGone(rx, kill_tx))
+    let untold = Arc::new(Untold::default());
+    (Live { _held: tx, kill, untold: untold.clone() }, AllGone(rx, kill_tx, untold))
 }
 
 impl AllGone {
+    /// Waits until every connection has been told to finish (after the stop flag turned true:
+    /// a connection that starts later is told before it reads anything).
+    pub async fn all_told(&self) {
+        loop {
+            let changed = self.2.changed.notified();
+            if self.2.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Waits until every [`Live`] handle is dropped (the caller dropped its own first).
     pub async fn wait(&mut self) {
         let _ = self.0.recv().await;
@@ -360,6 +393,8 @@ where
     E: Into<BoxError>,
 {
     let mut kill = live.kill.clone();
+    live.untold.count.fetch_add(1, Ordering::SeqCst);
+    let untold = UntoldGuard(live.untold.clone());
     let _live = live;
     let mut conn = std::pin::pin!(conn);
     if !*stop.borrow() {
@@ -379,6 +414,7 @@ where
         }
     }
     shutdown(conn.as_mut());
+    drop(untold);
     tokio::select! {
         r = conn.as_mut() => r.map_err(Into::into),
         _ = until_true(&mut kill) => Ok(()),

@@ -23,13 +23,16 @@ use super::conn::{self, Proto};
 use super::Server;
 use crate::shutdown::until_true;
 
-/// Accepts connections until `shutdown` turns true, then waits up to `grace` for open
-/// connections to finish (watches are ended by the caches closing their watchers).
+/// Accepts connections until `shutdown` turns true, turns `told` true once the listener is
+/// closed and every connection has been told to finish (at most a second later), then waits up
+/// to `grace` for open connections to finish (watches are ended by the caches closing their
+/// watchers, which the caller does after `told`).
 pub async fn run(
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     server: Arc<Server>,
     mut shutdown: watch::Receiver<bool>,
+    told: watch::Sender<bool>,
     grace: Duration,
     conn_opts: conn::ConnOptions,
 ) {
@@ -109,6 +112,8 @@ pub async fn run(
     }
     drop(listener);
     drop(live);
+    let _ = tokio::time::timeout(Duration::from_secs(1), all_gone.all_told()).await;
+    told.send_replace(true);
     if tokio::time::timeout(grace, all_gone.wait()).await.is_err() {
         tracing::warn!("grace period over; closing remaining connections");
         all_gone.kill();

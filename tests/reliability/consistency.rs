@@ -152,3 +152,82 @@ async fn a_dropped_event_is_caught_within_one_period_and_clients_end_at_the_trut
     task.abort();
     proxy.shutdown().await;
 }
+
+/// The check's "R was compacted upstream: once more at the cache's current RV" branch. The
+/// proxy's upstream watch is held (fault relay), a change is made and the upstream compacted
+/// past the cache's RV R0; the check's first LIST (Exact at R0, slowed by a second relay) gets
+/// 410. Meanwhile the watch is released and the cache reaches R1: the retry asks R1 and finds
+/// the cache consistent there. A second compaction with the watch held again makes both tries
+/// 410: the check fails after one retry, never loops.
+#[tokio::test]
+async fn a_check_whose_rv_was_compacted_retries_once_at_the_current_rv() {
+    use common::fault::Fault;
+    use kube_watchcache::consistency::{check, Outcome};
+    use kube_watchcache::upstream::{Upstream, UpstreamOptions};
+
+    let sim =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .expect("sim starts");
+    let _ = sim.sim.create("namespaces", "", json!({"metadata":{"name":"w"}}));
+    let cm = |name: &str, v: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}});
+    for n in ["a", "b"] {
+        sim.sim.create("configmaps", "w", cm(n, "0")).expect("create");
+    }
+    let watch_relay = Fault::start(sim.addr).await;
+    let mut args = serve_args(watch_relay.addr, &["configmaps"]);
+    args.consistency_check_period = Duration::ZERO;
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let reader = proxy.readers[0].clone();
+    let r0 = reader.snapshot().rv;
+    let check_relay = Fault::start(sim.addr).await;
+    let upstream = Upstream::new(&UpstreamOptions {
+        upstream: Some(format!("http://{}", check_relay.addr)),
+        ..Default::default()
+    })
+    .expect("upstream");
+    let exact_lists = |sim: &Sim| -> Vec<String> {
+        sim.requests(|r| r.query.contains("resourceVersionMatch=Exact"))
+            .into_iter()
+            .filter_map(|r| {
+                r.query.split('&').find_map(|kv| kv.strip_prefix("resourceVersion=").map(str::to_owned))
+            })
+            .collect()
+    };
+
+    // The change the cache has not seen yet, and the upstream compacted past R0.
+    watch_relay.stall_watches(true);
+    let r1 = rv_of(&sim.sim.update("configmaps", "w", cm("a", "1")).expect("update"));
+    sim.sim.compact();
+    check_relay.set_delay(Duration::from_millis(500));
+    let task = {
+        let (upstream, reader) = (upstream.clone(), reader.clone());
+        tokio::spawn(async move { check(&upstream, &reader).await })
+    };
+    // The first LIST has left (its snapshot is at R0): now the cache may move on.
+    while check_relay.st.heads.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    watch_relay.stall_watches(false);
+    reader.wait_for(Rv(r1), Duration::from_secs(5)).await.expect("the cache reached R1");
+    match task.await.expect("check") {
+        Outcome::Consistent { rv, keys } => assert_eq!((rv, keys), (Rv(r1), 2)),
+        other => panic!("expected consistent at {r1}, got {other:?}"),
+    }
+    assert_eq!(exact_lists(&sim.sim), [r0.0.to_string(), r1.to_string()], "first R0 (410), then R1");
+
+    // Both tries compacted: one retry, then the check fails.
+    check_relay.set_delay(Duration::ZERO);
+    watch_relay.stall_watches(true);
+    let _ = sim.sim.update("configmaps", "w", cm("b", "2")).expect("update");
+    sim.sim.compact();
+    match check(&upstream, &reader).await {
+        Outcome::Failed(e) => assert!(e.contains("410") || e.to_lowercase().contains("too old"), "{e}"),
+        other => panic!("expected a failed check, got {other:?}"),
+    }
+    let asked = exact_lists(&sim.sim);
+    assert_eq!(asked[2..], [r1.to_string(), r1.to_string()], "two tries at R1, then no more");
+    watch_relay.stall_watches(false);
+    proxy.shutdown().await;
+}

@@ -293,3 +293,48 @@ async fn a_crd_deleted_and_created_again_ends_the_watches_of_the_old_one() {
     }
     proxy.shutdown().await;
 }
+
+/// At shutdown the connections are told to finish before the caches end their watches: a
+/// client whose HTTP/1.1 watch ended sees its connection close, never a 503 from a stopped
+/// cache on a request it sends next on the same connection (client-go would relist on that
+/// 503; on a closed connection it retries, then meets the closed port and retries its watch).
+#[tokio::test]
+async fn a_watch_ended_by_shutdown_leaves_its_connection_closing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = start().await;
+    let rv = env.create_cm("sd", "a", json!({}));
+    let mut sock = tokio::net::TcpStream::connect(env.proxy.addr).await.expect("connect");
+    let head = format!(
+        "GET /api/v1/namespaces/sd/configmaps?watch=1&resourceVersion={rv} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: application/json\r\n\r\n"
+    );
+    sock.write_all(head.as_bytes()).await.expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = sock.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed before the headers");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
+    let Env { proxy, sim, .. } = env;
+    let shutdown = tokio::spawn(proxy.shutdown());
+    // The watch's chunked body ends…
+    while !got.ends_with(b"0\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut buf))
+            .await
+            .expect("ends")
+            .expect("read");
+        assert!(n > 0, "closed without ending the body");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // …and the next request on the same connection is not answered (the connection closes).
+    let _ = sock
+        .write_all(b"GET /api/v1/namespaces/sd/configmaps?watch=1 HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        .await;
+    let mut after = Vec::new();
+    let _ =
+        tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut after)).await.expect("closes");
+    assert!(after.is_empty(), "answered after the watch ended: {}", String::from_utf8_lossy(&after));
+    shutdown.await.expect("shutdown");
+    sim.shutdown().await;
+}

@@ -21,7 +21,7 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `scenario` | the five load shapes, their defaults, the resolved [`Plan`] |
+//! | `scenario` | the six load shapes, their defaults, the resolved [`Plan`] |
 //! | `shards` | the `sharded` scenario's uid shards: selectors, and each pod's shard |
 //! | `env` | targets, HTTP clients, the writer's backend, the in-process sim + proxy |
 //! | `modes` | external targets or the in-process pair: setup, checks, the two phases |
@@ -38,11 +38,17 @@
 //! | `certs` | the throwaway CA and serving certificates of `--tls` |
 //! | `cluster` | an external cluster's Lease churn and `--cleanup` |
 //! | `nodes` | `--node-identities`: a kubelet-like client per node, with its own certificate |
+//! | `restart` | `--scenario restart`: its five cases, the restartable upstream and proxies |
+//! | `informer` | its clients: client-go's reflector (list, watch, resume, relist on 410) |
+//! | `balancer` | its rollout case's TCP round-robin in front of two replicas |
+//! | `restart_report` | its report: one column per case, checks, goals |
 #![forbid(unsafe_code)]
 
+mod balancer;
 mod certs;
 mod cluster;
 mod env;
+mod informer;
 mod kubeconfig;
 mod load;
 mod modes;
@@ -52,6 +58,8 @@ mod pbwatch;
 mod phase;
 mod procstat;
 pub mod report;
+mod restart;
+pub mod restart_report;
 mod scenario;
 mod shards;
 mod stats;
@@ -67,6 +75,7 @@ use clap::Args;
 
 use kube_watchcache::config::parse_duration;
 pub use report::Report;
+pub use restart_report::RestartReport;
 pub use scenario::{Plan, Scenario};
 
 /// Flags of `bench`.
@@ -173,6 +182,20 @@ pub struct BenchArgs {
     /// direct phase (external mode).
     #[arg(long)]
     pub direct_pid: Option<u32>,
+    /// `--scenario restart`: which cases to run, e.g. `ade` (default all five, a to e).
+    #[arg(long)]
+    pub cases: Option<String>,
+    /// `--scenario restart` with `--kubeconfig`: a shell command that restarts the apiserver
+    /// and returns once it is ready again (the proxies run in this process).
+    #[arg(long)]
+    pub restart_command: Option<String>,
+    /// `--scenario restart`, in-process: how long the restarted sim stays down.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub restart_down: Duration,
+    /// `--scenario restart`: the informers' initial backoff (client-go's is 800 ms, doubling to
+    /// 37.5× it).
+    #[arg(long, default_value = "800ms", value_parser = parse_duration, hide = true)]
+    pub informer_backoff: Duration,
 }
 
 impl BenchArgs {
@@ -206,6 +229,10 @@ impl BenchArgs {
             svg: None,
             proxy_pid: None,
             direct_pid: None,
+            cases: None,
+            restart_command: None,
+            restart_down: Duration::from_secs(2),
+            informer_backoff: Duration::from_millis(800),
         }
     }
 
@@ -234,6 +261,9 @@ impl BenchArgs {
 /// Runs the harness: prints the table on stdout, writes `--json` / `--svg`, and fails (after
 /// reporting) when any watch event was lost, duplicated or reordered.
 pub async fn run(args: BenchArgs) -> Result<(), String> {
+    if args.scenario == Scenario::Restart {
+        return run_restart(&args).await;
+    }
     let report = measure(&args).await?;
     kube_watchcache::app::say(&report.table());
     if let Some(path) = &args.json {
@@ -253,8 +283,32 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     }
 }
 
+/// `--scenario restart`: its own table and JSON; fails when a case lost, duplicated or
+/// reordered an event, or left a client away from the upstream's state.
+async fn run_restart(args: &BenchArgs) -> Result<(), String> {
+    let report = measure_restart(args).await?;
+    kube_watchcache::app::say(&report.table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the run failed: {}", report.problems.join("; ")))
+    }
+}
+
+/// Runs `--scenario restart` and returns its (checked) report without printing it.
+pub async fn measure_restart(args: &BenchArgs) -> Result<RestartReport, String> {
+    restart::measure(args).await
+}
+
 /// Runs the phases and returns the (checked) report without printing it.
 pub async fn measure(args: &BenchArgs) -> Result<Report, String> {
+    if args.scenario == Scenario::Restart {
+        return Err("--scenario restart has its own report: use measure_restart".into());
+    }
     let mut plan = args.plan();
     let external = args.target.is_some() || args.direct.is_some() || args.kubeconfig.is_some();
     // In-process, both ends of every watch connection are in this process.

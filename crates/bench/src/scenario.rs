@@ -1,4 +1,4 @@
-//! The five load shapes and their defaults, resolved with the command-line overrides into the
+//! The six load shapes and their defaults, resolved with the command-line overrides into the
 //! [`Plan`] every driver reads. Called by `bench::run`.
 //!
 //! Defaults are sized for a 2-core machine that runs the harness, the simulated apiserver and
@@ -21,6 +21,10 @@ pub enum Scenario {
     /// kube-state-metrics-like sharded watchers (KEP-5866): the watchers split over 4 shards
     /// by uid (`shardSelector`), pod churn; compare with `watch-fanout` at the same sizes.
     Sharded,
+    /// Informer-like clients (list, watch, resume, relist on 410) while a target restarts:
+    /// the apiserver (direct, through the proxy), the proxy (cold, `--state-dir`), a rollout of
+    /// two replicas. One column per case (`--cases`); see `restart`.
+    Restart,
 }
 
 impl Scenario {
@@ -31,6 +35,7 @@ impl Scenario {
             Scenario::Kubelet => "kubelet",
             Scenario::Mixed => "mixed",
             Scenario::Sharded => "sharded",
+            Scenario::Restart => "restart",
         }
     }
 
@@ -71,6 +76,16 @@ impl Scenario {
                 objects: 2_000,
                 object_size: 1024,
                 watchers: 400,
+                node_watchers: 0,
+                lists_per_sec: 0.0,
+                gets_per_sec: 0.0,
+                events_per_sec: 20.0,
+                lease_churn_per_sec: LEASE_CHURN,
+            },
+            Scenario::Restart => Sizes {
+                objects: 2_000,
+                object_size: 1024,
+                watchers: 100,
                 node_watchers: 0,
                 lists_per_sec: 0.0,
                 gets_per_sec: 0.0,

@@ -44,6 +44,25 @@ impl Tracker {
         self.last_rv
     }
 
+    /// A bookmark at `rv`: later events must be above it (never moves backwards).
+    pub fn bookmark(&mut self, rv: u64) {
+        self.last_rv = self.last_rv.max(rv);
+    }
+
+    /// A relist answered at `rv` (the `restart` scenario's informers): the watch resumes there.
+    /// A list older than what was already seen is time travel, counted out of order.
+    pub fn relisted(&mut self, rv: u64) {
+        if rv < self.last_rv {
+            self.out_of_order += 1;
+        }
+        self.last_rv = rv;
+    }
+
+    /// Whether writer change `seq` of this phase arrived as an event.
+    pub fn has(&self, seq: u64) -> bool {
+        seq >= self.base && self.bit(seq)
+    }
+
     fn bit(&self, seq: u64) -> bool {
         let i = (seq - self.base) as usize;
         self.seen.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
@@ -144,6 +163,20 @@ mod tests {
         assert_eq!(t.observe(6, Some(2)), Seen::Fresh);
         assert_eq!((t.received, t.duplicated, t.out_of_order), (3, 0, 2));
         assert_eq!(t.lost([0, 1, 2]), 0, "reordered changes still arrived");
+    }
+
+    #[test]
+    fn bookmarks_and_relists_move_the_resume_point() {
+        let mut t = Tracker::new(0, 10);
+        t.bookmark(20);
+        t.bookmark(15);
+        assert_eq!(t.last_rv(), 20, "a bookmark never moves back");
+        assert_eq!(t.observe(18, Some(0)), Seen::OutOfOrder);
+        t.relisted(30);
+        assert_eq!((t.last_rv(), t.out_of_order), (30, 1));
+        t.relisted(25);
+        assert_eq!((t.last_rv(), t.out_of_order), (25, 2), "a list older than what was seen");
+        assert!(t.has(0) && !t.has(1));
     }
 
     #[test]

@@ -132,6 +132,9 @@ struct Inner {
     served_again_at: Mutex<std::collections::HashMap<usize, Rv>>,
     /// Test-only fault: this many watch events are silently not sent (`drop_watch_events`).
     drop_watch_events: std::sync::atomic::AtomicU64,
+    /// The revision of the last [`SimHandle::restart`]: the restarted apiserver's watch caches
+    /// were listed then, so a watch of a cached kind from an older RV is too old.
+    restarted_at: Mutex<Rv>,
 }
 
 /// The in-memory apiserver state; cheap to clone.
@@ -165,6 +168,7 @@ impl Sim {
                 withdrawals: Mutex::default(),
                 served_again_at: Mutex::default(),
                 drop_watch_events: Default::default(),
+                restarted_at: Mutex::new(Rv(0)),
             }),
         };
         seed::system(&sim);
@@ -173,18 +177,10 @@ impl Sim {
 
     /// Binds, seeds and serves (plain HTTP, or HTTPS with `opts.tls`).
     pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
-        let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = tokio::net::TcpListener::bind(opts.listen).await?;
-        let addr = listener.local_addr()?;
         let sim = Sim::new(opts.clone());
         seed::objects(&sim, opts.objects);
-        let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(http::serve(listener, sim.clone(), acceptor, stop_rx.clone()));
-        let churn =
-            (opts.churn_per_sec > 0.0).then(|| tokio::spawn(seed::churn(sim.clone(), stop_rx.clone())));
-        let leases = (opts.lease_churn_per_sec > 0.0).then(|| tokio::spawn(seed::lease_churn(sim.clone())));
-        tracing::info!(%addr, objects = opts.objects, tls = opts.tls.is_some(), "simulated apiserver listening");
-        Ok(SimHandle { addr, sim, stop, server: Some(server), churn, leases })
+        SimHandle::serve(listener, sim)
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -284,6 +280,11 @@ impl Sim {
         self.inner.served_again_at.lock().get(&res).copied().unwrap_or(Rv(0))
     }
 
+    /// The revision the watch caches were last listed at by a restart (0: never restarted).
+    pub(crate) fn restarted_at(&self) -> Rv {
+        *self.inner.restarted_at.lock()
+    }
+
     /// How many times `res` was withdrawn so far.
     pub(crate) fn withdrawals(&self, res: usize) -> u64 {
         self.inner.withdrawals.lock().get(&res).copied().unwrap_or(0)
@@ -330,6 +331,47 @@ impl Sim {
 }
 
 impl SimHandle {
+    /// Serves `sim` on `listener` (plain HTTP, or HTTPS with its `opts.tls`), with its churn.
+    fn serve(listener: tokio::net::TcpListener, sim: Sim) -> std::io::Result<SimHandle> {
+        let opts = sim.opts().clone();
+        let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
+        let addr = listener.local_addr()?;
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(http::serve(listener, sim.clone(), acceptor, stop_rx.clone()));
+        let churn =
+            (opts.churn_per_sec > 0.0).then(|| tokio::spawn(seed::churn(sim.clone(), stop_rx.clone())));
+        let leases = (opts.lease_churn_per_sec > 0.0).then(|| tokio::spawn(seed::lease_churn(sim.clone())));
+        tracing::info!(%addr, objects = opts.objects, tls = opts.tls.is_some(), "simulated apiserver listening");
+        Ok(SimHandle { addr, sim, stop, server: Some(server), churn, leases })
+    }
+
+    /// Restarts the apiserver process while its storage (etcd) lives on, as a kube-apiserver
+    /// rollout does: every connection and watch ends, nothing is served for `down`, then it
+    /// listens again on the same address. Its watch caches are new, listed at the current
+    /// revision: a watch of a cached kind from an older RV answers 410 (what makes informers
+    /// relist after an apiserver restart, kubernetes/kubernetes#129194); etcd watches (uncached
+    /// kinds), LISTs and Exact reads are unaffected.
+    pub async fn restart(self, down: Duration) -> std::io::Result<SimHandle> {
+        let (addr, sim) = (self.addr, self.sim.clone());
+        self.shutdown().await;
+        tokio::time::sleep(down).await;
+        // The new watch caches list when the process is back.
+        *sim.inner.restarted_at.lock() = sim.current_rv();
+        // The port was just released; a few tries cover a slow close.
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => break l,
+                Err(e) if tries >= 50 => return Err(e),
+                Err(_) => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        SimHandle::serve(listener, sim)
+    }
+
     /// Stops accepting, closes every connection and waits for the listener task.
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);

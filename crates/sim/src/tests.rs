@@ -318,6 +318,35 @@ async fn too_old_watch_after_compaction_is_one_error_event() {
 }
 
 #[tokio::test]
+async fn a_restart_keeps_the_storage_but_its_watch_caches_start_at_the_restart() {
+    let h = start().await;
+    let (r_old, _) = base_fixture(&h.sim);
+    let addr = h.addr;
+    let h = h.restart(Duration::from_millis(10)).await.unwrap();
+    assert_eq!(h.addr, addr, "the same address after the restart");
+    let r = h.sim.current_rv().0;
+    // The objects are still there (etcd lived on).
+    let list = get(&h, "/api/v1/namespaces/cap-base/configmaps").await.json();
+    assert_eq!(names(&list), ["cm-1", "cm-2", "cm-3", "cm-4", "cm-5"]);
+    // A watch from before the restart: the new watch cache has no such history (410), as at a
+    // restarted kube-apiserver.
+    let events =
+        watch(&h, &format!("/api/v1/namespaces/cap-base/configmaps?watch=1&resourceVersion={r_old}"), 10)
+            .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["object"]["message"], format!("too old resource version: {r_old} ({r})"));
+    assert_eq!(events[0]["object"]["code"], 410);
+    // From the restart's revision on, a watch replays what followed.
+    h.sim
+        .update("configmaps", "cap-base", json!({"metadata": {"name": "cm-1"}, "data": {"k": "after"}}))
+        .unwrap();
+    let path = format!("/api/v1/namespaces/cap-base/configmaps?watch=1&resourceVersion={r}&timeoutSeconds=2");
+    let events = watch(&h, &path, 1).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "MODIFIED");
+}
+
+#[tokio::test]
 async fn watch_rv0_with_bookmarks_is_a_watch_list() {
     let h = start().await;
     let (_, r) = base_fixture(&h.sim);

@@ -204,8 +204,12 @@ impl Watch {
             pos = store.current_rv();
         } else {
             // A resource served again after a withdrawal (its CRD re-created) has a new watch
-            // cache, listed at that revision: nothing older can be replayed.
-            let compacted = store.compacted().max(self.sim.served_again_at(self.res));
+            // cache, listed at that revision: nothing older can be replayed. So has every cached
+            // kind after a restart.
+            let mut compacted = store.compacted().max(self.sim.served_again_at(self.res));
+            if is_cached(&self.kind) {
+                compacted = compacted.max(self.sim.restarted_at());
+            }
             if self.rv < compacted {
                 // Uncached kinds are etcd watches: etcd's wording
                 // (compaction-watch-uncached-too-old.json).
