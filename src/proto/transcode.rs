@@ -351,6 +351,10 @@ impl FieldId {
 impl<'a> Members<'a> {
     /// The last member setting `f` (Go's decoder keeps the last), marking every one used.
     fn find(&mut self, f: &Field) -> Option<Val<'a>> {
+        if self.used == self.list.len() {
+            // Every member has found its field: the rest of the message's fields are absent.
+            return None;
+        }
         let id = Some(FieldId::of(f));
         let mut found = None;
         for (i, m) in self.list.iter_mut().enumerate() {
