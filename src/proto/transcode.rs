@@ -177,7 +177,7 @@ mod pool {
     pub const MAX_BYTES: usize = 16 * 1024;
 
     thread_local! {
-        static BYTES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+        pub(super) static BYTES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
         static PARTS: RefCell<Vec<Vec<Part>>> = const { RefCell::new(Vec::new()) };
     }
 
@@ -1021,6 +1021,25 @@ mod tests {
         let own = rope.own_bytes(&stored);
         assert_eq!(rope.len() - own, 300, "three 100-byte strings shared");
         assert!(rope.parts().len() > 3);
+    }
+
+    #[test]
+    fn pooled_buffers_leave_no_trace_in_later_transcodes_and_stay_bounded() {
+        let json = r#"{"name":"o","n":3,"labels":{"b":"2","a":"1"},"vols":[{"name":"v","path":"/p"}],"t":"1970-01-01T00:01:40Z"}"#;
+        let first = enc(json).unwrap();
+        // A failure midway (an unknown member deep inside) drops half-written messages: their
+        // buffers go back to the pool and must not leak bytes into the next result.
+        assert!(enc(r#"{"name":"zzzzzzzz","vols":[{"name":"wwwwwwww","path":"/q","other":1}]}"#).is_err());
+        assert_eq!(enc(json).unwrap(), first, "same bytes after reuse");
+        // A large object: its big buffers are freed, not kept.
+        let big = format!(r#"{{"name":"{}","tags":["{}"]}}"#, "n".repeat(40_000), "t".repeat(40_000));
+        assert!(enc(&big).unwrap().len() > 80_000);
+        pool::BYTES.with_borrow(|p| {
+            assert!(p.len() <= pool::KEEP, "{} buffers kept", p.len());
+            assert!(p.iter().all(|b| b.is_empty() && b.capacity() <= pool::MAX_BYTES));
+            assert!(!p.is_empty(), "buffers are kept for the next transcode");
+        });
+        assert_eq!(enc(json).unwrap(), first);
     }
 
     #[test]
