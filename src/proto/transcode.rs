@@ -164,8 +164,10 @@ impl Drop for Out {
 
 /// Buffers reused by the transcodes of one thread. A nested message's body is written into one,
 /// copied into its parent's, and the buffer is given back: after the first transcodes a thread
-/// allocates nothing but the ropes it returns. Bounded: at most [`pool::KEEP`] buffers of each
-/// kind, none larger than [`pool::MAX_BYTES`] (a few hundred KiB per thread at most).
+/// allocates no output buffer per nested message (each object's list of members, and the rope
+/// returned, still are allocations). Bounded: at most [`pool::KEEP`] buffers of each
+/// kind, none larger than [`pool::MAX_BYTES`] (about 1 MiB per thread at the very most; a pod
+/// keeps a dozen small ones).
 mod pool {
     use std::cell::RefCell;
 
