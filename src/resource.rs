@@ -603,6 +603,24 @@ impl Object {
         })
     }
 
+    /// A protobuf watch frame of type `event_type` holding the enveloped object in `repr` (a
+    /// protobuf one): the kept message's parts are copied once, into the frame (one watcher per
+    /// event, a kubelet's pods, pays this per delivery). `None`: no exact protobuf for it.
+    pub fn proto_watch_event(&self, event_type: &str, repr: Repr) -> Option<Bytes> {
+        if repr.is_lean() {
+            return self
+                .without_managed_fields()
+                .proto_watch_event(event_type, repr.keeping_managed_fields());
+        }
+        let msg = self.proto_message(repr.is_metadata())?;
+        let head = proto::envelope::head(self.proto_type.type_meta(repr.is_metadata()), msg.len());
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(msg.parts().len() + 2);
+        parts.push(&head);
+        parts.extend(msg.parts().iter().map(|p| &p[..]));
+        parts.push(proto::envelope::UNKNOWN_TAIL);
+        Some(proto::envelope::watch_event(event_type, &parts))
+    }
+
     /// Chunks of the object as a JSON list item in the representation asked for; `None` in
     /// protobuf, whose list items are the kept message's parts (`proto_message`), written by the
     /// list without a copy of their own.
@@ -876,12 +894,11 @@ impl EventType {
 /// Frames one watch event of `object` in the representation asked for (JSON line or protobuf
 /// frame); `None` if it has no exact protobuf encoding.
 pub fn frame_object(t: EventType, object: &Object, repr: Repr) -> Option<Bytes> {
+    if repr.is_proto() {
+        return object.proto_watch_event(t.as_str(), repr);
+    }
     let chunks = object.chunks_as(repr)?;
-    Some(if repr.is_proto() {
-        proto::envelope::watch_event(t.as_str(), &[&chunks[0], &chunks[1], &chunks[2]])
-    } else {
-        frame_event(t, &chunks)
-    })
+    Some(frame_event(t, &chunks))
 }
 
 /// Frames one watch event line: `{"type":"T","object":<obj>}\n`.

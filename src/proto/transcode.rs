@@ -62,16 +62,9 @@ pub fn object_shared(
 }
 
 fn encode_object(cx: &Cx, msg: usize) -> R<Out> {
-    let mut members = read_object(cx, msg, cx.json)?;
-    let mut used = vec![false; members.0.len()];
-    let mut out = Out::default();
-    encode_members(cx, &cx.s.messages[msg], &mut members, &mut used, &mut out)?;
-    for (i, (k, _, _)) in members.0.iter().enumerate() {
-        if !used[i] && k != "kind" && k != "apiVersion" {
-            return unsupported(format!("{}: unknown member {k:?}", cx.s.messages[msg].name));
-        }
-    }
-    Ok(out)
+    let json = std::str::from_utf8(cx.json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
+    let members = read_object(cx, msg, json)?;
+    encode_read(cx, &cx.s.messages[msg], members)
 }
 
 /// Strings at least this long are shared with the stored JSON rather than copied (a part costs
@@ -141,11 +134,86 @@ impl Rope {
 /// A message being written: copied bytes in `cur` (what the wire functions write into, through
 /// `DerefMut`), finished parts before it — copied runs and shared slices alternating, so that a
 /// rope has 2k+1 parts for k shared strings however deep they sit.
-#[derive(Default)]
+///
+/// Its buffers come from a per-thread pool and go back to it when the message has been copied
+/// into its parent (see [`pool`]): a transcode allocates its result, not a buffer per nested
+/// message.
 struct Out {
     parts: Vec<Part>,
     parts_len: usize,
     cur: Vec<u8>,
+}
+
+impl Default for Out {
+    fn default() -> Out {
+        Out { parts: pool::parts(), parts_len: 0, cur: pool::bytes() }
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        for p in self.parts.drain(..) {
+            if let Part::Owned(v) = p {
+                pool::give_bytes(v);
+            }
+        }
+        pool::give_parts(std::mem::take(&mut self.parts));
+        pool::give_bytes(std::mem::take(&mut self.cur));
+    }
+}
+
+/// Buffers reused by the transcodes of one thread. A nested message's body is written into one,
+/// copied into its parent's, and the buffer is given back: after the first transcodes a thread
+/// allocates no output buffer per nested message (each object's list of members, and the rope
+/// returned, still are allocations). Bounded: at most [`pool::KEEP`] buffers of each
+/// kind, none larger than [`pool::MAX_BYTES`] (about 1 MiB per thread at the very most; a pod
+/// keeps a dozen small ones).
+mod pool {
+    use std::cell::RefCell;
+
+    use super::Part;
+
+    /// Buffers kept per thread, of each kind (a message's nesting depth needs about as many).
+    pub const KEEP: usize = 32;
+    /// A larger byte buffer (a big object's top level) is freed, not kept.
+    pub const MAX_BYTES: usize = 16 * 1024;
+
+    thread_local! {
+        pub(super) static BYTES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+        static PARTS: RefCell<Vec<Vec<Part>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub fn bytes() -> Vec<u8> {
+        BYTES.with_borrow_mut(Vec::pop).unwrap_or_default()
+    }
+
+    pub fn give_bytes(mut v: Vec<u8>) {
+        if v.capacity() == 0 || v.capacity() > MAX_BYTES {
+            return;
+        }
+        v.clear();
+        BYTES.with_borrow_mut(|p| {
+            if p.len() < KEEP {
+                p.push(v);
+            }
+        });
+    }
+
+    pub fn parts() -> Vec<Part> {
+        PARTS.with_borrow_mut(Vec::pop).unwrap_or_default()
+    }
+
+    pub fn give_parts(mut v: Vec<Part>) {
+        if v.capacity() == 0 || v.capacity() > MAX_BYTES / 32 {
+            return;
+        }
+        v.clear();
+        PARTS.with_borrow_mut(|p| {
+            if p.len() < KEEP {
+                p.push(v);
+            }
+        });
+    }
 }
 
 enum Part {
@@ -173,7 +241,7 @@ impl Out {
 
     fn flush(&mut self) {
         if !self.cur.is_empty() {
-            let cur = std::mem::take(&mut self.cur);
+            let cur = std::mem::replace(&mut self.cur, pool::bytes());
             self.parts_len += cur.len();
             self.parts.push(Part::Owned(cur));
         }
@@ -186,16 +254,20 @@ impl Out {
     }
 
     /// Field `number`, length-delimited, holding `child` (its copied runs join ours).
-    fn message_field(&mut self, number: u32, child: Out) {
+    fn message_field(&mut self, number: u32, mut child: Out) {
         wire::tag(self, number, wire::LEN);
         wire::varint(self, child.total() as u64);
-        for p in child.parts {
+        for p in child.parts.drain(..) {
             match p {
-                Part::Owned(v) => self.cur.extend_from_slice(&v),
+                Part::Owned(v) => {
+                    self.cur.extend_from_slice(&v);
+                    pool::give_bytes(v);
+                }
                 Part::Shared(b) => self.share(b),
             }
         }
         self.cur.extend_from_slice(&child.cur);
+        // `child`'s buffers go back to the pool.
     }
 
     /// Field `number`, length-delimited, holding `data` (a slice of the JSON): shared when
@@ -211,13 +283,19 @@ impl Out {
         }
     }
 
+    /// The finished message. Copied runs are copied once more, into buffers of their own size
+    /// (the pooled ones are larger, and a rope is kept with its object version).
     fn into_rope(mut self) -> Rope {
         self.flush();
         let parts = self
             .parts
-            .into_iter()
+            .drain(..)
             .map(|p| match p {
-                Part::Owned(v) => Bytes::from(v),
+                Part::Owned(v) => {
+                    let b = Bytes::copy_from_slice(&v);
+                    pool::give_bytes(v);
+                    b
+                }
                 Part::Shared(b) => b,
             })
             .collect();
@@ -248,8 +326,19 @@ impl Val<'_> {
 }
 
 /// The members of a JSON object, values borrowed from the input or encoded; with each, the
-/// schema field it sets (found once, as it is read), if any.
-struct Members<'a>(Vec<(Cow<'a, str>, Val<'a>, Option<FieldId>)>);
+/// schema field it sets (found once, as it is read), if any, and whether a field took it.
+struct Members<'a> {
+    list: Vec<Member<'a>>,
+    /// How many are `used`.
+    used: usize,
+}
+
+struct Member<'a> {
+    key: Cow<'a, str>,
+    val: Val<'a>,
+    field: Option<FieldId>,
+    used: bool,
+}
 
 /// A schema field's identity (its address in the schema), compared instead of its JSON name.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -263,15 +352,23 @@ impl FieldId {
 
 impl<'a> Members<'a> {
     /// The last member setting `f` (Go's decoder keeps the last), marking every one used.
-    fn find(&mut self, f: &Field, used: &mut [bool]) -> Option<Val<'a>> {
+    fn find(&mut self, f: &Field) -> Option<Val<'a>> {
+        if self.used == self.list.len() {
+            // Every member has found its field: the rest of the message's fields are absent.
+            return None;
+        }
+        let id = Some(FieldId::of(f));
         let mut found = None;
-        for (i, (_, _, field)) in self.0.iter().enumerate() {
-            if *field == Some(FieldId::of(f)) {
-                used[i] = true;
+        for (i, m) in self.list.iter_mut().enumerate() {
+            if m.field == id {
+                if !m.used {
+                    m.used = true;
+                    self.used += 1;
+                }
                 found = Some(i);
             }
         }
-        found.map(|i| std::mem::replace(&mut self.0[i].1, Val::Taken))
+        found.map(|i| std::mem::replace(&mut self.list[i].val, Val::Taken))
     }
 }
 
@@ -301,7 +398,7 @@ fn plain_message(s: &Schema, f: &Field) -> Option<usize> {
 
 /// Reads an object's members for message `m`, encoding the message-valued ones as they come.
 fn read_members<'de, A: MapAccess<'de>>(cx: &Cx, m: &Message, mut map: A) -> Result<Members<'de>, A::Error> {
-    let mut out = Vec::new();
+    let mut list = Vec::with_capacity(8);
     while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
         let f = field_for(cx.s, m, &k);
         let val = match f.and_then(|f| plain_message(cx.s, f).map(|i| (f.card, i))) {
@@ -309,20 +406,21 @@ fn read_members<'de, A: MapAccess<'de>>(cx: &Cx, m: &Message, mut map: A) -> Res
             Some((Card::Rep, idx)) => Val::Msgs(map.next_value_seed(MsgsSeed { cx, idx })?),
             _ => Val::Raw(map.next_value::<&'de RawValue>()?),
         };
-        out.push((k, val, f.map(FieldId::of)));
+        list.push(Member { key: k, val, field: f.map(FieldId::of), used: false });
     }
-    Ok(Members(out))
+    Ok(Members { list, used: 0 })
 }
 
 /// Encodes `members` as message `m`; every member must be one of its fields (or TypeMeta).
 fn encode_read(cx: &Cx, m: &Message, mut members: Members) -> R<Out> {
-    let mut used = vec![false; members.0.len()];
     let mut out = Out::default();
-    encode_members(cx, m, &mut members, &mut used, &mut out)?;
+    encode_members(cx, m, &mut members, &mut out)?;
     // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
-    let unknown = used.iter().zip(&members.0).find(|(u, (k, _, _))| !**u && k != "kind" && k != "apiVersion");
-    if let Some((_, (k, _, _))) = unknown {
-        return unsupported(format!("{}: unknown member {k:?}", m.name));
+    if members.used < members.list.len() {
+        let unknown = members.list.iter().find(|x| !x.used && x.key != "kind" && x.key != "apiVersion");
+        if let Some(x) = unknown {
+            return unsupported(format!("{}: unknown member {:?}", m.name, x.key));
+        }
     }
     Ok(out)
 }
@@ -408,10 +506,11 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
     }
 }
 
-/// Reads `json` (a slice of `cx.json`) as message `msg` in one pass.
-fn read_object<'a>(cx: &Cx, msg: usize, json: &'a [u8]) -> R<Members<'a>> {
+/// Reads `json` (a slice of `cx.json`, checked as UTF-8 once, whole) as message `msg` in one
+/// pass.
+fn read_object<'a>(cx: &Cx, msg: usize, json: &'a str) -> R<Members<'a>> {
     use serde::de::DeserializeSeed;
-    let mut de = serde_json::Deserializer::from_slice(json);
+    let mut de = serde_json::Deserializer::from_str(json);
     let members = ObjectSeed { cx, msg }.deserialize(&mut de).map_err(|e| Unsupported(format!("{e}")))?;
     de.end().map_err(|e| Unsupported(format!("{e}")))?;
     Ok(members)
@@ -462,8 +561,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
     }
 }
 
+/// A value's JSON text (JSON's whitespace is ASCII).
 fn text(v: &RawValue) -> &str {
-    v.get().trim()
+    v.get().trim_ascii()
 }
 
 fn is_null(v: &RawValue) -> bool {
@@ -503,7 +603,7 @@ fn string(v: &RawValue) -> R<Cow<'_, str>> {
 }
 
 /// Writes the fields of `m` read from `members` (an inline field reads the same members).
-fn encode_members(cx: &Cx, m: &Message, members: &mut Members, used: &mut [bool], out: &mut Out) -> R<()> {
+fn encode_members(cx: &Cx, m: &Message, members: &mut Members, out: &mut Out) -> R<()> {
     if m.special.is_some() || m.array {
         return unsupported(format!("{} as a JSON object", m.name));
     }
@@ -511,17 +611,17 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, used: &mut [bool]
     for f in &m.fields {
         if f.inline {
             let Ty::Message(idx) = f.ty else { return unsupported("inline scalar") };
-            let before = used.iter().filter(|u| **u).count();
+            let before = members.used;
             let mut buf = Out::default();
-            encode_members(cx, &cx.s.messages[idx], members, used, &mut buf)?;
-            let absent = used.iter().filter(|u| **u).count() == before;
+            encode_members(cx, &cx.s.messages[idx], members, &mut buf)?;
+            let absent = members.used == before;
             if absent && (f.card == Card::Opt || f.since > minor) {
                 continue;
             }
             out.message_field(f.number, buf);
             continue;
         }
-        let v = members.find(f, used).filter(|v| !v.is_null());
+        let v = members.find(f).filter(|v| !v.is_null());
         if v.is_none() && f.since > minor {
             // A field the upstream's version does not have: it writes nothing for it.
             continue;
@@ -603,8 +703,8 @@ fn message_value(cx: &Cx, idx: usize, v: Option<&RawValue>) -> R<Out> {
         return Ok(out);
     }
     let members = match v {
-        Some(v) => read_object(cx, idx, v.get().as_bytes())?,
-        None => Members(Vec::new()),
+        Some(v) => read_object(cx, idx, v.get())?,
+        None => Members { list: Vec::new(), used: 0 },
     };
     drop(out);
     encode_read(cx, m, members)
@@ -923,6 +1023,25 @@ mod tests {
         let own = rope.own_bytes(&stored);
         assert_eq!(rope.len() - own, 300, "three 100-byte strings shared");
         assert!(rope.parts().len() > 3);
+    }
+
+    #[test]
+    fn pooled_buffers_leave_no_trace_in_later_transcodes_and_stay_bounded() {
+        let json = r#"{"name":"o","n":3,"labels":{"b":"2","a":"1"},"vols":[{"name":"v","path":"/p"}],"t":"1970-01-01T00:01:40Z"}"#;
+        let first = enc(json).unwrap();
+        // A failure midway (an unknown member deep inside) drops half-written messages: their
+        // buffers go back to the pool and must not leak bytes into the next result.
+        assert!(enc(r#"{"name":"zzzzzzzz","vols":[{"name":"wwwwwwww","path":"/q","other":1}]}"#).is_err());
+        assert_eq!(enc(json).unwrap(), first, "same bytes after reuse");
+        // A large object: its big buffers are freed, not kept.
+        let big = format!(r#"{{"name":"{}","tags":["{}"]}}"#, "n".repeat(40_000), "t".repeat(40_000));
+        assert!(enc(&big).unwrap().len() > 80_000);
+        pool::BYTES.with_borrow(|p| {
+            assert!(p.len() <= pool::KEEP, "{} buffers kept", p.len());
+            assert!(p.iter().all(|b| b.is_empty() && b.capacity() <= pool::MAX_BYTES));
+            assert!(!p.is_empty(), "buffers are kept for the next transcode");
+        });
+        assert_eq!(enc(json).unwrap(), first);
     }
 
     #[test]
