@@ -327,3 +327,17 @@ pub fn type_name(e: &Value) -> (String, String) {
         e["object"]["metadata"]["name"].as_str().unwrap_or("").to_owned(),
     )
 }
+
+/// The JSON value without `metadata.managedFields` (its items' too, for a list): what a read
+/// with `drop=metadata.managedFields` should equal.
+pub fn without_managed_fields(mut v: Value) -> Value {
+    if let Some(items) = v.get_mut("items").and_then(Value::as_array_mut) {
+        items.iter_mut().for_each(|i| {
+            i["metadata"].as_object_mut().map(|m| m.remove("managedFields"));
+        });
+    }
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    v
+}

@@ -63,19 +63,6 @@ fn mf_len(object: &str) -> usize {
     m.metadata.managed_fields.map_or(0, |v| r#","managedFields":"#.len() + v.get().len())
 }
 
-/// The JSON value without `metadata.managedFields` (items' too, for a list).
-fn without_mf(mut v: Value) -> Value {
-    if let Some(items) = v.get_mut("items").and_then(Value::as_array_mut) {
-        items.iter_mut().for_each(|i| {
-            i["metadata"].as_object_mut().map(|m| m.remove("managedFields"));
-        });
-    }
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("managedFields");
-    }
-    v
-}
-
 #[test]
 fn lean_lists_of_every_builtin_kind_are_the_recorded_lists_without_managed_fields() {
     let rec = recording();
@@ -110,7 +97,7 @@ fn lean_lists_of_every_builtin_kind_are_the_recorded_lists_without_managed_field
         let lean = r.list(&snap, &Filter::default().with_repr(Repr::FullLean), None).unwrap().to_vec();
         let full_v: Value = serde_json::from_slice(&full).unwrap();
         let lean_v: Value = serde_json::from_slice(&lean).unwrap();
-        assert_eq!(lean_v, without_mf(full_v), "{name}: JSON values");
+        assert_eq!(lean_v, common::without_managed_fields(full_v), "{name}: JSON values");
         assert_eq!(lean.len(), full.len() - mf, "{name}: only the managedFields members go");
         assert!(!String::from_utf8_lossy(&lean).contains("\"managedFields\""), "{name}");
 
@@ -119,7 +106,7 @@ fn lean_lists_of_every_builtin_kind_are_the_recorded_lists_without_managed_field
         let meta_full = r.list(&snap, &Filter::default().with_repr(Repr::Metadata), None).unwrap().to_vec();
         let (a, b): (Value, Value) =
             (serde_json::from_slice(&meta_lean).unwrap(), serde_json::from_slice(&meta_full).unwrap());
-        assert_eq!(a, without_mf(b), "{name}: metadata-only JSON");
+        assert_eq!(a, common::without_managed_fields(b), "{name}: metadata-only JSON");
         assert_eq!(meta_lean.len(), meta_full.len() - mf, "{name}: metadata-only JSON length");
 
         for (repr, recorded) in
@@ -161,7 +148,11 @@ fn lean_gets_are_the_recorded_objects_without_managed_fields_made_once() {
 
         let [a, b, c] = cached.chunks_as(Repr::FullLean).unwrap();
         let got = [&a[..], &b[..], &c[..]].concat();
-        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), without_mf(obj.clone()), "{path}");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&got).unwrap(),
+            common::without_managed_fields(obj.clone()),
+            "{path}"
+        );
         assert_eq!(got.len(), json.len() - mf_len(json), "{path}");
 
         // Made once per object version, shared by every later read; an object without
@@ -229,7 +220,7 @@ fn a_server_side_applied_pod_without_managed_fields() {
     w.replace(vec![o], rv);
     let cached = r.get("mf", obj["metadata"]["name"].as_str().unwrap()).unwrap();
     let lean = cached.chunks_as(Repr::FullLean).unwrap().concat();
-    assert_eq!(serde_json::from_slice::<Value>(&lean).unwrap(), without_mf(obj));
+    assert_eq!(serde_json::from_slice::<Value>(&lean).unwrap(), common::without_managed_fields(obj));
     assert_eq!(lean.len(), json.len() - mf_len(json));
     assert!(mf_len(json) * 3 > json.len(), "managedFields are a third of this pod");
     assert_eq!(cached.chunks_as(Repr::FullProto).unwrap().concat(), pb, "the recorded protobuf, first");

@@ -47,18 +47,6 @@ fn has_mf(o: &Value) -> bool {
     o["metadata"].get("managedFields").is_some()
 }
 
-fn without_mf(mut v: Value) -> Value {
-    if let Some(items) = v.get_mut("items").and_then(Value::as_array_mut) {
-        items.iter_mut().for_each(|i| {
-            i["metadata"].as_object_mut().map(|m| m.remove("managedFields"));
-        });
-    }
-    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("managedFields");
-    }
-    v
-}
-
 /// `GET` through the proxy with an `Accept`, asserting whether the sim saw it.
 async fn get(env: &Env, path_and_query: &str, accept: &str, forwarded: bool) -> Resp {
     let before = env.upstream_exact(path_and_query);
@@ -86,7 +74,7 @@ async fn lists_and_gets_from_the_cache_leave_managed_fields_out_when_asked() {
     let lean = get(&env, path, &format!("application/json{DROP}"), false).await;
     assert_eq!(lean.headers["content-type"], "application/json");
     assert_eq!(full.json(), upstream);
-    assert_eq!(lean.json(), without_mf(upstream.clone()));
+    assert_eq!(lean.json(), common::without_managed_fields(upstream.clone()));
     // client-go with the opt-out sends it on each clause.
     let both = get(&env, path, &format!("application/json{DROP},*/*{DROP}"), false).await;
     assert_eq!(both.body, lean.body);
@@ -96,7 +84,7 @@ async fn lists_and_gets_from_the_cache_leave_managed_fields_out_when_asked() {
         get(&env, "/api/v1/configmaps?resourceVersion=0&limit=5", &format!("application/json{DROP}"), false)
             .await;
     let f1 = get(&env, "/api/v1/configmaps?resourceVersion=0&limit=5", "application/json", false).await;
-    assert_eq!(p1.json(), without_mf(f1.json()));
+    assert_eq!(p1.json(), common::without_managed_fields(f1.json()));
 
     // Protobuf: the proxy's full protobuf less ObjectMeta field 17 in each item.
     let full = get(&env, path, &format!("{PB}, application/json"), false).await;
@@ -110,7 +98,7 @@ async fn lists_and_gets_from_the_cache_leave_managed_fields_out_when_asked() {
     let full = get(&env, path, meta, false).await.json();
     assert!(full["items"].as_array().unwrap().iter().all(has_mf));
     let lean = get(&env, path, &format!("{meta}{DROP}"), false).await;
-    assert_eq!(lean.json(), without_mf(full));
+    assert_eq!(lean.json(), common::without_managed_fields(full));
     let pb_meta = format!("{PB};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1");
     let full = get(&env, path, &pb_meta, false).await;
     let lean = get(&env, path, &format!("{pb_meta}{DROP}"), false).await;
@@ -120,7 +108,10 @@ async fn lists_and_gets_from_the_cache_leave_managed_fields_out_when_asked() {
     let obj = "/api/v1/namespaces/a/configmaps/cm-00?resourceVersion=0";
     let full = get(&env, obj, "application/json", false).await.json();
     assert!(has_mf(&full));
-    assert_eq!(get(&env, obj, &format!("application/json{DROP}"), false).await.json(), without_mf(full));
+    assert_eq!(
+        get(&env, obj, &format!("application/json{DROP}"), false).await.json(),
+        common::without_managed_fields(full)
+    );
     let full = get(&env, obj, PB, false).await;
     let lean = get(&env, obj, &format!("{PB}{DROP}"), false).await;
     assert_eq!(lean.body.to_vec(), lean_envelope(&full.body, &lean_object));
@@ -136,7 +127,7 @@ async fn lists_and_gets_from_the_cache_leave_managed_fields_out_when_asked() {
     let full = env.get_sim("/apis/example.com/v1/widgets").await.json();
     assert!(has_mf(&full["items"][0]));
     let lean = get(&env, wpath, &format!("application/json{DROP}"), false).await;
-    assert_eq!(lean.json(), without_mf(full));
+    assert_eq!(lean.json(), common::without_managed_fields(full));
 }
 
 #[tokio::test]
@@ -239,7 +230,7 @@ async fn watchers_with_and_without_the_opt_out_each_get_their_form() {
         let l = lean_w.next(T).await.expect("lean event");
         assert_eq!((f["type"].as_str(), l["type"].as_str()), (Some(want), Some(want)));
         assert!(has_mf(&f["object"]), "{want}: kept without the parameter");
-        assert_eq!(l["object"], without_mf(f["object"].clone()), "{want}");
+        assert_eq!(l["object"], common::without_managed_fields(f["object"].clone()), "{want}");
     }
 
     // Protobuf: each frame the full frame less field 17.
