@@ -134,8 +134,10 @@ impl LazyFrames {
     fn deleted(&self, ev: &Event, repr: Repr) -> Option<Bytes> {
         self.deleted[repr.index()]
             .get_or_init(|| {
-                let prev = ev.prev.as_deref().unwrap_or(&ev.object);
-                frame_object(EventType::Deleted, &prev.with_rv(ev.rv), repr)
+                // A lean watcher's frame from the lean copy the previous state already keeps
+                // (a copy of the full state would be cut again at every event).
+                let prev = ev.prev.as_deref().unwrap_or(&ev.object).view(repr);
+                frame_object(EventType::Deleted, &prev.with_rv(ev.rv), repr.keeping_managed_fields())
             })
             .clone()
     }
