@@ -701,6 +701,15 @@ impl Object {
         // A BTreeMap entry: its two strings and about one pointer-pair of node slack.
         let labels: usize = h.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum();
         let fields: usize = h.fields.values().map(|v| v.capacity() + 40).sum();
+        // The lean copy (managedFields left out) shares the header: its own forms only.
+        let lean = self.lean.get().and_then(Option::as_deref).map_or(0, Object::forms_bytes);
+        self.forms_bytes() + strings + labels + fields + lean
+    }
+
+    /// The struct, its JSON and the metadata-only and protobuf forms built so far (a protobuf
+    /// rope's parts shared with the JSON counted once): what `kept_bytes` counts besides the
+    /// header.
+    fn forms_bytes(&self) -> usize {
         let meta = self.meta.get().map_or(0, Bytes::len);
         let rope = |r: &OnceLock<Option<Rope>>, of: &Bytes| {
             r.get().and_then(Option::as_ref).map_or(0, |r| r.own_bytes(of) + 32 * r.parts().len())
@@ -708,14 +717,7 @@ impl Object {
         let empty = Bytes::new();
         let proto = rope(&self.proto, &self.body);
         let proto_meta = rope(&self.proto_meta, self.meta.get().unwrap_or(&empty));
-        std::mem::size_of::<Object>()
-            + self.body.len()
-            + strings
-            + labels
-            + fields
-            + meta
-            + proto
-            + proto_meta
+        std::mem::size_of::<Object>() + self.body.len() + meta + proto + proto_meta
     }
 
     /// Length of the object as a list item, for sizing buffers.
@@ -955,8 +957,15 @@ impl Event {
     /// Bytes the event keeps besides its objects (`cache::memory` counts those apart): its
     /// frames built so far and the struct itself.
     pub fn frame_bytes(&self) -> usize {
-        let proto: usize = self.proto_frames.iter().filter_map(|f| f.get()?.as_ref().map(Bytes::len)).sum();
-        std::mem::size_of::<Event>() + self.frame.len() + self.meta_frame.get().map_or(0, Bytes::len) + proto
+        let filled = |fs: &[OnceLock<Option<Bytes>>]| -> usize {
+            fs.iter().filter_map(|f| f.get()?.as_ref().map(Bytes::len)).sum()
+        };
+        let lean = self.lean_frames.get().map_or(0, |fs| filled(&fs[..]));
+        std::mem::size_of::<Event>()
+            + self.frame.len()
+            + self.meta_frame.get().map_or(0, Bytes::len)
+            + filled(&self.proto_frames)
+            + lean
     }
 
     /// The event's frame in the representation a watcher asked for; `None` if it has no exact
