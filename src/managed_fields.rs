@@ -15,6 +15,8 @@
 use std::ops::Range;
 
 use serde::Deserialize;
+
+use crate::proto::transcode::RawMembers;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -82,41 +84,7 @@ pub fn cut(whole: &[u8]) -> Option<Range<usize>> {
 
 /// The members of a JSON object, values kept raw (keys unescaped).
 fn members(object: &str) -> Option<Vec<(std::borrow::Cow<'_, str>, &RawValue)>> {
-    struct V;
-    impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Vec<(std::borrow::Cow<'de, str>, &'de RawValue)>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-            let mut out = Vec::new();
-            while let Some(k) = m.next_key::<Key<'de>>()? {
-                out.push((k.0, m.next_value::<&'de RawValue>()?));
-            }
-            Ok(out)
-        }
-    }
-    struct Key<'a>(std::borrow::Cow<'a, str>);
-    impl<'de> Deserialize<'de> for Key<'de> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct K;
-            impl<'de> serde::de::Visitor<'de> for K {
-                type Value = Key<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a key")
-                }
-                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                    Ok(Key(std::borrow::Cow::Borrowed(v)))
-                }
-                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                    Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
-                }
-            }
-            d.deserialize_str(K)
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(object);
-    serde::Deserializer::deserialize_map(&mut de, V).ok()
+    serde_json::from_str::<RawMembers>(object).ok().map(|m| m.0)
 }
 
 #[cfg(test)]

@@ -516,8 +516,9 @@ fn read_object<'a>(cx: &Cx, msg: usize, json: &'a str) -> R<Members<'a>> {
     Ok(members)
 }
 
-/// The members of a JSON object, values unparsed (map entries).
-struct RawMembers<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// The members of a JSON object, values unparsed (map entries); `managed_fields` reads
+/// `metadata` with it too.
+pub(crate) struct RawMembers<'a>(pub(crate) Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for RawMembers<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
