@@ -47,7 +47,12 @@ pub async fn run(
             _ = budget.check.notified() => {}
             _ = crate::shutdown::until_true(&mut stop) => return,
         }
-        sweep(&caching, &catalog, &budget, &metrics);
+        // A sweep walks every cached object: on the blocking pool, not on a worker that
+        // serves requests.
+        let (c, cat, b, m) = (caching.clone(), catalog.clone(), budget.clone(), metrics.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || sweep(&c, &cat, &b, &m)).await {
+            tracing::error!(error = %e, "cache memory sweep failed");
+        }
     }
 }
 
