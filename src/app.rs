@@ -35,7 +35,8 @@ use crate::wanted::Wanted;
 pub struct Running {
     /// Where it listens.
     pub addr: SocketAddr,
-    pub readers: Vec<Reader>,
+    /// The caches started and not retired (a retired or dropped one is let go with its reader).
+    caching: Caching,
     /// Turns `/readyz` to 500 (the first step of a shutdown).
     unready: watch::Sender<bool>,
     /// `--shutdown-delay-duration`: ready no more, yet still serving everything.
@@ -46,15 +47,20 @@ pub struct Running {
     told: watch::Receiver<bool>,
     server_task: JoinHandle<()>,
     reflectors: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
-    /// `--state-dir`: what writes the state, and the caches to write.
-    state: Option<(Arc<Saver>, Caching)>,
+    /// `--state-dir`: what writes the state.
+    saver: Option<Arc<Saver>>,
 }
 
 impl Running {
+    /// The caches now (those started since, by discovery retries, included).
+    pub fn readers(&self) -> Vec<Reader> {
+        self.caching.readers()
+    }
+
     /// Waits until every cache has synced, at most `timeout`.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let all = async {
-            for r in &self.readers {
+            for r in &self.readers() {
                 let mut rx = r.subscribe();
                 let _ = rx.wait_for(|p| p.ready).await;
             }
@@ -83,8 +89,8 @@ impl Running {
             let _ = r.await;
         }
         // The reflectors stopped and ended every watch: the caches no longer change.
-        if let Some((saver, caching)) = &self.state {
-            saver.save_all(&caching.readers()).await;
+        if let Some(saver) = &self.saver {
+            saver.save_all(&self.caching.readers()).await;
         }
         let _ = self.server_task.await;
     }
@@ -238,7 +244,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         wanted.clone(),
     );
     let mut warm_start = false;
-    let (caching, state) = match (state_opts, loaded) {
+    let (caching, saver) = match (state_opts, loaded) {
         (Some(opts), Some(loaded)) => {
             let identity =
                 match tokio::time::timeout(Duration::from_secs(10), state::identity(&upstream)).await {
@@ -254,11 +260,11 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             let caching = caching.with_warm(warm);
             let c = caching.clone();
             tokio::spawn(saver.clone().run(move || c.readers(), shutdown_rx.clone()));
-            (caching.clone(), Some((saver, caching)))
+            (caching, Some(saver))
         }
         _ => (caching, None),
     };
-    let mut readers: Vec<Reader> =
+    let readers: Vec<Reader> =
         discovered.found.iter().filter(|f| !f.2).map(|(name, k, _)| caching.spawn(name, k.clone())).collect();
     let serve_opts = ServeOptions {
         freshness_wait: args.freshness_wait,
@@ -273,9 +279,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         tokio::spawn(tls::watch_files(reloader, interval, shutdown_rx.clone(), metrics.clone()));
         cfg
     });
-    let server = Arc::new(Server::new(readers.clone(), upstream, serve_opts, metrics, unready_rx, security));
+    let server = Arc::new(Server::new(readers, upstream, serve_opts, metrics, unready_rx, security));
     for (name, kind, _) in discovered.found.into_iter().filter(|f| f.2) {
-        readers.push(caching.spawn_wild(&name, kind, &server.catalog()));
+        caching.spawn_wild(&name, kind, &server.catalog());
     }
     server.resources().set_skipped(discovered.skipped);
     if wanted.all {
@@ -326,15 +332,15 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     tracing::info!(%addr, tls = args.insecure_listen.is_none(), auth = %args.security.auth, "serving");
     Ok(Running {
         addr,
-        readers,
         unready,
         shutdown_delay: args.shutdown_delay_duration,
         shutdown,
         stop_serving,
         told,
         server_task,
-        reflectors: caching.reflectors,
-        state,
+        reflectors: caching.reflectors.clone(),
+        caching,
+        saver,
     })
 }
 

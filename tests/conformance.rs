@@ -210,7 +210,7 @@ async fn run_lane(side: Side, all: Vec<Value>) -> Tally {
     let base = proxy.as_ref().map(|p| format!("http://{}", p.addr)).unwrap_or_else(|| sim_base.clone());
     let client = common::client();
     let mut setup = fixtures::Setup::new(common::client(), sim_base.clone(), handle.sim.clone());
-    setup.proxy_caches = proxy.as_ref().map(|p| p.readers.clone()).unwrap_or_default();
+    setup.proxy_caches = proxy.as_ref().map(|p| p.readers()).unwrap_or_default();
     // An earlier scenario of the recording (list-empty-namespace) left `cap-empty`; cluster-wide
     // namespace lists see it whatever lane that scenario runs in.
     setup.namespace("cap-empty").await.expect("namespace");

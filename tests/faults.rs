@@ -420,7 +420,7 @@ async fn setup_with(sim_opts: SimOptions, watch_idle_timeout: Option<Duration>) 
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(DEADLINE).await, "proxy synced");
     let start_rv = sim.sim.current_rv().0;
-    let reader = &proxy.readers[0];
+    let reader = &proxy.readers()[0];
     reader.wait_for(kube_watchcache::resource::Rv(start_rv), DEADLINE).await.expect("cache at the start RV");
     record.lock().changes.clear();
     Env { sim, fault, proxy, record, start_rv }
@@ -428,7 +428,7 @@ async fn setup_with(sim_opts: SimOptions, watch_idle_timeout: Option<Duration>) 
 
 impl Env {
     fn cache_rv(&self) -> u64 {
-        self.proxy.readers[0].progress().rv.0
+        self.proxy.readers()[0].progress().rv.0
     }
 
     /// The reflector's LISTs of configmaps (pages of 500, not watches) the sim has received.
@@ -800,7 +800,7 @@ async fn relist_case(name: &str, failing_lists: usize) {
         assert!(items > 0);
     }
     // Readiness stayed (the cache kept its last state while relisting).
-    assert!(env.proxy.readers[0].progress().ready);
+    assert!(env.proxy.readers()[0].progress().ready);
     env.assert_http1();
     env.proxy.shutdown().await;
 }

@@ -130,7 +130,7 @@ async fn clients_never_hold_ghosts_across_faults_relists_and_replicas() {
     let rv = sim.sim.current_rv().0;
     let t = Instant::now();
     for p in [&a, &b] {
-        p.readers[0].wait_for(Rv(rv), Duration::from_secs(60)).await.expect("replica caught up");
+        p.readers()[0].wait_for(Rv(rv), Duration::from_secs(60)).await.expect("replica caught up");
     }
     let caught_up = t.elapsed();
     let http = client();
@@ -138,7 +138,7 @@ async fn clients_never_hold_ghosts_across_faults_relists_and_replicas() {
     let (streams, changes) = assert_streams_missed_nothing(&stats);
     eprintln!("event-level: {streams} streams, {changes} changes received, none skipped");
     let checked = assert_clients_at_truth(held, &bases, &truth, seed + 2).await;
-    let l = |p: &Running| p.readers[0].watcher_stats();
+    let l = |p: &Running| p.readers()[0].watcher_stats();
     let upstream_lists = sim.sim.request_count(|r| {
         r.path == "/api/v1/configmaps" && !r.query.contains("watch=true") && r.query.contains("limit=500")
     });

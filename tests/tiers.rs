@@ -144,7 +144,7 @@ async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
 
     // Lag: the same events timed at the sim, at M and at L1 (before the first restart).
     let rv0 = sim.sim.current_rv().0;
-    l1.readers[0].wait_for(Rv(rv0), Duration::from_secs(10)).await.expect("leaf at the start RV");
+    l1.readers()[0].wait_for(Rv(rv0), Duration::from_secs(10)).await.expect("leaf at the start RV");
     let timers: Vec<_> = [&bases[3], &bases[2], &bases[0]]
         .into_iter()
         .map(|b| tokio::spawn(time_events(b.clone(), rv0, stop_timing.clone())))
@@ -190,11 +190,11 @@ async fn leaves_of_a_tree_of_caches_lose_nothing_across_a_middle_restart() {
     let rv = sim.sim.current_rv().0;
     let t = Instant::now();
     for (name, p) in [("middle", &middle), ("L1", &l1), ("L2", &l2)] {
-        if let Err(e) = p.readers[0].wait_for(Rv(rv), Duration::from_secs(60)).await {
+        if let Err(e) = p.readers()[0].wait_for(Rv(rv), Duration::from_secs(60)).await {
             let m = relists(middle.addr).await;
             panic!(
                 "{name} did not catch up with the sim at {rv}: {e:?}; middle lists {m}, progress {:?}",
-                p.readers[0].progress()
+                p.readers()[0].progress()
             );
         }
     }
@@ -262,12 +262,12 @@ async fn a_relist_with_an_empty_difference_at_the_middle_leaves_no_quiet_gap_at_
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let a = proxy(fault.addr, any).await;
     let c = proxy(a.addr, any).await;
-    c.readers[0].wait_for(Rv(a_rv), Duration::from_secs(10)).await.expect("C synced");
+    c.readers()[0].wait_for(Rv(a_rv), Duration::from_secs(10)).await.expect("C synced");
     let http = client();
     let c_base = format!("http://{}", c.addr);
-    let lists_at = |p: &Running| p.readers[0].watcher_stats();
+    let lists_at = |p: &Running| p.readers()[0].watcher_stats();
     // A watch at C from before the gap, as an informer of C holds one.
-    let c0 = c.readers[0].progress().rv.0;
+    let c0 = c.readers()[0].progress().rv.0;
     let mut before = Stream::open(
         &http,
         &format!("{c_base}{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={c0}"),
@@ -293,16 +293,16 @@ async fn a_relist_with_an_empty_difference_at_the_middle_leaves_no_quiet_gap_at_
     s.delete("configmaps", NS, "n0").expect("delete n0");
     s.delete("configmaps", NS, "n1").expect("delete n1");
     s.delete("configmaps", NS, "n2").expect("delete n2");
-    assert!(a.readers[0].progress().rv.0 < r, "A's watch is stalled");
+    assert!(a.readers()[0].progress().rv.0 < r, "A's watch is stalled");
     // The cut: A's re-watch gets 410, A relists at L; nothing C selects differs.
     let ended_at_a = lists_at(&a).ended_at_relist;
     fault.drop_all();
     fault.stall_watches(false);
     let l = s.current_rv().0;
-    a.readers[0].wait_for(Rv(l), Duration::from_secs(20)).await.expect("A relisted");
-    c.readers[0].wait_for(Rv(l), Duration::from_secs(20)).await.expect("C caught up");
+    a.readers()[0].wait_for(Rv(l), Duration::from_secs(20)).await.expect("A relisted");
+    c.readers()[0].wait_for(Rv(l), Duration::from_secs(20)).await.expect("C caught up");
     assert!(lists_at(&a).ended_at_relist > ended_at_a, "A ended C's upstream watch at its relist");
-    let (floor, _) = c.readers[0].window();
+    let (floor, _) = c.readers()[0].window();
     assert!(floor.0 >= l, "C relisted (its history starts at {floor}, not inside the gap before {l})");
     // C's own client watch from before the gap ended, without any RV of the gap.
     let (events, ended) = before.collect(Duration::from_millis(700)).await;

@@ -127,7 +127,7 @@ impl Env {
 
     /// Waits until the proxy's configmaps cache has reached `rv`.
     pub async fn synced_to(&self, rv: u64) {
-        let r = self.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+        let r = self.proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
         r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.expect("cache caught up");
     }
 
@@ -173,7 +173,12 @@ impl Env {
 
     /// Waits until the proxy's cache of `resource` (plural) has reached `rv`.
     pub async fn cache_synced_to(&self, resource: &str, rv: u64) {
-        let r = self.proxy.readers.iter().find(|r| r.kind().resource == resource).expect("cached resource");
+        let r = self
+            .proxy
+            .readers()
+            .into_iter()
+            .find(|r| r.kind().resource == resource)
+            .expect("cached resource");
         r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.expect("cache caught up");
     }
 }

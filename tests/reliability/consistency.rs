@@ -92,7 +92,7 @@ async fn a_dropped_event_is_caught_within_one_period_and_clients_end_at_the_trut
     args.consistency_check_period = period;
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
-    let (client, reader) = (client(), proxy.readers[0].clone());
+    let (client, reader) = (client(), proxy.readers()[0].clone());
     let base = format!("http://{}", proxy.addr);
     let state = Arc::new(Mutex::new(BTreeMap::new()));
     let task = tokio::spawn(informer(base.clone(), state.clone()));
@@ -179,7 +179,7 @@ async fn a_check_whose_rv_was_compacted_retries_once_at_the_current_rv() {
     args.consistency_check_period = Duration::ZERO;
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
-    let reader = proxy.readers[0].clone();
+    let reader = proxy.readers()[0].clone();
     let r0 = reader.snapshot().rv;
     let check_relay = Fault::start(sim.addr).await;
     let upstream = Upstream::new(&UpstreamOptions {

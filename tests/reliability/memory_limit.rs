@@ -109,7 +109,7 @@ async fn a_history_past_the_limit_is_shortened_and_older_rvs_answer_410_from_the
         last = sim.sim.update("configmaps", NS, cm("c0", 2000 + i)).unwrap();
     }
     let last_rv = last["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
-    let cms = p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    let cms = p.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
     cms.wait_for(kube_watchcache::resource::Rv(last_rv.parse().unwrap()), Duration::from_secs(10))
         .await
         .unwrap();
@@ -162,6 +162,7 @@ async fn a_cache_past_the_limit_is_dropped_its_watch_ends_and_every_read_is_answ
         tokio::spawn(async move { events(&c, &url, usize::MAX).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let dropped = p.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
     for i in 0..300 {
         sim.sim.create("configmaps", NS, cm(&format!("big{i}"), 3000)).unwrap();
     }
@@ -169,8 +170,9 @@ async fn a_cache_past_the_limit_is_dropped_its_watch_ends_and_every_read_is_answ
         metric(&c, &p, "watchcache_cache_memory_dropped_resources").await == 1.0
     })
     .await;
-    // Its objects and history are let go, even though `Running` still holds its reader.
-    let dropped = p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    // Its objects and history are let go, even though this test still holds its reader; the
+    // proxy no longer lists it among its caches.
+    assert!(p.readers().iter().all(|r| r.kind().resource != "configmaps"));
     eventually(5, "the dropped cache emptied", || async {
         dropped.is_empty() && dropped.memory().total() == 0
     })
@@ -235,7 +237,8 @@ async fn a_dropped_cache_comes_back_once_the_others_have_shrunk() {
     }
     // What each cache keeps, measured by a proxy with room to spare.
     let roomy = proxy(&sim, 1 << 40, 5).await;
-    let size = |res: &str| roomy.readers.iter().find(|r| r.kind().resource == res).unwrap().memory().total();
+    let size =
+        |res: &str| roomy.readers().into_iter().find(|r| r.kind().resource == res).unwrap().memory().total();
     let (pods, cms) = (size("pods"), size("configmaps"));
     roomy.shutdown().await;
     assert!(pods > cms && cms > pods / 2, "pods {pods}, configmaps {cms}");
@@ -253,7 +256,7 @@ async fn a_dropped_cache_comes_back_once_the_others_have_shrunk() {
         metric(&c, &p, "watchcache_cache_memory_dropped_resources").await == 1.0
     })
     .await;
-    let cms_cache = p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    let cms_cache = p.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
     eventually(10, "configmaps synced", || async { cms_cache.progress().ready }).await;
     let (code, body) = get(&c, &format!("http://{}", p.addr), "/readyz?verbose").await;
     assert_eq!(code, 200);
@@ -300,14 +303,15 @@ async fn a_resource_larger_than_the_limit_at_start_is_refused_while_listing_then
     args.cache_memory_check_period = Duration::from_millis(100);
     let p = app::start(&args).await.expect("proxy starts");
     let (c, base) = (client(), format!("http://{}", p.addr));
+    let pods = p.readers().into_iter().find(|r| r.kind().resource == "pods").unwrap();
     eventually(10, "ready, pods dropped", || async {
         let (code, body) = get(&c, &base, "/readyz?verbose").await;
         code == 200 && String::from_utf8_lossy(&body).contains("[+]dropped/memory-limit/pods ok")
     })
     .await;
-    let pods = p.readers.iter().find(|r| r.kind().resource == "pods").unwrap();
     assert!(pods.refused_list() > 0 && pods.refused_list() < 2_000_000, "{}", pods.refused_list());
     assert!(pods.is_empty(), "never installed");
+    assert!(p.readers().iter().all(|r| r.kind().resource != "pods"), "no longer among the caches");
     for path in [
         format!("/api/v1/namespaces/{NS}/pods?resourceVersion=0"),
         format!("/api/v1/namespaces/{NS}/configmaps?resourceVersion=0"),
@@ -344,8 +348,8 @@ async fn of_two_lists_that_do_not_fit_together_one_is_dropped_and_the_other_sync
         code == 200 && String::from_utf8_lossy(&body).matches("dropped/memory-limit/").count() == 1
     })
     .await;
-    let synced: Vec<&str> = p
-        .readers
+    let readers = p.readers();
+    let synced: Vec<&str> = readers
         .iter()
         .filter(|r| r.progress().ready && !r.is_empty())
         .map(|r| r.kind().resource.as_str())

@@ -93,11 +93,11 @@ impl Env {
     }
 
     fn cache_rv(p: &Running) -> u64 {
-        p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().progress().rv.0
+        p.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap().progress().rv.0
     }
 
     async fn synced(p: &Running, rv: u64) {
-        let r = p.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+        let r = p.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
         r.wait_for(Rv(rv), Duration::from_secs(20)).await.expect("cache caught up");
     }
 
@@ -338,7 +338,7 @@ async fn empty_node_name_watchers_get_live_events() {
     env.fault.drop_all();
     s.delete("pods", NS, "p2").unwrap();
     let last = rv_of(&s.create("pods", NS, pod("p3", None)).unwrap());
-    let pods = env.a.readers.iter().find(|r| r.kind().resource == "pods").unwrap();
+    let pods = env.a.readers().into_iter().find(|r| r.kind().resource == "pods").unwrap();
     pods.wait_for(Rv(last), Duration::from_secs(20)).await.expect("A caught up");
     let summary = |evs: Vec<Value>| -> Vec<(String, String, u64)> {
         evs.iter()
@@ -752,8 +752,8 @@ async fn the_rewatch_wave_after_a_relist_of_1000_watchers() {
     );
     assert_eq!(
         env.a
-            .readers
-            .iter()
+            .readers()
+            .into_iter()
             .find(|r| r.kind().resource == "configmaps")
             .unwrap()
             .watcher_stats()

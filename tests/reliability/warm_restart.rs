@@ -116,7 +116,7 @@ async fn saved_run(sim: &SimHandle, dir: &Path, n: usize) -> Vec<u64> {
     for i in 0..n {
         rvs.push(cm(sim, &format!("c{}", i % 4), &format!("v{i}")));
     }
-    let r = a.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    let r = a.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
     r.wait_for(Rv(*rvs.last().unwrap()), Duration::from_secs(5)).await.expect("caught up");
     a.shutdown().await;
     rvs
@@ -154,7 +154,7 @@ async fn a_restarted_proxy_serves_the_saved_cache_at_once_at_the_same_rvs() {
     }
     // The reflector resumed the upstream watch: a change made now reaches the cache.
     let rv = cm(&sim, "after", "x");
-    b.readers[0].wait_for(Rv(rv), Duration::from_secs(5)).await.expect("watch resumed");
+    b.readers()[0].wait_for(Rv(rv), Duration::from_secs(5)).await.expect("watch resumed");
     assert_eq!(full_lists(&sim), lists);
     b.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -216,7 +216,7 @@ async fn a_state_the_upstream_compacted_past_is_relisted_under_the_relist_rules(
     let b = app::start(&args(&sim, &dir, &["configmaps"])).await.expect("starts");
     assert!(b.wait_ready(Duration::from_secs(10)).await);
     // The resumed watch got 410: one relist, then the cache is the truth (no ghost of c2).
-    let r = b.readers[0].clone();
+    let r = b.readers()[0].clone();
     r.wait_for(Rv(changed + 1), Duration::from_secs(10)).await.expect("relisted");
     assert_eq!(full_lists(&sim), lists + 1, "one relist");
     let truth = truth(&client, &sim).await;
@@ -369,7 +369,7 @@ async fn time_to_ready_cold_and_warm() {
         let p = app::start(&a).await.expect("starts");
         assert!(p.wait_ready(Duration::from_secs(600)).await);
         let ready = t.elapsed();
-        assert_eq!(p.readers[0].len(), pods);
+        assert_eq!(p.readers()[0].len(), pods);
         let t = Instant::now();
         p.shutdown().await;
         let saved = t.elapsed();
@@ -403,7 +403,7 @@ async fn most_recent_reads_after_a_warm_start_see_what_changed_while_the_proxy_w
     let list = get(&client, &b, CM).await;
     assert_eq!(items(&list), truth(&client, &sim).await);
     assert!(items(&list).iter().any(|(n, rv)| n == "away" && *rv == away));
-    b.readers[0].wait_for(Rv(away), Duration::from_secs(5)).await.expect("caught up by the resumed watch");
+    b.readers()[0].wait_for(Rv(away), Duration::from_secs(5)).await.expect("caught up by the resumed watch");
     assert_eq!(full_lists(&sim), lists, "no relist: the saved RV was still in the upstream's window");
     b.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

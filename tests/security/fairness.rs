@@ -68,7 +68,7 @@ async fn start(objects: usize, edit: impl FnOnce(&mut ServeArgs)) -> Env {
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     if rv > 0 {
-        let r = proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+        let r = proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
         r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(20)).await.expect("synced");
     }
     Env { sim, proxy, client: common::client() }

@@ -79,7 +79,7 @@ fn fill(env: &Env) -> u64 {
 async fn the_in_flight_permit_lasts_until_the_body_ends_and_only_real_long_runners_skip_it() {
     let env = start(|a| a.security.max_requests_inflight = 1).await;
     let rv = fill(&env);
-    let r = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    let r = env.proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
     r.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(20)).await.expect("synced");
     let _ = env.sim.sim.create("pods", "big", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}));
 

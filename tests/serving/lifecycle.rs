@@ -160,7 +160,7 @@ async fn deleted_crd_is_followed(rediscovery: Duration, watch_idle: Option<Durat
     }
     let proxy = app::start(&args).await.unwrap();
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
-    let widgets = proxy.readers.iter().find(|r| r.kind().resource == "widgets").unwrap();
+    let widgets = proxy.readers().into_iter().find(|r| r.kind().resource == "widgets").unwrap();
     widgets.wait_for(kube_watchcache::resource::Rv(rv_of(&w)), Duration::from_secs(5)).await.unwrap();
     let client = client();
     let path = "/apis/example.com/v1/namespaces/ns/widgets";
@@ -254,7 +254,7 @@ async fn a_crd_deleted_and_created_again_ends_the_watches_of_the_old_one() {
     args.rediscovery_interval = Duration::ZERO;
     let proxy = app::start(&args).await.unwrap();
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
-    let widgets = proxy.readers.iter().find(|r| r.kind().resource == "widgets").unwrap();
+    let widgets = proxy.readers().into_iter().find(|r| r.kind().resource == "widgets").unwrap();
     widgets.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.unwrap();
     let client = client();
     let path = "/apis/example.com/v1/namespaces/ns/widgets";

@@ -41,7 +41,7 @@ async fn revision_moves_past(env: &Env, rv: u64) {
 }
 
 fn cache_rv(env: &Env, resource: &str) -> u64 {
-    env.proxy.readers.iter().find(|r| r.kind().resource == resource).unwrap().progress().rv.0
+    env.proxy.readers().into_iter().find(|r| r.kind().resource == resource).unwrap().progress().rv.0
 }
 
 /// Upstream requests to exactly `path` whose query contains `part`.
@@ -284,7 +284,7 @@ async fn a_custom_resource_in_a_k8s_io_group_is_encoded_as_one() {
         )
         .unwrap();
     let rv = rv_of(&gw);
-    let reader = env.proxy.readers.iter().find(|r| r.kind().resource == "gateways").unwrap();
+    let reader = env.proxy.readers().into_iter().find(|r| r.kind().resource == "gateways").unwrap();
     assert!(!reader.kind().builtin, "decided from the upstream's list encoding, not the group name");
     reader.wait_for(kube_watchcache::resource::Rv(rv), Duration::from_secs(5)).await.unwrap();
     // Byte for byte what the upstream answers: an unstructured list (sorted keys) and object.

@@ -256,7 +256,7 @@ async fn kube_watcher_survives_a_proxy_side_410() {
     args.insecure_listen = Some(addr);
     let replica = kube_watchcache::app::start(&args).await.expect("the new replica binds the same address");
     assert!(replica.wait_ready(Duration::from_secs(10)).await);
-    let (floor, _) = replica.readers[0].window();
+    let (floor, _) = replica.readers()[0].window();
     assert!(floor.0 > rv, "the client's RV is older than the new replica's history");
     let placeholder = std::mem::replace(&mut env.proxy, replica);
     placeholder.shutdown().await;

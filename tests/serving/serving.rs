@@ -134,7 +134,8 @@ async fn too_old_watch_gets_one_error_event() {
     let r = env.create_cm("ns", "a", json!({}));
     env.synced_to(r).await;
     // The proxy listed after `r`: its window starts at its list RV.
-    let (floor, _) = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().window();
+    let (floor, _) =
+        env.proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap().window();
     assert!(floor.0 >= 1);
     let old = floor.0 - 1;
     // The proxy answers from its own window: the upstream (whose log reaches back further)
@@ -360,7 +361,7 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     let mut stalled = sock.connect(env.proxy.addr).await.unwrap();
     stalled.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.unwrap();
     let mut healthy = open_watch(&env.client, &env.proxy_url(&path)).await;
-    let reader = env.proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
+    let reader = env.proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while reader.watcher_stats().live < 2 {
         assert!(std::time::Instant::now() < deadline, "both watches registered with the cache");

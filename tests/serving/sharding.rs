@@ -546,7 +546,7 @@ mod relist {
         args.security.max_watches_per_user = 0;
         let proxy = app::start(&args).await.expect("proxy starts");
         assert!(proxy.wait_ready(Duration::from_secs(20)).await);
-        let reader = proxy.readers.iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
+        let reader = proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap().clone();
         let synced = |rv: u64| {
             let reader = reader.clone();
             async move { reader.wait_for(Rv(rv), Duration::from_secs(20)).await.expect("cache caught up") }

@@ -36,7 +36,7 @@ async fn a_wildcard_caches_what_the_upstream_serves_less_the_exclusions() {
     let sim = sim_with_a_widget().await;
     let proxy = app::start(&serve_args(sim.addr, &["*", "-events"])).await.unwrap();
     assert!(proxy.wait_ready(Duration::from_secs(10)).await, "synced");
-    let mut cached: Vec<String> = proxy.readers.iter().map(|r| r.kind().group_resource()).collect();
+    let mut cached: Vec<String> = proxy.readers().iter().map(|r| r.kind().group_resource()).collect();
     cached.sort();
     let mut want: Vec<String> =
         sim.sim.resources().iter().filter(|k| k.resource != "events").map(|k| k.group_resource()).collect();

@@ -76,7 +76,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let kubeconfig =
         write_demo_kubeconfig(proxy.addr).map_err(|e| format!("writing the demo kubeconfig: {e}"))?;
     let p = proxy.addr;
-    let objects: usize = proxy.readers.iter().map(Reader::len).sum();
+    let objects: usize = proxy.readers().iter().map(Reader::len).sum();
     say(&format!(
         r#"
 kube-watchcache demo
