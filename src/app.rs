@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -211,7 +210,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         _ => None,
     };
     let addr = args.insecure_listen.unwrap_or(SocketAddr::new(args.bind_address, args.secure_port));
-    let tcp = TcpListener::bind(addr).await.map_err(|e| format!("listen on {addr}: {e}"))?;
+    let tcp = listener::bind(addr).await.map_err(|e| format!("listen on {addr}: {e}"))?;
     let addr = tcp.local_addr().map_err(|e| e.to_string())?;
 
     let (shutdown, shutdown_rx) = watch::channel(false);

@@ -6,7 +6,8 @@
 //! pending-accept and locally-errored resets (rapid reset, CVE-2023-44487), bounded header
 //! lists; HTTP/1 heads are bounded too. TLS connections write through `tlsio` (full records).
 //!
-//! Called by `app` with a bound listener and the shared `Server`.
+//! Called by `app` with a listener bound by [`bind`] and the shared `Server` (the sim binds
+//! with [`bind`] too).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,6 +23,29 @@ use super::coalesce::{Coalesce, FlushAfterPoll};
 use super::conn::{self, Proto};
 use super::Server;
 use crate::shutdown::until_true;
+
+/// Binds `addr` with the accept queue the system allows (`net.core.somaxconn`, as Go's
+/// listeners and so kube-apiserver have), not tokio's 1 024: thousands of kubelets
+/// reconnecting at once (an apiserver or proxy restart) overflow a short queue, their SYNs are
+/// dropped and each retries a second or more later.
+pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket =
+        if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog())
+}
+
+/// `net.core.somaxconn` (4 096 on recent kernels; the kernel caps a larger request at it), or
+/// 4 096 where it cannot be read.
+fn backlog() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(4096)
+        .min(65_535)
+}
 
 /// Accepts connections until `shutdown` turns true, turns `told` true once the listener is
 /// closed and every connection has been told to finish (at most a second later), then waits up
@@ -209,6 +233,26 @@ fn service(
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// 1 500 clients connect at once to a listener that accepts none of them: the kernel
+    /// queues them all (tokio's own `bind` queues 1 024, and the rest would wait for SYN
+    /// retransmits, a second and more).
+    #[tokio::test]
+    async fn the_accept_queue_holds_a_burst_of_connections() {
+        let want = 1500;
+        if backlog() < want as u32 + 10 || crate::rlimit::raise_nofile().0 < 2 * want as u64 + 100 {
+            eprintln!("skipped: somaxconn {} or the open-files limit is too low here", backlog());
+            return;
+        }
+        let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let connects = (0..want).map(|_| tokio::net::TcpStream::connect(addr));
+        let all =
+            tokio::time::timeout(Duration::from_millis(900), futures_util::future::try_join_all(connects));
+        let streams = all.await.expect("every connection queued without a SYN retransmit").unwrap();
+        assert_eq!(streams.len(), want);
+        drop(l);
+    }
 
     async fn first_bytes(sent: &'static [u8]) -> Proto {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -42,7 +42,16 @@ pub async fn serve(
             a = listener.accept() => a,
             _ = shutdown.wait_for(|s| *s) => return,
         };
-        let Ok((stream, _)) = accepted else { continue };
+        let (stream, _) = match accepted {
+            Ok(a) => a,
+            // Out of file descriptors (or another transient failure): the queue waits, the
+            // loop does not spin.
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let (sim, tls, stop) = (sim.clone(), tls.clone(), shutdown.clone());
         tokio::spawn(async move {

@@ -177,7 +177,7 @@ impl Sim {
 
     /// Binds, seeds and serves (plain HTTP, or HTTPS with `opts.tls`).
     pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
-        let listener = tokio::net::TcpListener::bind(opts.listen).await?;
+        let listener = kube_watchcache::server::listener::bind(opts.listen).await?;
         let sim = Sim::new(opts.clone());
         seed::objects(&sim, opts.objects);
         SimHandle::serve(listener, sim)
@@ -360,7 +360,7 @@ impl SimHandle {
         // The port was just released; a few tries cover a slow close.
         let mut tries = 0;
         let listener = loop {
-            match tokio::net::TcpListener::bind(addr).await {
+            match kube_watchcache::server::listener::bind(addr).await {
                 Ok(l) => break l,
                 Err(e) if tries >= 50 => return Err(e),
                 Err(_) => {
