@@ -142,7 +142,16 @@ pub struct Stream {
 
 impl Stream {
     pub async fn open(client: &HttpClient, url: &str) -> Stream {
-        let req = Request::get(url).body(Full::new(Bytes::new())).unwrap();
+        Stream::open_with(client, url, &[]).await
+    }
+
+    /// The same with request headers (an `Accept` with parameters, for example).
+    pub async fn open_with(client: &HttpClient, url: &str, headers: &[(&str, &str)]) -> Stream {
+        let mut b = Request::get(url);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::new())).unwrap();
         match tokio::time::timeout(Duration::from_secs(20), client.request(req)).await {
             Ok(Ok(resp)) => {
                 Stream { status: resp.status().as_u16(), body: Some(resp.into_body()), buf: Vec::new() }

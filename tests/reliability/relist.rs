@@ -491,7 +491,8 @@ fn changes(events: &[Value]) -> Vec<(String, String, u64)> {
 /// y, DELETED y` to app=t); before the fix A sent a BOOKMARK at the list RV and kept every
 /// watch open, so its clients missed them all. Now every event the sim sent a watch either
 /// reached A's client or came after A's stream ended, no BOOKMARK bridges the gap, and the
-/// resume from the last RV received answers 410; JSON, protobuf and metadata-only alike.
+/// resume from the last RV received answers 410; JSON, protobuf, metadata-only and JSON
+/// without managedFields alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_kept_across_a_relist_would_miss_the_gap_so_they_end() {
     // Compacted by hand after the sim's own watches have read the gap.
@@ -511,17 +512,24 @@ async fn watches_kept_across_a_relist_would_miss_the_gap_so_they_end() {
         ("app=t", q("/api/v1/configmaps", "&labelSelector=app%3Dt")),
     ];
     let mut at_a = Vec::new();
+    let mut lean_at_a = Vec::new();
     let mut at_sim = Vec::new();
+    let lean = [("accept", "application/json;drop=metadata.managedFields")];
     for (_, pq) in &watches {
         at_a.push(Stream::open(&env.client, &format!("{}{pq}", Env::base(&env.a))).await);
+        lean_at_a.push(Stream::open_with(&env.client, &format!("{}{pq}", Env::base(&env.a)), &lean).await);
         at_sim.push(Stream::open(&env.client, &format!("{}{pq}", env.sim_base())).await);
     }
     let app_t = format!("{}{}", Env::base(&env.a), watches[2].1);
     let mut pb = PbStream::open(&env.client, &app_t).await;
     let meta_accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
     let mut meta = common::open_watch_with(&env.client, &app_t, &[("accept", meta_accept)]).await;
-    assert!(at_a.iter().chain(&at_sim).all(|w| w.status == 200) && pb.status == 200 && meta.status == 200);
+    assert!(at_a.iter().chain(&lean_at_a).chain(&at_sim).all(|w| w.status == 200));
+    assert!(pb.status == 200 && meta.status == 200);
 
+    // A change every namespace and cluster-wide watcher sees live, before the stall.
+    let live = env.update("keep", "1");
+    Env::synced(&env.a, live).await;
     env.fault.stall_watches(true);
     let labelled = |ns: &str, name: &str, app: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":ns,"labels":{"app":app}}});
     let s = &env.sim.sim;
@@ -530,7 +538,7 @@ async fn watches_kept_across_a_relist_would_miss_the_gap_so_they_end() {
     s.create("configmaps", "u", labelled("u", "y", "t")).expect("y");
     s.update("configmaps", "u", labelled("u", "y", "v")).expect("relabel y");
     s.delete("configmaps", "u", "y").expect("delete y");
-    assert_eq!(Env::cache_rv(&env.a), r0, "A's watch is stalled");
+    assert_eq!(Env::cache_rv(&env.a), live, "A's watch is stalled");
     let mut sent_by_sim = Vec::new();
     for w in &mut at_sim {
         sent_by_sim.push(changes(&w.collect(IDLE).await.0));
@@ -551,6 +559,13 @@ async fn watches_kept_across_a_relist_would_miss_the_gap_so_they_end() {
         // it (no event, no BOOKMARK) bridges the rest.
         let received = changes(&got);
         assert_eq!(received[..], sent[..received.len().min(sent.len())], "{who}: {got:?} vs {sent:?}");
+        // Without managedFields (issue 34): the same events, the same end.
+        let (lean_got, lean_ended) = lean_at_a[i].collect(IDLE).await;
+        assert!(lean_ended, "{who}, lean: the watch ended at A's relist: {lean_got:?}");
+        assert_eq!(changes(&lean_got), received, "{who}, lean");
+        if i < 2 {
+            assert_eq!(received.first().map(|c| (c.1.as_str(), c.2)), Some(("t/keep", live)), "{who}");
+        }
         let last = got.last().map_or(r0, |e| rv_of(&e["object"]));
         if let Some(missed) = sent.get(received.len()) {
             assert!(last < missed.2, "{who}: its last RV {last} passes the missed {missed:?}: {got:?}");
