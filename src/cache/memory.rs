@@ -13,7 +13,7 @@
 //! [`Reader::unlimit_history`] and [`Reader::refused_list`], by `caches` through
 //! [`Reader::release_at_stop`], and by `reflector` through `Writer::list_account` and
 //! `Writer::stopped`. The lock is held only to take the store's O(1) snapshot and to clone
-//! the history's event pointers; the counting happens outside it.
+//! the history's event pointers, 4 096 at a time; the counting happens outside it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,12 +22,14 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use super::{Reader, Store, Writer};
-use crate::resource::{Event, Object};
+use crate::resource::{Event, Object, Rv};
 
 /// A store entry's share of the ordered map (key and value pointers, node slack).
 const STORE_ENTRY: usize = 64;
 /// A history slot (its time and pointer) with the ring buffer's slack.
 const HISTORY_SLOT: usize = 32;
+/// Event pointers copied per hold of the cache's lock while measuring.
+const MEASURE_CHUNK: usize = 4096;
 
 /// One cache's memory now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,10 +160,27 @@ impl Reader {
 
     /// What this cache keeps in memory now (see the module doc).
     pub fn memory(&self) -> Usage {
-        let (store, events, cap) = {
+        let (store, cap) = {
             let st = self.shared.state.lock();
-            (st.store.clone(), st.history.iter().cloned().collect::<Vec<_>>(), st.history.cap())
+            (st.store.clone(), st.history.cap())
         };
+        // The history's pointers a chunk at a time, so that writers and watches never wait for
+        // a whole history (100 000 events and more) to be copied; events that left it between
+        // two chunks are gone anyway, those that arrived are counted.
+        let mut events: Vec<Arc<Event>> = Vec::new();
+        let mut after = Rv(0);
+        loop {
+            let got = {
+                let st = self.shared.state.lock();
+                let before = events.len();
+                events.extend(st.history.newer_than(after).take(MEASURE_CHUNK).cloned());
+                events.len() - before
+            };
+            match events.last() {
+                Some(e) if got == MEASURE_CHUNK => after = e.rv,
+                _ => break,
+            }
+        }
         let (objects, history) = measure(&store, &events);
         self.shared.kept.store(objects + history, Ordering::Relaxed);
         Usage { objects, history, events: events.len(), history_cap: cap }
@@ -240,6 +259,20 @@ mod tests {
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
         assert!(w.list_account().add(u64::MAX / 2));
+    }
+
+    #[tokio::test]
+    async fn a_history_longer_than_a_chunk_is_counted_whole() {
+        let opts = CacheOptions { history_max_events: 3 * MEASURE_CHUNK, ..CacheOptions::default() };
+        let (mut w, r) = cache::new(kind(), opts);
+        w.replace(vec![], Rv(1));
+        let n = 2 * MEASURE_CHUNK + 5;
+        for i in 0..n as u64 {
+            drop(w.apply(EventType::Added, cm(&w, &format!("c{i}"), 2 + i, 10)).unwrap());
+        }
+        let u = r.memory();
+        assert_eq!(u.events, n);
+        assert!(u.history >= (n * HISTORY_SLOT) as u64, "{u:?}");
     }
 
     #[tokio::test]
