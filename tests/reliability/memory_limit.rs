@@ -5,7 +5,8 @@
 //! rest, every read is answered (forwarded, equal to the sim's truth), the proxy stays ready and
 //! says what it dropped in its metrics and `/readyz?verbose`; a resource larger than the limit
 //! at start is never held whole (its list is refused page by page, then it is dropped); a
-//! dropped cache comes back once the others have shrunk enough. Run by `cargo test --test reliability memory_limit::`.
+//! dropped cache comes back once the others have shrunk enough; a relist after an upstream cut
+//! that passes the limit drops the cache without a client losing an event. Run by `cargo test --test reliability memory_limit::`.
 
 use crate::common;
 
@@ -362,5 +363,74 @@ async fn of_two_lists_that_do_not_fit_together_one_is_dropped_and_the_other_sync
         assert_eq!(code, 200, "{path}");
         assert_eq!(items(&body), items(&sim_body), "{path}");
     }
+    p.shutdown().await;
+}
+
+/// Issue 35 §3 with issue 22: the limit is passed by the relist that follows an upstream cut
+/// (the gap's objects arrive in its LIST, not as events). The list is refused and the cache
+/// dropped; a client's watch kept open across the cut ends without any event of the gap, its
+/// resume from its last RV is forwarded and answered exactly as the sim answers it (410: the
+/// sim compacted), and the client's relist (forwarded) is the sim's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_after_an_upstream_cut_that_passes_the_limit_drops_the_cache_and_loses_nothing() {
+    let sim = Sim::start(SimOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        objects: 0,
+        compaction_window: 3,
+        ..Default::default()
+    })
+    .await
+    .expect("sim");
+    sim.sim
+        .create("namespaces", "", json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":NS}}))
+        .expect("namespace");
+    for i in 0..5 {
+        sim.sim.create("configmaps", NS, cm(&format!("small{i}"), 10)).unwrap();
+        sim.sim.create("pods", NS, pod(&format!("p{i}"), 10)).unwrap();
+    }
+    let fault = common::fault::Fault::start(sim.addr).await;
+    let mut args = serve_args(fault.addr, &["configmaps", "pods"]);
+    args.cache_memory_limit = Limit::Bytes(300_000);
+    args.cache_memory_check_period = Duration::from_millis(100);
+    let p = app::start(&args).await.expect("proxy starts");
+    assert!(p.wait_ready(Duration::from_secs(10)).await, "proxy synced");
+    let (c, base) = (client(), format!("http://{}", p.addr));
+    let from = sim.sim.current_rv().0;
+    let watch_path = format!("/api/v1/namespaces/{NS}/configmaps?watch=true&resourceVersion={from}");
+    let mut w = open_watch(&c, &format!("{base}{watch_path}")).await;
+    assert_eq!(w.status, 200);
+
+    // The proxy's upstream watch is stalled while 300 configmaps of 3 KB (~1 MB) are written
+    // and compacted past; then it is cut: the re-watch gets 410 and the proxy relists.
+    fault.stall_watches(true);
+    for i in 0..300 {
+        sim.sim.create("configmaps", NS, cm(&format!("big{i}"), 3000)).unwrap();
+    }
+    fault.drop_all();
+    fault.stall_watches(false);
+    eventually(10, "configmaps dropped at the relist", || async {
+        metric(&c, &p, "watchcache_cache_memory_dropped_resources").await == 1.0
+    })
+    .await;
+
+    // Nothing of the gap reached the client, and its watch ended.
+    let mut seen = Vec::new();
+    while let Some(e) = w.next(Duration::from_secs(1)).await {
+        seen.push(e);
+    }
+    assert!(seen.is_empty(), "no event of the gap: {seen:?}");
+    assert!(w.ends_within(Duration::from_millis(200)).await, "the watch ended");
+    // Its resume from its RV is answered as the sim answers it (410, compacted).
+    let (here, _) = events(&c, &format!("{base}{watch_path}"), 10).await;
+    let (there, _) = events(&c, &format!("http://{}{watch_path}", sim.addr), 10).await;
+    assert_eq!(here, there);
+    assert_eq!(here.first().map(|e| e.0.as_str()), Some("ERROR"), "{here:?}");
+    // The client's relist is the sim's state.
+    let path = format!("/api/v1/namespaces/{NS}/configmaps?resourceVersion=0");
+    let (code, body) = get(&c, &base, &path).await;
+    let (_, sim_body) = get(&c, &format!("http://{}", sim.addr), &path).await;
+    assert_eq!(code, 200);
+    assert_eq!(items(&body).len(), 305);
+    assert_eq!(items(&body), items(&sim_body));
     p.shutdown().await;
 }
