@@ -21,6 +21,15 @@ use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
 // 16 MB "sane default" taken from golang http2
 const DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE: usize = 16 << 20;
 
+/// PATCHED (kube-watchcache, vendor/h2/PATCHES.md): what an unallocated read
+/// buffer reserves before a read. The buffer is released (see `poll_next`)
+/// whenever the connection has nothing more to read and no partial frame
+/// buffered, so an idle connection holds none; a read allocates it again.
+/// A frame's header makes the codec reserve the whole frame, so large frames
+/// are still read in one piece; this only sizes the first read of a burst
+/// (tokio-util's FramedRead allocated 8 KiB once and kept it).
+const READ_CAPACITY: usize = 1_024;
+
 #[derive(Debug)]
 pub struct FramedRead<T> {
     inner: InnerFramedRead<T, LengthDelimitedCodec>,
@@ -421,10 +430,25 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
-                Some(Ok(bytes)) => bytes,
-                Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),
-                None => return Poll::Ready(None),
+            // PATCHED: allocate the read buffer for this read if it has none.
+            if self.inner.read_buffer().capacity() == 0 {
+                self.inner.read_buffer_mut().reserve(READ_CAPACITY);
+            }
+            let bytes = match Pin::new(&mut self.inner).poll_next(cx) {
+                Poll::Ready(Some(Ok(bytes))) => bytes,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(map_err(e)))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {
+                    // PATCHED: nothing more to read for now. If no partial
+                    // frame is buffered, release the buffer: the frames read
+                    // were split off it and own their bytes, and the codec
+                    // keeps no state in the buffer between frames.
+                    let buf = self.inner.read_buffer_mut();
+                    if buf.is_empty() && buf.capacity() > 0 {
+                        *buf = BytesMut::new();
+                    }
+                    return Poll::Pending;
+                }
             };
 
             tracing::trace!(read.bytes = bytes.len());

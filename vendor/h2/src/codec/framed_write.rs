@@ -60,11 +60,24 @@ enum Next<B> {
     Continuation(frame::Continuation),
 }
 
-/// Initialize the connection with this amount of write buffer.
+/// Buffer up to this many bytes of frames before a flush is required.
 ///
 /// The minimum MAX_FRAME_SIZE is 16kb, so always be able to send a HEADERS
 /// frame that big.
+///
+/// PATCHED (kube-watchcache, vendor/h2/PATCHES.md): this is no longer
+/// allocated up front. The buffer starts empty, is allocated when a frame is
+/// buffered (`ON_DEMAND_CAPACITY` first, growing as frames need) and is
+/// released once a flush has written everything out, so an idle connection
+/// holds no write buffer. `has_capacity` still lets frames accumulate up to
+/// this many bytes before asking for a flush, as before.
 const DEFAULT_BUFFER_CAPACITY: usize = 16 * 1_024;
+
+/// What an empty write buffer reserves when a frame is buffered into it:
+/// enough for the usual small frames (a HEADERS frame of a response, a data
+/// frame's head and the first bytes of its payload, SETTINGS, PING,
+/// WINDOW_UPDATE) in one allocation. Larger frames grow it as before.
+const ON_DEMAND_CAPACITY: usize = 1_024;
 
 /// Chain payloads bigger than this when vectored I/O is enabled. The remote
 /// will never advertise a max frame size less than this (well, the spec says
@@ -93,7 +106,8 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // PATCHED: allocated on demand (see DEFAULT_BUFFER_CAPACITY).
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -169,6 +183,9 @@ where
             }
         }
 
+        // PATCHED: everything buffered is written out; give the buffer back.
+        self.encoder.release_buffer();
+
         tracing::trace!("flushing buffer");
         // Flush the upstream
         ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
@@ -220,9 +237,27 @@ where
         }
     }
 
+    /// PATCHED: drops the write buffer's allocation once it holds nothing
+    /// to write, so that an idle connection keeps no write buffer. The next
+    /// frame buffered allocates again (`reserve_for_frame`).
+    fn release_buffer(&mut self) {
+        if self.next.is_none() && !self.buf.has_remaining() && self.buf.get_ref().capacity() > 0 {
+            self.buf = Cursor::new(BytesMut::new());
+        }
+    }
+
+    /// PATCHED: allocates the write buffer on demand, when a frame is about
+    /// to be encoded into an unallocated (released or never used) buffer.
+    fn reserve_for_frame(&mut self) {
+        if self.buf.get_ref().capacity() == 0 {
+            self.buf.get_mut().reserve(ON_DEMAND_CAPACITY);
+        }
+    }
+
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        self.reserve_for_frame();
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -307,9 +342,15 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // PATCHED: the buffer is allocated on demand and grows as frames are
+        // encoded into it (BytesMut reserves as needed), so measure the room
+        // left against DEFAULT_BUFFER_CAPACITY (or the capacity it has, if it
+        // grew larger) rather than against the allocation: an unallocated
+        // buffer has room, and frames accumulate up to the same amount as
+        // before a flush is asked for.
+        let buf = self.buf.get_ref();
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (buf.capacity().max(DEFAULT_BUFFER_CAPACITY) - buf.len() >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {

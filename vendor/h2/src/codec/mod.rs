@@ -42,12 +42,18 @@ where
         let framed_write = FramedWrite::new(io);
 
         // Delimit the frames
-        let delimited = length_delimited::Builder::new()
+        //
+        // PATCHED (kube-watchcache, vendor/h2/PATCHES.md): the read buffer
+        // starts unallocated; `Builder::new_read` would allocate tokio-util's
+        // 8 KiB up front. framed_read.rs allocates it for a read and releases
+        // it when the connection has nothing left to read.
+        let codec = length_delimited::Builder::new()
             .big_endian()
             .length_field_length(3)
             .length_adjustment(9)
             .num_skip(0) // Don't skip the header
-            .new_read(framed_write);
+            .new_codec();
+        let delimited = tokio_util::codec::FramedRead::with_capacity(framed_write, codec, 0);
 
         let mut inner = FramedRead::new(delimited);
 

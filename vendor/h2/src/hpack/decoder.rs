@@ -12,6 +12,10 @@ use std::io::Cursor;
 use std::ops::ControlFlow;
 use std::str::Utf8Error;
 
+/// PATCHED (kube-watchcache, vendor/h2/PATCHES.md): the most a header block's
+/// Huffman decode buffer reserves at once (upstream's fixed buffer was 4 KiB).
+const MAX_BLOCK_BUFFER: usize = 4096;
+
 /// Decodes headers using HPACK
 #[derive(Debug)]
 pub struct Decoder {
@@ -158,7 +162,9 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // PATCHED (kube-watchcache, vendor/h2/PATCHES.md): allocated
+            // when a header block has a Huffman-coded string, not up front.
+            buffer: BytesMut::new(),
         }
     }
 
@@ -174,7 +180,25 @@ impl Decoder {
     }
 
     /// Decodes the headers found in the given buffer.
-    pub fn decode<F>(
+    ///
+    /// PATCHED (kube-watchcache, vendor/h2/PATCHES.md): the buffer that
+    /// Huffman-coded strings are decoded into is allocated at a block's first
+    /// such string (`decode_string`) and let go of when the block is decoded:
+    /// the decoded strings share its allocation and keep it alive as long as
+    /// they live, but an idle connection holds none. Upstream allocated
+    /// 4 KiB per connection up front and kept the tail of the last one.
+    pub fn decode<F>(&mut self, src: &mut Cursor<&mut BytesMut>, f: F) -> Result<(), DecoderError>
+    where
+        F: FnMut(Header) -> ControlFlow<()>,
+    {
+        let res = self.decode_block(src, f);
+        if self.buffer.capacity() > 0 {
+            self.buffer = BytesMut::new();
+        }
+        res
+    }
+
+    fn decode_block<F>(
         &mut self,
         src: &mut Cursor<&mut BytesMut>,
         mut f: F,
@@ -333,6 +357,16 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            // PATCHED: allocate the decode buffer for the rest of this block.
+            // A Huffman-coded string of `len` bytes decodes to at most
+            // `len * 8 / 5 + 1` bytes (see huffman::decode), so twice what is
+            // left of the block covers its strings; at most MAX_BLOCK_BUFFER
+            // up front (a long block of raw literals must not make a short
+            // string pin a large allocation), growing as before beyond.
+            if self.buffer.capacity() == 0 {
+                let rest = buf.remaining().saturating_mul(2);
+                self.buffer.reserve(cmp::min(rest, MAX_BLOCK_BUFFER));
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {
