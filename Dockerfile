@@ -2,7 +2,8 @@
 #
 #   docker build -t kube-watchcache:dev .
 #
-# The build context is an allowlist (.dockerignore): Cargo.toml, Cargo.lock, src/, benches/, crates/.
+# The build context is an allowlist (.dockerignore): Cargo.toml, Cargo.lock, src/, benches/, crates/,
+# vendor/ (the patched h2 that Cargo.toml's [patch.crates-io] names).
 #
 # Base images are pinned by digest. Both digests were taken from public Dockerfiles and build
 # logs that pinned these tags in 2026 (rust:1.95-bookworm, and distroless static-debian12:nonroot
@@ -32,6 +33,8 @@ ARG TARGET=x86_64-unknown-linux-gnu
 # links neither the simulated apiserver nor the load harness (`sim`, `demo` and `bench` are not
 # in it; `cargo run --release -- bench …` from a checkout has them).
 COPY Cargo.toml Cargo.lock ./
+# A dependency, patched (vendor/h2/PATCHES.md): compiled in this layer with the others.
+COPY vendor ./vendor
 COPY crates/cli/Cargo.toml crates/cli/
 COPY crates/sim/Cargo.toml crates/sim/
 COPY crates/bench/Cargo.toml crates/bench/

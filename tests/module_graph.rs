@@ -291,6 +291,17 @@ fn the_serving_path_links_neither_the_sim_nor_the_harness() {
             "bench {name} has no stub in the Dockerfile"
         );
     }
+    // A patched dependency (vendor/h2) is in the build context and copied before the dependency
+    // layer builds, or the manifests do not load there either.
+    let first_build = docker.find("cargo build").expect("a build");
+    for patch in section(&root, "patch.crates-io") {
+        let path = patch.split("path = \"").nth(1).and_then(|p| p.split('"').next()).expect(patch);
+        let top = path.split('/').next().expect(path);
+        let copied = docker.find(&format!("COPY {top} ")).unwrap_or_else(|| panic!("{top} not copied"));
+        assert!(copied < first_build, "{top} is copied after the dependency layer's build");
+        let ignore = read(".dockerignore");
+        assert!(ignore.lines().any(|l| l == format!("!{top}/")), "{top} is not in the build context");
+    }
     // And every member's manifest, with a stub for each of its targets.
     let members =
         section(&root, "workspace").into_iter().find(|l| l.starts_with("members")).expect("members");
