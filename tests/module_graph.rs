@@ -351,6 +351,8 @@ const SIM_USES: &[(&str, &str)] = &[
     ("app::wait_for_signal", ""),
     ("app::say", ""),
     ("app::raise_open_files", ""),
+    // Not semantics: the listening socket's accept queue (net.core.somaxconn, as Go's).
+    ("server::listener::bind", ""),
 ];
 
 #[test]
