@@ -702,6 +702,20 @@ impl Object {
         out
     }
 
+    /// Frames the watch event `t` of this object (`frame_event`) and takes its JSON from that
+    /// frame: the history's frame and the object then share one buffer, and the buffer the
+    /// object was sliced from (an upstream watch frame, possibly holding other events) is let
+    /// go. Same bytes.
+    pub fn framed(mut self, t: EventType) -> (Object, Bytes) {
+        let frame = frame_event(t, &self.typed_chunks());
+        // `{"type":"T","object":` + (prefix) + body + `}\n`: the body ends 2 bytes before.
+        let end = frame.len() - 2;
+        let start = end - self.body.len();
+        debug_assert_eq!(&frame[start..end], &self.body[..]);
+        self.body = frame.slice(start..end);
+        (self, frame)
+    }
+
     /// Bytes this object keeps (`--cache-memory-limit`'s accounting, `cache::memory`): its
     /// JSON, its parsed header, the lazily made metadata-only and protobuf forms built so far
     /// (a protobuf rope's parts shared with the JSON counted once), and the struct itself. The
@@ -977,6 +991,17 @@ pub struct Event {
 impl Event {
     pub fn new(kind: EventType, rv: Rv, object: Arc<Object>, prev: Option<Arc<Object>>) -> Event {
         let frame = frame_event(kind, &object.typed_chunks());
+        Event::with_frame(kind, rv, object, prev, frame)
+    }
+
+    /// An event whose frame was made already ([`Object::framed`]).
+    pub fn with_frame(
+        kind: EventType,
+        rv: Rv,
+        object: Arc<Object>,
+        prev: Option<Arc<Object>>,
+        frame: Bytes,
+    ) -> Event {
         Event {
             kind,
             rv,
@@ -1129,6 +1154,28 @@ mod tests {
     fn frames_events() {
         let f = frame_event(EventType::Added, &[Bytes::from_static(b"{}")]);
         assert_eq!(f.as_ref(), b"{\"type\":\"ADDED\",\"object\":{}}\n");
+    }
+
+    #[test]
+    fn a_framed_object_keeps_its_json_in_its_event_frame() {
+        let k = pods();
+        let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","namespace":"ns","resourceVersion":"5"}}"#;
+        let o = Object::parse(&k, &typing(&k), Bytes::copy_from_slice(raw)).unwrap();
+        let (framed, frame) = o.framed(EventType::Modified);
+        assert_eq!(frame, frame_event(EventType::Modified, &[Bytes::from_static(raw)]));
+        assert_eq!(framed.typed_bytes().as_ref(), &raw[..]);
+        // The body is a slice of the frame itself, not a copy.
+        let inside = frame.as_ptr_range();
+        assert!(inside.contains(&framed.body.as_ptr()));
+        assert_eq!(framed.header.key.as_str(), "ns/p1");
+        // A custom resource, kept whole, too.
+        let cr = ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false);
+        let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","resourceVersion":"9"}}"#;
+        let o = Object::parse(&cr, &typing(&cr), Bytes::copy_from_slice(raw)).unwrap();
+        let (framed, frame) = o.framed(EventType::Deleted);
+        assert_eq!(frame.as_ref(), [&b"{\"type\":\"DELETED\",\"object\":"[..], raw, b"}\n"].concat());
+        assert_eq!(framed.typed_bytes().as_ref(), &raw[..]);
+        assert!(frame.as_ptr_range().contains(&framed.body.as_ptr()));
     }
 
     /// Every cached object carries these (docs/performance.md, "Memory per cached object"):
