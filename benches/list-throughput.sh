@@ -12,6 +12,9 @@
 #        crossed the wire. The simulated apiserver never compresses, so "direct" stays identity.
 #        BASE=/path/to/other/kube-watchcache benches/list-throughput.sh [runs]: the proxy rows
 #        also for that binary (e.g. the previous commit's), interleaved in the same rounds.
+#        RESOURCE=configmaps benches/list-throughput.sh [runs]: the 10 000 configmaps (~2 KiB)
+#        of the same sim instead of its pods (issue 35's keep-item).
+#        PLAIN=1 benches/list-throughput.sh [runs]: the plain HTTP/1.1 rows only (no TLS proxies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-10}"
@@ -25,18 +28,19 @@ $BIN sim --listen 127.0.0.1:18101 --objects 20000 >/dev/null 2>&1 &
 PIDS+=($!)
 SIM=$!
 until curl -sf http://127.0.0.1:18101/version >/dev/null; do sleep 0.5; done
-Q='/api/v1/pods?resourceVersion=0'
+RESOURCE=${RESOURCE:-pods}
+Q="/api/v1/$RESOURCE?resourceVersion=0"
 
 # proxy BINARY PORT TLS(0/1): starts a proxy; its pid in $P.
 READY=()
 proxy() {
     if [ "$3" = 1 ]; then
         READY+=("https://127.0.0.1:$2/readyz")
-        $1 serve --upstream http://127.0.0.1:18101 --resources pods --bind-address 127.0.0.1 --secure-port "$2" \
+        $1 serve --upstream http://127.0.0.1:18101 --resources "$RESOURCE" --bind-address 127.0.0.1 --secure-port "$2" \
             --tls-cert-file $TLS/server1.crt --tls-private-key-file $TLS/server1.key --auth=none --log-level warn &
     else
         READY+=("http://127.0.0.1:$2/readyz")
-        $1 serve --upstream http://127.0.0.1:18101 --resources pods --insecure-listen "127.0.0.1:$2" --auth=none --log-level warn &
+        $1 serve --upstream http://127.0.0.1:18101 --resources "$RESOURCE" --insecure-listen "127.0.0.1:$2" --auth=none --log-level warn &
     fi
     P=$!
     PIDS+=("$P")
@@ -51,6 +55,7 @@ for v in new ${BASE:+base}; do
     [ "$v" = base ] && b=$BASE off=10
     proxy "$b" $((18102 + off)) 0
     row "$v proxy, plain HTTP/1.1" "http://127.0.0.1:$((18102 + off))$Q" "$P"
+    [ "${PLAIN:-0}" = 1 ] && continue
     proxy "$b" $((18103 + off)) 1
     row "$v proxy, TLS HTTP/1.1" "https://127.0.0.1:$((18103 + off))$Q -k --http1.1" "$P"
     proxy "$b" $((18105 + off)) 1
@@ -90,7 +95,7 @@ GZ=()
 cpu() { awk -v t="$(getconf CLK_TCK)" '{print ($14 + $15) / t}' "/proc/$1/stat"; }
 # The targets are measured in interleaved rounds (one request to each, RUNS times), so that load
 # from other work on the machine hits every row alike; rates are JSON bytes / curl's time_total.
-echo "TLS: $(curl -skv -o /dev/null "https://127.0.0.1:18103$Q" 2>&1 | sed -n 's/^\* SSL connection using //p')"
+[ "${PLAIN:-0}" = 1 ] || echo "TLS: $(curl -skv -o /dev/null "https://127.0.0.1:18103$Q" 2>&1 | sed -n 's/^\* SSL connection using //p')"
 declare -a JSON BYTES RATES CPU0 CPU1
 for i in "${!NAMES[@]}"; do
     JSON[i]=$(curl -s ${ARGS[i]} -o /dev/null -w '%{size_download}') # identity size

@@ -69,7 +69,7 @@ fn selectors(c: &mut Criterion) {
             Ok(sel) => sel,
             Err(e) => panic!("{s}: {e}"),
         };
-        g.bench_function(name, |b| b.iter(|| black_box(&sel).matches(&h.labels)));
+        g.bench_function(name, |b| b.iter(|| black_box(&sel).matches(&h.labels())));
     }
     let fields = [
         ("field_node", "spec.nodeName=node-42"),

@@ -110,7 +110,7 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
         let mine: Keys = snap
             .store
             .values()
-            .map(|o| ((o.header.namespace.clone(), o.header.name.clone()), o.header.rv.0))
+            .map(|o| ((o.header.namespace().to_owned(), o.header.name().to_owned()), o.header.rv.0))
             .collect();
         if digest(&mine) == digest(&up) {
             return Outcome::Consistent { rv: snap.rv, keys: mine.len() };

@@ -16,6 +16,9 @@ use crate::managed_fields;
 use crate::metadata_only::{self, Repr};
 use crate::proto::{self, ProtoType, Rope};
 
+mod header;
+pub use header::{Header, Pairs};
+
 /// What a path segment the proxy builds escapes: everything but RFC 3986's unreserved
 /// characters, so `/`, `?`, `#` and `%` in a value stay inside its segment.
 const PATH_SEGMENT: &percent_encoding::AsciiSet =
@@ -234,46 +237,40 @@ impl ObjectKey {
     }
 }
 
-/// The parsed part of an object: enough to key, version, select and index it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Header {
-    pub key: ObjectKey,
-    pub namespace: String,
-    pub name: String,
-    pub rv: Rv,
-    pub labels: BTreeMap<String, String>,
-    /// Selectable field values (docs/apiserver-watch-cache.md §7.2), only the ones this resource supports;
-    /// `metadata.name` / `metadata.namespace` are not repeated here.
-    pub fields: BTreeMap<&'static str, String>,
-    /// `metadata.uid` (empty when absent): what a `shardSelector` by uid hashes.
-    pub uid: String,
-}
-
 /// An object as cached: the JSON bytes as received, split so that both encodings the
 /// apiserver uses can be produced without re-encoding:
 /// `typed = {"kind":…,"apiVersion":…,` + `body`, `item = {` + `body` for built-ins.
+///
+/// Every cached object carries one, so it is kept small (docs/performance.md, "Memory per
+/// cached object"): the header inline, the resource's typing shared, and the forms made at
+/// other reads (metadata-only, protobuf, without managedFields) behind one pointer that stays
+/// empty until the first such read.
 #[derive(Clone, Debug)]
 pub struct Object {
-    pub header: Arc<Header>,
+    pub header: Header,
     /// For built-in kinds: the object after its `{"kind":"…","apiVersion":"…",` (or after
     /// `{` when it came without them), i.e. starting at the first other member.
     /// For custom resources: the whole object as received.
     pub body: Bytes,
-    /// Built-ins: the shared `{"kind":"Pod","apiVersion":"v1",` prefix. Empty for CRs.
-    pub type_prefix: Bytes,
-    /// The object as PartialObjectMetadata, made at the first metadata-only read of this
-    /// version and shared by every later one (`metadata_only::object`).
+    /// The resource's typing (its JSON prefix and protobuf type), shared by all its objects.
+    typing: Typing,
+    /// The other forms of this version, made at their first read.
+    forms: OnceLock<Box<Forms>>,
+}
+
+/// The forms of an object version made lazily, each at its first read and shared by every
+/// later one.
+#[derive(Clone, Debug, Default)]
+struct Forms {
+    /// The object as PartialObjectMetadata (`metadata_only::object`).
     meta: OnceLock<Bytes>,
-    /// How the resource encodes in protobuf (shared by all its objects).
-    proto_type: Arc<ProtoType>,
-    /// The object's protobuf message (no envelope), made at the first protobuf read of this
-    /// version, its long strings shared with `body`; `None` if it cannot be encoded exactly.
+    /// The object's protobuf message (no envelope), its long strings shared with `body`;
+    /// `None` if it cannot be encoded exactly.
     proto: OnceLock<Option<Rope>>,
     /// The same for its PartialObjectMetadata (sharing with `meta`).
     proto_meta: OnceLock<Option<Rope>>,
-    /// This version without `metadata.managedFields` (`drop=metadata.managedFields`), made at
-    /// the first such read and shared by every later one, its own encodings made lazily as
-    /// these are; `None` when it has none (the object itself is lean).
+    /// This version without `metadata.managedFields` (`drop=metadata.managedFields`), its own
+    /// encodings made lazily as these are; `None` when it has none (the object itself is lean).
     lean: OnceLock<Option<Box<Object>>>,
 }
 
@@ -441,9 +438,7 @@ impl Object {
         let name = raw.metadata.name.as_deref().filter(|n| !n.is_empty()).ok_or(ParseError::NoName)?;
         let namespace = raw.metadata.namespace.as_deref().unwrap_or("");
         let rv = Rv::parse(raw.metadata.resource_version.as_deref().unwrap_or("")).map_err(ParseError::Rv)?;
-        let labels =
-            raw.metadata.labels.iter().flatten().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut fields = BTreeMap::new();
+        let mut fields: Vec<(&'static str, String)> = Vec::new();
         let (known, _) = kind.field_labels();
         for &label in known {
             let value = match label.split_once('.') {
@@ -464,17 +459,16 @@ impl Object {
                 "status.replicas" | "status.successful" => "0".into(),
                 _ => String::new(),
             });
-            fields.insert(label, value);
+            fields.push((label, value));
         }
-        let header = Header {
-            key: ObjectKey::new(namespace, name),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
+        let header = Header::new(
+            namespace,
+            name,
             rv,
-            labels,
-            fields,
-            uid: raw.metadata.uid.as_deref().unwrap_or("").to_owned(),
-        };
+            raw.metadata.uid.as_deref().unwrap_or(""),
+            raw.metadata.labels.iter().flatten().map(|(k, v)| (k.as_ref(), v.as_ref())),
+            fields.iter().map(|(k, v)| (*k, v.as_str())),
+        );
         let has_type_meta = raw.kind.is_some() || raw.api_version.is_some();
         drop(raw);
         let body = match (kind.builtin, has_type_meta) {
@@ -482,24 +476,30 @@ impl Object {
             (true, true) => strip_type_meta(&bytes),
             (true, false) => bytes.slice(skip_ws(&bytes, 0) + 1..),
         };
-        Ok(Object {
-            header: Arc::new(header),
-            body,
-            type_prefix: if kind.builtin { typing.prefix.clone() } else { Bytes::new() },
-            meta: OnceLock::new(),
-            proto_type: typing.proto.clone(),
-            proto: OnceLock::new(),
-            proto_meta: OnceLock::new(),
-            lean: OnceLock::new(),
-        })
+        Ok(Object { header, body, typing: typing.clone(), forms: OnceLock::new() })
+    }
+
+    /// Built-ins: the shared `{"kind":"Pod","apiVersion":"v1",` prefix. Empty for CRs.
+    pub fn type_prefix(&self) -> &Bytes {
+        &self.typing.prefix
+    }
+
+    fn forms(&self) -> &Forms {
+        self.forms.get_or_init(Box::default)
+    }
+
+    /// A form already made, without making the others' room.
+    fn made<T>(&self, f: impl FnOnce(&Forms) -> Option<&T>) -> Option<&T> {
+        self.forms.get().and_then(|forms| f(forms))
     }
 
     /// This version without `metadata.managedFields`, as a 1.38 apiserver encodes it for
     /// `drop=metadata.managedFields` (`managed_fields`): made once, then shared.
     pub fn without_managed_fields(&self) -> &Object {
-        self.lean
+        self.forms()
+            .lean
             .get_or_init(|| {
-                let cut = if self.type_prefix.is_empty() {
+                let cut = if self.type_prefix().is_empty() {
                     managed_fields::cut(&self.body)
                 } else {
                     // A built-in's body is its members after `{`: cut in `{` + body.
@@ -514,12 +514,8 @@ impl Object {
                 Some(Box::new(Object {
                     header: self.header.clone(),
                     body: body.freeze(),
-                    type_prefix: self.type_prefix.clone(),
-                    meta: OnceLock::new(),
-                    proto_type: self.proto_type.clone(),
-                    proto: OnceLock::new(),
-                    proto_meta: OnceLock::new(),
-                    lean: OnceLock::new(),
+                    typing: self.typing.clone(),
+                    forms: OnceLock::new(),
                 }))
             })
             .as_deref()
@@ -543,40 +539,45 @@ impl Object {
 
     /// The object as `meta.k8s.io/v1` PartialObjectMetadata (encoded once per version).
     pub fn metadata_bytes(&self) -> Bytes {
-        self.meta
-            .get_or_init(|| {
-                if self.type_prefix.is_empty() {
-                    // A custom resource: unstructured JSON, its metadata re-ordered as typed.
-                    let i = skip_ws(&self.body, 0);
-                    metadata_only::custom_object(self.body.get(i + 1..).unwrap_or_default())
-                } else if self.type_prefix.starts_with(br#"{"kind":"DaemonSet","apiVersion":"apps/"#) {
-                    let pom = metadata_only::object(&self.body[..]);
-                    metadata_only::without_annotation(pom, metadata_only::DAEMONSET_CONVERSION_ANNOTATION)
-                } else {
-                    metadata_only::object(&self.body[..])
-                }
-            })
-            .clone()
+        self.metadata_ref().clone()
+    }
+
+    /// [`Object::metadata_bytes`], borrowed.
+    fn metadata_ref(&self) -> &Bytes {
+        self.forms().meta.get_or_init(|| {
+            if self.type_prefix().is_empty() {
+                // A custom resource: unstructured JSON, its metadata re-ordered as typed.
+                let i = skip_ws(&self.body, 0);
+                metadata_only::custom_object(self.body.get(i + 1..).unwrap_or_default())
+            } else if self.type_prefix().starts_with(br#"{"kind":"DaemonSet","apiVersion":"apps/"#) {
+                let pom = metadata_only::object(&self.body[..]);
+                metadata_only::without_annotation(pom, metadata_only::DAEMONSET_CONVERSION_ANNOTATION)
+            } else {
+                metadata_only::object(&self.body[..])
+            }
+        })
     }
 
     /// How the resource encodes in protobuf.
     pub fn proto_type(&self) -> &ProtoType {
-        &self.proto_type
+        &self.typing.proto
     }
 
     /// The object's protobuf message without envelope, whole or metadata only (made once per
     /// version); `None` if it cannot be encoded exactly (the read goes upstream).
     pub fn proto_message(&self, metadata: bool) -> Option<&Rope> {
         if metadata {
-            self.proto_meta
-                .get_or_init(|| self.proto_type.encode_metadata_shared(&self.metadata_bytes()))
+            self.forms()
+                .proto_meta
+                .get_or_init(|| self.proto_type().encode_metadata_shared(&self.metadata_bytes()))
                 .as_ref()
         } else {
-            self.proto
+            self.forms()
+                .proto
                 .get_or_init(|| {
                     let typed = self.typed_bytes();
                     let prefix = typed.len() - self.body.len();
-                    self.proto_type.encode_shared(&typed, &self.body, prefix)
+                    self.proto_type().encode_shared(&typed, &self.body, prefix)
                 })
                 .as_ref()
         }
@@ -597,7 +598,7 @@ impl Object {
             Repr::Metadata => [self.metadata_bytes(), Bytes::new(), Bytes::new()],
             _ => {
                 let msg = self.proto_message(repr.is_metadata())?;
-                let head = proto::envelope::head(self.proto_type.type_meta(repr.is_metadata()), msg.len());
+                let head = proto::envelope::head(self.proto_type().type_meta(repr.is_metadata()), msg.len());
                 [Bytes::from(head), msg.to_bytes(), Bytes::from_static(proto::envelope::UNKNOWN_TAIL)]
             }
         })
@@ -613,7 +614,7 @@ impl Object {
                 .proto_watch_event(event_type, repr.keeping_managed_fields());
         }
         let msg = self.proto_message(repr.is_metadata())?;
-        let head = proto::envelope::head(self.proto_type.type_meta(repr.is_metadata()), msg.len());
+        let head = proto::envelope::head(self.proto_type().type_meta(repr.is_metadata()), msg.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(msg.parts().len() + 2);
         parts.push(&head);
         parts.extend(msg.parts().iter().map(|p| &p[..]));
@@ -633,9 +634,22 @@ impl Object {
         }
     }
 
+    /// [`Object::item_chunks_as`] borrowed, as LIST bodies read it once per item: the item's
+    /// opening (`{` before a built-in's body, nothing else) and its stored bytes. No reference
+    /// count is touched.
+    pub fn item_parts_as(&self, repr: Repr) -> Option<(&'static [u8], &Bytes)> {
+        let o = self.view(repr);
+        match repr.keeping_managed_fields() {
+            Repr::Full if o.type_prefix().is_empty() => Some((b"", &o.body)),
+            Repr::Full => Some((b"{", &o.body)),
+            Repr::Metadata => Some((b"", o.metadata_ref())),
+            _ => None,
+        }
+    }
+
     /// Chunks of the object as a built-in list item (no kind/apiVersion) or as a CR list item.
     pub fn item_chunks(&self) -> [Bytes; 2] {
-        if self.type_prefix.is_empty() {
+        if self.type_prefix().is_empty() {
             [self.body.clone(), Bytes::new()]
         } else {
             [Bytes::from_static(b"{"), self.body.clone()]
@@ -644,13 +658,14 @@ impl Object {
 
     /// Chunks of the object with `kind`/`apiVersion`, as GET and watch events carry it.
     pub fn typed_chunks(&self) -> [Bytes; 2] {
-        if self.type_prefix.is_empty() {
+        let prefix = self.type_prefix();
+        if prefix.is_empty() {
             [self.body.clone(), Bytes::new()]
         } else if self.body.first() == Some(&b'}') {
             // An object with nothing but kind/apiVersion: drop the prefix's trailing comma.
-            [self.type_prefix.slice(..self.type_prefix.len() - 1), self.body.clone()]
+            [prefix.slice(..prefix.len() - 1), self.body.clone()]
         } else {
-            [self.type_prefix.clone(), self.body.clone()]
+            [prefix.clone(), self.body.clone()]
         }
     }
 
@@ -674,10 +689,7 @@ impl Object {
         if rv == self.header.rv {
             return out;
         }
-        out.meta = OnceLock::new();
-        out.proto = OnceLock::new();
-        out.proto_meta = OnceLock::new();
-        out.lean = OnceLock::new();
+        out.forms = OnceLock::new();
         let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
         if let Some(pos) = find(&self.body, needle.as_bytes()) {
             let mut b = BytesMut::with_capacity(self.body.len() + 8);
@@ -686,8 +698,22 @@ impl Object {
             b.put_slice(&self.body[pos + needle.len()..]);
             out.body = b.freeze();
         }
-        Arc::make_mut(&mut out.header).rv = rv;
+        out.header.rv = rv;
         out
+    }
+
+    /// Frames the watch event `t` of this object (`frame_event`) and takes its JSON from that
+    /// frame: the history's frame and the object then share one buffer, and the buffer the
+    /// object was sliced from (an upstream watch frame, possibly holding other events) is let
+    /// go. Same bytes.
+    pub fn framed(mut self, t: EventType) -> (Object, Bytes) {
+        let frame = frame_event(t, &self.typed_chunks());
+        // `{"type":"T","object":` + (prefix) + body + `}\n`: the body ends 2 bytes before.
+        let end = frame.len() - 2;
+        let start = end - self.body.len();
+        debug_assert_eq!(&frame[start..end], &self.body[..]);
+        self.body = frame.slice(start..end);
+        (self, frame)
     }
 
     /// Bytes this object keeps (`--cache-memory-limit`'s accounting, `cache::memory`): its
@@ -696,28 +722,33 @@ impl Object {
     /// shared type prefix is not counted; a body that is a slice of a larger buffer (a list
     /// page, a watch frame) counts its own length only.
     pub fn kept_bytes(&self) -> usize {
-        let h = &self.header;
-        let strings = h.key.0.len() + h.namespace.capacity() + h.name.capacity() + h.uid.capacity();
-        // A BTreeMap entry: its two strings and about one pointer-pair of node slack.
-        let labels: usize = h.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum();
-        let fields: usize = h.fields.values().map(|v| v.capacity() + 40).sum();
-        // The lean copy (managedFields left out) shares the header: its own forms only.
-        let lean = self.lean.get().and_then(Option::as_deref).map_or(0, Object::forms_bytes);
-        self.forms_bytes() + strings + labels + fields + lean
+        // The lean copy (managedFields left out) has a header of its own: its heap counted too.
+        let lean = self
+            .made(|f| f.lean.get().and_then(Option::as_deref))
+            .map_or(0, |l| l.forms_bytes() + l.header.heap_bytes());
+        self.forms_bytes() + self.header.heap_bytes() + lean
     }
 
     /// The struct, its JSON and the metadata-only and protobuf forms built so far (a protobuf
     /// rope's parts shared with the JSON counted once): what `kept_bytes` counts besides the
-    /// header.
+    /// header's heap.
     fn forms_bytes(&self) -> usize {
-        let meta = self.meta.get().map_or(0, Bytes::len);
+        let Some(forms) = self.forms.get() else {
+            return std::mem::size_of::<Object>() + self.body.len();
+        };
+        let meta = forms.meta.get().map_or(0, Bytes::len);
         let rope = |r: &OnceLock<Option<Rope>>, of: &Bytes| {
             r.get().and_then(Option::as_ref).map_or(0, |r| r.own_bytes(of) + 32 * r.parts().len())
         };
         let empty = Bytes::new();
-        let proto = rope(&self.proto, &self.body);
-        let proto_meta = rope(&self.proto_meta, self.meta.get().unwrap_or(&empty));
-        std::mem::size_of::<Object>() + self.body.len() + meta + proto + proto_meta
+        let proto = rope(&forms.proto, &self.body);
+        let proto_meta = rope(&forms.proto_meta, forms.meta.get().unwrap_or(&empty));
+        std::mem::size_of::<Object>()
+            + std::mem::size_of::<Forms>()
+            + self.body.len()
+            + meta
+            + proto
+            + proto_meta
     }
 
     /// Length of the object as a list item, for sizing buffers.
@@ -733,29 +764,47 @@ impl Object {
                 .proto_message_as(repr)
                 .map_or(0, |m| proto::envelope::item_prefix_len(m.len()) + m.len());
         }
-        self.item_chunks_as(repr).map_or(0, |[a, b]| a.len() + b.len())
+        self.item_parts_as(repr).map_or(0, |(a, b)| a.len() + b.len())
     }
 }
 
 /// How the objects of one resource are typed when encoded: in JSON, the prefix of a typed
 /// object; in protobuf, the kind's message and envelope. Made once per resource, shared by its
-/// objects.
+/// objects (a clone is a pointer).
 #[derive(Clone, Debug)]
-pub struct Typing {
+pub struct Typing(Arc<TypeInfo>);
+
+/// What a [`Typing`] shares.
+#[derive(Debug)]
+pub struct TypeInfo {
     /// `{"kind":"Pod","apiVersion":"v1",` for a built-in kind: the bytes that precede the
-    /// other members of a typed object as the apiserver encodes it.
+    /// other members of a typed object as the apiserver encodes it. Empty for custom
+    /// resources, whose objects are kept whole.
     pub prefix: Bytes,
     pub proto: Arc<ProtoType>,
 }
 
+impl std::ops::Deref for Typing {
+    type Target = TypeInfo;
+
+    fn deref(&self) -> &TypeInfo {
+        &self.0
+    }
+}
+
 /// The [`Typing`] of a resource kind.
 pub fn typing(kind: &ResourceKind) -> Typing {
-    Typing {
-        prefix: Bytes::from(format!(
+    let prefix = if kind.builtin {
+        Bytes::from(format!(
             "{{\"kind\":{},\"apiVersion\":{},",
             serde_json::Value::String(kind.kind.clone()),
             serde_json::Value::String(kind.api_version())
-        )),
+        ))
+    } else {
+        Bytes::new()
+    };
+    Typing(Arc::new(TypeInfo {
+        prefix,
         proto: Arc::new(ProtoType::new(
             &kind.group,
             &kind.version,
@@ -763,7 +812,7 @@ pub fn typing(kind: &ResourceKind) -> Typing {
             kind.builtin,
             kind.group_resource(),
         )),
-    }
+    }))
 }
 
 /// Returns the bytes of a JSON object that has top-level `kind`/`apiVersion` after those
@@ -942,6 +991,17 @@ pub struct Event {
 impl Event {
     pub fn new(kind: EventType, rv: Rv, object: Arc<Object>, prev: Option<Arc<Object>>) -> Event {
         let frame = frame_event(kind, &object.typed_chunks());
+        Event::with_frame(kind, rv, object, prev, frame)
+    }
+
+    /// An event whose frame was made already ([`Object::framed`]).
+    pub fn with_frame(
+        kind: EventType,
+        rv: Rv,
+        object: Arc<Object>,
+        prev: Option<Arc<Object>>,
+        frame: Bytes,
+    ) -> Event {
         Event {
             kind,
             rv,
@@ -1034,11 +1094,11 @@ mod tests {
         let o = Object::parse(&k, &p, Bytes::from_static(raw)).unwrap();
         assert_eq!(o.header.key.as_str(), "ns/p1");
         assert_eq!(o.header.rv, Rv(12));
-        assert_eq!(o.header.labels.get("app").map(String::as_str), Some("a"));
-        assert_eq!(o.header.fields["spec.nodeName"], "n1");
-        assert_eq!(o.header.fields["spec.hostNetwork"], "true");
-        assert_eq!(o.header.fields["status.phase"], "Pending");
-        assert_eq!(o.header.fields["spec.schedulerName"], "");
+        assert_eq!(o.header.labels().get("app"), Some("a"));
+        assert_eq!(o.header.fields().get("spec.nodeName"), Some("n1"));
+        assert_eq!(o.header.fields().get("spec.hostNetwork"), Some("true"));
+        assert_eq!(o.header.fields().get("status.phase"), Some("Pending"));
+        assert_eq!(o.header.fields().get("spec.schedulerName"), Some(""));
         assert_eq!(o.typed_bytes().as_ref(), &raw[..]);
         let item: Vec<u8> = o.item_chunks().concat();
         assert!(item.starts_with(br#"{"metadata":"#));
@@ -1094,6 +1154,45 @@ mod tests {
     fn frames_events() {
         let f = frame_event(EventType::Added, &[Bytes::from_static(b"{}")]);
         assert_eq!(f.as_ref(), b"{\"type\":\"ADDED\",\"object\":{}}\n");
+    }
+
+    #[test]
+    fn a_framed_object_keeps_its_json_in_its_event_frame() {
+        let k = pods();
+        let raw = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","namespace":"ns","resourceVersion":"5"}}"#;
+        let o = Object::parse(&k, &typing(&k), Bytes::copy_from_slice(raw)).unwrap();
+        let (framed, frame) = o.framed(EventType::Modified);
+        assert_eq!(frame, frame_event(EventType::Modified, &[Bytes::from_static(raw)]));
+        assert_eq!(framed.typed_bytes().as_ref(), &raw[..]);
+        // The body is a slice of the frame itself, not a copy.
+        let inside = frame.as_ptr_range();
+        assert!(inside.contains(&framed.body.as_ptr()));
+        assert_eq!(framed.header.key.as_str(), "ns/p1");
+        // A custom resource, kept whole, too.
+        let cr = ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false);
+        let raw = br#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","resourceVersion":"9"}}"#;
+        let o = Object::parse(&cr, &typing(&cr), Bytes::copy_from_slice(raw)).unwrap();
+        let (framed, frame) = o.framed(EventType::Deleted);
+        assert_eq!(frame.as_ref(), [&b"{\"type\":\"DELETED\",\"object\":"[..], raw, b"}\n"].concat());
+        assert_eq!(framed.typed_bytes().as_ref(), &raw[..]);
+        assert!(frame.as_ptr_range().contains(&framed.body.as_ptr()));
+    }
+
+    /// Every cached object carries these (docs/performance.md, "Memory per cached object"):
+    /// a field added here costs its size 100 000 times over in a large cache.
+    #[test]
+    fn an_object_stays_small_until_its_other_forms_are_read() {
+        assert!(std::mem::size_of::<Object>() <= 112, "{}", std::mem::size_of::<Object>());
+        assert!(std::mem::size_of::<Header>() <= 56, "{}", std::mem::size_of::<Header>());
+        let k = pods();
+        let raw = br#"{"metadata":{"name":"p1","namespace":"ns","uid":"6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55","resourceVersion":"3","labels":{"app":"a"}}}"#;
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
+        assert!(o.forms.get().is_none(), "a JSON read makes no other form");
+        let plain = o.kept_bytes();
+        assert_eq!(o.header.uid(), "6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55");
+        o.metadata_bytes();
+        assert!(o.forms.get().is_some());
+        assert!(o.kept_bytes() > plain + std::mem::size_of::<Forms>());
     }
 
     #[test]

@@ -63,13 +63,13 @@ impl Filter {
         if self.shard.as_ref().is_some_and(|s| !s.matches(h)) {
             return false;
         }
-        if self.namespace.as_deref().is_some_and(|ns| ns != h.namespace) {
+        if self.namespace.as_deref().is_some_and(|ns| ns != h.namespace()) {
             return false;
         }
-        if self.name.as_deref().is_some_and(|n| n != h.name) {
+        if self.name.as_deref().is_some_and(|n| n != h.name()) {
             return false;
         }
-        (self.labels.is_empty() || self.labels.matches(&h.labels))
+        (self.labels.is_empty() || self.labels.matches(&h.labels()))
             && (self.fields.is_empty() || self.fields.matches(h))
     }
 

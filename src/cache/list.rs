@@ -61,7 +61,7 @@ pub struct ListBody {
 impl ListBody {
     /// (namespace, name, resourceVersion) of each item, in order.
     pub fn versions(&self) -> impl Iterator<Item = (&str, &str, Rv)> {
-        self.objects.iter().map(|o| (o.header.namespace.as_str(), o.header.name.as_str(), o.header.rv))
+        self.objects.iter().map(|o| (o.header.namespace(), o.header.name(), o.header.rv))
     }
 
     /// The body as a sequence of chunks, produced on demand.
@@ -125,15 +125,15 @@ impl Iterator for ListChunks {
                 continue;
             }
             // Always there in JSON.
-            let Some([a, b]) = obj.item_chunks_as(self.repr) else { continue };
+            let Some((a, b)) = obj.item_parts_as(self.repr) else { continue };
             if b.len() >= CHUNK / 2 {
                 // A big object goes out as it is stored, without a copy.
-                buf.put_slice(&a);
-                self.pending = Some(b);
+                buf.put_slice(a);
+                self.pending = Some(b.clone());
                 return Some(buf.freeze());
             }
-            buf.put_slice(&a);
-            buf.put_slice(&b);
+            buf.put_slice(a);
+            buf.put_slice(b);
             if buf.len() >= CHUNK - 4096 {
                 return Some(buf.freeze());
             }
@@ -174,6 +174,9 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     // `remainingItemCount` (`storage.PrepareContinueToken`) is the number of those items, only
     // without a label or field selector.
     let mut items = Vec::new();
+    // JSON items' bytes, counted as they are selected (each object is touched once here).
+    let mut items_len = 0;
+    let json = !filter.repr.is_proto();
     let mut last_key: Option<&ObjectKey> = None;
     let mut iter = snap.store.range((lower, upper));
     let mut has_more = false;
@@ -186,6 +189,9 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         }
         fetched += 1;
         if filter.matches(obj) {
+            if json {
+                items_len += obj.item_len_as(filter.repr);
+            }
             items.push(obj.clone());
             last_key = Some(k);
         }
@@ -218,7 +224,6 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         ),
         Repr::Metadata => metadata_envelope(rv, continue_token.as_deref(), remaining, items.is_empty()),
         _ => {
-            let mut items_len = 0;
             for o in &items {
                 let msg = o.proto_message_as(repr)?;
                 items_len += envelope::item_prefix_len(msg.len()) + msg.len();
@@ -229,7 +234,7 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     };
     let (head, tail) = (Bytes::from(head), Bytes::from(tail));
     let separators = if repr.is_proto() { 0 } else { items.len().saturating_sub(1) };
-    let len = head.len() + tail.len() + items.iter().map(|o| o.item_len_as(repr)).sum::<usize>() + separators;
+    let len = head.len() + tail.len() + items_len + separators;
     Some(ListBody {
         head,
         items: items.len(),

@@ -263,6 +263,8 @@ impl Writer {
     /// [`Fanout::finish`] to give watchers whose queue was full the shared time budget;
     /// dropping it closes them right away.
     pub fn apply(&mut self, kind: EventType, obj: Object) -> Result<Fanout<'_>, ApplyError> {
+        // Framed before the lock; the object's JSON then lives in its event's frame.
+        let (obj, frame) = obj.framed(kind);
         let now = Instant::now();
         let mut st = self.shared.state.lock();
         let rv = obj.header.rv;
@@ -275,7 +277,7 @@ impl Writer {
             EventType::Deleted => st.store.remove(&obj.header.key),
             other => return Err(ApplyError::Type(other)),
         };
-        let event = Arc::new(Event::new(kind, rv, obj, prev));
+        let event = Arc::new(Event::with_frame(kind, rv, obj, prev, frame));
         st.history.push(now, event.clone());
         st.history.moved(now, rv);
         st.rv = rv;

@@ -334,14 +334,14 @@ fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> Vec<Slot> {
     let mut slots = Vec::with_capacity(3);
     for o in objs {
         let h = &o.header;
-        if !h.namespace.is_empty() {
-            let s = Slot::Namespace(h.namespace.clone());
+        if !h.namespace().is_empty() {
+            let s = Slot::Namespace(h.namespace().to_owned());
             if !slots.contains(&s) {
                 slots.push(s);
             }
         }
-        if let Some(node) = h.fields.get("spec.nodeName").filter(|n| !n.is_empty()) {
-            let s = Slot::Node(node.clone());
+        if let Some(node) = h.fields().get("spec.nodeName").filter(|n| !n.is_empty()) {
+            let s = Slot::Node(node.to_owned());
             if !slots.contains(&s) {
                 slots.push(s);
             }

@@ -133,9 +133,9 @@ pub fn parse_terms(s: &str) -> Result<Vec<RawTerm>, Error> {
 /// What a field selector compares for `field`: Go's `fields.Set.Get`, absent = `""`.
 fn field_value<'h>(header: &'h Header, field: &str) -> &'h str {
     match field {
-        "metadata.name" => &header.name,
-        "metadata.namespace" => &header.namespace,
-        f => header.fields.get(f).map_or("", String::as_str),
+        "metadata.name" => header.name(),
+        "metadata.namespace" => header.namespace(),
+        f => header.fields().get(f).unwrap_or(""),
     }
 }
 

@@ -42,6 +42,24 @@ pub enum LabelOp {
     LessThan,
 }
 
+/// Labels a selector reads: an object's (`resource::Pairs`) or a map of them.
+pub trait LabelSet {
+    /// The value of label `key`, if the set has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for crate::resource::Pairs<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+impl LabelSet for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 impl LabelSelector {
     /// Parses like apimachinery `labels.Parse`; errors are `Error::BadRequest` with its text.
     pub fn parse(s: &str) -> Result<LabelSelector, Error> {
@@ -55,7 +73,7 @@ impl LabelSelector {
         self.reqs.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         self.reqs.iter().all(|r| r.matches(labels))
     }
 
@@ -77,15 +95,15 @@ impl LabelSelector {
 }
 
 impl Requirement {
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let has = |v: &String| self.values.iter().any(|x| x == v);
+    fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
+        let has = |v: &str| self.values.iter().any(|x| x == v);
         match self.op {
-            Op::In | Op::Equals | Op::DoubleEquals => labels.get(&self.key).is_some_and(has),
-            Op::NotIn | Op::NotEquals => labels.get(&self.key).is_none_or(|v| !has(v)),
-            Op::Exists => labels.contains_key(&self.key),
-            Op::DoesNotExist => !labels.contains_key(&self.key),
+            Op::In | Op::Equals | Op::DoubleEquals => labels.label(&self.key).is_some_and(has),
+            Op::NotIn | Op::NotEquals => labels.label(&self.key).is_none_or(|v| !has(v)),
+            Op::Exists => labels.label(&self.key).is_some(),
+            Op::DoesNotExist => labels.label(&self.key).is_none(),
             Op::GreaterThan | Op::LessThan => {
-                let Some(Ok(have)) = labels.get(&self.key).map(|v| v.parse::<i64>()) else {
+                let Some(Ok(have)) = labels.label(&self.key).map(|v| v.parse::<i64>()) else {
                     return false;
                 };
                 let Some(Ok(want)) = self.values.first().map(|v| v.parse::<i64>()) else {

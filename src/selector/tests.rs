@@ -110,7 +110,7 @@ fn parse(step: &Step) -> Result<(LabelSelector, FieldSelector), Error> {
 
 fn header(kind: &ResourceKind, object: &Value) -> Header {
     let bytes = Bytes::from(serde_json::to_vec(object).unwrap());
-    (*Object::parse(kind, &typing(kind), bytes).unwrap().header).clone()
+    Object::parse(kind, &typing(kind), bytes).unwrap().header
 }
 
 fn is_watch(step: &Step) -> bool {
@@ -155,7 +155,7 @@ fn recorded_items_match() {
         };
         for object in objects {
             let h = header(&step.kind, object);
-            assert!(labels.matches(&h.labels), "{ctx}: {} does not match the labels", h.key.as_str());
+            assert!(labels.matches(&h.labels()), "{ctx}: {} does not match the labels", h.key.as_str());
             assert!(fields.matches(&h), "{ctx}: {} does not match the fields", h.key.as_str());
             checked += 1;
         }
@@ -174,7 +174,7 @@ fn recorded_lists_are_exactly_the_matching_objects() {
     for step in steps.iter().filter(|s| s.collection.contains("/namespaces/")) {
         for item in step.body["items"].as_array().into_iter().flatten() {
             let h = header(&step.kind, item);
-            universe.entry(&step.collection).or_default().insert(h.name.clone(), h);
+            universe.entry(&step.collection).or_default().insert(h.name().to_owned(), h);
         }
     }
     let mut checked = 0;
@@ -187,8 +187,8 @@ fn recorded_lists_are_exactly_the_matching_objects() {
         let (labels, fields) = parse(step).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let ours: BTreeSet<&str> = all
             .values()
-            .filter(|h| labels.matches(&h.labels) && fields.matches(h))
-            .map(|h| h.name.as_str())
+            .filter(|h| labels.matches(&h.labels()) && fields.matches(h))
+            .map(|h| h.name())
             .collect();
         let theirs: BTreeSet<&str> = step.body["items"]
             .as_array()

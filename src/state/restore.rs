@@ -220,7 +220,7 @@ mod tests {
         assert!(parsed
             .iter()
             .enumerate()
-            .all(|(i, o)| o.header.name == format!("c{i}") && o.header.rv.0 == i as u64 + 1));
+            .all(|(i, o)| o.header.name() == format!("c{i}") && o.header.rv.0 == i as u64 + 1));
         let mut items: Vec<Bytes> = (0..n).map(cm).collect();
         items[n - 2] = Bytes::from_static(b"{not json");
         assert!(matches!(parse_all(&writer, items), Err(Refusal::BadObject(_))));

@@ -273,7 +273,7 @@ fn pods_on(sim: &Sim, node: &str) -> Vec<Value> {
     let (_, objects) = store.snapshot(res);
     objects
         .values()
-        .filter(|o| o.header.fields.get("spec.nodeName").is_some_and(|n| n == node))
+        .filter(|o| o.header.fields().get("spec.nodeName").is_some_and(|n| n == node))
         .filter_map(|o| serde_json::from_slice(&o.typed_chunks().concat()).ok())
         .collect()
 }

@@ -65,13 +65,13 @@ impl Filter {
 
     /// Scope (namespace / name) plus selectors.
     pub fn matches(&self, h: &Header) -> bool {
-        if self.namespace.as_deref().is_some_and(|ns| ns != h.namespace) {
+        if self.namespace.as_deref().is_some_and(|ns| ns != h.namespace()) {
             return false;
         }
-        if self.name.as_deref().is_some_and(|n| n != h.name) {
+        if self.name.as_deref().is_some_and(|n| n != h.name()) {
             return false;
         }
-        self.label.as_ref().is_none_or(|l| l.matches(&h.labels))
+        self.label.as_ref().is_none_or(|l| l.matches(&h.labels()))
             && self.field.as_ref().is_none_or(|f| f.matches(h))
     }
 
@@ -331,7 +331,7 @@ fn table(rv: Rv, token: Option<String>, items: &[Arc<Object>]) -> Response<Body>
             let v: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap_or_default();
             let created = v.pointer("/metadata/creationTimestamp").cloned().unwrap_or_default();
             json!({
-                "cells": [o.header.name, age(created.as_str().unwrap_or(""))],
+                "cells": [o.header.name(), age(created.as_str().unwrap_or(""))],
                 "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]},
             })
         })

@@ -1,9 +1,7 @@
-use std::collections::BTreeMap;
-
 use proptest::prelude::*;
 
 use super::*;
-use crate::resource::{ObjectKey, Rv};
+use crate::resource::Rv;
 
 fn kind(group: &str, resource: &str, namespaced: bool, builtin: bool) -> ResourceKind {
     ResourceKind::new(group, "v1", resource, "X", namespaced, builtin)
@@ -29,15 +27,7 @@ fn sel(s: &str, k: &ResourceKind) -> FieldSelector {
 }
 
 fn header(namespace: &str, name: &str, fields: &[(&'static str, &str)]) -> Header {
-    Header {
-        key: ObjectKey::new(namespace, name),
-        namespace: namespace.into(),
-        name: name.into(),
-        rv: Rv(1),
-        labels: BTreeMap::new(),
-        fields: fields.iter().map(|(k, v)| (*k, v.to_string())).collect(),
-        uid: String::new(),
-    }
+    Header::new(namespace, name, Rv(1), "", [], fields.iter().copied())
 }
 
 #[test]
@@ -209,7 +199,7 @@ fn matching() {
         ("", &on_n1, true),
     ];
     for (s, h, want) in cases {
-        assert_eq!(sel(s, &p).matches(h), want, "{s:?} on {}", h.name);
+        assert_eq!(sel(s, &p).matches(h), want, "{s:?} on {}", h.name());
     }
 }
 

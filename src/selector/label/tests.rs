@@ -176,7 +176,7 @@ fn matching_per_operator() {
         ("", &none, true),
     ];
     for (s, l, want) in cases {
-        assert_eq!(sel(s).matches(l), *want, "{s:?} on {l:?}");
+        assert_eq!(sel(s).matches(*l), *want, "{s:?} on {l:?}");
     }
 }
 
