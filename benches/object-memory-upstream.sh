@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Memory per cached ConfigMap in front of a real apiserver (issue 35 §2): the proxy caching the
+# cluster's configmaps, against the same proxy caching `podtemplates` (none, usually), both
+# synced from the apiserver of KUBECONFIG; then once more after a LIST at resourceVersion=0.
+# Prints the JSON per object and the RSS per object. The apiserver's own side (its RSS over a
+# fresh etcd, after a restart with the objects, and after one LIST) is read from its process
+# the same way; docs/performance.md "Memory per cached object" has the steps.
+# Usage: benches/object-memory-upstream.sh KUBECONFIG
+#        BIN=/path/to/kube-watchcache benches/object-memory-upstream.sh …: another build.
+# Port 18171.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KUBECONFIG_FILE="${1:?usage: benches/object-memory-upstream.sh KUBECONFIG}"
+PORT=18171
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet
+    BIN=target/release/kube-watchcache
+fi
+trap 'kill ${P:-} 2>/dev/null || true' EXIT
+run() {
+    $BIN serve --kubeconfig "$KUBECONFIG_FILE" --resources "$1" --insecure-listen 127.0.0.1:$PORT \
+        --auth=none --log-level error &
+    P=$!
+    until curl -sf http://127.0.0.1:$PORT/readyz >/dev/null; do sleep 0.3; done
+    sleep 3
+    local r1 r2 n b
+    r1=$(awk '/VmRSS/{print $2}' /proc/$P/status)
+    b=$(curl -s -o /tmp/omu.$$ -w '%{size_download}' "http://127.0.0.1:$PORT/api/v1/configmaps?resourceVersion=0")
+    n=$(python3 -c "import json; print(len(json.load(open('/tmp/omu.$$'))['items']))" 2>/dev/null || echo 0)
+    rm -f /tmp/omu.$$
+    sleep 1
+    r2=$(awk '/VmRSS/{print $2}' /proc/$P/status)
+    kill $P; wait $P 2>/dev/null || true
+    echo "$r1 $r2 $n $b"
+}
+read -r E1 _ _ _ < <(run podtemplates)
+read -r F1 F2 N BYTES < <(run configmaps)
+python3 -c "
+e, f1, f2, n, b = $E1, $F1, $F2, $N, $BYTES
+j = b / n
+print(f'{n} configmaps, JSON {j:.0f} B each; proxy RSS empty {e} KiB, synced {f1} KiB: {(f1-e)*1024/n:.0f} B per object ({(f1-e)*1024/n/j:.2f}x); after a LIST {(f2-e)*1024/n:.0f} B')
+"
