@@ -263,12 +263,16 @@ async fn every_state_that_cannot_be_trusted_is_refused_with_its_reason() {
     ahead.rv = Rv(saved.rv.0 + 1_000_000);
     let mut other = saved.clone();
     other.identity.cluster_uid = "another-cluster".into();
-    // A saved header that disagrees with its object's bytes (the first object is one of the
-    // sample parsed again at a load).
+    // A saved header that disagrees with its object's bytes (the first object saved, at the
+    // floor or the first event, is one of the sample parsed again at a load).
     let mut bad_header = saved.clone();
-    let mut h = (*bad_header.objects[0].header).clone();
-    h.rv = Rv(h.rv.0 - 1);
-    bad_header.objects[0].header = std::sync::Arc::new(h);
+    let first = match bad_header.objects.first_mut() {
+        Some(o) => o,
+        None => &mut bad_header.events[0].1,
+    };
+    let mut h = (*first.header).clone();
+    h.labels.insert("saved".into(), "not in the bytes".into());
+    first.header = std::sync::Arc::new(h);
     // A file of format version 1 (the objects' JSON only): started cold, then saved anew.
     let mut v1 = format::MAGIC.to_vec();
     v1.extend_from_slice(&1u32.to_le_bytes());
