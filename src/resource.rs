@@ -177,44 +177,50 @@ impl ResourceKind {
     /// The selectable fields besides `metadata.name` / `metadata.namespace`, and how unknown
     /// ones are reported (docs/apiserver-watch-cache.md §7.2).
     pub fn field_labels(&self) -> (&'static [&'static str], FieldLabelStyle) {
-        match (self.group.as_str(), self.resource.as_str()) {
-            ("", "pods") => (
-                &[
-                    "spec.nodeName",
-                    "spec.restartPolicy",
-                    "spec.schedulerName",
-                    "spec.serviceAccountName",
-                    "spec.hostNetwork",
-                    "status.phase",
-                    "status.podIP",
-                    "status.nominatedNodeName",
-                ],
-                FieldLabelStyle::Custom,
-            ),
-            ("", "nodes") => (&["spec.unschedulable"], FieldLabelStyle::Custom),
-            ("", "secrets") => (&["type"], FieldLabelStyle::Custom),
-            ("", "namespaces") => (&["status.phase"], FieldLabelStyle::Custom),
-            ("", "services") => (&["spec.clusterIP", "spec.type"], FieldLabelStyle::Custom),
-            ("", "replicationcontrollers") => (&["status.replicas"], FieldLabelStyle::Custom),
-            ("", "events") => (
-                &[
-                    "involvedObject.kind",
-                    "involvedObject.namespace",
-                    "involvedObject.name",
-                    "involvedObject.uid",
-                    "involvedObject.apiVersion",
-                    "involvedObject.resourceVersion",
-                    "involvedObject.fieldPath",
-                    "reason",
-                    "reportingComponent",
-                    "source",
-                    "type",
-                ],
-                FieldLabelStyle::Custom,
-            ),
-            ("batch", "jobs") => (&["status.successful"], FieldLabelStyle::Job),
-            _ => (&[], FieldLabelStyle::Default),
-        }
+        field_labels(&self.group, &self.resource)
+    }
+}
+
+/// The selectable fields of `group`/`resource` besides `metadata.name` / `metadata.namespace`
+/// ([`ResourceKind::field_labels`]; also what a `--state-dir` file's objects carry, in this order).
+pub fn field_labels(group: &str, resource: &str) -> (&'static [&'static str], FieldLabelStyle) {
+    match (group, resource) {
+        ("", "pods") => (
+            &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            FieldLabelStyle::Custom,
+        ),
+        ("", "nodes") => (&["spec.unschedulable"], FieldLabelStyle::Custom),
+        ("", "secrets") => (&["type"], FieldLabelStyle::Custom),
+        ("", "namespaces") => (&["status.phase"], FieldLabelStyle::Custom),
+        ("", "services") => (&["spec.clusterIP", "spec.type"], FieldLabelStyle::Custom),
+        ("", "replicationcontrollers") => (&["status.replicas"], FieldLabelStyle::Custom),
+        ("", "events") => (
+            &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            FieldLabelStyle::Custom,
+        ),
+        ("batch", "jobs") => (&["status.successful"], FieldLabelStyle::Job),
+        _ => (&[], FieldLabelStyle::Default),
     }
 }
 
@@ -476,7 +482,14 @@ impl Object {
             (true, true) => strip_type_meta(&bytes),
             (true, false) => bytes.slice(skip_ws(&bytes, 0) + 1..),
         };
-        Ok(Object { header, body, typing: typing.clone(), forms: OnceLock::new() })
+        Ok(Object::restored(typing, header, body))
+    }
+
+    /// An object from what [`Object::parse`] made of it before (its header and body, as a warm
+    /// restart's state file keeps them): nothing is parsed. The body starts after the type
+    /// members for a built-in kind (`typing` has its prefix).
+    pub fn restored(typing: &Typing, header: Header, body: Bytes) -> Object {
+        Object { header, body, typing: typing.clone(), forms: OnceLock::new() }
     }
 
     /// Built-ins: the shared `{"kind":"Pod","apiVersion":"v1",` prefix. Empty for CRs.

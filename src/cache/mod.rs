@@ -210,6 +210,11 @@ impl Writer {
         Object::parse(&self.shared.kind, &self.shared.typing, bytes)
     }
 
+    /// An object of this resource from its saved header and body (`state::restore`).
+    pub fn restored(&self, header: crate::resource::Header, body: Bytes) -> Object {
+        Object::restored(&self.shared.typing, header, body)
+    }
+
     /// Installs a complete upstream list at `list_rv` (the first sync and every relist); the
     /// history restarts at `list_rv`, so a watch from any older RV (one inside the gap the
     /// relist covers included) now answers 410, and Exact reads and continue tokens there are

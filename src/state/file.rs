@@ -3,7 +3,8 @@
 //! fsynced) so a crash at any point leaves the old file or the new one, never a mix.
 //! Leftover temporary files (a crash during a write) are never read, and removed at start.
 //!
-//! Blocking I/O: called from `spawn_blocking` by `state::save` and `state::load`.
+//! Blocking I/O: called from `spawn_blocking` by `state::save` and `state::restore` (whose
+//! `Loaded::read` decodes the files it opens).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -55,9 +56,9 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     b.create(dir)
 }
 
-/// The state files in `dir` (name, bytes or why unreadable); temporary files left by a crash
-/// are removed, never read.
-pub fn read_all(dir: &Path) -> std::io::Result<Vec<(String, std::io::Result<Vec<u8>>)>> {
+/// The state files in `dir` (name, the open file and its length, or why unreadable);
+/// temporary files left by a crash are removed, never read.
+pub fn open_all(dir: &Path) -> std::io::Result<Vec<(String, std::io::Result<(File, u64)>)>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -67,7 +68,8 @@ pub fn read_all(dir: &Path) -> std::io::Result<Vec<(String, std::io::Result<Vec<
             continue;
         }
         if name.ends_with(".state") {
-            out.push((name, fs::read(entry.path())));
+            let opened = File::open(entry.path()).and_then(|f| f.metadata().map(|m| (f, m.len())));
+            out.push((name, opened));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -106,7 +108,7 @@ mod tests {
         }
         // A crash between the write and the rename leaves a temporary file: never read, removed.
         fs::write(temporary(&p), b"half").unwrap();
-        let all = read_all(&dir).unwrap();
+        let all = open_all(&dir).unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].0, "core_configmaps.state");
         assert!(!temporary(&p).exists());

@@ -4,7 +4,8 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | [`format`] | the bytes of a state file: magic, version, identity, records, SHA-256 (pure) |
+//! | [`format`] | the bytes of a state file: magic, version, identity, each object's header and bytes, CRC-32s; writing them (pure) |
+//! | `decode` | reading them back, no JSON parsed, blocks decoded on every core (pure) |
 //! | `file` | atomic writes (0600, fsync, rename), reading the directory |
 //! | `restore` | start: files read before any upstream request, refused unless the cluster, the version and the upstream RV agree |
 //! | `save` | every `--state-sync-period` and once at shutdown, after the watches were drained |
@@ -19,6 +20,7 @@
 
 pub mod format;
 
+mod decode;
 mod file;
 mod restore;
 mod save;
@@ -26,7 +28,8 @@ mod save;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use format::{DecodeError, Identity, Saved};
+pub use decode::{decode, decode_from};
+pub use format::{encode, reseal, DecodeError, Identity, Saved, SavedObject};
 pub use restore::{fill, restore, Loaded, Warm};
 pub use save::Saver;
 
@@ -69,7 +72,7 @@ pub enum Refusal {
     Unchecked(String),
     #[error("the upstream is at resourceVersion {upstream}, behind the saved {saved} (etcd restored from a backup?)")]
     UpstreamBehind { saved: Rv, upstream: Rv },
-    #[error("an object does not parse: {0}")]
+    #[error("a saved object cannot be used: {0}")]
     BadObject(String),
     #[error("the saved history is inconsistent: {0}")]
     Restore(#[from] RestoreError),

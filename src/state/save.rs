@@ -11,10 +11,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::format::{self, Identity, Saved};
+use super::format::{self, Identity, Saved, SavedObject};
 use super::{file, StateOptions};
 use crate::cache::Reader;
 use crate::metrics::Metrics;
+use crate::resource::Object;
 use crate::upstream::Upstream;
 
 /// Writes the state files.
@@ -62,8 +63,8 @@ impl Saver {
             }
             let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
             let resource = kind.group_resource();
-            // The snapshot is O(1); copying out the objects' bytes, encoding and writing are
-            // done off the runtime's threads.
+            // The snapshot is O(1); encoding (the objects' headers and bytes copied into the
+            // file's buffer) and writing are done off the runtime's threads.
             let (reader, id) = (r.clone(), identity.clone());
             let written = tokio::task::spawn_blocking(move || {
                 let Some(saved) = snapshot(&reader, &id) else { return Ok(None) };
@@ -124,9 +125,15 @@ fn snapshot(r: &Reader, identity: &Identity) -> Option<Saved> {
         group: kind.group.clone(),
         version: kind.version.clone(),
         resource: kind.resource.clone(),
+        builtin: kind.builtin,
         rv: p.rv,
         floor: p.floor,
-        objects: p.base.values().map(|o| o.typed_bytes()).collect(),
-        events: p.events.iter().map(|e| (e.kind, e.object.typed_bytes())).collect(),
+        objects: p.base.values().map(|o| saved(o)).collect(),
+        events: p.events.iter().map(|e| (e.kind, saved(&e.object))).collect(),
     })
+}
+
+/// An object as saved: its header and body shared, not copied.
+fn saved(o: &Object) -> SavedObject {
+    SavedObject { header: o.header.clone(), body: o.body.clone() }
 }

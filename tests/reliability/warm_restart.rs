@@ -16,7 +16,7 @@ use common::*;
 use kube_watchcache::app::{self, Running};
 use kube_watchcache::config::ServeArgs;
 use kube_watchcache::resource::Rv;
-use kube_watchcache::state::format;
+use kube_watchcache::state::{self, format};
 use kube_watchcache_sim::{Sim, SimHandle, SimOptions};
 use serde_json::{json, Value};
 
@@ -164,7 +164,7 @@ async fn a_restarted_proxy_serves_the_saved_cache_at_once_at_the_same_rvs() {
 async fn watchers_resume_at_every_rv_of_the_restored_history_with_exactly_the_events_after_it() {
     let (sim, dir, client) = (sim().await, temp_dir("resume"), client());
     let rvs = saved_run(&sim, &dir, 10).await;
-    let saved = format::decode(&std::fs::read(state_file(&dir)).unwrap()).unwrap();
+    let saved = state::decode(&std::fs::read(state_file(&dir)).unwrap()).unwrap();
     assert_eq!(saved.events.len(), rvs.len(), "the whole history is saved");
     let b = proxy(&args(&sim, &dir, &["configmaps"])).await;
     // Every change the sim made, the live ones of the loop included.
@@ -251,8 +251,8 @@ async fn every_state_that_cannot_be_trusted_is_refused_with_its_reason() {
     let (sim, dir) = (sim().await, temp_dir("refused"));
     saved_run(&sim, &dir, 4).await;
     let good = std::fs::read(state_file(&dir)).unwrap();
-    let reseal = |s: &format::Saved| format::encode(s);
-    let saved = format::decode(&good).unwrap();
+    let reseal = |s: &format::Saved| state::encode(s);
+    let saved = state::decode(&good).unwrap();
 
     let mut flipped = good.clone();
     let mid = flipped.len() / 2;
@@ -263,14 +263,30 @@ async fn every_state_that_cannot_be_trusted_is_refused_with_its_reason() {
     ahead.rv = Rv(saved.rv.0 + 1_000_000);
     let mut other = saved.clone();
     other.identity.cluster_uid = "another-cluster".into();
-    let mut bad_object = saved.clone();
-    bad_object.objects.push(bytes::Bytes::from_static(b"{\"metadata\":"));
+    // A saved header that disagrees with its object's bytes (the first object saved, at the
+    // floor or the first event, is one of the sample parsed again at a load).
+    let mut bad_header = saved.clone();
+    let first = match bad_header.objects.first_mut() {
+        Some(o) => o,
+        None => &mut bad_header.events[0].1,
+    };
+    let h = &first.header;
+    let mut labels: Vec<(&str, &str)> = h.labels().iter().collect();
+    labels.push(("saved", "not in the bytes"));
+    let fields: Vec<(&str, &str)> = h.fields().iter().collect();
+    first.header =
+        kube_watchcache::resource::Header::new(h.namespace(), h.name(), h.rv, h.uid(), labels, fields);
+    // A file of format version 1 (the objects' JSON only): started cold, then saved anew.
+    let mut v1 = format::MAGIC.to_vec();
+    v1.extend_from_slice(&1u32.to_le_bytes());
+    v1.extend_from_slice(&[0; 40]);
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("checksum", flipped),
         ("truncated", good[..good.len() - 10].to_vec()),
         ("format_version", version),
+        ("format_version", v1),
         ("corrupt", b"not a state file at all".to_vec()),
-        ("corrupt", reseal(&bad_object)),
+        ("corrupt", reseal(&bad_header)),
         ("upstream_behind", reseal(&ahead)),
         ("other_cluster", reseal(&other)),
     ];
@@ -288,9 +304,9 @@ async fn another_cluster_behind_the_same_url_is_refused() {
     // A new cluster (another kube-system uid); the URL differs too, so rewrite it to match:
     // only the uid tells them apart.
     let sim_b = sim().await;
-    let mut s = format::decode(&std::fs::read(state_file(&dir)).unwrap()).unwrap();
+    let mut s = state::decode(&std::fs::read(state_file(&dir)).unwrap()).unwrap();
     s.identity.server = format!("http://{}", sim_b.addr);
-    std::fs::write(state_file(&dir), format::encode(&s)).unwrap();
+    std::fs::write(state_file(&dir), state::encode(&s)).unwrap();
     refused(&sim_b, &dir, "other_cluster").await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -325,7 +341,7 @@ async fn the_state_is_written_every_sync_period_and_secrets_only_when_named() {
     let rv = cm(&sim, "periodic", "1");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let saved = std::fs::read(state_file(&dir)).ok().and_then(|b| format::decode(&b).ok());
+        let saved = std::fs::read(state_file(&dir)).ok().and_then(|b| state::decode(&b).ok());
         // (configmaps and secrets are written one after the other in a round)
         if saved.is_some_and(|s| s.rv.0 >= rv) && dir.join("core_secrets.state").exists() {
             break;
@@ -333,7 +349,7 @@ async fn the_state_is_written_every_sync_period_and_secrets_only_when_named() {
         assert!(Instant::now() < deadline, "the periodic save did not write RV {rv}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let secrets = format::decode(&std::fs::read(dir.join("core_secrets.state")).unwrap()).unwrap();
+    let secrets = state::decode(&std::fs::read(dir.join("core_secrets.state")).unwrap()).unwrap();
     assert_eq!(secrets.objects.len(), 1, "named in --state-resources: written");
     p.shutdown().await;
     // Excluded again: the next start removes it unread.

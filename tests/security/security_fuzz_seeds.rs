@@ -111,24 +111,27 @@ fn objects_never_panic() {
 }
 
 /// Issue 33: a `--state-dir` file of any content is refused or restored, never a panic; the
-/// seeds themselves restore. Mutations are also tried with their checksum made to match, so
-/// altered bodies reach the parser and the cache.
+/// seeds themselves restore. Mutations are also tried with their checksums made to match, so
+/// altered records reach the decoder and the cache (a cache of the file's own resource).
 #[test]
 fn state_files_never_panic() {
     use kube_watchcache::cache::{self, CacheOptions};
-    use kube_watchcache::state::{fill, format};
-    let kind = || ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    use kube_watchcache::state::{self, fill};
+    let cache_of = |s: &state::Saved| {
+        let kind = ResourceKind::new(&s.group, &s.version, &s.resource, "Thing", true, s.builtin);
+        cache::new(kind, CacheOptions::default())
+    };
     for seed in seeds("state_file") {
-        let saved = format::decode(&seed).expect("a seed decodes");
-        let (mut w, r) = cache::new(kind(), CacheOptions::default());
+        let saved = state::decode(&seed).expect("a seed decodes");
+        let (mut w, r) = cache_of(&saved);
         fill(&mut w, saved).expect("a seed restores");
         assert!(r.progress().ready);
     }
     let (mut restored, mut refused) = (0, 0);
     for input in inputs("state_file") {
-        for bytes in [input.clone(), format::reseal(&input)] {
-            let Ok(saved) = format::decode(&bytes) else { continue };
-            let (mut w, _r) = cache::new(kind(), CacheOptions::default());
+        for bytes in [input.clone(), state::reseal(&input)] {
+            let Ok(saved) = state::decode(&bytes) else { continue };
+            let (mut w, _r) = cache_of(&saved);
             match fill(&mut w, saved) {
                 Ok(_) => restored += 1,
                 Err(_) => refused += 1,
