@@ -56,9 +56,11 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     b.create(dir)
 }
 
-/// The state files in `dir` (name, the open file and its length, or why unreadable);
-/// temporary files left by a crash are removed, never read.
-pub fn open_all(dir: &Path) -> std::io::Result<Vec<(String, std::io::Result<(File, u64)>)>> {
+/// One state file found: its name, and the open file with its length or why it is unreadable.
+pub type Found = (String, std::io::Result<(File, u64)>);
+
+/// The state files in `dir`; temporary files left by a crash are removed, never read.
+pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
