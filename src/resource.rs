@@ -438,7 +438,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
 
 impl Object {
     /// Takes an object from upstream JSON bytes (a list item, a watch event's object or a
-    /// GET body). Only `metadata` and the selectable fields are parsed.
+    /// GET body). Only `metadata` and the selectable fields are parsed. What it derives is
+    /// saved beside the bytes by `--state-dir` (`state::format`): a change to it needs a new
+    /// `state::format::VERSION`.
     pub fn parse(kind: &ResourceKind, typing: &Typing, bytes: Bytes) -> Result<Object, ParseError> {
         let raw: RawObject = serde_json::from_slice(&bytes)?;
         let name = raw.metadata.name.as_deref().filter(|n| !n.is_empty()).ok_or(ParseError::NoName)?;
