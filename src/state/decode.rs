@@ -6,7 +6,7 @@
 //!
 //! Never panics, and never allocates more than the input's length justifies (every length is
 //! checked against what is left before a buffer is made). Called by `state::restore` (a file)
-//! and by tests and the fuzz target `state_file` (bytes).
+//! and by tests and the fuzz target (fuzz/fuzz_targets/state_file.rs, bytes).
 
 use std::collections::BTreeMap;
 use std::io::Read;
