@@ -162,8 +162,9 @@ async fn a_cache_past_the_limit_is_dropped_its_watch_ends_and_every_read_is_answ
         let (c, url) = (c.clone(), format!("{base}{watch_path}"));
         tokio::spawn(async move { events(&c, &url, usize::MAX).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let dropped = p.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    // Served from the cache: the watch is registered there before the data arrives.
+    eventually(5, "the watch open in the cache", || async { dropped.watcher_stats().live == 1 }).await;
     for i in 0..300 {
         sim.sim.create("configmaps", NS, cm(&format!("big{i}"), 3000)).unwrap();
     }
