@@ -307,11 +307,31 @@ async fn forwarded_reads_are_the_upstreams_answer_without_shard_info() {
     let url = format!("/api/v1/namespaces/a/configmaps?watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&shardSelector={}", enc(&sel));
     let mut w = open_watch(&env.client, &env.proxy_url(&url)).await;
     assert_eq!(w.status, 200);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The upstream starts such a watch after its response head: probe until it is running.
+    for i in 0.. {
+        assert!(i < 50, "the forwarded watch never started");
+        env.create_cm("a", &format!("probe-{i}"), json!({}));
+        if !w.take(1, Duration::from_millis(100)).await.is_empty() {
+            break;
+        }
+    }
+    // Any probe event left over comes first; then all eight.
     for i in 0..8 {
         env.create_cm("a", &format!("new-{i}"), json!({}));
     }
-    assert_eq!(w.take(8, T).await.len(), 8, "all eight, whatever their shard");
+    let mut got = w.take(8, T).await;
+    while got.len() < 8 || got.iter().any(|(_, n)| n.starts_with("probe-")) {
+        got.retain(|(_, n)| !n.starts_with("probe-"));
+        let more = w.take(8 - got.len(), T).await;
+        assert!(!more.is_empty(), "all eight, whatever their shard: {got:?}");
+        got.extend(more);
+    }
+    let names: Vec<_> = got.iter().map(|(_, n)| n.clone()).collect();
+    assert_eq!(
+        names,
+        (0..8).map(|i| format!("new-{i}")).collect::<Vec<_>>(),
+        "all eight, whatever their shard"
+    );
     assert_eq!(env.upstream_exact(&url), 1);
     env.proxy.shutdown().await;
 }
