@@ -16,6 +16,14 @@ pub fn name_of(group: &str, resource: &str) -> String {
     format!("{group}_{resource}.state")
 }
 
+/// The `(group, resource)` a state file's name says it holds (the inverse of [`name_of`]: a
+/// group or resource name never contains `_`); `None` for any other name.
+pub fn resource_of(name: &str) -> Option<(&str, &str)> {
+    let (group, resource) = name.strip_suffix(".state")?.split_once('_')?;
+    let group = if group == "core" { "" } else { group };
+    (!resource.is_empty() && !resource.contains('_')).then_some((group, resource))
+}
+
 /// The temporary name `bytes` are written under before the rename.
 fn temporary(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
@@ -113,6 +121,11 @@ mod tests {
         let all = open_all(&dir).unwrap();
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].0, "core_configmaps.state");
+        assert_eq!(resource_of(&all[0].0), Some(("", "configmaps")));
+        assert_eq!(resource_of(&name_of("apps", "deployments")), Some(("apps", "deployments")));
+        assert_eq!(resource_of("x.state"), None);
+        assert_eq!(resource_of("apps_a_b.state"), None);
+        assert_eq!(resource_of("core_configmaps.state.tmp-1"), None);
         assert!(!temporary(&p).exists());
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
+use super::file::resource_of;
 use super::format::{DecodeError, Identity, Saved, SavedObject};
 use super::{decode_from, file, Refusal, StateOptions};
 use crate::cache::Writer;
@@ -39,6 +40,12 @@ impl Loaded {
         };
         let mut files = Vec::new();
         for (name, opened) in entries {
+            // Excluded by its name: removed without being read (its content is checked again
+            // below, once decoded, for a file whose name and content disagree).
+            if resource_of(&name).is_some_and(|(g, r)| !opts.persists(g, r)) {
+                file::remove(&opts.dir, &name);
+                continue;
+            }
             let state = match opened {
                 Ok((mut f, len)) => {
                     let t = std::time::Instant::now();
@@ -290,5 +297,24 @@ mod tests {
         let mut custom = saved_of(&w, 1);
         custom.builtin = false;
         assert!(matches!(fill(&mut writer(), custom), Err(Refusal::BadObject(_))));
+    }
+
+    #[test]
+    fn an_excluded_resources_file_is_removed_unread() {
+        let dir = std::env::temp_dir().join(format!("kwc-restore-excluded-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Not a state file at all: decoding it would refuse it, not remove it.
+        std::fs::write(dir.join("core_secrets.state"), b"garbage").unwrap();
+        std::fs::write(dir.join("core_configmaps.state"), b"garbage").unwrap();
+        let opts = StateOptions {
+            dir: dir.clone(),
+            sync_period: std::time::Duration::from_secs(60),
+            resources: crate::wanted::Wanted::parse(&["*".into(), "-secrets".into()]).unwrap(),
+        };
+        let loaded = Loaded::read(&opts);
+        assert!(!dir.join("core_secrets.state").exists(), "excluded: removed");
+        let names: Vec<_> = loaded.files.iter().map(|(n, s)| (n.as_str(), s.is_err())).collect();
+        assert_eq!(names, [("core_configmaps.state", true)], "only the included file was read (and refused)");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
