@@ -308,7 +308,12 @@ impl Error {
         B: From<Bytes>,
     {
         let st = self.to_status();
-        let mut resp = http::Response::new(B::from(st.body));
+        // As the apiserver's `json.Encoder` writes it: the Status and a newline (an ERROR
+        // event's object, `to_status`, has none).
+        let mut body = Vec::with_capacity(st.body.len() + 1);
+        body.extend_from_slice(&st.body);
+        body.push(b'\n');
+        let mut resp = http::Response::new(B::from(Bytes::from(body)));
         *resp.status_mut() = st.code;
         let h = resp.headers_mut();
         h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));

@@ -32,6 +32,7 @@ pub mod consistent;
 pub mod flights;
 pub mod gzip;
 pub mod health;
+pub mod indent;
 pub mod limits;
 pub mod listener;
 pub mod loopback;

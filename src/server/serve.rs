@@ -495,7 +495,10 @@ mod tests {
         assert_eq!(ra.as_deref(), Some("1"));
         assert_eq!(
             b,
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#,
+                "\n"
+            )
         );
         assert_eq!(body(run(&r, "/api/v1/configmaps", "watch=1&resourceVersion=5").await).await.0, 429);
         // A plain paginated list and a GET go where the apiserver would send them: upstream.

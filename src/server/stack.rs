@@ -27,6 +27,8 @@ pub fn stack(
             recorder: recorder.clone(),
         }))
         .layer(PhaseLayer(phase::health::Health { server: server.clone() }))
+        .layer(PhaseLayer(phase::compress::Compress))
+        .layer(PhaseLayer(phase::pretty::Pretty))
         .layer(PhaseLayer(phase::sizes::Sizes { limits: server.limits.clone(), recorder: recorder.clone() }))
         .layer(PhaseLayer(phase::admit::Admit { limits: server.limits.clone(), recorder: recorder.clone() }))
         .layer(PhaseLayer(phase::authenticate::Authenticate {
@@ -45,7 +47,6 @@ pub fn stack(
             limits: server.limits.clone(),
             recorder: recorder.clone(),
         }))
-        .layer(PhaseLayer(phase::compress::Compress))
         .service(phase::dispatch::Dispatch {
             upstream: server.upstream.clone(),
             serve: server.serve.clone(),
@@ -78,13 +79,14 @@ mod tests {
             [
                 "guard",
                 "health",
+                "compress",
+                "pretty",
                 "sizes",
                 "admit",
                 "authenticate",
                 "classify",
                 "authorize",
                 "watch_slot",
-                "compress",
                 "dispatch"
             ]
         );

@@ -16,6 +16,7 @@ mod managed_fields;
 mod metrics;
 mod passthrough;
 mod pod_updates;
+mod pretty;
 mod real_clients;
 mod serving;
 mod sharding;

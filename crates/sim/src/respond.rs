@@ -34,6 +34,23 @@ pub fn chunks_body(chunks: Vec<Bytes>) -> Body {
     BodyExt::boxed(StreamBody::new(stream))
 }
 
+/// `resp` indented as the apiserver indents JSON for people (`?pretty=true`, a `curl` user
+/// agent: `server::indent`), if it is JSON; protobuf stays as it is.
+pub async fn indented(resp: Response<Body>) -> Response<Body> {
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if !json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(compact) = body.collect().await.map(|c| c.to_bytes());
+    let pretty = kube_watchcache::server::indent::indent(&compact);
+    parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(pretty.len()));
+    Response::from_parts(parts, full(pretty))
+}
+
 /// An `Error` rendered by the crate's one renderer, with the sim's body type.
 pub fn error_response(e: Error) -> Response<Body> {
     e.into_response::<Full<Bytes>>().map(BodyExt::boxed)

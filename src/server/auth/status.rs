@@ -148,7 +148,8 @@ mod tests {
         .to_bytes();
         assert_eq!(
             std::str::from_utf8(&b).unwrap(),
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#
+            // With the encoder's newline, as recorded (`v1.28.7-raw/pretty.json`, "401 Status").
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Unauthorized\",\"reason\":\"Unauthorized\",\"code\":401}\n"
         );
     }
 

@@ -1,4 +1,4 @@
-//! Phase 5: authentication and impersonation (`auth`), or the trusted caller of `--auth=none`;
+//! Phase 7: authentication and impersonation (`auth`), or the trusted caller of `--auth=none`;
 //! the `Caller` goes into the extensions, and a non-long-running request takes a slot of its
 //! user's in-flight share (`--max-requests-inflight-per-user`; 429 past it). The proxy's own
 //! metrics (`/watchcache/metrics`) are answered here, to callers allowed `get` on that

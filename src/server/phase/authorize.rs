@@ -1,4 +1,4 @@
-//! Phase 7: authorization of what is answered here — the cache's reads and the apiserver's own
+//! Phase 9: authorization of what is answered here — the cache's reads and the apiserver's own
 //! refusals of bad requests (`auth`, the `RequestInfo`'s attributes, exactly as the
 //! apiserver's `WithAuthorization` builds them), with `--auth=upstream`.
 //! Forwarded requests are authorized by the upstream itself (impersonated or with the

@@ -1,4 +1,4 @@
-//! Phase 6: classification (pure, `server::classify`): whether the cache may serve the request
+//! Phase 8: classification (pure, `server::classify`): whether the cache may serve the request
 //! and how, or why it goes upstream, or the apiserver's own refusal of it (answered by
 //! `dispatch` once `authorize` has let the caller through, as the apiserver validates after
 //! authorizing). The decision goes into the extensions as [`Classified`], with the request's

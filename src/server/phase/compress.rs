@@ -1,4 +1,4 @@
-//! Phase 9: gzip of large answers the cache served (`server::gzip`, as the apiserver
+//! Phase 3: gzip of large answers the cache served (`server::gzip`, as the apiserver
 //! compresses its own); forwarded answers keep the upstream's encoding.
 
 use super::{pass, FromCache, Next, Phase, Req, Resp};

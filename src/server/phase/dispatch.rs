@@ -1,14 +1,17 @@
-//! Phase 10, the end of the stack: serve from the cache (`serve`) or forward upstream (`proxy`,
+//! Phase 11, the end of the stack: serve from the cache (`serve`) or forward upstream (`proxy`,
 //! with the caller's identity, or the proxy's own with `--auth=none`), or answer the
 //! apiserver's own refusal, as classification said.
-//! What the cache served is marked [`FromCache`] for compression; every answer is counted.
+//! What the cache served is marked [`FromCache`] for compression, what the upstream answered
+//! [`FromUpstream`] (left as it is by `pretty`); every answer is counted.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
 
-use super::{arrived, missing, Classified, FromCache, Next, Recorder, Req, RequestContext, Resp};
+use super::{
+    arrived, missing, Classified, FromCache, FromUpstream, Next, Recorder, Req, RequestContext, Resp,
+};
 use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::body;
@@ -113,7 +116,8 @@ impl Dispatch {
             self.recorder.0.drop_managed_fields(f.resource, false);
         }
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
-        let resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
+        let mut resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
+        resp.extensions_mut().insert(FromUpstream);
         self.recorder.record(
             f.verb,
             f.resource,

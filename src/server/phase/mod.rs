@@ -1,6 +1,6 @@
 //! The phases of the request path, one file each, in the order `server::stack` assembles them:
-//! `guard` → `health` → `sizes` → `admit` → `authenticate` → `classify` → `authorize` →
-//! `watch_slot` → `compress` → `dispatch` (serve from the cache or forward); and what they
+//! `guard` → `health` → `compress` → `pretty` → `sizes` → `admit` → `authenticate` →
+//! `classify` → `authorize` → `watch_slot` → `dispatch` (serve from the cache or forward); and what they
 //! share: the [`Phase`] trait (a phase looks at the request, answers it itself or passes it on
 //! with [`pass`], and may change the answer on its way back), its tower `Layer`/`Service`
 //! ([`PhaseLayer`], [`Phased`]), and what phases learn for later ones, carried in the request's
@@ -20,6 +20,7 @@ pub mod compress;
 pub mod dispatch;
 pub mod guard;
 pub mod health;
+pub mod pretty;
 pub mod sizes;
 pub mod watch_slot;
 
@@ -108,6 +109,11 @@ pub fn missing<B>(req: &Req<B>, phase: &str, what: &str) -> Resp {
 /// Marks an answer the cache served (compression applies to those only).
 #[derive(Clone, Copy, Debug)]
 pub struct FromCache;
+
+/// Marks an answer forwarded from the upstream, which is its own (never indented here: the
+/// upstream saw the same query and user agent).
+#[derive(Clone, Copy, Debug)]
+pub struct FromUpstream;
 
 /// How every phase counts what it answers: one request in `watchcache_requests_total` (and
 /// its time to the response headers unless it is a watch). The one way a phase records a

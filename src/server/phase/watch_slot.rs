@@ -1,4 +1,4 @@
-//! Phase 8: a per-user slot for each watch, served or forwarded (`--max-watches-per-user`),
+//! Phase 10: a per-user slot for each watch, served or forwarded (`--max-watches-per-user`),
 //! held until the watch's body ends; 429 past the limit. Needs users: none with `--auth=none`.
 
 use std::sync::Arc;

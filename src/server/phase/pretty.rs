@@ -1,0 +1,115 @@
+//! Phase 4: JSON indented for people, as the apiserver indents it (`server::indent`): for a
+//! request with `?pretty=true` or a `curl` / `Wget` / browser user agent, every JSON answer
+//! the proxy makes itself — objects and lists from the cache, its Statuses, the refusals of the
+//! phases after this one — is indented; watches (no `Content-Length`: a stream) and protobuf are
+//! not, as the apiserver's are not, and forwarded answers are the upstream's own (it got the
+//! same query and user agent). Sits outside every phase that answers, inside `compress`
+//! (a large indented list is then gzip'd as the apiserver gzips it).
+
+use bytes::Bytes;
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
+use http::HeaderValue;
+use http_body_util::BodyExt;
+
+use super::{pass, FromUpstream, Next, Phase, Req, Resp};
+use crate::server::{body, indent};
+
+#[derive(Clone)]
+pub struct Pretty;
+
+impl<B: Send + Sync + 'static> Phase<B> for Pretty {
+    async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
+        let wanted =
+            indent::wanted(req.uri().query(), req.headers().get(USER_AGENT).map(HeaderValue::as_bytes));
+        let resp = pass(next, req).await;
+        if !wanted || !indentable(&resp) {
+            return resp;
+        }
+        let (mut parts, b) = resp.into_parts();
+        let compact = match b.collect().await {
+            Ok(c) => c.to_bytes(),
+            // The body failed after its head: nothing better to send than what the client
+            // would have got (a truncated answer).
+            Err(e) => {
+                tracing::debug!(error = %e, "an answer to indent failed");
+                return http::Response::from_parts(parts, body::full(Bytes::new()));
+            }
+        };
+        let pretty = indent::indent(&compact);
+        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(pretty.len()));
+        http::Response::from_parts(parts, body::full(pretty))
+    }
+}
+
+/// A whole JSON answer of the proxy's own: not forwarded, not a stream (a list has its
+/// `Content-Length`, a Status a body of known size; a watch neither), not encoded.
+fn indentable(resp: &Resp) -> bool {
+    let h = resp.headers();
+    resp.extensions().get::<FromUpstream>().is_none()
+        && (h.contains_key(CONTENT_LENGTH) || http_body::Body::size_hint(resp.body()).exact().is_some())
+        && !h.contains_key(CONTENT_ENCODING)
+        && h.get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::phase::testing::{request, text};
+
+    /// The rest of the stack: answers a JSON document as `ctype`, whole (with its
+    /// `Content-Length`) or streamed, marked forwarded if `forwarded`.
+    #[derive(Clone)]
+    struct Answer {
+        ctype: &'static str,
+        length: bool,
+        forwarded: bool,
+    }
+
+    impl Next<String> for Answer {
+        async fn run(&self, _req: Req<String>) -> Resp {
+            let b = Bytes::from_static(b"{\"a\":[1,{}]}\n");
+            let body =
+                if self.length { body::full(b.clone()) } else { body::lazy(std::iter::once(b.clone())) };
+            let mut resp = http::Response::new(body);
+            resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(self.ctype));
+            if self.length {
+                resp.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(b.len()));
+            }
+            if self.forwarded {
+                resp.extensions_mut().insert(FromUpstream);
+            }
+            resp
+        }
+    }
+
+    async fn answer(path: &str, agent: &str, next: Answer) -> (Option<String>, String) {
+        let mut req = request(path);
+        req.headers_mut().insert(USER_AGENT, HeaderValue::from_str(agent).unwrap());
+        let resp = Pretty.call(req, &next).await;
+        let len = resp.headers().get(CONTENT_LENGTH).map(|v| v.to_str().unwrap().to_owned());
+        (len, text(resp).await)
+    }
+
+    #[tokio::test]
+    async fn only_the_proxys_own_whole_json_answers_are_indented() {
+        let json = Answer { ctype: "application/json", length: true, forwarded: false };
+        let pretty = "{\n  \"a\": [\n    1,\n    {}\n  ]\n}";
+        assert_eq!(
+            answer("/api/v1/pods", "curl/8.5.0", json.clone()).await,
+            (Some("30".into()), pretty.into())
+        );
+        assert_eq!(answer("/api/v1/pods?pretty=1", "kubectl", json.clone()).await.1, pretty);
+        let compact = "{\"a\":[1,{}]}\n";
+        assert_eq!(answer("/api/v1/pods", "kubectl/v1.28", json.clone()).await.1, compact);
+        assert_eq!(answer("/api/v1/pods?pretty=false", "curl/8.5.0", json).await.1, compact);
+        // A stream (a watch), protobuf, a forwarded answer: as they are.
+        let stream = Answer { ctype: "application/json", length: false, forwarded: false };
+        assert_eq!(answer("/api/v1/pods?watch=1", "curl/8.5.0", stream).await.1, compact);
+        let proto = Answer { ctype: "application/vnd.kubernetes.protobuf", length: true, forwarded: false };
+        assert_eq!(answer("/api/v1/pods", "curl/8.5.0", proto).await.1, compact);
+        let forwarded = Answer { ctype: "application/json", length: true, forwarded: true };
+        assert_eq!(answer("/api/v1/pods", "curl/8.5.0", forwarded).await.1, compact);
+    }
+}
