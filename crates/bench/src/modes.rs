@@ -36,11 +36,14 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
         None => Vec::new(),
     };
     let mut auth = None;
+    // What the node clients of --node-identities trust: the same CAs as the other clients.
+    let mut node_roots = roots.clone();
     let (tls, direct_url) = match (&args.direct, &args.kubeconfig) {
         (Some(url), _) => (tls::ClientTls::new(roots)?, Some(trim(url))),
         (None, Some(path)) => {
             let c = kubeconfig::load(path, None)?;
             auth = c.auth;
+            node_roots.extend(c.tls.roots.iter().cloned());
             (tls::ClientTls::from_kubeconfig(c.tls, roots)?, Some(c.server))
         }
         (None, None) => (tls::ClientTls::new(roots)?, None),
@@ -81,12 +84,8 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
     let nodes = match (&args.node_ca_cert, &args.node_ca_key) {
         (Some(cert), Some(key)) if plan.node_identities => {
             let issuer = super::certs::issuer_from_files(cert, key)?;
-            let roots = match &args.certificate_authority {
-                Some(p) => tls::certs_file(p, "--certificate-authority")?,
-                None => Vec::new(),
-            };
             eprintln!("making {} node certificates", plan.nodes);
-            Some(NodeClients::new(&issuer, &roots, plan.nodes, plan.http2)?)
+            Some(NodeClients::new(&issuer, &node_roots, plan.nodes, plan.http2)?)
         }
         _ if plan.node_identities => {
             return Err(
