@@ -598,6 +598,24 @@ impl Object {
         }
     }
 
+    /// Makes this version's protobuf message from that of `prev`, the version it replaced, when
+    /// that one has been encoded: only what changed is read and encoded again (`proto::after`;
+    /// a kubelet's pod changes in its status). Nothing when it is made already, when `prev` has
+    /// no encoding, or when the two are not of one typing.
+    pub fn encode_proto_after(&self, prev: &Object) {
+        let Some(Some(prior)) = prev.made(|f| f.proto.get()) else { return };
+        if !Arc::ptr_eq(&self.typing.0, &prev.typing.0) {
+            return;
+        }
+        self.forms().proto.get_or_init(|| {
+            let typed = self.typed_bytes();
+            let prior_typed = prev.typed_bytes();
+            let now = (&typed[..], &self.body, typed.len() - self.body.len());
+            let before = (&prior_typed[..], &prev.body, prior_typed.len() - prev.body.len());
+            self.proto_type().encode_after(now, before, prior)
+        });
+    }
+
     /// Chunks of the object with `kind`/`apiVersion` in the representation asked for (GET
     /// answers, watch events, metadata-only list items); in protobuf, the enveloped object
     /// (`k8s\0` + Unknown). `None`: no exact protobuf for it.
@@ -1054,7 +1072,12 @@ impl Event {
                     .clone(),
             ),
             Repr::FullProto | Repr::MetadataProto => self.proto_frames[usize::from(repr.is_metadata())]
-                .get_or_init(|| frame_object(self.kind, &self.object, repr))
+                .get_or_init(|| {
+                    if let (Repr::FullProto, Some(prev)) = (repr, &self.prev) {
+                        self.object.encode_proto_after(prev);
+                    }
+                    frame_object(self.kind, &self.object, repr)
+                })
                 .clone(),
             _ => self.lean_frames.get_or_init(Default::default)[repr.index() - 4]
                 .get_or_init(|| frame_object(self.kind, &self.object, repr))

@@ -12,6 +12,7 @@
 //! type the table marks as hand-written and the transcoder does not know) is not served in
 //! protobuf: see `Encoding` in `resource`.
 
+pub mod after;
 pub mod envelope;
 pub mod schema;
 pub mod transcode;
@@ -118,6 +119,23 @@ impl ProtoType {
             false,
             transcode::object_shared(schema::schema(), msg, json, stored, prefix_len, self.minor()),
         )
+    }
+
+    /// [`ProtoType::encode_shared`] of a new version, `now` = (json, stored, prefix_len), from
+    /// the encoding of the version it replaced, `before` (the same three) and `prior` (its
+    /// message): the unchanged parts are copied (`after`); a fresh encoding if that fails.
+    pub fn encode_after(
+        &self,
+        now: (&[u8], &Bytes, usize),
+        before: (&[u8], &Bytes, usize),
+        prior: &Rope,
+    ) -> Option<Rope> {
+        let msg = self.msg?;
+        let (s, minor) = (schema::schema(), self.minor());
+        let p = after::Prior { json: before.0, stored: before.1, prefix_len: before.2, rope: prior };
+        let encoded = after::object_after(s, msg, now.0, now.1, now.2, minor, &p)
+            .or_else(|_| transcode::object_shared(s, msg, now.0, now.1, now.2, minor));
+        self.outcome(false, encoded)
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.

@@ -7,7 +7,8 @@
 //!
 //! Anything the schema does not know (a member of a newer API version, a value of the wrong
 //! JSON type) is [`Unsupported`]: the caller then does not serve protobuf for it, it never
-//! guesses. Pure; called by `proto::Encoder` once per object version.
+//! guesses. Pure; called by `proto::Encoder` once per object version (`proto::after` encodes a new
+//! version with its predecessor's encoding, through this file's reading and encoding).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -69,20 +70,20 @@ fn encode_object(cx: &Cx, msg: usize) -> R<Out> {
 
 /// Strings at least this long are shared with the stored JSON rather than copied (a part costs
 /// a `Bytes`, 32 bytes).
-const SHARE_MIN: usize = 64;
+pub(super) const SHARE_MIN: usize = 64;
 
 /// What a transcoding reads: the schema, the upstream's version, the JSON and, when the result
 /// may share bytes with it, the stored bytes the JSON ends with.
-struct Cx<'a> {
-    s: &'a Schema,
-    minor: u32,
-    json: &'a [u8],
-    stored: Option<(&'a Bytes, usize)>,
+pub(super) struct Cx<'a> {
+    pub(super) s: &'a Schema,
+    pub(super) minor: u32,
+    pub(super) json: &'a [u8],
+    pub(super) stored: Option<(&'a Bytes, usize)>,
 }
 
 impl Cx<'_> {
     /// `part` (a slice of `self.json`) as a slice of the stored bytes, if it lies in them.
-    fn shared(&self, part: &[u8]) -> Option<Bytes> {
+    pub(super) fn shared(&self, part: &[u8]) -> Option<Bytes> {
         let (stored, prefix) = self.stored?;
         let base = self.json.as_ptr() as usize;
         let at = (part.as_ptr() as usize).checked_sub(base + prefix)?;
@@ -138,7 +139,7 @@ impl Rope {
 /// Its buffers come from a per-thread pool and go back to it when the message has been copied
 /// into its parent (see [`pool`]): a transcode allocates its result, not a buffer per nested
 /// message.
-struct Out {
+pub(super) struct Out {
     parts: Vec<Part>,
     parts_len: usize,
     cur: Vec<u8>,
@@ -247,7 +248,7 @@ impl Out {
         }
     }
 
-    fn share(&mut self, b: Bytes) {
+    pub(super) fn share(&mut self, b: Bytes) {
         self.flush();
         self.parts_len += b.len();
         self.parts.push(Part::Shared(b));
@@ -285,7 +286,7 @@ impl Out {
 
     /// The finished message. Copied runs are copied once more, into buffers of their own size
     /// (the pooled ones are larger, and a rope is kept with its object version).
-    fn into_rope(mut self) -> Rope {
+    pub(super) fn into_rope(mut self) -> Rope {
         self.flush();
         let parts = self
             .parts
@@ -305,7 +306,7 @@ impl Out {
 
 /// A member's value: as found (`Raw`), or already encoded when its field is a message or a list
 /// of messages (read in the same pass as its parent: no object is scanned twice).
-enum Val<'a> {
+pub(super) enum Val<'a> {
     Raw(&'a RawValue),
     /// A message field's body (`None`: JSON null).
     Msg(Option<Out>),
@@ -327,25 +328,25 @@ impl Val<'_> {
 
 /// The members of a JSON object, values borrowed from the input or encoded; with each, the
 /// schema field it sets (found once, as it is read), if any, and whether a field took it.
-struct Members<'a> {
-    list: Vec<Member<'a>>,
+pub(super) struct Members<'a> {
+    pub(super) list: Vec<Member<'a>>,
     /// How many are `used`.
-    used: usize,
+    pub(super) used: usize,
 }
 
-struct Member<'a> {
-    key: Cow<'a, str>,
-    val: Val<'a>,
-    field: Option<FieldId>,
-    used: bool,
+pub(super) struct Member<'a> {
+    pub(super) key: Cow<'a, str>,
+    pub(super) val: Val<'a>,
+    pub(super) field: Option<FieldId>,
+    pub(super) used: bool,
 }
 
 /// A schema field's identity (its address in the schema), compared instead of its JSON name.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct FieldId(usize);
+pub(super) struct FieldId(usize);
 
 impl FieldId {
-    fn of(f: &Field) -> FieldId {
+    pub(super) fn of(f: &Field) -> FieldId {
         FieldId(std::ptr::from_ref(f) as usize)
     }
 }
@@ -373,7 +374,7 @@ impl<'a> Members<'a> {
 }
 
 /// The field of `m` (or of a message inline in it) that a JSON member `key` sets.
-fn field_for<'s>(s: &'s Schema, m: &'s Message, key: &str) -> Option<&'s Field> {
+pub(super) fn field_for<'s>(s: &'s Schema, m: &'s Message, key: &str) -> Option<&'s Field> {
     for f in &m.fields {
         if f.inline {
             if let Ty::Message(i) = f.ty {
@@ -389,7 +390,7 @@ fn field_for<'s>(s: &'s Schema, m: &'s Message, key: &str) -> Option<&'s Field> 
 }
 
 /// The message a field holds, when it is read as an object (not special, not a JSON array).
-fn plain_message(s: &Schema, f: &Field) -> Option<usize> {
+pub(super) fn plain_message(s: &Schema, f: &Field) -> Option<usize> {
     match f.ty {
         Ty::Message(i) if s.messages[i].special.is_none() && !s.messages[i].array => Some(i),
         _ => None,
@@ -412,7 +413,7 @@ fn read_members<'de, A: MapAccess<'de>>(cx: &Cx, m: &Message, mut map: A) -> Res
 }
 
 /// Encodes `members` as message `m`; every member must be one of its fields (or TypeMeta).
-fn encode_read(cx: &Cx, m: &Message, mut members: Members) -> R<Out> {
+pub(super) fn encode_read(cx: &Cx, m: &Message, mut members: Members) -> R<Out> {
     let mut out = Out::default();
     encode_members(cx, m, &mut members, &mut out)?;
     // Embedded objects keep their TypeMeta too (a StatefulSet's volumeClaimTemplates).
@@ -508,7 +509,7 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
 
 /// Reads `json` (a slice of `cx.json`, checked as UTF-8 once, whole) as message `msg` in one
 /// pass.
-fn read_object<'a>(cx: &Cx, msg: usize, json: &'a str) -> R<Members<'a>> {
+pub(super) fn read_object<'a>(cx: &Cx, msg: usize, json: &'a str) -> R<Members<'a>> {
     use serde::de::DeserializeSeed;
     let mut de = serde_json::Deserializer::from_str(json);
     let members = ObjectSeed { cx, msg }.deserialize(&mut de).map_err(|e| Unsupported(format!("{e}")))?;
@@ -567,7 +568,7 @@ fn text(v: &RawValue) -> &str {
     v.get().trim_ascii()
 }
 
-fn is_null(v: &RawValue) -> bool {
+pub(super) fn is_null(v: &RawValue) -> bool {
     text(v) == "null"
 }
 

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod after;
 mod managed_fields;
 mod metadata_only;
 mod protobuf;
