@@ -8,6 +8,7 @@
 
 mod support;
 
+use bytes::Bytes;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -104,6 +105,25 @@ fn protobuf(c: &mut Criterion) {
     let mut g = c.benchmark_group("protobuf");
     g.throughput(Throughput::Bytes(json.len() as u64));
     g.bench_function("transcode_pod", |b| b.iter(|| pt.encode(black_box(&json)).map(|b| b.len())));
+    // The next version of the pod (a new resourceVersion), from the encoding of this one
+    // (`proto::after`: what a protobuf watch event costs when the replaced version was encoded).
+    let body = obj.body.clone();
+    let prior = pt.encode_shared(&json, &body, json.len() - body.len()).expect("encodes");
+    let rv = obj.header.rv.0.to_string();
+    let next_json = Bytes::from(String::from_utf8_lossy(&json).replacen(
+        &format!("\"resourceVersion\":\"{rv}\""),
+        &format!("\"resourceVersion\":\"{}\"", obj.header.rv.0 + 1),
+        1,
+    ));
+    assert_ne!(next_json, json, "the resourceVersion changed");
+    let next_body = next_json.slice(json.len() - body.len()..);
+    let before = (&json[..], &body, json.len() - body.len());
+    g.bench_function("transcode_pod_after", |b| {
+        b.iter(|| {
+            let now = (black_box(&next_json[..]), &next_body, next_json.len() - next_body.len());
+            pt.encode_after(now, before, &prior).map(|r| r.len())
+        })
+    });
     g.finish();
 }
 

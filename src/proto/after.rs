@@ -16,13 +16,15 @@
 //! Pure; called by `proto::ProtoType::encode_after` when a watch event is framed in protobuf and
 //! its previous version has its encoding.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::schema::{Card, Schema};
 use super::transcode::{
-    encode_read, field_for, is_null, plain_message, read_object, Cx, FieldId, Member, Members, Out,
-    RawMembers, Rope, Unsupported, Val, SHARE_MIN,
+    encode_read, field_for, plain_message, read_object, Cx, FieldId, Member, Members, Out, Rope, Unsupported,
+    Val, SHARE_MIN,
 };
 
 type R<T> = Result<T, Unsupported>;
@@ -47,11 +49,14 @@ pub fn object_after(
     minor: u32,
     prior: &Prior,
 ) -> R<Rope> {
-    let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)) };
+    let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)), repeated: Default::default() };
     let new = std::str::from_utf8(json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
     let old = std::str::from_utf8(prior.json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
     let ctx = Ctx { cx: &cx, prior, parts: Parts::of(prior.rope) };
-    Ok(ctx.message(msg, new, old, (0, prior.rope.len()))?.into_rope())
+    let mut rope = ctx.message(msg, new, old, (0, prior.rope.len()))?.into_rope();
+    // What was copied comes from the prior: a repeated member there may be in it.
+    rope.repeated = cx.repeated.get() || prior.rope.repeated;
+    Ok(rope)
 }
 
 struct Ctx<'c, 'a> {
@@ -65,42 +70,52 @@ impl Ctx<'_, '_> {
     /// encoding the range `enc` of the prior rope.
     fn message(&self, idx: usize, new: &str, old: &str, enc: (usize, usize)) -> R<Out> {
         let (cx, m) = (self.cx, &self.cx.s.messages[idx]);
-        if m.fields.iter().any(|f| f.inline) {
+        let split = (!m.fields.iter().any(|f| f.inline)).then(|| split(new)).flatten();
+        // A member named twice here: read whole (the last one counts, wherever it is).
+        let split = split
+            .filter(|now| !now.iter().enumerate().any(|(i, (k, _))| now[..i].iter().any(|(p, _)| p == k)));
+        let Some(now) = split else {
+            // Inline fields mix members; an object the splitter does not take: read it whole.
             return encode_read(cx, m, read_object(cx, idx, new)?);
-        }
-        let (now, before) = (members(new)?, members(old)?);
+        };
+        let runs =
+            self.parts.runs(enc).ok_or_else(|| Unsupported("the prior encoding does not parse".into()))?;
+        let old_of = Aligned::new(new, old, self.prior.rope.repeated);
         let mut list = Vec::with_capacity(now.len());
         for (key, v) in now {
-            let f = field_for(cx.s, m, &key);
-            let sub = f.filter(|f| matches!(f.card, Card::One | Card::Opt) && !is_null(v));
-            let val = match sub.and_then(|f| plain_message(cx.s, f).map(|i| (f, i))) {
-                Some((f, i)) => {
-                    // The last member of that name wins, as in Go's decoder (and `Members::find`).
-                    let was =
-                        before.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v).filter(|v| !is_null(v));
-                    match was.zip(was.and_then(|_| self.parts.field(enc, f.number))) {
-                        Some((was, range)) if was.get() == v.get() => {
-                            Val::Msg(Some(self.copy(range, was, v)))
-                        }
-                        Some((was, range)) => Val::Msg(Some(self.message(i, v.get(), was.get(), range)?)),
-                        None => Val::Raw(v),
+            let f = field_for(cx.s, m, key).filter(|f| !f.inline);
+            let was = match f {
+                Some(_) => old_of.member(key, v),
+                None => None,
+            };
+            let val = match (f, was) {
+                (Some(f), Some(was)) if was == v => {
+                    let run = runs.iter().find(|r| r.0 == f.number).map_or((0, 0), |r| (r.1, r.2));
+                    Val::Encoded(self.copy(run, was, v))
+                }
+                (Some(f), Some(was)) if matches!(f.card, Card::One | Card::Opt) && !null(v) && !null(was) => {
+                    let sub = plain_message(cx.s, f)
+                        .zip(runs.iter().find(|r| r.0 == f.number).and_then(|r| self.parts.body(r.1, r.2)));
+                    match sub {
+                        Some((i, body)) => Val::Msg(Some(self.message(i, v, was, body)?)),
+                        None => Val::Raw(raw(v)?),
                     }
                 }
-                None => Val::Raw(v),
+                _ => Val::Raw(raw(v)?),
             };
-            list.push(Member { key, val, field: f.map(FieldId::of), used: false });
+            list.push(Member { key: Cow::Borrowed(key), val, field: f.map(FieldId::of), used: false });
         }
         encode_read(cx, m, Members { list, used: 0 })
     }
 
-    /// The previous encoding's bytes `range` (a message body whose JSON, `was` in the prior
-    /// JSON, is equal to `now` in the new one): copied, except the long strings shared with the
-    /// prior's stored bytes, which are shared with the new version's at the same place.
-    fn copy(&self, range: (usize, usize), was: &RawValue, now: &RawValue) -> Out {
+    /// The previous encoding's bytes `range` (fields whose JSON, `was` in the prior JSON, is
+    /// equal to `now` in the new one): copied, except the long strings shared with the prior's
+    /// stored bytes, which are shared with the new version's at the same place.
+    fn copy(&self, range: (usize, usize), was: &str, now: &str) -> Out {
         let mut out = Out::default();
         let stored = self.prior.stored.as_ptr_range();
-        let was_at = was.get().as_ptr() as usize - self.prior.json.as_ptr() as usize;
-        let now_at = now.get().as_ptr() as usize - self.cx.json.as_ptr() as usize;
+        let was_at = was.as_ptr() as usize - self.prior.json.as_ptr() as usize;
+        let now_at = now.as_ptr() as usize - self.cx.json.as_ptr() as usize;
         for piece in self.parts.slices(range) {
             let shared = if stored.contains(&piece.as_ptr()) && piece.len() >= SHARE_MIN {
                 // Where the string lies in the prior JSON, relative to `was`; the same place in `now`.
@@ -122,9 +137,139 @@ impl Ctx<'_, '_> {
     }
 }
 
-/// The members of a JSON object, values unread.
-fn members(text: &str) -> R<Vec<(std::borrow::Cow<'_, str>, &RawValue)>> {
-    serde_json::from_str::<RawMembers>(text).map(|m| m.0).map_err(|e| Unsupported(format!("{e}")))
+/// The old JSON of an object beside the new one: a member of the new one is found in the old
+/// one where both texts start alike (the same bytes at the same place, found without reading
+/// the old object), else by reading the old object's members once.
+struct Aligned<'n, 'o> {
+    new: &'n str,
+    old: &'o str,
+    /// Bytes equal at the start.
+    prefix: usize,
+    members: std::cell::OnceCell<Option<Vec<(&'o str, &'o str)>>>,
+}
+
+impl<'n, 'o> Aligned<'n, 'o> {
+    /// `repeated`: the old JSON had a member twice somewhere (then members are looked up by
+    /// name, the last one of a name being the one its encoding holds).
+    fn new(new: &'n str, old: &'o str, repeated: bool) -> Aligned<'n, 'o> {
+        let (a, b) = (new.as_bytes(), old.as_bytes());
+        let prefix = if repeated { 0 } else { a.iter().zip(b).take_while(|(x, y)| x == y).count() };
+        Aligned { new, old, prefix, members: Default::default() }
+    }
+
+    /// The old value of the member `key` whose new value is `v` (a slice of `new`): the last
+    /// one of that name, as Go's decoder keeps the last.
+    fn member(&self, key: &str, v: &str) -> Option<&'o str> {
+        let start = v.as_ptr() as usize - self.new.as_ptr() as usize;
+        let end = start + v.len();
+        // A value entirely in the common start is the old one, at the same place: both texts
+        // read the same up to there (neither object names a member twice: checked for the new
+        // one, and the old one's encoding says so). A common end would not do: the same bytes
+        // can be read differently after different ones (inside a string, at another depth).
+        if end <= self.prefix {
+            return self.old.get(start..end);
+        }
+        let members = self.members.get_or_init(|| split(self.old)).as_ref()?;
+        members.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+}
+
+fn null(v: &str) -> bool {
+    v == "null"
+}
+
+/// A member's value as serde_json's raw value (a value the splitter delimited).
+fn raw(v: &str) -> R<&RawValue> {
+    serde_json::from_str(v).map_err(|e| Unsupported(format!("{e}")))
+}
+
+/// The members of a compact JSON object: keys (without escapes) and values' text; `None` for
+/// anything else (the caller then reads the object whole).
+fn split(text: &str) -> Option<Vec<(&str, &str)>> {
+    let b = text.as_bytes();
+    let mut i = ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(16);
+    i = ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return (ws(b, i + 1) == b.len()).then_some(out);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(b, i)?;
+        let key = text.get(i + 1..key_end - 1)?;
+        if key.contains('\\') {
+            return None;
+        }
+        i = ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = ws(b, i + 1);
+        let end = value_end(b, i)?;
+        out.push((key, text.get(i..end)?));
+        i = ws(b, end);
+        match b.get(i) {
+            Some(b',') => i = ws(b, i + 1),
+            Some(b'}') => return (ws(b, i + 1) == b.len()).then_some(out),
+            _ => return None,
+        }
+    }
+}
+
+fn ws(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
+        i += 1;
+    }
+    i
+}
+
+/// After the string starting at `b[i]` (a quote).
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
+        if b[j] == b'"' {
+            return Some(j + 1);
+        }
+        j += 2;
+    }
+}
+
+/// After the value starting at `b[i]`.
+fn value_end(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        b'"' => string_end(b, i),
+        b'{' | b'[' => {
+            let (mut depth, mut j) = (0usize, i);
+            loop {
+                match *b.get(j)? {
+                    b'"' => {
+                        j = string_end(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let n =
+                b[i..].iter().position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
+            Some(i + n.unwrap_or(b.len() - i)).filter(|&e| e > i)
+        }
+    }
 }
 
 /// The prior rope's parts with their offsets, for reading its fields across part boundaries.
@@ -166,30 +311,38 @@ impl<'a> Parts<'a> {
         None
     }
 
-    /// The body of field `number` (length-delimited, its last occurrence) among the fields in
-    /// `range`.
-    fn field(&self, range: (usize, usize), number: u32) -> Option<(usize, usize)> {
-        let (mut pos, end) = range;
-        let mut found = None;
+    /// The fields in `range`, consecutive entries of one number together: (number, start,
+    /// end) of each run, tags included (fields are written in number order, so a field's
+    /// entries are one run).
+    fn runs(&self, (mut pos, end): (usize, usize)) -> Option<Vec<(u32, usize, usize)>> {
+        let mut out: Vec<(u32, usize, usize)> = Vec::with_capacity(16);
         while pos < end {
+            let start = pos;
             let tag = self.varint(&mut pos)?;
             match tag & 7 {
                 0 => {
                     self.varint(&mut pos)?;
                 }
                 1 => pos += 8,
-                2 => {
-                    let len = usize::try_from(self.varint(&mut pos)?).ok()?;
-                    if tag >> 3 == u64::from(number) {
-                        found = Some((pos, pos + len));
-                    }
-                    pos += len;
-                }
+                2 => pos += usize::try_from(self.varint(&mut pos)?).ok()?,
                 5 => pos += 4,
                 _ => return None,
             }
+            let number = u32::try_from(tag >> 3).ok()?;
+            match out.last_mut() {
+                Some(last) if last.0 == number => last.2 = pos,
+                _ => out.push((number, start, pos)),
+            }
         }
-        found.filter(|&(_, e)| e <= end)
+        (pos == end).then_some(out)
+    }
+
+    /// The body of the one length-delimited entry `start..end` (its tag and length skipped).
+    fn body(&self, start: usize, end: usize) -> Option<(usize, usize)> {
+        let mut pos = start;
+        let tag = self.varint(&mut pos)?;
+        let len = usize::try_from(self.varint(&mut pos)?).ok()?;
+        (tag & 7 == 2 && pos + len == end).then_some((pos, end))
     }
 
     /// The bytes of `range`, as slices of the parts.
@@ -267,6 +420,12 @@ mod tests {
             check(&s, msg, &base, v);
             check(&s, msg, v, &base);
         }
+        // The old version names `metadata` twice (the later one was encoded); the new one drops
+        // the later: its first `metadata`, the same bytes at the same place, is not the one the
+        // old encoding holds.
+        let twice = base.replace(r#","status":"#, r#","metadata":{"name":"late"},"status":"#);
+        check(&s, msg, &twice, &base);
+        check(&s, msg, &base, &twice);
         // Whole parts changing places.
         let moved = base.replace(r#""metadata":"#, r#""spec2":0,"metadata":"#);
         check(&s, msg, &base, &moved);

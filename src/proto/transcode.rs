@@ -43,7 +43,7 @@ fn unsupported<T>(what: impl Into<String>) -> R<T> {
 /// all for an embedded object).
 /// Fields added after Kubernetes 1.`minor` are not written ([`super::NEWEST`]: all).
 pub fn object(schema: &Schema, msg: usize, json: &[u8], minor: u32) -> R<Vec<u8>> {
-    let cx = Cx { s: schema, minor, json, stored: None };
+    let cx = Cx { s: schema, minor, json, stored: None, repeated: Default::default() };
     Ok(encode_object(&cx, msg)?.into_rope().to_vec())
 }
 
@@ -58,8 +58,10 @@ pub fn object_shared(
     prefix_len: usize,
     minor: u32,
 ) -> R<Rope> {
-    let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)) };
-    Ok(encode_object(&cx, msg)?.into_rope())
+    let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)), repeated: Default::default() };
+    let mut rope = encode_object(&cx, msg)?.into_rope();
+    rope.repeated = cx.repeated.get();
+    Ok(rope)
 }
 
 fn encode_object(cx: &Cx, msg: usize) -> R<Out> {
@@ -79,6 +81,8 @@ pub(super) struct Cx<'a> {
     pub(super) minor: u32,
     pub(super) json: &'a [u8],
     pub(super) stored: Option<(&'a Bytes, usize)>,
+    /// Set when an object had a member twice ([`Rope::repeated`]).
+    pub(super) repeated: std::cell::Cell<bool>,
 }
 
 impl Cx<'_> {
@@ -97,6 +101,9 @@ impl Cx<'_> {
 pub struct Rope {
     parts: Vec<Bytes>,
     len: usize,
+    /// Some object of the JSON had a member twice (the last one was encoded, as Go's decoder
+    /// keeps it): `proto::after` then does not take members from it by their place.
+    pub(super) repeated: bool,
 }
 
 impl Rope {
@@ -255,9 +262,14 @@ impl Out {
     }
 
     /// Field `number`, length-delimited, holding `child` (its copied runs join ours).
-    fn message_field(&mut self, number: u32, mut child: Out) {
+    fn message_field(&mut self, number: u32, child: Out) {
         wire::tag(self, number, wire::LEN);
         wire::varint(self, child.total() as u64);
+        self.append(child);
+    }
+
+    /// `child`'s bytes, as they are (fields already encoded).
+    fn append(&mut self, mut child: Out) {
         for p in child.parts.drain(..) {
             match p {
                 Part::Owned(v) => {
@@ -300,7 +312,7 @@ impl Out {
                 Part::Shared(b) => b,
             })
             .collect();
-        Rope { len: self.parts_len, parts }
+        Rope { len: self.parts_len, parts, repeated: false }
     }
 }
 
@@ -312,6 +324,9 @@ pub(super) enum Val<'a> {
     Msg(Option<Out>),
     /// A repeated message field's bodies (`None`: a null list; a `None` element: a null one).
     Msgs(Option<Vec<Option<Out>>>),
+    /// The field's whole encoding (tags included), taken from an earlier version whose member
+    /// had the same JSON (`proto::after`).
+    Encoded(Out),
     Taken,
 }
 
@@ -321,6 +336,7 @@ impl Val<'_> {
             Val::Raw(r) => is_null(r),
             Val::Msg(m) => m.is_none(),
             Val::Msgs(m) => m.is_none(),
+            Val::Encoded(_) => false,
             Val::Taken => true,
         }
     }
@@ -353,7 +369,8 @@ impl FieldId {
 
 impl<'a> Members<'a> {
     /// The last member setting `f` (Go's decoder keeps the last), marking every one used.
-    fn find(&mut self, f: &Field) -> Option<Val<'a>> {
+    /// Sets `repeated` when more than one member sets `f`.
+    fn find(&mut self, f: &Field, repeated: &std::cell::Cell<bool>) -> Option<Val<'a>> {
         if self.used == self.list.len() {
             // Every member has found its field: the rest of the message's fields are absent.
             return None;
@@ -365,6 +382,9 @@ impl<'a> Members<'a> {
                 if !m.used {
                     m.used = true;
                     self.used += 1;
+                }
+                if found.is_some() {
+                    repeated.set(true);
                 }
                 found = Some(i);
             }
@@ -623,7 +643,7 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, out: &mut Out) ->
             out.message_field(f.number, buf);
             continue;
         }
-        let v = members.find(f).filter(|v| !v.is_null());
+        let v = members.find(f, &cx.repeated).filter(|v| !v.is_null());
         if v.is_none() && f.since > minor {
             // A field the upstream's version does not have: it writes nothing for it.
             continue;
@@ -632,6 +652,7 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, out: &mut Out) ->
             (Card::One, None) => single(cx, f.number, &f.ty, None, out)?,
             (_, None) => {}
             (_, Some(Val::Msg(Some(body)))) => out.message_field(f.number, body),
+            (_, Some(Val::Encoded(encoded))) => out.append(encoded),
             (Card::Rep, Some(Val::Msgs(Some(list)))) => {
                 for body in list {
                     match body {
@@ -988,7 +1009,13 @@ mod tests {
         let s = schema();
         let t = |name: &str, json: &str| {
             let v: Box<RawValue> = serde_json::from_str(json).unwrap();
-            let cx = Cx { s: &s, minor: u32::MAX, json: json.as_bytes(), stored: None };
+            let cx = Cx {
+                s: &s,
+                minor: u32::MAX,
+                json: json.as_bytes(),
+                stored: None,
+                repeated: Default::default(),
+            };
             let m = &s.messages[s.message(name).unwrap()];
             special(&cx, m, m.special.unwrap(), Some(&v)).unwrap().into_rope().to_vec()
         };
