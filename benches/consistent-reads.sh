@@ -8,6 +8,8 @@
 # Requests alternate proxy / direct so both see the same machine noise.
 # Usage: benches/consistent-reads.sh [lists] [watch-lists] [leases/s]   (builds release first)
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 LISTS="${1:-200}"; WATCHES="${2:-50}"; LEASES="${3:-20}"
 cargo build --release --quiet

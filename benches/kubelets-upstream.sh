@@ -13,6 +13,8 @@
 #        (../shared/realk8s: DIR/kubeconfig DIR/pki/ca.crt DIR/pki/ca.key $(cat DIR/apiserver.pid))
 # Port 18191.
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 KC=${1:?usage: benches/kubelets-upstream.sh KUBECONFIG CA_CERT CA_KEY APISERVER_PID [nodes] [seconds]}
 CA=${2:?CA_CERT}; CAKEY=${3:?CA_KEY}; APID=${4:?APISERVER_PID}

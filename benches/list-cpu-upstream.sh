@@ -13,6 +13,8 @@
 #        BIN=/path/to/kube-watchcache …: another build of the proxy.
 # The kubeconfig must name a token and a CA file (as ../shared/realk8s's does). Ports 18181-2.
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 KC="${1:?usage: benches/list-cpu-upstream.sh KUBECONFIG APISERVER_PID [objects] [rounds]}"
 APID="${2:?the pid of the apiserver}"

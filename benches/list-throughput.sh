@@ -16,6 +16,8 @@
 #        of the same sim instead of its pods (issue 35's keep-item).
 #        PLAIN=1 benches/list-throughput.sh [runs]: the plain HTTP/1.1 rows only (no TLS proxies).
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 RUNS="${1:-10}"
 cargo build --release --quiet

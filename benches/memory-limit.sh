@@ -8,6 +8,8 @@
 #
 #   benches/memory-limit.sh [OBJECTS=100000] [FRACTION=0.5] [CHURN=200]
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 OBJECTS="${1:-100000}"
 FRACTION="${2:-0.5}"

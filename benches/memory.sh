@@ -3,6 +3,8 @@
 # Usage: benches/memory.sh [objects]   (sim objects: half configmaps, half pods, ~2 KiB each)
 # Then the same after protobuf LISTs of both (the protobuf kept per object version).
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 OBJECTS="${1:-100000}"
 cargo build --release --quiet

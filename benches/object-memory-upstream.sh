@@ -9,6 +9,8 @@
 #        BIN=/path/to/kube-watchcache benches/object-memory-upstream.sh …: another build.
 # Port 18171.
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 KUBECONFIG_FILE="${1:?usage: benches/object-memory-upstream.sh KUBECONFIG}"
 PORT=18171

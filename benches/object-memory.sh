@@ -8,6 +8,8 @@
 #        BIN=/path/to/kube-watchcache benches/object-memory.sh …: another build (paired runs).
 # Ports 18131 (sim), 18132 (proxy), 18133 (empty proxy).
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 OBJECTS="${1:-100000}"
 CHURN_S="${2:-0}"

@@ -3,6 +3,8 @@
 # the proxy vs directly, N sequential requests each on one kept-alive curl connection.
 # Usage: benches/passthrough-latency.sh [N]
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 N="${1:-2000}"
 cargo build --release --quiet

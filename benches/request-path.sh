@@ -6,6 +6,8 @@
 # alternate the two builds so that the machine's drift hits both alike.
 # Usage: BASE=<other kube-watchcache binary> benches/request-path.sh [N] [rounds]
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 N="${1:-3000}"; ROUNDS="${2:-3}"
 cargo build --release --quiet

@@ -6,6 +6,8 @@
 # final LIST RVs must not be older than the last event seen.
 # Usage: benches/sim-load.sh [seconds] [objects] [changes-per-sec]   (builds release first)
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"; OBJECTS="${2:-100000}"; RATE="${3:-1000}"
 cargo build --release --quiet

@@ -11,6 +11,8 @@
 # The caller calls `split_flags "$@"` (sets TLS and EXTRA), `start_pair`, then `run_bench ARGS...`.
 # RESOURCES (default pods) and PROXY_EXTRA (an array of more `serve` flags) may be set first.
 # Ports 18141 (sim) and 18142 (proxy).
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 
 # BIN=<binary> measures another build (paired runs); default: this tree's release build.
 BIN=${BIN:-target/release/kube-watchcache}

@@ -10,6 +10,8 @@
 # Usage: benches/soak.sh [duration=30m] [csv=target/soak-<time>.csv]
 #   env: OBJECTS=5000 CHURN=50 WATCHERS=500 EVENTS=10 PORT=18161 (sim) and PORT+1 (proxy)
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 DURATION="${1:-30m}"
 CSV="${2:-target/soak-$(date +%Y%m%d-%H%M%S).csv}"

@@ -7,6 +7,8 @@
 #        BIN=/path/to/kube-watchcache benches/watch-object-memory.sh …: another build.
 # Ports 18161 (sim), 18162 (proxy).
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 cd "$(dirname "$0")/.."
 N="${1:-20000}"; SP=18161; PP=18162
 if [ -z "${BIN:-}" ]; then

@@ -6,6 +6,8 @@
 #
 #   benches/wildcard-memory.sh KUBECONFIG [CRDS=100]    (KUBECTL=/path/to/kubectl if not on PATH)
 set -euo pipefail
+# A program's user agent: kube-apiserver (and the proxy, and the sim) indent JSON for curl's.
+curl() { command curl -A kube-watchcache-bench "$@"; }
 KUBECONFIG_FILE=${1:?usage: wildcard-memory.sh KUBECONFIG [CRDS]}
 CRDS=${2:-100}
 KUBECTL=${KUBECTL:-kubectl}
