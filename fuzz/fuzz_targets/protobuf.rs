@@ -1,9 +1,12 @@
 //! The JSON → protobuf transcoder on arbitrary bytes, as a Pod, a ConfigMap and a
 //! CustomResourceDefinition (the deepest schema): an error or bytes, never a panic; and when it
-//! encodes, the shared rope is the same bytes as the copied encoding.
+//! encodes, the shared rope is the same bytes as the copied encoding, and a next version (the
+//! input with one byte changed, where and to what its first and last bytes say) encoded from
+//! this one's encoding (`proto::after`) is the fresh encoding of that version, or both refuse.
 #![no_main]
 
 use bytes::Bytes;
+use kube_watchcache::proto::after::{object_after, Prior};
 use kube_watchcache::proto::schema::schema;
 use kube_watchcache::proto::transcode::{object, object_shared};
 use libfuzzer_sys::fuzz_target;
@@ -16,9 +19,29 @@ fuzz_target!(|data: &[u8]| {
         let stored = Bytes::copy_from_slice(data);
         let shared = object_shared(s, msg, data, &stored, 0, u32::MAX);
         match (copied, shared) {
-            (Ok(a), Ok(b)) => assert_eq!(a, b.to_vec()),
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a, b.to_vec());
+                next_version(msg, data, &stored, &b);
+            }
             (Err(_), Err(_)) => {}
             (a, b) => panic!("copied {:?} vs shared {:?}", a.is_ok(), b.is_ok()),
         }
     }
 });
+
+fn next_version(msg: usize, data: &[u8], stored: &Bytes, rope: &kube_watchcache::proto::Rope) {
+    let (Some(&first), Some(&last)) = (data.first(), data.last()) else { return };
+    let mut next = data.to_vec();
+    let at = usize::from(first) * next.len() / 256;
+    next[at] = last ^ next[at].rotate_left(1);
+    let next = Bytes::from(next);
+    let prior = Prior { json: data, stored, prefix_len: 0, rope };
+    let s = schema();
+    let fresh = object_shared(s, msg, &next, &next, 0, u32::MAX);
+    let after = object_after(s, msg, &next, &next, 0, u32::MAX, &prior);
+    match (fresh, after) {
+        (Ok(f), Ok(a)) => assert_eq!(f.to_vec(), a.to_vec()),
+        (Err(_), Err(_)) => {}
+        (f, a) => panic!("fresh {:?} vs after {:?}", f.is_ok(), a.is_ok()),
+    }
+}
