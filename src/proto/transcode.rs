@@ -588,7 +588,7 @@ fn text(v: &RawValue) -> &str {
     v.get().trim_ascii()
 }
 
-pub(super) fn is_null(v: &RawValue) -> bool {
+fn is_null(v: &RawValue) -> bool {
     text(v) == "null"
 }
 
