@@ -5,7 +5,10 @@
 //!   concerns one node, and the node index makes it ~constant in N;
 //! - `no_watchers`: the apply alone, the floor of both curves;
 //! - `all_watchers_protobuf/N`, `kubelet_protobuf/N`: the same with protobuf watchers (issue 17):
-//!   each event is transcoded once (its object version is new) and framed once for all of them.
+//!   each event is transcoded once (its object version is new) and framed once for all of them;
+//! - `kubelet_status/N`, `kubelet_status_protobuf/N`: kubelets again, each event also changing
+//!   the pod's status near its end (a container's `restartCount`), as a kubelet's own status
+//!   writes do, rather than only its `resourceVersion`.
 //!
 //! Only the applies are timed (`iter_custom`); the objects are prepared before and the
 //! watchers' queues drained after each chunk, so no watcher is closed for being slow (checked).
@@ -26,6 +29,15 @@ use support::PodSpec;
 /// Applies timed between two drains; the watcher queues hold twice that.
 const CHUNK: u64 = 64;
 
+/// What each event changes.
+#[derive(Clone, Copy, PartialEq)]
+enum Change {
+    /// The `resourceVersion` only.
+    Rv,
+    /// A container's `restartCount` in the status too.
+    Status,
+}
+
 /// Who watches.
 #[derive(Clone, Copy, PartialEq)]
 enum Shape {
@@ -43,6 +55,7 @@ struct Fixture {
     pool: Vec<Object>,
     nodes: usize,
     shape: Shape,
+    change: Change,
     next_rv: u64,
     /// Pod of the next event.
     cursor: usize,
@@ -50,7 +63,7 @@ struct Fixture {
 }
 
 impl Fixture {
-    fn new(shape: Shape, watchers: usize, repr: Repr) -> Fixture {
+    fn new(shape: Shape, watchers: usize, repr: Repr, change: Change) -> Fixture {
         let pods = support::size(10_000, 200);
         let nodes = if shape == Shape::Kubelet { watchers.max(1) } else { 100 };
         let opts = CacheOptions {
@@ -81,7 +94,18 @@ impl Fixture {
                 }
             })
             .collect();
-        Fixture { writer, reader, watches, pool, nodes, shape, next_rv: pods as u64 + 1, cursor: 0, rt }
+        Fixture {
+            writer,
+            reader,
+            watches,
+            pool,
+            nodes,
+            shape,
+            change,
+            next_rv: pods as u64 + 1,
+            cursor: 0,
+            rt,
+        }
     }
 
     /// Times `iters` applies, draining the interested watchers every `CHUNK`.
@@ -95,7 +119,11 @@ impl Fixture {
             for _ in 0..k {
                 let i = self.cursor % self.pool.len();
                 self.cursor += 1;
-                batch.push(self.pool[i].with_rv(Rv(self.next_rv)));
+                let obj = self.pool[i].with_rv(Rv(self.next_rv));
+                batch.push(match self.change {
+                    Change::Rv => obj,
+                    Change::Status => restarted(&self.writer, &obj, self.next_rv),
+                });
                 self.next_rv += 1;
                 touched.push(i % self.nodes);
             }
@@ -136,19 +164,34 @@ impl Fixture {
     }
 }
 
+/// `obj` with its container's `restartCount` set to `n`, parsed by the cache's writer (as the
+/// reflector parses what the upstream sends).
+fn restarted(w: &Writer, obj: &Object, n: u64) -> Object {
+    let json = String::from_utf8_lossy(&obj.typed_bytes()).replacen(
+        r#""restartCount":0"#,
+        &format!(r#""restartCount":{n}"#),
+        1,
+    );
+    assert!(json.contains(&format!(r#""restartCount":{n}"#)), "the bench pod has a restartCount");
+    match w.parse(json.into()) {
+        Ok(o) => o,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 fn fanout(c: &mut Criterion) {
     let sizes = [support::size(1_000, 10), support::size(5_000, 50), support::size(10_000, 100)];
     let mut g = c.benchmark_group("fanout_apply");
 
     g.throughput(Throughput::Elements(1));
-    let mut f = Fixture::new(Shape::All, 0, Repr::Full);
+    let mut f = Fixture::new(Shape::All, 0, Repr::Full, Change::Rv);
     g.bench_function("no_watchers", |b| b.iter_custom(|iters| f.run(iters)));
     f.check();
     drop(f);
 
     for (repr, suffix) in [(Repr::Full, ""), (Repr::FullProto, "_protobuf")] {
         for &n in &sizes {
-            let mut f = Fixture::new(Shape::All, n, repr);
+            let mut f = Fixture::new(Shape::All, n, repr, Change::Rv);
             // Throughput in deliveries: each apply reaches every watcher.
             g.throughput(Throughput::Elements(n as u64));
             g.bench_with_input(BenchmarkId::new(format!("all_watchers{suffix}"), n), &n, |b, _| {
@@ -159,8 +202,11 @@ fn fanout(c: &mut Criterion) {
     }
     for (repr, suffix) in [(Repr::Full, ""), (Repr::FullProto, "_protobuf")] {
         for &n in &sizes {
-            bench_kubelets(&mut g, n, repr, suffix);
+            bench_kubelets(&mut g, n, repr, Change::Rv, suffix);
         }
+    }
+    for (repr, suffix) in [(Repr::Full, ""), (Repr::FullProto, "_protobuf")] {
+        bench_kubelets(&mut g, sizes[0], repr, Change::Status, &format!("_status{suffix}"));
     }
     g.finish();
 }
@@ -169,10 +215,11 @@ fn bench_kubelets(
     g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     n: usize,
     repr: Repr,
+    change: Change,
     suffix: &str,
 ) {
     {
-        let mut f = Fixture::new(Shape::Kubelet, n, repr);
+        let mut f = Fixture::new(Shape::Kubelet, n, repr, change);
         g.throughput(Throughput::Elements(1));
         g.bench_with_input(BenchmarkId::new(format!("kubelet{suffix}"), n), &n, |b, _| {
             b.iter_custom(|iters| f.run(iters))

@@ -124,6 +124,10 @@ fn protobuf(c: &mut Criterion) {
             pt.encode_after(now, before, &prior).map(|r| r.len())
         })
     });
+    // The same, as a watch event makes it: the bodies walked from both ends (`proto::window`).
+    g.bench_function("transcode_pod_edit", |b| {
+        b.iter(|| pt.encode_edit(black_box(&next_body), &body, &prior).map(|r| r.len()))
+    });
     g.finish();
 }
 

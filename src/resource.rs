@@ -608,6 +608,13 @@ impl Object {
             return;
         }
         self.forms().proto.get_or_init(|| {
+            // A built-in object's body is its JSON after `{"kind":…,"apiVersion":…,`.
+            let built_in = !self.type_prefix().is_empty() && self.type_prefix() == prev.type_prefix();
+            if let Some(rope) =
+                built_in.then(|| self.proto_type().encode_edit(&self.body, &prev.body, prior)).flatten()
+            {
+                return Some(rope);
+            }
             let typed = self.typed_bytes();
             let prior_typed = prev.typed_bytes();
             let now = (&typed[..], &self.body, typed.len() - self.body.len());

@@ -52,20 +52,25 @@ pub fn object_after(
     let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)), repeated: Default::default() };
     let new = std::str::from_utf8(json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
     let old = std::str::from_utf8(prior.json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
-    let ctx = Ctx { cx: &cx, prior, parts: Parts::of(prior.rope) };
+    let ctx = Ctx::new(&cx, prior);
     let mut rope = ctx.message(msg, new, old, (0, prior.rope.len()))?.into_rope();
     // What was copied comes from the prior: a repeated member there may be in it.
     rope.repeated = cx.repeated.get() || prior.rope.repeated;
     Ok(rope)
 }
 
-struct Ctx<'c, 'a> {
-    cx: &'c Cx<'a>,
+/// A transcode's context and the previous version (its JSON, its encoding's parts).
+pub(super) struct Ctx<'c, 'a> {
+    pub(super) cx: &'c Cx<'a>,
     prior: &'c Prior<'c>,
-    parts: Parts<'c>,
+    pub(super) parts: Parts<'c>,
 }
 
-impl Ctx<'_, '_> {
+impl<'c, 'a> Ctx<'c, 'a> {
+    pub(super) fn new(cx: &'c Cx<'a>, prior: &'c Prior<'c>) -> Ctx<'c, 'a> {
+        Ctx { cx, prior, parts: Parts::of(prior.rope) }
+    }
+
     /// Message `idx` of the JSON object `new`, whose previous JSON was `old` and previous
     /// encoding the range `enc` of the prior rope.
     fn message(&self, idx: usize, new: &str, old: &str, enc: (usize, usize)) -> R<Out> {
@@ -91,7 +96,8 @@ impl Ctx<'_, '_> {
             let val = match (f, was) {
                 (Some(f), Some(was)) if was == v => {
                     let run = runs.iter().find(|r| r.0 == f.number).map_or((0, 0), |r| (r.1, r.2));
-                    Val::Encoded(self.copy(run, was, v))
+                    let at = |s: &str, base: &[u8]| s.as_ptr() as usize - base.as_ptr() as usize;
+                    Val::Encoded(self.copy_at(run, at(was, self.prior.json), at(v, cx.json)))
                 }
                 (Some(f), Some(was)) if matches!(f.card, Card::One | Card::Opt) && !null(v) && !null(was) => {
                     let sub = plain_message(cx.s, f)
@@ -108,14 +114,12 @@ impl Ctx<'_, '_> {
         encode_read(cx, m, Members { list, used: 0 })
     }
 
-    /// The previous encoding's bytes `range` (fields whose JSON, `was` in the prior JSON, is
-    /// equal to `now` in the new one): copied, except the long strings shared with the prior's
-    /// stored bytes, which are shared with the new version's at the same place.
-    fn copy(&self, range: (usize, usize), was: &str, now: &str) -> Out {
+    /// The previous encoding's bytes `range` (fields whose JSON, at `was_at` in the prior JSON,
+    /// is the same text as at `now_at` in the new one): copied, except the long strings shared
+    /// with the prior's stored bytes, which are shared with the new version's at the same place.
+    pub(super) fn copy_at(&self, range: (usize, usize), was_at: usize, now_at: usize) -> Out {
         let mut out = Out::default();
         let stored = self.prior.stored.as_ptr_range();
-        let was_at = was.as_ptr() as usize - self.prior.json.as_ptr() as usize;
-        let now_at = now.as_ptr() as usize - self.cx.json.as_ptr() as usize;
         for piece in self.parts.slices(range) {
             let shared = if stored.contains(&piece.as_ptr()) && piece.len() >= SHARE_MIN {
                 // Where the string lies in the prior JSON, relative to `was`; the same place in `now`.
@@ -179,7 +183,7 @@ fn null(v: &str) -> bool {
 }
 
 /// A member's value as serde_json's raw value (a value the splitter delimited).
-fn raw(v: &str) -> R<&RawValue> {
+pub(super) fn raw(v: &str) -> R<&RawValue> {
     serde_json::from_str(v).map_err(|e| Unsupported(format!("{e}")))
 }
 
@@ -221,7 +225,7 @@ fn split(text: &str) -> Option<Vec<(&str, &str)>> {
     }
 }
 
-fn ws(b: &[u8], mut i: usize) -> usize {
+pub(super) fn ws(b: &[u8], mut i: usize) -> usize {
     while b.get(i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
     }
@@ -229,7 +233,7 @@ fn ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// After the string starting at `b[i]` (a quote).
-fn string_end(b: &[u8], i: usize) -> Option<usize> {
+pub(super) fn string_end(b: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
     loop {
         j += memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
@@ -241,7 +245,7 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// After the value starting at `b[i]`.
-fn value_end(b: &[u8], i: usize) -> Option<usize> {
+pub(super) fn value_end(b: &[u8], i: usize) -> Option<usize> {
     match *b.get(i)? {
         b'"' => string_end(b, i),
         b'{' | b'[' => {
@@ -273,10 +277,12 @@ fn value_end(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The prior rope's parts with their offsets, for reading its fields across part boundaries.
-struct Parts<'a> {
+pub(super) struct Parts<'a> {
     parts: &'a [Bytes],
     /// Where each part starts in the rope.
     starts: Vec<usize>,
+    /// The part read last.
+    hint: std::cell::Cell<usize>,
 }
 
 impl<'a> Parts<'a> {
@@ -288,7 +294,18 @@ impl<'a> Parts<'a> {
             starts.push(at);
             at += p.len();
         }
-        Parts { parts, starts }
+        Parts { parts, starts, hint: Default::default() }
+    }
+
+    /// The part holding `pos`: the last one found (fields are read forward), else searched.
+    fn part_of(&self, pos: usize) -> Option<usize> {
+        let h = self.hint.get();
+        if self.starts.get(h).is_some_and(|&s| s <= pos && pos < s + self.parts[h].len()) {
+            return Some(h);
+        }
+        let i = self.starts.partition_point(|&s| s <= pos).checked_sub(1)?;
+        self.hint.set(i);
+        Some(i)
     }
 
     /// The byte at `pos`.
@@ -299,6 +316,22 @@ impl<'a> Parts<'a> {
 
     /// The varint at `*pos`, moving past it.
     fn varint(&self, pos: &mut usize) -> Option<u64> {
+        // Within one part (nearly always): read from its slice.
+        let i = self.part_of(*pos)?;
+        let here = self.parts[i].get(*pos - self.starts[i]..)?;
+        let mut v = 0u64;
+        for (k, &b) in here.iter().take(10).enumerate() {
+            v |= u64::from(b & 0x7f) << (7 * k);
+            if b < 0x80 {
+                *pos += k + 1;
+                return Some(v);
+            }
+        }
+        self.varint_across(pos)
+    }
+
+    /// [`Parts::varint`] byte by byte, across parts.
+    fn varint_across(&self, pos: &mut usize) -> Option<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte(*pos)?;
@@ -314,7 +347,7 @@ impl<'a> Parts<'a> {
     /// The fields in `range`, consecutive entries of one number together: (number, start,
     /// end) of each run, tags included (fields are written in number order, so a field's
     /// entries are one run).
-    fn runs(&self, (mut pos, end): (usize, usize)) -> Option<Vec<(u32, usize, usize)>> {
+    pub(super) fn runs(&self, (mut pos, end): (usize, usize)) -> Option<Vec<(u32, usize, usize)>> {
         let mut out: Vec<(u32, usize, usize)> = Vec::with_capacity(16);
         while pos < end {
             let start = pos;
@@ -337,8 +370,21 @@ impl<'a> Parts<'a> {
         (pos == end).then_some(out)
     }
 
+    /// Each entry of `range` (a repeated field's run): its start and end, tag included.
+    pub(super) fn entries(&self, (mut pos, end): (usize, usize)) -> Option<Vec<(usize, usize)>> {
+        let mut out = Vec::with_capacity(4);
+        while pos < end {
+            let start = pos;
+            let tag = self.varint(&mut pos)?;
+            (tag & 7 == 2).then_some(())?;
+            pos += usize::try_from(self.varint(&mut pos)?).ok()?;
+            out.push((start, pos));
+        }
+        (pos == end).then_some(out)
+    }
+
     /// The body of the one length-delimited entry `start..end` (its tag and length skipped).
-    fn body(&self, start: usize, end: usize) -> Option<(usize, usize)> {
+    pub(super) fn body(&self, start: usize, end: usize) -> Option<(usize, usize)> {
         let mut pos = start;
         let tag = self.varint(&mut pos)?;
         let len = usize::try_from(self.varint(&mut pos)?).ok()?;

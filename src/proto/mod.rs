@@ -16,6 +16,7 @@ pub mod after;
 pub mod envelope;
 pub mod schema;
 pub mod transcode;
+pub mod window;
 pub mod wire;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -136,6 +137,13 @@ impl ProtoType {
         let encoded = after::object_after(s, msg, now.0, now.1, now.2, minor, &p)
             .or_else(|_| transcode::object_shared(s, msg, now.0, now.1, now.2, minor));
         self.outcome(false, encoded)
+    }
+
+    /// [`ProtoType::encode_after`] for a built-in object given by its bodies (its JSON after
+    /// the opening `{` and its `kind`/`apiVersion`), read only where the two differ (`window`).
+    /// `None`: not proven that way (then `encode_after`).
+    pub fn encode_edit(&self, now: &Bytes, before: &Bytes, prior: &Rope) -> Option<Rope> {
+        window::object_edit(schema::schema(), self.msg?, now, before, self.minor(), prior)
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.

@@ -327,6 +327,9 @@ pub(super) enum Val<'a> {
     /// The field's whole encoding (tags included), taken from an earlier version whose member
     /// had the same JSON (`proto::after`).
     Encoded(Out),
+    /// Written already: its encoding is in an earlier field's `Encoded` bytes (`proto::window`
+    /// copies consecutive fields at once).
+    Covered,
     Taken,
 }
 
@@ -336,7 +339,7 @@ impl Val<'_> {
             Val::Raw(r) => is_null(r),
             Val::Msg(m) => m.is_none(),
             Val::Msgs(m) => m.is_none(),
-            Val::Encoded(_) => false,
+            Val::Encoded(_) | Val::Covered => false,
             Val::Taken => true,
         }
     }
@@ -653,6 +656,7 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, out: &mut Out) ->
             (_, None) => {}
             (_, Some(Val::Msg(Some(body)))) => out.message_field(f.number, body),
             (_, Some(Val::Encoded(encoded))) => out.append(encoded),
+            (_, Some(Val::Covered)) => {}
             (Card::Rep, Some(Val::Msgs(Some(list)))) => {
                 for body in list {
                     match body {
