@@ -2,13 +2,16 @@
 //! CustomResourceDefinition (the deepest schema): an error or bytes, never a panic; and when it
 //! encodes, the shared rope is the same bytes as the copied encoding, and a next version (the
 //! input with one byte changed, where and to what its first and last bytes say) encoded from
-//! this one's encoding (`proto::after`) is the fresh encoding of that version, or both refuse.
+//! this one's encoding (`proto::after`) is the fresh encoding of that version, or both refuse; and
+//! when the walk from both texts' ends (`proto::window`, given the bodies after `{`) gives an
+//! encoding, it is that same fresh encoding.
 #![no_main]
 
 use bytes::Bytes;
 use kube_watchcache::proto::after::{object_after, Prior};
 use kube_watchcache::proto::schema::schema;
 use kube_watchcache::proto::transcode::{object, object_shared};
+use kube_watchcache::proto::window::object_edit;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -39,6 +42,15 @@ fn next_version(msg: usize, data: &[u8], stored: &Bytes, rope: &kube_watchcache:
     let s = schema();
     let fresh = object_shared(s, msg, &next, &next, 0, u32::MAX);
     let after = object_after(s, msg, &next, &next, 0, u32::MAX, &prior);
+    if next.first() == Some(&b'{') && data.first() == Some(&b'{') {
+        let next_body = Bytes::copy_from_slice(&next[1..]);
+        if let Some(e) = object_edit(s, msg, &next_body, &stored.slice(1..), u32::MAX, rope) {
+            match &fresh {
+                Ok(f) => assert_eq!(f.to_vec(), e.to_vec()),
+                Err(err) => panic!("the walk encoded what a fresh encoding refuses: {err}"),
+            }
+        }
+    }
     match (fresh, after) {
         (Ok(f), Ok(a)) => assert_eq!(f.to_vec(), a.to_vec()),
         (Err(_), Err(_)) => {}

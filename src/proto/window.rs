@@ -51,7 +51,11 @@ pub fn object_edit(
     let head = common_prefix(new, old);
     let tail = new.len() - common_suffix(&new[head..], &old[head..]);
     let walk = Walk { ctx: Ctx::new(&cx, &p), new, old, head, tail };
-    let (out, _) = walk.object(msg, 0, 0, (0, prior.len()))?;
+    let (out, end) = walk.object(msg, 0, 0, (0, prior.len()))?;
+    if let End::Closed(n, _) = end {
+        // Nothing but whitespace after the object (the tail, if reached, is the old text's).
+        (ws(new, n) == new.len()).then_some(())?;
+    }
     let mut rope = out.into_rope();
     rope.repeated = cx.repeated.get();
     Some(rope)
@@ -469,6 +473,9 @@ mod tests {
         // The old text named a member twice: its encoding holds the later one.
         let twice = base.replace(r#""rv":"1""#, r#""rv":"1","name":"b""#);
         assert!(!check(&s, &twice, &twice.replace(r#""rv":"1""#, r#""rv":"2""#)));
+        // Something after the object.
+        assert!(!check(&s, base, &format!("{base}x")));
+        assert!(!check(&s, base, &format!("{} }}", base.replace(r#""rv":"1""#, r#""rv":"2""#))));
         // Not an object where the schema has one.
         assert!(!check(&s, base, &base.replace(r#"{"node":"n"}"#, "[]")));
     }
