@@ -162,6 +162,10 @@ pub struct BenchArgs {
     /// secrets), or external with --node-ca-cert and --node-ca-key (a CA the proxy trusts).
     #[arg(long)]
     pub node_identities: bool,
+    /// With --node-identities: the nodes ask for JSON only instead of protobuf first (to set a
+    /// protobuf delivery's cost beside a JSON one's in the same setup).
+    #[arg(long, requires = "node_identities")]
+    pub node_json: bool,
     /// CA certificate (PEM) that signs the node certificates of --node-identities (external).
     #[arg(long, requires = "node_ca_key")]
     pub node_ca_cert: Option<PathBuf>,
@@ -223,6 +227,7 @@ impl BenchArgs {
             put_writes: false,
             cleanup: false,
             node_identities: false,
+            node_json: false,
             node_ca_cert: None,
             node_ca_key: None,
             json: None,

@@ -199,7 +199,7 @@ pub async fn gets(
                 Some(nodes) => {
                     let path =
                         format!("/api/v1/namespaces/{ns}/secrets/{}?resourceVersion=0", secret_name(node));
-                    let req = NodeClients::request(&target, Method::GET, &path);
+                    let req = nodes.request(&target, Method::GET, &path);
                     send_timed(nodes.client(node), req, &stats, Kind::Get).await;
                 }
                 None => {

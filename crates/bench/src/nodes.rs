@@ -2,7 +2,7 @@
 //! a client certificate of its own (`CN=system:node:node-<n>, O=system:nodes`, signed by the
 //! in-process CA or `--node-ca-cert`/`--node-ca-key`), on its own connection (HTTP/2 with
 //! `--http2`), sending `Accept: application/vnd.kubernetes.protobuf,application/json` as kubelets
-//! do and no bearer token, so that the proxy authorizes each node as the Node authorizer sees it.
+//! do (`application/json` with `--node-json`) and no bearer token, so that the proxy authorizes each node as the Node authorizer sees it.
 //! Each node's pods mount a Secret `bench-node-<n>` (in the pod's namespace; its shape is
 //! `env`'s, with the pods'), which the node GETs as a kubelet does.
 //!
@@ -23,9 +23,14 @@ use super::tls::ClientTls;
 /// What kubelets (and kube-proxy) send: protobuf first, JSON accepted.
 pub const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
 
+/// What the nodes ask for with `--node-json`: JSON only (to compare a delivery's cost in both).
+pub const JSON_ACCEPT: &str = "application/json";
+
 /// One client per node, each presenting that node's certificate.
 pub struct NodeClients {
     clients: Vec<HttpClient>,
+    /// [`KUBELET_ACCEPT`], or [`JSON_ACCEPT`] with `--node-json`.
+    accept: &'static str,
 }
 
 impl NodeClients {
@@ -35,6 +40,7 @@ impl NodeClients {
         roots: &[rustls_pki_types::CertificateDer<'static>],
         nodes: usize,
         http2: bool,
+        json: bool,
     ) -> Result<Arc<NodeClients>, String> {
         let mut clients = Vec::with_capacity(nodes);
         for n in 0..nodes {
@@ -44,7 +50,8 @@ impl NodeClients {
             b.pool_idle_timeout(std::time::Duration::from_secs(30)).http2_only(http2);
             clients.push(b.build(tls.connector(http2)));
         }
-        Ok(Arc::new(NodeClients { clients }))
+        let accept = if json { JSON_ACCEPT } else { KUBELET_ACCEPT };
+        Ok(Arc::new(NodeClients { clients, accept }))
     }
 
     pub fn client(&self, node: usize) -> &HttpClient {
@@ -52,11 +59,16 @@ impl NodeClients {
     }
 
     /// A kubelet's request: its Accept, no bearer token (the certificate is the identity).
-    pub fn request(target: &Target, method: Method, path_and_query: &str) -> Option<Request<Full<Bytes>>> {
+    pub fn request(
+        &self,
+        target: &Target,
+        method: Method,
+        path_and_query: &str,
+    ) -> Option<Request<Full<Bytes>>> {
         Request::builder()
             .method(method)
             .uri(format!("{}{}", target.base, path_and_query))
-            .header(ACCEPT, HeaderValue::from_static(KUBELET_ACCEPT))
+            .header(ACCEPT, HeaderValue::from_static(self.accept))
             .body(Full::new(Bytes::new()))
             .ok()
     }

@@ -130,9 +130,9 @@ pub async fn run(
         if let Some((i, n)) = me.shard {
             url.push_str(&format!("&shardSelector={}", super::shards::query(i, n)));
         }
-        let req = match kubelet {
-            Some(_) => NodeClients::request(&shared.target, Method::GET, &url),
-            None => shared.target.request(Method::GET, &url, None),
+        let req = match (&kubelet, &shared.nodes) {
+            (Some(_), Some(nodes)) => nodes.request(&shared.target, Method::GET, &url),
+            _ => shared.target.request(Method::GET, &url, None),
         };
         let Some(req) = req else {
             me.failed.store(true, Relaxed);
