@@ -7,7 +7,8 @@
 # node with SubjectAccessReviews that the sim's Node authorizer answers (1.34 rules).
 # Prints: lost/duplicated/reordered, p99 lag, proxy memory per watch, CPU per delivery, upstream
 # SARs (per second and per node) and the auth cache hit rate.
-# Usage: benches/kubelets.sh [nodes] [seconds] [bench flags...]   (builds release first)
+# Usage: [EVENTS=changes/s] benches/kubelets.sh [nodes] [seconds] [bench flags...]   (builds release first;
+# 100 changes/s unless EVENTS says otherwise)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODES=5000; SECS=30
@@ -20,7 +21,7 @@ PROXY_EXTRA=(--client-ca-file "$PKI/ca.crt")
 start_pair
 BEFORE=$(awk '/VmRSS/ {print $2}' /proc/$P/status)
 JSON=$PKI/report.json
-run_bench --scenario kubelet --watchers "$NODES" --objects $((NODES * 2)) --events-per-sec 100 \
+run_bench --scenario kubelet --watchers "$NODES" --objects $((NODES * 2)) --events-per-sec "${EVENTS:-100}" \
     --gets-per-sec 100 --lists-per-sec 0 --duration "${SECS}s" --http2 --node-identities \
     --node-ca-cert "$PKI/ca.crt" --node-ca-key "$PKI/ca.key" --json "$JSON" "${EXTRA[@]}"
 python3 - "$JSON" "$BEFORE" "$NODES" <<'PY'
