@@ -92,6 +92,8 @@ impl Walk<'_, '_> {
         let mut list = Vec::with_capacity(runs.len() + 2);
         let mut seen: Vec<u32> = Vec::with_capacity(runs.len() + 2);
         (n, o) = (ws(new, n), ws(old, o));
+        // Whether `n` and `o` follow a comma (then a member must come, not the closing brace).
+        let mut after_comma = false;
         let end = loop {
             if n >= self.tail && o + new.len() == n + old.len() {
                 break End::Tail(n, o);
@@ -99,7 +101,8 @@ impl Walk<'_, '_> {
             let pair = member_key(new, n).zip(member_key(old, o)).filter(|((k, _), (ko, _))| k == ko);
             let Some(((key, vn), (_, vo))) = pair else {
                 // Members added, removed or moved: the rest of this object is matched by name.
-                break self.by_name(m, &runs, &mut seen, &mut list, n, o)?;
+                let (rest_n, rest_o) = ((n, after_comma), (o, after_comma));
+                break self.by_name(m, &runs, &mut seen, &mut list, rest_n, rest_o)?;
             };
             let f = field_for(cx.s, m, key);
             seen.extend(f.map(|f| f.number));
@@ -110,11 +113,15 @@ impl Walk<'_, '_> {
                 tail => break tail,
             };
             match (new.get(en), old.get(eo)) {
-                (Some(b','), Some(b',')) => (n, o) = (ws(new, en + 1), ws(old, eo + 1)),
+                (Some(b','), Some(b',')) => {
+                    (n, o) = (ws(new, en + 1), ws(old, eo + 1));
+                    after_comma = true;
+                }
                 (Some(b'}'), Some(b'}')) => break End::Closed(en + 1, eo + 1),
                 (Some(b',' | b'}'), Some(b',' | b'}')) => {
                     // One object has more members than the other.
-                    let next = |t: &[u8], i: usize| if t[i] == b',' { ws(t, i + 1) } else { i };
+                    let next =
+                        |t: &[u8], i: usize| if t[i] == b',' { (ws(t, i + 1), true) } else { (i, false) };
                     break self.by_name(m, &runs, &mut seen, &mut list, next(new, en), next(old, eo))?;
                 }
                 _ => return None,
@@ -254,21 +261,22 @@ impl Walk<'_, '_> {
     }
 
     /// The rest of an object's members, from `n` in the new text and `o` in the old one (each at
-    /// a member or at the closing brace), each new one with the old one of its name.
+    /// a member or at the closing brace, with whether it follows a comma), each new one with the
+    /// old one of its name.
     fn by_name<'a>(
         &self,
         m: &Message,
         runs: &[(u32, usize, usize)],
         seen: &mut Vec<u32>,
         list: &mut Vec<Member<'a>>,
-        n: usize,
-        o: usize,
+        n: (usize, bool),
+        o: (usize, bool),
     ) -> Option<End>
     where
         Self: 'a,
     {
-        let (rest_new, close_n) = members(self.new, n)?;
-        let (rest_old, close_o) = members(self.old, o)?;
+        let (rest_new, close_n) = members(self.new, n.0, n.1)?;
+        let (rest_old, close_o) = members(self.old, o.0, o.1)?;
         for &(key, vn) in &rest_new {
             let f = field_for(self.ctx.cx.s, m, key);
             if let Some(f) = f {
@@ -295,16 +303,16 @@ impl Walk<'_, '_> {
     }
 }
 
-/// The members from `i` (a member or the closing brace) to the end of their object: each key
-/// and where its value starts, and where the closing brace is.
-fn members(text: &[u8], mut i: usize) -> Option<(Vec<(&str, usize)>, usize)> {
+/// The members from `i` (a member, or the closing brace unless `i` follows a comma) to the end
+/// of their object: each key and where its value starts, and where the closing brace is.
+fn members(text: &[u8], mut i: usize, after_comma: bool) -> Option<(Vec<(&str, usize)>, usize)> {
     let mut out = Vec::new();
+    i = ws(text, i);
+    if text.get(i) == Some(&b'}') && !after_comma {
+        return Some((out, i));
+    }
     loop {
-        i = ws(text, i);
-        if text.get(i) == Some(&b'}') {
-            return Some((out, i));
-        }
-        let (key, v) = member_key(text, i)?;
+        let (key, v) = member_key(text, ws(text, i))?;
         out.push((key, v));
         i = ws(text, value_end(text, v)?);
         match text.get(i) {
@@ -473,6 +481,13 @@ mod tests {
         // The old text named a member twice: its encoding holds the later one.
         let twice = base.replace(r#""rv":"1""#, r#""rv":"1","name":"b""#);
         assert!(!check(&s, &twice, &twice.replace(r#""rv":"1""#, r#""rv":"2""#)));
+        // A trailing comma (JSON has none), at the end of an object, of the top level, of a list's
+        // element.
+        assert!(!check(&s, base, &base.replace(r#""rv":"1"}"#, r#""rv":"1",}"#)));
+        assert!(!check(&s, base, &base.replace(r#""rv":"1"}"#, r#""rv":"2",}"#)));
+        assert!(!check(&s, base, &base.replace(r#""node":"n"}}"#, r#""node":"n"},}"#)));
+        let listed = r#"{"spec":{"items":[{"name":"a","rv":"1"}]}}"#;
+        assert!(!check(&s, listed, &listed.replace(r#""rv":"1""#, "")));
         // Something after the object.
         assert!(!check(&s, base, &format!("{base}x")));
         assert!(!check(&s, base, &format!("{} }}", base.replace(r#""rv":"1""#, r#""rv":"2""#))));

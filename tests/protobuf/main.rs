@@ -11,3 +11,4 @@ mod managed_fields;
 mod metadata_only;
 mod protobuf;
 mod protobuf_serving;
+mod window_walk;
