@@ -19,8 +19,9 @@
 //! Exact for the reasons the after module is (a field's encoding depends only on its member's
 //! JSON; fields are written in number order, a repeated field's entries together). Where it
 //! cannot tell (an escaped key, a message with inline fields, a member named twice, an old text
-//! that named one twice, a trailing comma or anything after the object), it gives up and the caller encodes from the whole texts. Long strings
-//! are shared with the new stored bytes as a fresh encoding shares them.
+//! that named one twice, a trailing comma or anything after the object), it gives up and the
+//! caller encodes from the whole texts. Long strings are shared with the new stored bytes as a
+//! fresh encoding shares them.
 //!
 //! Pure; called by `proto::ProtoType::encode_edit` (a watch event's new version, when the version
 //! it replaced was encoded).
