@@ -12,9 +12,30 @@ use kube_watchcache::proto::window::object_edit;
 use kube_watchcache::proto::NEWEST;
 use serde_json::Value;
 
-fn recording() -> Value {
+/// An object the apiserver sent (a GET of the recording whose kind the schema has).
+pub(crate) struct Recorded {
+    pub(crate) path: Value,
+    pub(crate) obj: Value,
+    pub(crate) msg: usize,
+    /// Its JSON as sent, compact.
+    pub(crate) base: String,
+}
+
+pub(crate) fn recorded() -> Vec<Recorded> {
     let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/recordings/v1.28.7-raw/protobuf.json");
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    let rec: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for entry in rec["gets"].as_array().unwrap() {
+        let Some(body) = entry["json"]["body"].as_str().filter(|_| entry["json"]["status"] == 200) else {
+            continue;
+        };
+        let obj: Value = serde_json::from_str(body).unwrap();
+        let api = obj["apiVersion"].as_str().unwrap();
+        let (group, version) = api.split_once('/').unwrap_or(("", api));
+        let Some(msg) = schema().kind(group, version, obj["kind"].as_str().unwrap()) else { continue };
+        out.push(Recorded { path: entry["path"].clone(), obj, msg, base: body.trim_end().to_owned() });
+    }
+    out
 }
 
 /// Textual edits of a compact object (the rest of its bytes untouched).
@@ -36,17 +57,8 @@ fn edits(json: &str) -> Vec<String> {
 
 #[test]
 fn a_version_encoded_from_its_predecessors_encoding_is_the_fresh_encoding() {
-    let rec = recording();
     let (mut compared, mut reused) = (0, 0);
-    for entry in rec["gets"].as_array().unwrap() {
-        let Some(body) = entry["json"]["body"].as_str().filter(|_| entry["json"]["status"] == 200) else {
-            continue;
-        };
-        let obj: Value = serde_json::from_str(body).unwrap();
-        let api = obj["apiVersion"].as_str().unwrap();
-        let (group, version) = api.split_once('/').unwrap_or(("", api));
-        let Some(msg) = schema().kind(group, version, obj["kind"].as_str().unwrap()) else { continue };
-        let base = body.trim_end().to_owned();
+    for Recorded { path, msg, base, .. } in recorded() {
         for new in edits(&base) {
             for (old, new) in [(base.clone(), new.clone()), (new, base.clone())] {
                 let (old_b, new_b) = (Bytes::from(old), Bytes::from(new));
@@ -54,7 +66,7 @@ fn a_version_encoded_from_its_predecessors_encoding_is_the_fresh_encoding() {
                 let p = Prior { json: &old_b, stored: &old_b, prefix_len: 0, rope: &prior };
                 let fresh = object_shared(schema(), msg, &new_b, &new_b, 0, NEWEST);
                 let after = object_after(schema(), msg, &new_b, &new_b, 0, NEWEST, &p);
-                let what = format!("{} {}", entry["path"], String::from_utf8_lossy(&new_b));
+                let what = format!("{path} {}", String::from_utf8_lossy(&new_b));
                 match (fresh, after) {
                     (Ok(f), Ok(a)) => {
                         assert_eq!(a.to_vec(), f.to_vec(), "{what}");
@@ -78,17 +90,8 @@ fn a_version_encoded_from_its_predecessors_encoding_is_the_fresh_encoding() {
 /// encoding, it is the fresh one, byte for byte and in what it shares; and it gives one for most.
 #[test]
 fn a_version_walked_against_its_predecessor_is_the_fresh_encoding() {
-    let rec = recording();
     let (mut compared, mut walked) = (0, 0);
-    for entry in rec["gets"].as_array().unwrap() {
-        let Some(body) = entry["json"]["body"].as_str().filter(|_| entry["json"]["status"] == 200) else {
-            continue;
-        };
-        let obj: Value = serde_json::from_str(body).unwrap();
-        let api = obj["apiVersion"].as_str().unwrap();
-        let (group, version) = api.split_once('/').unwrap_or(("", api));
-        let Some(msg) = schema().kind(group, version, obj["kind"].as_str().unwrap()) else { continue };
-        let base = body.trim_end().to_owned();
+    for Recorded { path, obj, msg, base } in recorded() {
         // The typed prefix as the apiserver writes it: kind, then apiVersion.
         let prefix = format!(r#"{{"kind":{},"apiVersion":{},"#, obj["kind"], obj["apiVersion"]);
         assert!(base.starts_with(&prefix), "{prefix}");
@@ -105,7 +108,7 @@ fn a_version_walked_against_its_predecessor_is_the_fresh_encoding() {
                 };
                 let fresh = object_shared(schema(), msg, &new_b, &new_body, prefix.len(), NEWEST);
                 let edit = object_edit(schema(), msg, &new_body, &old_body, NEWEST, &prior);
-                let what = format!("{} {}", entry["path"], String::from_utf8_lossy(&new_b));
+                let what = format!("{path} {}", String::from_utf8_lossy(&new_b));
                 compared += 1;
                 // Giving up is allowed (then `proto::after` reads the objects whole).
                 let Some(e) = edit else { continue };
