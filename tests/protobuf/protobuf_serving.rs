@@ -136,5 +136,9 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
     assert_eq!(event[0].2, b"MODIFIED");
     let raw = fields(event[1].2).unwrap();
     assert_eq!(unwrap_envelope(raw[0].2).0, "ConfigMap");
+    // The new version was encoded from the previous version's encoding (made for the LIST above),
+    // reading only its JSON that changed (`proto::window`): the upstream's own bytes for it.
+    let sim_now = direct("/api/v1/namespaces/p/configmaps/cm-2", KUBELET).await;
+    assert_eq!(raw[0].2, &sim_now.body[..], "the MODIFIED object: proxy = sim");
     assert_eq!(upstream(), before, "the watch too");
 }
