@@ -95,7 +95,7 @@ impl<'c, 'a> Ctx<'c, 'a> {
             };
             let val = match (f, was) {
                 (Some(f), Some(was)) if was == v => {
-                    let run = runs.iter().find(|r| r.0 == f.number).map_or((0, 0), |r| (r.1, r.2));
+                    let run = run_of(&runs, f.number);
                     let at = |s: &str, base: &[u8]| s.as_ptr() as usize - base.as_ptr() as usize;
                     Val::Encoded(self.copy_at(run, at(was, self.prior.json), at(v, cx.json)))
                 }
@@ -191,38 +191,54 @@ pub(super) fn raw(v: &str) -> R<&RawValue> {
 /// anything else (the caller then reads the object whole).
 fn split(text: &str) -> Option<Vec<(&str, &str)>> {
     let b = text.as_bytes();
-    let mut i = ws(b, 0);
-    if b.get(i) != Some(&b'{') {
-        return None;
-    }
+    let i = ws(b, 0);
+    (b.get(i) == Some(&b'{')).then_some(())?;
+    let (list, close) = members(b, i + 1, false)?;
+    (ws(b, close + 1) == b.len()).then_some(())?;
+    list.into_iter().map(|(key, start, end)| Some((key, text.get(start..end)?))).collect()
+}
+
+/// A member as [`members`] finds it: its key and where its value starts and ends.
+pub(super) type Found<'a> = (&'a str, usize, usize);
+
+/// The members from `i` (a member, or the closing brace unless `i` follows a comma) to the end
+/// of their object: each key (without escapes, else `None`) and where its value starts and ends,
+/// and where the closing brace is.
+pub(super) fn members(text: &[u8], mut i: usize, after_comma: bool) -> Option<(Vec<Found<'_>>, usize)> {
     let mut out = Vec::with_capacity(16);
-    i = ws(b, i + 1);
-    if b.get(i) == Some(&b'}') {
-        return (ws(b, i + 1) == b.len()).then_some(out);
+    i = ws(text, i);
+    if text.get(i) == Some(&b'}') && !after_comma {
+        return Some((out, i));
     }
     loop {
-        if b.get(i) != Some(&b'"') {
-            return None;
-        }
-        let key_end = string_end(b, i)?;
-        let key = text.get(i + 1..key_end - 1)?;
-        if key.contains('\\') {
-            return None;
-        }
-        i = ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        i = ws(b, i + 1);
-        let end = value_end(b, i)?;
-        out.push((key, text.get(i..end)?));
-        i = ws(b, end);
-        match b.get(i) {
-            Some(b',') => i = ws(b, i + 1),
-            Some(b'}') => return (ws(b, i + 1) == b.len()).then_some(out),
+        let (key, v) = member_key(text, ws(text, i))?;
+        let end = value_end(text, v)?;
+        out.push((key, v, end));
+        i = ws(text, end);
+        match text.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => return Some((out, i)),
             _ => return None,
         }
     }
+}
+
+/// The key of the member starting at `text[i]` (unescaped) and where its value starts.
+pub(super) fn member_key(text: &[u8], i: usize) -> Option<(&str, usize)> {
+    (text.get(i) == Some(&b'"')).then_some(())?;
+    let key_end = string_end(text, i)?;
+    let key = std::str::from_utf8(text.get(i + 1..key_end - 1)?).ok()?;
+    if key.contains('\\') {
+        return None;
+    }
+    let colon = ws(text, key_end);
+    (text.get(colon) == Some(&b':')).then_some(())?;
+    Some((key, ws(text, colon + 1)))
+}
+
+/// Where field `number`'s entries are in `runs` (empty when the encoding has none).
+pub(super) fn run_of(runs: &[(u32, usize, usize)], number: u32) -> (usize, usize) {
+    runs.iter().find(|r| r.0 == number).map_or((0, 0), |r| (r.1, r.2))
 }
 
 pub(super) fn ws(b: &[u8], mut i: usize) -> usize {

@@ -30,7 +30,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
-use super::after::{raw, string_end, value_end, ws, Ctx, Prior};
+use super::after::{member_key, members, raw, run_of, value_end, ws, Ctx, Prior};
 use super::schema::{Card, Field, Message, Schema};
 use super::transcode::{encode_read, field_for, plain_message, Cx, FieldId, Member, Members, Out, Rope, Val};
 
@@ -171,7 +171,7 @@ impl Walk<'_, '_> {
         Self: 'a,
     {
         let (cx, new, old) = (self.ctx.cx, self.new, self.old);
-        let run = |f: &Field| runs.iter().find(|r| r.0 == f.number).map_or((0, 0), |r| (r.1, r.2));
+        let run = |f: &Field| run_of(runs, f.number);
         let sub = f
             .filter(|f| matches!(f.card, Card::One | Card::Opt))
             .and_then(|f| plain_message(cx.s, f).map(|i| (f, i)))
@@ -278,20 +278,17 @@ impl Walk<'_, '_> {
     {
         let (rest_new, close_n) = members(self.new, n.0, n.1)?;
         let (rest_old, close_o) = members(self.old, o.0, o.1)?;
-        for &(key, vn) in &rest_new {
+        for &(key, vn, en) in &rest_new {
             let f = field_for(self.ctx.cx.s, m, key);
             if let Some(f) = f {
                 // A field named twice in the new object: read whole by the caller.
                 (!seen.contains(&f.number)).then_some(())?;
                 seen.push(f.number);
             }
-            let was = rest_old.iter().find(|(k, _)| *k == key);
+            let was = rest_old.iter().find(|(k, ..)| *k == key);
             let val = match was {
-                Some(&(_, vo)) => self.value(runs, f, vn, vo, false)?.0,
-                None => {
-                    let text = std::str::from_utf8(self.new.get(vn..value_end(self.new, vn)?)?).ok()?;
-                    Val::Raw(raw(text).ok()?)
-                }
+                Some(&(_, vo, _)) => self.value(runs, f, vn, vo, false)?.0,
+                None => Val::Raw(raw(std::str::from_utf8(self.new.get(vn..en)?).ok()?).ok()?),
             };
             list.push(member(key, val, f));
         }
@@ -304,26 +301,6 @@ impl Walk<'_, '_> {
     }
 }
 
-/// The members from `i` (a member, or the closing brace unless `i` follows a comma) to the end
-/// of their object: each key and where its value starts, and where the closing brace is.
-fn members(text: &[u8], mut i: usize, after_comma: bool) -> Option<(Vec<(&str, usize)>, usize)> {
-    let mut out = Vec::new();
-    i = ws(text, i);
-    if text.get(i) == Some(&b'}') && !after_comma {
-        return Some((out, i));
-    }
-    loop {
-        let (key, v) = member_key(text, ws(text, i))?;
-        out.push((key, v));
-        i = ws(text, value_end(text, v)?);
-        match text.get(i) {
-            Some(b',') => i += 1,
-            Some(b'}') => return Some((out, i)),
-            _ => return None,
-        }
-    }
-}
-
 /// A message whose JSON members are its own fields, one each (inline fields mix members of
 /// several messages: such a message's value is read whole).
 fn walkable(m: &Message) -> bool {
@@ -332,19 +309,6 @@ fn walkable(m: &Message) -> bool {
 
 fn member<'a>(key: &'a str, val: Val<'a>, f: Option<&Field>) -> Member<'a> {
     Member { key: Cow::Borrowed(key), val, field: f.map(FieldId::of), used: false }
-}
-
-/// The key of the member starting at `text[i]` (unescaped) and where its value starts.
-fn member_key(text: &[u8], i: usize) -> Option<(&str, usize)> {
-    (text.get(i) == Some(&b'"')).then_some(())?;
-    let key_end = string_end(text, i)?;
-    let key = std::str::from_utf8(text.get(i + 1..key_end - 1)?).ok()?;
-    if key.contains('\\') {
-        return None;
-    }
-    let colon = ws(text, key_end);
-    (text.get(colon) == Some(&b':')).then_some(())?;
-    Some((key, ws(text, colon + 1)))
 }
 
 /// The value `new[vn..vn + len]` (whole) is also the old text's value at `vo`: the same bytes,
