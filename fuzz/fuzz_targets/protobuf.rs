@@ -3,13 +3,14 @@
 //! encodes, the shared rope is the same bytes as the copied encoding, and a next version (the
 //! input with one byte changed, where and to what its first and last bytes say) encoded from
 //! this one's encoding (`proto::after`) is the fresh encoding of that version, or both refuse; and
-//! when the walk from both texts' ends (`proto::window`, given the bodies after `{`) gives an
-//! encoding, it is that same fresh encoding.
+//! when the walk from both texts' ends (`proto::window`, given the bodies after `{`) or the splice
+//! of changed scalars (`proto::splice`) gives an encoding, it is that same fresh encoding.
 #![no_main]
 
 use bytes::Bytes;
 use kube_watchcache::proto::after::{object_after, Prior};
 use kube_watchcache::proto::schema::schema;
+use kube_watchcache::proto::splice::object_splice;
 use kube_watchcache::proto::transcode::{object, object_shared};
 use kube_watchcache::proto::window::object_edit;
 use libfuzzer_sys::fuzz_target;
@@ -44,10 +45,13 @@ fn next_version(msg: usize, data: &[u8], stored: &Bytes, rope: &kube_watchcache:
     let after = object_after(s, msg, &next, &next, 0, u32::MAX, &prior);
     if next.first() == Some(&b'{') && data.first() == Some(&b'{') {
         let next_body = Bytes::copy_from_slice(&next[1..]);
-        if let Some(e) = object_edit(s, msg, &next_body, &stored.slice(1..), u32::MAX, rope) {
+        let old_body = stored.slice(1..);
+        let walked = object_edit(s, msg, &next_body, &old_body, u32::MAX, rope);
+        let spliced = object_splice(s, msg, &next_body, &old_body, u32::MAX, rope);
+        for e in walked.into_iter().chain(spliced) {
             match &fresh {
                 Ok(f) => assert_eq!(f.to_vec(), e.to_vec()),
-                Err(err) => panic!("the walk encoded what a fresh encoding refuses: {err}"),
+                Err(err) => panic!("the walk or the splice encoded what a fresh encoding refuses: {err}"),
             }
         }
     }

@@ -322,7 +322,7 @@ pub(super) struct Parts<'a> {
 }
 
 impl<'a> Parts<'a> {
-    fn of(rope: &'a Rope) -> Parts<'a> {
+    pub(super) fn of(rope: &'a Rope) -> Parts<'a> {
         let parts = rope.parts();
         let mut starts = Vec::with_capacity(parts.len());
         let mut at = 0;
@@ -351,7 +351,7 @@ impl<'a> Parts<'a> {
     }
 
     /// The varint at `*pos`, moving past it.
-    fn varint(&self, pos: &mut usize) -> Option<u64> {
+    pub(super) fn varint(&self, pos: &mut usize) -> Option<u64> {
         // Within one part (nearly always): read from its slice.
         let i = self.part_of(*pos)?;
         let here = self.parts[i].get(*pos - self.starts[i]..)?;
@@ -428,7 +428,7 @@ impl<'a> Parts<'a> {
     }
 
     /// The bytes of `range`, as slices of the parts.
-    fn slices(&self, (start, end): (usize, usize)) -> impl Iterator<Item = &'a [u8]> + '_ {
+    pub(super) fn slices(&self, (start, end): (usize, usize)) -> impl Iterator<Item = &'a [u8]> + '_ {
         let first = self.starts.partition_point(|&s| s <= start).saturating_sub(1);
         (first..self.parts.len()).map_while(move |i| {
             let (s, p) = (self.starts[i], &self.parts[i]);

@@ -15,6 +15,7 @@
 pub mod after;
 pub mod envelope;
 pub mod schema;
+pub mod splice;
 pub mod transcode;
 pub mod window;
 pub mod wire;
@@ -143,7 +144,9 @@ impl ProtoType {
     /// the opening `{` and its `kind`/`apiVersion`), read only where the two differ (`window`).
     /// `None`: not proven that way (then `encode_after`).
     pub fn encode_edit(&self, now: &Bytes, before: &Bytes, prior: &Rope) -> Option<Rope> {
-        window::object_edit(schema::schema(), self.msg?, now, before, self.minor(), prior)
+        let (s, msg, minor) = (schema::schema(), self.msg?, self.minor());
+        splice::object_splice(s, msg, now, before, minor, prior)
+            .or_else(|| window::object_edit(s, msg, now, before, minor, prior))
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.

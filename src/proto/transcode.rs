@@ -243,7 +243,7 @@ impl std::ops::DerefMut for Out {
 }
 
 impl Out {
-    fn total(&self) -> usize {
+    pub(super) fn total(&self) -> usize {
         self.parts_len + self.cur.len()
     }
 
@@ -269,7 +269,7 @@ impl Out {
     }
 
     /// `child`'s bytes, as they are (fields already encoded).
-    fn append(&mut self, mut child: Out) {
+    pub(super) fn append(&mut self, mut child: Out) {
         for p in child.parts.drain(..) {
             match p {
                 Part::Owned(v) => {
@@ -700,7 +700,7 @@ fn map(cx: &Cx, number: u32, ty: &Ty, v: &RawValue, out: &mut Out) -> R<()> {
 }
 
 /// One value of field `number` (`None`: absent or null, written as the zero value).
-fn single(cx: &Cx, number: u32, ty: &Ty, v: Option<&RawValue>, out: &mut Out) -> R<()> {
+pub(super) fn single(cx: &Cx, number: u32, ty: &Ty, v: Option<&RawValue>, out: &mut Out) -> R<()> {
     match ty {
         Ty::Scalar(sc) => scalar(cx, number, *sc, v, out),
         Ty::Message(idx) => {

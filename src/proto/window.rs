@@ -303,7 +303,7 @@ impl Walk<'_, '_> {
 
 /// A message whose JSON members are its own fields, one each (inline fields mix members of
 /// several messages: such a message's value is read whole).
-fn walkable(m: &Message) -> bool {
+pub(super) fn walkable(m: &Message) -> bool {
     !m.fields.iter().any(|f| f.inline) && m.special.is_none() && !m.array
 }
 
@@ -323,7 +323,7 @@ fn same_value_in_list(new: &[u8], old: &[u8], vn: usize, vo: usize, len: usize) 
 }
 
 /// How many bytes `a` and `b` start with alike.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+pub(super) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     const W: usize = 16;
     let n = a.len().min(b.len());
     let mut i = 0;
@@ -346,7 +346,7 @@ fn common_suffix(a: &[u8], b: &[u8]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::proto::transcode::object_shared;
 
@@ -359,7 +359,8 @@ mod tests {
         assert_eq!(common_suffix(b"", b"abc"), 0);
     }
 
-    fn schema() -> Schema {
+    /// A schema with a message in a message, a list of messages, a map and a list of strings.
+    pub(in crate::proto) fn schema() -> Schema {
         Schema::parse(
             "g core v1 t\n\
              m t.Meta\nf 1 name string one\nf 2 rv string one\nf 3 labels map<string,string> map\nf 4 gen int64 opt\n\
@@ -387,13 +388,18 @@ mod tests {
         true
     }
 
+    /// An object of [`schema`] with every kind of member, long strings among them.
+    pub(in crate::proto) fn base() -> String {
+        let long = "x".repeat(100);
+        format!(
+            r#"{{"metadata":{{"name":"a","rv":"10","labels":{{"k":"{long}"}},"gen":3}},"spec":{{"node":"n","inner":{{"name":"{long}","rv":"1"}},"note":"{long}","list":["a","b"],"items":[{{"name":"i1","rv":"1"}},{{"name":"{long}","gen":2}},{{"name":"i3"}}]}},"status":{{"name":"s","gen":1}}}}"#
+        )
+    }
+
     #[test]
     fn an_edit_anywhere_gives_the_fresh_encoding() {
         let s = schema();
-        let long = "x".repeat(100);
-        let base = format!(
-            r#"{{"metadata":{{"name":"a","rv":"10","labels":{{"k":"{long}"}},"gen":3}},"spec":{{"node":"n","inner":{{"name":"{long}","rv":"1"}},"note":"{long}","list":["a","b"],"items":[{{"name":"i1","rv":"1"}},{{"name":"{long}","gen":2}},{{"name":"i3"}}]}},"status":{{"name":"s","gen":1}}}}"#
-        );
+        let base = base();
         // (from, to, whether the walk proves it, both ways).
         let edits = [
             (r#""rv":"10""#, r#""rv":"11""#, true),

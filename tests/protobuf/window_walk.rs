@@ -1,5 +1,5 @@
-//! Seeded property tests of `proto::window::object_edit` (a new version encoded from the previous
-//! one's encoding, reading only where the JSON differs): for pairs of texts made by mutating
+//! Seeded property tests of `proto::window::object_edit` and `proto::splice::object_splice` (a new
+//! version encoded from the previous one's encoding, reading only where the JSON differs): for pairs of texts made by mutating
 //! bytes, by editing generated objects of a schema with every cardinality, a field newer than
 //! the upstream and embedded `kind`/`apiVersion` members, and by editing every object of the
 //! 1.28.7 recording (elements deleted, swapped, moved, nulled, doubled; scalars changed), the walk
@@ -10,7 +10,8 @@
 
 use bytes::Bytes;
 use kube_watchcache::proto::schema::{schema, Schema};
-use kube_watchcache::proto::transcode::object_shared;
+use kube_watchcache::proto::splice::object_splice;
+use kube_watchcache::proto::transcode::{object_shared, Rope};
 use kube_watchcache::proto::window::object_edit;
 use kube_watchcache::proto::NEWEST;
 
@@ -39,28 +40,37 @@ fn check(s: &Schema, msg: usize, prefix: usize, old: &str, new: &str, minor: u32
     let (old_b, new_b) = (old_f.slice(prefix..), new_f.slice(prefix..));
     let Ok(prior) = object_shared(s, msg, &old_f, &old_b, prefix, minor) else { return Ok(false) };
     let fresh = object_shared(s, msg, &new_f, &new_b, prefix, minor);
-    let edit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        object_edit(s, msg, &new_b, &old_b, minor, &prior)
-    }))
-    .map_err(|_| format!("PANIC\nold {old}\nnew {new}"))?;
-    let Some(edit) = edit else { return Ok(false) };
-    let fresh = fresh.map_err(|e| format!("walked what fresh refuses ({e})\nold {old}\nnew {new}"))?;
-    if edit.to_vec() != fresh.to_vec() {
-        return Err(format!(
-            "BYTES differ\nold {old}\nnew {new}\nedit  {:?}\nfresh {:?}",
-            edit.to_vec(),
-            fresh.to_vec()
-        ));
+    let mut walked = false;
+    for (name, encoder) in [("walk", object_edit as Encoder), ("splice", object_splice)] {
+        let edit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            encoder(s, msg, &new_b, &old_b, minor, &prior)
+        }))
+        .map_err(|_| format!("{name} PANIC\nold {old}\nnew {new}"))?;
+        let Some(edit) = edit else { continue };
+        walked |= name == "walk";
+        let fresh = fresh
+            .as_ref()
+            .map_err(|e| format!("{name}: encoded what fresh refuses ({e})\nold {old}\nnew {new}"))?;
+        if edit.to_vec() != fresh.to_vec() {
+            return Err(format!(
+                "{name}: BYTES differ\nold {old}\nnew {new}\nedit  {:?}\nfresh {:?}",
+                edit.to_vec(),
+                fresh.to_vec()
+            ));
+        }
+        if edit.own_bytes(&new_b) != fresh.own_bytes(&new_b) {
+            return Err(format!(
+                "{name}: OWN differ {} vs {}\nold {old}\nnew {new}",
+                edit.own_bytes(&new_b),
+                fresh.own_bytes(&new_b)
+            ));
+        }
     }
-    if edit.own_bytes(&new_b) != fresh.own_bytes(&new_b) {
-        return Err(format!(
-            "OWN differ {} vs {}\nold {old}\nnew {new}",
-            edit.own_bytes(&new_b),
-            fresh.own_bytes(&new_b)
-        ));
-    }
-    Ok(true)
+    Ok(walked)
 }
+
+/// `object_edit`'s and `object_splice`'s shape.
+type Encoder = fn(&Schema, usize, &Bytes, &Bytes, u32, &Rope) -> Option<Rope>;
 
 #[test]
 fn trailing_comma() {

@@ -1,0 +1,419 @@
+//! JSON → protobuf for a new version of an object whose JSON differs from the previous one's
+//! only inside scalar values (a `resourceVersion`, a `restartCount`, a condition's time): the
+//! previous encoding with those fields' entries encoded again and the lengths of the messages
+//! holding them written again. Nothing else is encoded, nothing before the first difference is
+//! compared twice, and nothing after the last one is read but by one comparison of bytes.
+//!
+//! The old text is read member by member from its start, as far as the last difference: a
+//! member before the next difference is stepped over (its value delimited, not decoded); the one
+//! holding it is entered when it is a message (or a list of messages, at the element holding
+//! it), else it must be a scalar, whose new value (same start, delimited in the new text) is
+//! encoded as a fresh encoding would encode it. After it the texts are compared again to the
+//! next difference. Any difference elsewhere (a key, a comma, a value that becomes an object or
+//! null, a map's entries, a list of scalars) gives up, and the caller walks the versions
+//! (`proto::window`).
+//!
+//! Exact for the reasons `proto::window` is: a field's entries depend only on its member's JSON,
+//! a message's encoding is its fields' entries in number order, and an enclosing entry's only
+//! other bytes are its tag and its body's length. It gives up where those do not hold (a message
+//! with inline fields, a previous JSON that named a member twice, a scalar field whose previous
+//! encoding has no entry). Long strings shared with the previous stored bytes are shared with
+//! the new ones at the same place, as a fresh encoding shares them.
+//!
+//! Pure; called by `proto::ProtoType::encode_edit` before the walk.
+
+use bytes::Bytes;
+
+use super::after::{member_key, raw, run_of, string_end, value_end, ws, Parts};
+use super::schema::{Card, Schema};
+use super::transcode::{field_for, plain_message, single, Cx, Out, Rope, SHARE_MIN};
+use super::window::{common_prefix, walkable};
+use super::wire;
+
+/// The message `msg` of the object whose body (its JSON after the opening `{`) is `new`, from
+/// `old`'s body and encoding. `None`: a difference outside scalar values, or nothing changed.
+pub fn object_splice(
+    schema: &Schema,
+    msg: usize,
+    new: &Bytes,
+    old: &Bytes,
+    minor: u32,
+    prior: &Rope,
+) -> Option<Rope> {
+    if prior.repeated {
+        return None;
+    }
+    let first = common_prefix(new, old);
+    if first == new.len() && first == old.len() {
+        return None;
+    }
+    let cx = Cx { s: schema, minor, json: new, stored: Some((new, 0)), repeated: Default::default() };
+    let mut s = Splice {
+        cx: &cx,
+        parts: Parts::of(prior),
+        new,
+        old,
+        d: 0,
+        next: Some(first),
+        grown: 0,
+        edits: Vec::with_capacity(4),
+        shifts: Vec::with_capacity(2),
+    };
+    match s.object(msg, 0, (0, prior.len()))? {
+        Step::Done => {}
+        Step::Closed(_) => return None,
+    }
+    s.edits.sort_unstable_by_key(|e| e.0);
+    let mut out = Out::default();
+    let mut at = 0;
+    for (start, end, bytes) in std::mem::take(&mut s.edits) {
+        s.copy(&mut out, (at, start));
+        out.append(bytes);
+        at = end;
+    }
+    s.copy(&mut out, (at, prior.len()));
+    Some(out.into_rope())
+}
+
+struct Splice<'c, 'a> {
+    cx: &'c Cx<'a>,
+    parts: Parts<'c>,
+    new: &'a Bytes,
+    old: &'a Bytes,
+    /// Where the new text is ahead of the old one past the values replaced so far.
+    d: isize,
+    /// The next difference, in the old text; `None`: the rest of both texts is the same.
+    next: Option<usize>,
+    /// How many bytes the encoding grew by (negative: shrank) with the edits so far.
+    grown: isize,
+    /// Ranges of the previous encoding and what replaces them.
+    edits: Vec<(usize, usize, Out)>,
+    /// From which place in the old text (each replaced value's end) the new text is ahead by
+    /// how much.
+    shifts: Vec<(usize, isize)>,
+}
+
+/// How an object's reading ended.
+enum Step {
+    /// At its closing brace, just after it in the old text.
+    Closed(usize),
+    /// No difference is left: nothing more is read.
+    Done,
+}
+
+impl Splice<'_, '_> {
+    /// The members of message `idx` from `o` in the old text (just after the object's `{`);
+    /// `enc`: the range of the old encoding holding the message's fields.
+    fn object(&mut self, idx: usize, mut o: usize, enc: (usize, usize)) -> Option<Step> {
+        let old: &[u8] = self.old;
+        let mut runs: Option<Vec<(u32, usize, usize)>> = None;
+        o = ws(old, o);
+        if old.get(o) == Some(&b'}') {
+            self.same_until(o + 1)?;
+            return Some(Step::Closed(o + 1));
+        }
+        loop {
+            let Some(next) = self.next else { return Some(Step::Done) };
+            let (key, vo) = member_key(old, o)?;
+            // The key is the same in both; an object's or a list's first byte too.
+            (next >= vo).then_some(())?;
+            let cx = self.cx;
+            let m = &cx.s.messages[idx];
+            let c = old[vo];
+            (next > vo || !matches!(c, b'{' | b'[')).then_some(())?;
+            let f = match c {
+                b'{' | b'[' => field_for(cx.s, m, key),
+                _ => None,
+            };
+            let sub = f.and_then(|f| plain_message(cx.s, f).map(|i| (f, i)));
+            let end = match (c, sub) {
+                (b'{', Some((f, i)))
+                    if matches!(f.card, Card::One | Card::Opt) && walkable(&cx.s.messages[i]) =>
+                {
+                    // Entered: the next difference may be in it (if not, its end is found so).
+                    let runs = self.runs(idx, &mut runs, enc)?;
+                    let (start, end) = run_of(runs, f.number);
+                    let body = self.parts.body(start, end)?;
+                    match self.entry(i, vo + 1, (start, end), body)? {
+                        Step::Closed(e) => e,
+                        Step::Done => return Some(Step::Done),
+                    }
+                }
+                (b'[', Some((f, i))) if f.card == Card::Rep && walkable(&cx.s.messages[i]) => {
+                    let eo = value_end(old, vo)?;
+                    if next >= eo {
+                        eo
+                    } else {
+                        let runs = self.runs(idx, &mut runs, enc)?;
+                        let run = run_of(runs, f.number);
+                        match self.list(i, vo, run)? {
+                            Step::Closed(e) => e,
+                            Step::Done => return Some(Step::Done),
+                        }
+                    }
+                }
+                (b'{' | b'[', _) => {
+                    let eo = value_end(old, vo)?;
+                    (next >= eo).then_some(())?;
+                    eo
+                }
+                _ => {
+                    let eo = if c == b'"' { string_end(old, vo)? } else { value_end(old, vo)? };
+                    // A number or a literal may go on in the new text where the old one ends.
+                    let same = if c == b'"' { next >= eo } else { next > eo };
+                    if same {
+                        eo
+                    } else {
+                        let runs = self.runs(idx, &mut runs, enc)?;
+                        self.scalar(idx, key, vo, eo, runs)?;
+                        if self.next.is_none() {
+                            return Some(Step::Done);
+                        }
+                        eo
+                    }
+                }
+            };
+            o = ws(old, end);
+            match old.get(o) {
+                Some(b',') => {
+                    self.same_until(o + 1)?;
+                    o = ws(old, o + 1);
+                }
+                Some(b'}') => {
+                    self.same_until(o + 1)?;
+                    return Some(Step::Closed(o + 1));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The elements of the list of messages `idx` at `vo` in the old text, whose entries in the
+    /// old encoding are `run`: the one holding the next difference is entered, the others
+    /// stepped over.
+    fn list(&mut self, idx: usize, vo: usize, run: (usize, usize)) -> Option<Step> {
+        let old: &[u8] = self.old;
+        let entries = self.parts.entries(run)?;
+        let mut o = ws(old, vo + 1);
+        for (k, &entry) in entries.iter().enumerate() {
+            let Some(next) = self.next else { return Some(Step::Done) };
+            (old.get(o) == Some(&b'{') && next > o).then_some(())?;
+            let eo = value_end(old, o)?;
+            let end = if next >= eo {
+                eo
+            } else {
+                let body = self.parts.body(entry.0, entry.1)?;
+                match self.entry(idx, o + 1, entry, body)? {
+                    Step::Closed(e) => e,
+                    Step::Done => return Some(Step::Done),
+                }
+            };
+            o = ws(old, end);
+            let last = k + 1 == entries.len();
+            match (old.get(o), last) {
+                (Some(b','), false) => {
+                    self.same_until(o + 1)?;
+                    o = ws(old, o + 1);
+                }
+                (Some(b']'), true) => {
+                    self.same_until(o + 1)?;
+                    return Some(Step::Closed(o + 1));
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Message `idx` held by the entry `entry` of the old encoding (its body `body`), from `o`
+    /// in the old text: read, then the entry's length written again if its body changed size.
+    fn entry(&mut self, idx: usize, o: usize, entry: (usize, usize), body: (usize, usize)) -> Option<Step> {
+        let before = self.grown;
+        let step = self.object(idx, o, body)?;
+        let grown = self.grown - before;
+        if grown != 0 {
+            let len = u64::try_from(body.1 as isize - body.0 as isize + grown).ok()?;
+            // The entry's tag, then its length, then its body.
+            let mut at = entry.0;
+            self.parts.varint(&mut at)?;
+            let mut out = Out::default();
+            wire::varint(&mut out, len);
+            self.grown += out.len() as isize - (body.0 - at) as isize;
+            self.edits.push((at, body.0, out));
+        }
+        Some(step)
+    }
+
+    /// The scalar member `key` of message `idx` whose old value is `vo..eo` and holds the next
+    /// difference: its new value encoded in place of its old entry.
+    fn scalar(
+        &mut self,
+        idx: usize,
+        key: &str,
+        vo: usize,
+        eo: usize,
+        runs: &[(u32, usize, usize)],
+    ) -> Option<()> {
+        let (cx, new) = (self.cx, self.new);
+        let f = field_for(cx.s, &cx.s.messages[idx], key)
+            .filter(|f| matches!(f.card, Card::One | Card::Opt) && plain_message(cx.s, f).is_none())?;
+        let vn = vo.checked_add_signed(self.d)?;
+        (!matches!(new.get(vn), Some(b'{' | b'[' | b'n')) && self.old[vo] != b'n').then_some(())?;
+        let en = value_end(new, vn)?;
+        let text = std::str::from_utf8(new.get(vn..en)?).ok()?;
+        let (start, end) = run_of(runs, f.number);
+        (end > start).then_some(())?;
+        let mut out = Out::default();
+        single(cx, f.number, &f.ty, Some(raw(text).ok()?), &mut out).ok()?;
+        self.grown += out.total() as isize - (end - start) as isize;
+        self.edits.push((start, end, out));
+        self.d = en as isize - eo as isize;
+        self.shifts.push((eo, self.d));
+        // The next difference after the value, if any.
+        let k = common_prefix(&new[en..], &self.old[eo..]);
+        self.next = (en + k < new.len() || eo + k < self.old.len()).then_some(eo + k);
+        Some(())
+    }
+
+    /// The old text's bytes before `end` are the new one's too.
+    fn same_until(&self, end: usize) -> Option<()> {
+        self.next.is_none_or(|n| n >= end).then_some(())
+    }
+
+    /// The fields of message `idx` in the old encoding's range `enc`, read once per object.
+    fn runs<'r>(
+        &self,
+        idx: usize,
+        runs: &'r mut Option<Vec<(u32, usize, usize)>>,
+        enc: (usize, usize),
+    ) -> Option<&'r [(u32, usize, usize)]> {
+        if runs.is_none() {
+            walkable(&self.cx.s.messages[idx]).then_some(())?;
+            *runs = Some(self.parts.runs(enc)?);
+        }
+        runs.as_deref()
+    }
+
+    /// The old encoding's bytes `range`, copied, except long strings shared with the old stored
+    /// bytes, which are shared with the new ones where the same string is.
+    fn copy(&self, out: &mut Out, range: (usize, usize)) {
+        let old = self.old.as_ptr_range();
+        for piece in self.parts.slices(range) {
+            let moved = (old.contains(&piece.as_ptr()) && piece.len() >= SHARE_MIN)
+                .then(|| piece.as_ptr() as usize - old.start as usize)
+                .and_then(|at| {
+                    let d = self.shifts.iter().rev().find(|s| s.0 <= at).map_or(0, |s| s.1);
+                    let at = at.checked_add_signed(d)?;
+                    self.new
+                        .get(at..at + piece.len())
+                        .filter(|m| *m == piece)
+                        .map(|_| self.new.slice(at..at + piece.len()))
+                });
+            match moved {
+                Some(b) => out.share(b),
+                None => out.extend_from_slice(piece),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::transcode::object_shared;
+    use crate::proto::window::tests::{base, schema};
+
+    /// The splice's result, when it gives one, is the fresh encoding (bytes and sharing); whether
+    /// it gave one is returned.
+    fn check(s: &Schema, old: &str, new: &str) -> bool {
+        let msg = s.message("t.Obj").unwrap();
+        let body = |t: &str| Bytes::from(t.strip_prefix('{').unwrap().to_owned());
+        let (old_b, new_b) = (body(old), body(new));
+        let Ok(prior) = object_shared(s, msg, old.as_bytes(), &old_b, 1, 99) else { return false };
+        let fresh = object_shared(s, msg, new.as_bytes(), &new_b, 1, 99);
+        let Some(edit) = object_splice(s, msg, &new_b, &old_b, 99, &prior) else { return false };
+        let fresh = fresh.unwrap_or_else(|e| panic!("spliced what a fresh encoding refuses ({e}): {new}"));
+        assert_eq!(edit.to_vec(), fresh.to_vec(), "{old}\n→ {new}");
+        assert_eq!(edit.own_bytes(&new_b), fresh.own_bytes(&new_b), "shares as much: {new}");
+        let prior_range = old_b.as_ptr_range();
+        assert!(edit.parts().iter().all(|p| !prior_range.contains(&p.as_ptr())), "no part of the old JSON");
+        true
+    }
+
+    #[test]
+    fn scalars_changed_anywhere_give_the_fresh_encoding() {
+        let s = schema();
+        let base = base();
+        let long = "x".repeat(100);
+        let longer = "1".repeat(300);
+        // (from, to, whether it is spliced, both ways).
+        let edits = [
+            (r#""rv":"10""#, r#""rv":"11""#, true),
+            (r#""rv":"10""#, r#""rv":"9""#, true),
+            (r#""rv":"10""#, r#""rv":"1000""#, true),
+            // The bodies of metadata and of the top level cross a varint's size.
+            (r#""rv":"10""#, &format!(r#""rv":"{longer}""#), true),
+            (r#""rv":"10""#, r#""rv":"\u0031""#, true),
+            (r#""gen":3"#, r#""gen":4"#, true),
+            // A number that goes on where the old one ends.
+            (r#""gen":3"#, r#""gen":30"#, true),
+            (r#""node":"n""#, r#""node":"m""#, true),
+            (r#""rv":"1"}"#, r#""rv":"2"}"#, true),
+            (r#","gen":1}}"#, r#","gen":2}}"#, true),
+            // Long strings: the new one shared with the new bytes, the unchanged ones moved.
+            (&format!(r#""note":"{long}""#), &format!(r#""note":"y{long}""#), true),
+            (&format!(r#""name":"{long}","rv""#), &format!(r#""name":"{long}z","rv""#), true),
+            // In a list of messages: its first element, one in the middle.
+            (r#""name":"i1""#, r#""name":"j1""#, true),
+            (r#""gen":2}"#, r#""gen":3}"#, true),
+            // Not scalars: a map's value, a list of strings, values that become null or an object,
+            // members added or removed, an element added.
+            (r#""k":"x"#, r#""k":"y"#, false),
+            (r#""list":["a","b"]"#, r#""list":["a","c"]"#, false),
+            (r#""list":["a","b"]"#, r#""list":["a"]"#, false),
+            (r#""status":{"name":"s","gen":1}"#, r#""status":null"#, false),
+            (r#""node":"n""#, r#""node":null"#, false),
+            (r#""node":"n""#, r#""node":{}"#, false),
+            (r#""name":"s","#, "", false),
+            (r#""rv":"10","labels""#, r#""labels""#, false),
+            (r#"{"name":"i3"}"#, r#"{"name":"i3","rv":"4"}"#, false),
+            (r#",{"name":"i3"}"#, "", false),
+        ];
+        for (from, to, spliced) in edits {
+            let v = base.replacen(from, to, 1);
+            assert_ne!(v, base, "{from}");
+            assert_eq!((check(&s, &base, &v), check(&s, &v, &base)), (spliced, spliced), "{from} → {to}");
+        }
+        // Changes far apart, at three depths, growing and shrinking.
+        let three = base
+            .replacen(r#""rv":"10""#, r#""rv":"123456""#, 1)
+            .replacen(r#""rv":"1"}"#, r#""rv":"2"}"#, 1)
+            .replacen(r#""gen":2}"#, r#""gen":20000}"#, 1)
+            .replacen(r#""gen":1}"#, r#""gen":5}"#, 1);
+        assert!(check(&s, &base, &three));
+        assert!(check(&s, &three, &base));
+        // Nothing changed: left to the walk.
+        assert!(!check(&s, &base, &base));
+    }
+
+    #[test]
+    fn gives_up_where_a_difference_is_not_in_a_scalar() {
+        let s = schema();
+        let base = r#"{"metadata":{"name":"a","rv":"1"},"spec":{"node":"n"}}"#;
+        // A key changed, an escaped key.
+        assert!(!check(&s, base, &base.replace(r#""rv":"1""#, r#""gen":1"#)));
+        assert!(!check(&s, base, &base.replace(r#""node":"n""#, r#""no\u0064e":"m""#)));
+        // The old text named a member twice: its encoding holds the later one.
+        let twice = base.replace(r#""rv":"1""#, r#""rv":"1","name":"b""#);
+        assert!(!check(&s, &twice, &twice.replace(r#""rv":"1""#, r#""rv":"2""#)));
+        // A trailing comma, something after the object.
+        assert!(!check(&s, base, &base.replace(r#""rv":"1"}"#, r#""rv":"2",}"#)));
+        assert!(!check(&s, base, &format!("{}x", base.replace(r#""rv":"1""#, r#""rv":"2""#))));
+        assert!(!check(&s, base, &format!("{base} ")));
+        // A value that is not JSON, a number that is not the field's type.
+        assert!(!check(&s, base, &base.replace(r#""rv":"1""#, r#""rv":"1\x""#)));
+        let gen = r#"{"metadata":{"name":"a","gen":1}}"#;
+        assert!(!check(&s, gen, &gen.replace(r#""gen":1"#, r#""gen":1.5"#)));
+        assert!(!check(&s, gen, &gen.replace(r#""gen":1"#, r#""gen":1x"#)));
+    }
+}
