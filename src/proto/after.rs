@@ -312,6 +312,42 @@ pub(super) fn value_end(b: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// The entry `start..end` of field `number` added to `runs`: joined to the last run if it is the
+/// same field's.
+fn join_run(runs: &mut Vec<(u32, usize, usize)>, number: u32, start: usize, end: usize) {
+    match runs.last_mut() {
+        Some(last) if last.0 == number => last.2 = end,
+        _ => runs.push((number, start, end)),
+    }
+}
+
+/// A message's fields in the prior encoding, read only as far as asked: fields are written in
+/// number order, so finding field 6 reads the entries of fields 1 to 6 and the tag after them
+/// (each entry's tag and length are a read of memory the previous one's length points to).
+pub(super) struct Fields {
+    pos: usize,
+    end: usize,
+    runs: Vec<(u32, usize, usize)>,
+}
+
+impl Fields {
+    /// The fields of the message in the prior encoding's range `enc`.
+    pub(super) fn new((pos, end): (usize, usize)) -> Fields {
+        Fields { pos, end, runs: Vec::new() }
+    }
+
+    /// Where field `number`'s entries are (empty when it has none); `None`: the encoding does
+    /// not parse.
+    pub(super) fn run(&mut self, parts: &Parts, number: u32) -> Option<(usize, usize)> {
+        while self.pos < self.end && self.runs.last().is_none_or(|r| r.0 <= number) {
+            let start = self.pos;
+            let n = parts.skip_entry(&mut self.pos)?;
+            join_run(&mut self.runs, n, start, self.pos);
+        }
+        (self.pos <= self.end).then(|| run_of(&self.runs, number))
+    }
+}
+
 /// The prior rope's parts with their offsets, for reading its fields across part boundaries.
 pub(super) struct Parts<'a> {
     parts: &'a [Bytes],
@@ -387,23 +423,25 @@ impl<'a> Parts<'a> {
         let mut out: Vec<(u32, usize, usize)> = Vec::with_capacity(16);
         while pos < end {
             let start = pos;
-            let tag = self.varint(&mut pos)?;
-            match tag & 7 {
-                0 => {
-                    self.varint(&mut pos)?;
-                }
-                1 => pos += 8,
-                2 => pos += usize::try_from(self.varint(&mut pos)?).ok()?,
-                5 => pos += 4,
-                _ => return None,
-            }
-            let number = u32::try_from(tag >> 3).ok()?;
-            match out.last_mut() {
-                Some(last) if last.0 == number => last.2 = pos,
-                _ => out.push((number, start, pos)),
-            }
+            let number = self.skip_entry(&mut pos)?;
+            join_run(&mut out, number, start, pos);
         }
         (pos == end).then_some(out)
+    }
+
+    /// The field number of the entry at `*pos`, moving past the entry.
+    fn skip_entry(&self, pos: &mut usize) -> Option<u32> {
+        let tag = self.varint(pos)?;
+        match tag & 7 {
+            0 => {
+                self.varint(pos)?;
+            }
+            1 => *pos += 8,
+            2 => *pos += usize::try_from(self.varint(pos)?).ok()?,
+            5 => *pos += 4,
+            _ => return None,
+        }
+        u32::try_from(tag >> 3).ok()
     }
 
     /// Each entry of `range` (a repeated field's run): its start and end, tag included.

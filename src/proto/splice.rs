@@ -24,7 +24,7 @@
 
 use bytes::Bytes;
 
-use super::after::{member_key, raw, run_of, string_end, value_end, ws, Parts};
+use super::after::{member_key, raw, string_end, value_end, ws, Fields, Parts};
 use super::schema::{Card, Schema};
 use super::transcode::{field_for, plain_message, single, Cx, Out, Rope, SHARE_MIN};
 use super::window::{common_prefix, walkable};
@@ -106,7 +106,7 @@ impl Splice<'_, '_> {
     /// `enc`: the range of the old encoding holding the message's fields.
     fn object(&mut self, idx: usize, mut o: usize, enc: (usize, usize)) -> Option<Step> {
         let old: &[u8] = self.old;
-        let mut runs: Option<Vec<(u32, usize, usize)>> = None;
+        let mut fields = Fields::new(enc);
         o = ws(old, o);
         if old.get(o) == Some(&b'}') {
             self.same_until(o + 1)?;
@@ -131,8 +131,7 @@ impl Splice<'_, '_> {
                     if matches!(f.card, Card::One | Card::Opt) && walkable(&cx.s.messages[i]) =>
                 {
                     // Entered: the next difference may be in it (if not, its end is found so).
-                    let runs = self.runs(idx, &mut runs, enc)?;
-                    let (start, end) = run_of(runs, f.number);
+                    let (start, end) = self.run(idx, &mut fields, f.number)?;
                     let body = self.parts.body(start, end)?;
                     match self.entry(i, vo + 1, (start, end), body)? {
                         Step::Closed(e) => e,
@@ -144,8 +143,7 @@ impl Splice<'_, '_> {
                     if next >= eo {
                         eo
                     } else {
-                        let runs = self.runs(idx, &mut runs, enc)?;
-                        let run = run_of(runs, f.number);
+                        let run = self.run(idx, &mut fields, f.number)?;
                         match self.list(i, vo, run)? {
                             Step::Closed(e) => e,
                             Step::Done => return Some(Step::Done),
@@ -164,8 +162,7 @@ impl Splice<'_, '_> {
                     if same {
                         eo
                     } else {
-                        let runs = self.runs(idx, &mut runs, enc)?;
-                        self.scalar(idx, key, vo, eo, runs)?;
+                        self.scalar(idx, key, vo, eo, &mut fields)?;
                         if self.next.is_none() {
                             return Some(Step::Done);
                         }
@@ -246,14 +243,7 @@ impl Splice<'_, '_> {
 
     /// The scalar member `key` of message `idx` whose old value is `vo..eo` and holds the next
     /// difference: its new value encoded in place of its old entry.
-    fn scalar(
-        &mut self,
-        idx: usize,
-        key: &str,
-        vo: usize,
-        eo: usize,
-        runs: &[(u32, usize, usize)],
-    ) -> Option<()> {
+    fn scalar(&mut self, idx: usize, key: &str, vo: usize, eo: usize, fields: &mut Fields) -> Option<()> {
         let (cx, new) = (self.cx, self.new);
         let f = field_for(cx.s, &cx.s.messages[idx], key)
             .filter(|f| matches!(f.card, Card::One | Card::Opt) && plain_message(cx.s, f).is_none())?;
@@ -261,7 +251,7 @@ impl Splice<'_, '_> {
         (!matches!(new.get(vn), Some(b'{' | b'[' | b'n')) && self.old[vo] != b'n').then_some(())?;
         let en = value_end(new, vn)?;
         let text = std::str::from_utf8(new.get(vn..en)?).ok()?;
-        let (start, end) = run_of(runs, f.number);
+        let (start, end) = self.run(idx, fields, f.number)?;
         (end > start).then_some(())?;
         let mut out = Out::default();
         single(cx, f.number, &f.ty, Some(raw(text).ok()?), &mut out).ok()?;
@@ -280,18 +270,10 @@ impl Splice<'_, '_> {
         self.next.is_none_or(|n| n >= end).then_some(())
     }
 
-    /// The fields of message `idx` in the old encoding's range `enc`, read once per object.
-    fn runs<'r>(
-        &self,
-        idx: usize,
-        runs: &'r mut Option<Vec<(u32, usize, usize)>>,
-        enc: (usize, usize),
-    ) -> Option<&'r [(u32, usize, usize)]> {
-        if runs.is_none() {
-            walkable(&self.cx.s.messages[idx]).then_some(())?;
-            *runs = Some(self.parts.runs(enc)?);
-        }
-        runs.as_deref()
+    /// Where field `number` of message `idx` is in the old encoding (read as far as that).
+    fn run(&self, idx: usize, fields: &mut Fields, number: u32) -> Option<(usize, usize)> {
+        walkable(&self.cx.s.messages[idx]).then_some(())?;
+        fields.run(&self.parts, number)
     }
 
     /// The old encoding's bytes `range`, copied, except long strings shared with the old stored

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use base64::Engine;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -296,18 +296,33 @@ impl Out {
         }
     }
 
-    /// The finished message. Copied runs are copied once more, into buffers of their own size
-    /// (the pooled ones are larger, and a rope is kept with its object version).
+    /// The finished message. Copied runs are copied once more, all into one buffer of their
+    /// total size (the pooled ones are larger, and a rope is kept with its object version): one
+    /// allocation to make and to free per rope, however many strings it shares.
     pub(super) fn into_rope(mut self) -> Rope {
         self.flush();
+        let (mut runs, mut copied) = (0, 0);
+        for p in &self.parts {
+            if let Part::Owned(v) = p {
+                runs += 1;
+                copied += v.len();
+            }
+        }
+        let mut all = BytesMut::with_capacity(copied);
+        for p in &self.parts {
+            if let Part::Owned(v) = p {
+                all.extend_from_slice(v);
+            }
+        }
         let parts = self
             .parts
             .drain(..)
             .map(|p| match p {
                 Part::Owned(v) => {
-                    let b = Bytes::copy_from_slice(&v);
+                    // The only run takes the buffer whole (no shared header to allocate).
+                    let b = if runs == 1 { std::mem::take(&mut all) } else { all.split_to(v.len()) };
                     pool::give_bytes(v);
-                    b
+                    b.freeze()
                 }
                 Part::Shared(b) => b,
             })
