@@ -21,6 +21,27 @@ fn unwrap_envelope(body: &[u8]) -> (String, Vec<u8>) {
     (kind, f.iter().find(|x| x.0 == 2).unwrap().2.to_vec())
 }
 
+/// The next length-prefixed frame of a protobuf watch body (without its length), `buf` holding
+/// what was read past the last one.
+async fn next_frame(body: &mut hyper::body::Incoming, buf: &mut Vec<u8>) -> Vec<u8> {
+    loop {
+        if buf.len() >= 4 {
+            let n = 4 + u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+            if buf.len() >= n {
+                let frame = buf[4..n].to_vec();
+                buf.drain(..n);
+                return frame;
+            }
+        }
+        let f = tokio::time::timeout(Duration::from_secs(10), http_body_util::BodyExt::frame(body))
+            .await
+            .expect("an event")
+            .unwrap()
+            .unwrap();
+        buf.extend_from_slice(&f.into_data().unwrap());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
     const KUBELET: &str = "application/vnd.kubernetes.protobuf, application/json";
@@ -118,27 +139,28 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
         .await
         .unwrap();
     assert_eq!(resp.headers()["content-type"], "application/vnd.kubernetes.protobuf;stream=watch");
-    env.update_cm("p", "cm-2", json!({"app": "a"}), "v2");
     let mut body = resp.into_body();
     let mut buf = Vec::new();
-    let frame = loop {
-        let f = tokio::time::timeout(Duration::from_secs(10), http_body_util::BodyExt::frame(&mut body))
-            .await
-            .expect("an event")
-            .unwrap()
-            .unwrap();
-        buf.extend_from_slice(&f.into_data().unwrap());
-        if buf.len() >= 4 && buf.len() >= 4 + u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize {
-            break buf;
+    // Each new version is encoded from the previous version's encoding (the first from the one
+    // made for the LIST above), reading only its JSON that changed: the data changed (walked,
+    // `proto::window`), a member added (walked), a bool and the resourceVersion changed (only
+    // scalars: spliced, `proto::splice`). Each is the upstream's own bytes for it.
+    let cm = |immutable: Option<bool>| {
+        let mut o = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm-2","namespace":"p","labels":{"app":"a"}},"data":{"k":"v2"}});
+        if let Some(i) = immutable {
+            o["immutable"] = json!(i);
         }
+        o
     };
-    let event = fields(&frame[4..]).unwrap();
-    assert_eq!(event[0].2, b"MODIFIED");
-    let raw = fields(event[1].2).unwrap();
-    assert_eq!(unwrap_envelope(raw[0].2).0, "ConfigMap");
-    // The new version was encoded from the previous version's encoding (made for the LIST above),
-    // reading only its JSON that changed (`proto::window`): the upstream's own bytes for it.
-    let sim_now = direct("/api/v1/namespaces/p/configmaps/cm-2", KUBELET).await;
-    assert_eq!(raw[0].2, &sim_now.body[..], "the MODIFIED object: proxy = sim");
+    for (step, immutable) in [None, Some(false), Some(true)].into_iter().enumerate() {
+        env.sim.sim.update("configmaps", "p", cm(immutable)).expect("update");
+        let frame = next_frame(&mut body, &mut buf).await;
+        let event = fields(&frame).unwrap();
+        assert_eq!(event[0].2, b"MODIFIED");
+        let raw = fields(event[1].2).unwrap();
+        assert_eq!(unwrap_envelope(raw[0].2).0, "ConfigMap");
+        let sim_now = direct("/api/v1/namespaces/p/configmaps/cm-2", KUBELET).await;
+        assert_eq!(raw[0].2, &sim_now.body[..], "MODIFIED object {step}: proxy = sim");
+    }
     assert_eq!(upstream(), before, "the watch too");
 }
