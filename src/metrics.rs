@@ -117,6 +117,7 @@ pub struct Metrics {
     watch_shards: IntGaugeVec,
     shard_filtered: IntCounterVec,
     drop_managed_fields: IntCounterVec,
+    protobuf_encodings: IntCounterVec,
     ready: IntGaugeVec,
     staleness: GaugeVec,
     cache_lag: GaugeVec,
@@ -295,6 +296,14 @@ impl Metrics {
                 "Reads asking drop=metadata.managedFields (KEP-5958), by where they were answered: \
                  cache (without managedFields) or upstream (as the upstream answers).",
                 &["resource", "answered"],
+            ),
+            protobuf_encodings: counter(
+                &r,
+                "watchcache_protobuf_encodings_total",
+                "Object versions encoded into protobuf (once per version, for every protobuf reader), by how: \
+                 fresh (from the JSON), from_previous (the replaced version's encoding, both texts read), \
+                 walked (read where the texts differ) or spliced (only changed scalars encoded).",
+                &["resource", "how"],
             ),
             ready: gauge(
                 &r,
@@ -661,6 +670,9 @@ impl Metrics {
             advance(&self.dispatched.with_label_values(&l), w.delivered);
             self.watch_shards.with_label_values(&l).set(w.sharded as i64);
             advance(&self.shard_filtered.with_label_values(&l), w.shard_filtered);
+            for (how, n) in crate::proto::ENCODINGS.iter().zip(r.proto_type().encodings()) {
+                advance(&self.protobuf_encodings.with_label_values(&[gr.as_str(), how]), n);
+            }
             self.ready.with_label_values(&l).set(i64::from(p.ready));
             if let Some(s) = r.staleness() {
                 self.staleness.with_label_values(&l).set(s.as_secs_f64());

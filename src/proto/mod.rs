@@ -20,7 +20,7 @@ pub mod transcode;
 pub mod window;
 pub mod wire;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -42,6 +42,12 @@ pub const WATCH_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf;stream
 
 const META_V1: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
 
+/// How an object version's protobuf encoding was made, the `how` of
+/// `watchcache_protobuf_encodings_total`: from its JSON alone; from the version it replaced, its
+/// whole texts read (`after`); walked where the two texts differ (`window`); only its changed
+/// scalars encoded (`splice`).
+pub const ENCODINGS: [&str; 4] = ["fresh", "from_previous", "walked", "spliced"];
+
 /// How the objects of one cached resource are encoded in protobuf: the kind's message (built-in
 /// kinds only; a custom resource has metadata-only protobuf), its envelope's TypeMeta, and
 /// whether every object so far could be encoded. One per cache, shared by its objects.
@@ -59,6 +65,8 @@ pub struct ProtoType {
     /// The upstream's Kubernetes minor version ([`NEWEST`] until known): fields its types do
     /// not have yet are not written (`schema::Field::since`). Per cache, not process-wide.
     minor: AtomicU32,
+    /// Object versions encoded, by [`ENCODINGS`].
+    encodings: [AtomicU64; 4],
 }
 
 impl ProtoType {
@@ -72,6 +80,7 @@ impl ProtoType {
             resource,
             failed: Default::default(),
             minor: AtomicU32::new(NEWEST),
+            encodings: Default::default(),
         }
     }
 
@@ -82,6 +91,19 @@ impl ProtoType {
 
     fn minor(&self) -> u32 {
         self.minor.load(Ordering::Relaxed)
+    }
+
+    /// Object versions encoded so far, by [`ENCODINGS`].
+    pub fn encodings(&self) -> [u64; 4] {
+        self.encodings.each_ref().map(|n| n.load(Ordering::Relaxed))
+    }
+
+    /// `r`, counted under [`ENCODINGS`]`[how]` when it is an encoding.
+    fn made<T, E>(&self, how: usize, r: Result<T, E>) -> Result<T, E> {
+        if r.is_ok() {
+            self.encodings[how].fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Whether reads of this resource may be served in protobuf (metadata only, or whole
@@ -117,10 +139,8 @@ impl ProtoType {
     /// the cache keeps them. Made once per object version.
     pub fn encode_shared(&self, json: &[u8], stored: &Bytes, prefix_len: usize) -> Option<Rope> {
         let msg = self.msg?;
-        self.outcome(
-            false,
-            transcode::object_shared(schema::schema(), msg, json, stored, prefix_len, self.minor()),
-        )
+        let encoded = transcode::object_shared(schema::schema(), msg, json, stored, prefix_len, self.minor());
+        self.outcome(false, self.made(0, encoded))
     }
 
     /// [`ProtoType::encode_shared`] of a new version, `now` = (json, stored, prefix_len), from
@@ -135,8 +155,9 @@ impl ProtoType {
         let msg = self.msg?;
         let (s, minor) = (schema::schema(), self.minor());
         let p = after::Prior { json: before.0, stored: before.1, prefix_len: before.2, rope: prior };
-        let encoded = after::object_after(s, msg, now.0, now.1, now.2, minor, &p)
-            .or_else(|_| transcode::object_shared(s, msg, now.0, now.1, now.2, minor));
+        let encoded = self
+            .made(1, after::object_after(s, msg, now.0, now.1, now.2, minor, &p))
+            .or_else(|_| self.made(0, transcode::object_shared(s, msg, now.0, now.1, now.2, minor)));
         self.outcome(false, encoded)
     }
 
@@ -145,8 +166,9 @@ impl ProtoType {
     /// `None`: not proven that way (then `encode_after`).
     pub fn encode_edit(&self, now: &Bytes, before: &Bytes, prior: &Rope) -> Option<Rope> {
         let (s, msg, minor) = (schema::schema(), self.msg?, self.minor());
-        splice::object_splice(s, msg, now, before, minor, prior)
-            .or_else(|| window::object_edit(s, msg, now, before, minor, prior))
+        let made = |how, r: Option<Rope>| self.made(how, r.ok_or(())).ok();
+        made(3, splice::object_splice(s, msg, now, before, minor, prior))
+            .or_else(|| made(2, window::object_edit(s, msg, now, before, minor, prior)))
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.

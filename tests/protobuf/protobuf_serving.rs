@@ -162,5 +162,15 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
         let sim_now = direct("/api/v1/namespaces/p/configmaps/cm-2", KUBELET).await;
         assert_eq!(raw[0].2, &sim_now.body[..], "MODIFIED object {step}: proxy = sim");
     }
+    // And so the metrics count them: the two walked, the one spliced, none read whole (the
+    // versions the LIST and GETs above encoded are fresh).
+    let metrics = String::from_utf8(env.get("/watchcache/metrics").await.body.to_vec()).unwrap();
+    let count = |how: &str| {
+        let series = format!(r#"watchcache_protobuf_encodings_total{{how="{how}",resource="configmaps"}} "#);
+        let line = metrics.lines().find_map(|l| l.strip_prefix(series.as_str()));
+        line.unwrap_or_else(|| panic!("{series}")).parse::<u64>().unwrap()
+    };
+    assert_eq!((count("walked"), count("spliced"), count("from_previous")), (2, 1, 0));
+    assert!(count("fresh") >= 3);
     assert_eq!(upstream(), before, "the watch too");
 }
