@@ -26,15 +26,7 @@ if [ -z "${BIN:-}" ]; then
     BIN=target/release/kube-watchcache
 fi
 TLS=tests/testdata/security
-read -r SERVER CA TOKEN < <(python3 - "$KC" <<'PY'
-import sys, yaml
-c = yaml.safe_load(open(sys.argv[1]))
-ctx = next(x["context"] for x in c["contexts"] if x["name"] == c["current-context"])
-cl = next(x["cluster"] for x in c["clusters"] if x["name"] == ctx["cluster"])
-u = next(x["user"] for x in c["users"] if x["name"] == ctx["user"])
-print(cl["server"], cl["certificate-authority"], u["token"])
-PY
-)
+read -r SERVER CA TOKEN < <(python3 benches/support/kubeconfig.py "$KC")
 # The objects, written through the apiserver when missing.
 python3 - "$SERVER" "$CA" "$TOKEN" "$N" <<'PY'
 import http.client, json, ssl, sys, threading, urllib.parse

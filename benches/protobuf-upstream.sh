@@ -21,15 +21,7 @@ if [ -z "${BIN:-}" ]; then
     cargo build --release --quiet
     BIN=target/release/kube-watchcache
 fi
-read -r SERVER CA TOKEN < <(python3 - "$KC" <<'PY'
-import sys, yaml
-c = yaml.safe_load(open(sys.argv[1]))
-ctx = next(x["context"] for x in c["contexts"] if x["name"] == c["current-context"])
-cl = next(x["cluster"] for x in c["clusters"] if x["name"] == ctx["cluster"])
-u = next(x["user"] for x in c["users"] if x["name"] == ctx["user"])
-print(cl["server"], cl["certificate-authority"], u["token"])
-PY
-)
+read -r SERVER CA TOKEN < <(python3 benches/support/kubeconfig.py "$KC")
 WORK=$(mktemp -d)
 trap 'kill ${PP:-} $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 P=127.0.0.1:18183
