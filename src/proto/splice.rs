@@ -1,17 +1,18 @@
 //! JSON → protobuf for a new version of an object whose JSON differs from the previous one's
-//! only inside scalar values (a `resourceVersion`, a `restartCount`, a condition's time): the
-//! previous encoding with those fields' entries encoded again and the lengths of the messages
-//! holding them written again. Nothing else is encoded, nothing before the first difference is
+//! only inside scalar values (a `resourceVersion`, a `restartCount`, a condition's time, a
+//! label's or an annotation's value): the previous encoding with those fields' entries (a map's
+//! entries) encoded again and the lengths of the messages holding them written again. Nothing else is encoded, nothing before the first difference is
 //! compared twice, and nothing after the last one is read but by one comparison of bytes.
 //!
 //! The old text is read member by member from its start, as far as the last difference: a
 //! member before the next difference is stepped over (its value delimited, not decoded); the one
 //! holding it is entered when it is a message (or a list of messages, at the element holding
 //! it), else it must be a scalar, whose new value (same start, delimited in the new text) is
-//! encoded as a fresh encoding would encode it. After it the texts are compared again to the
-//! next difference. Any difference elsewhere (a key, a comma, a value that becomes an object or
-//! null, a map's entries, a list of scalars) gives up, and the caller walks the versions
-//! (`proto::window`).
+//! encoded as a fresh encoding would encode it, or a map of strings, whose changed values' entries
+//! are encoded again (the entries are its members one for one: Go writes both sorted by key; each
+//! changed entry's key is checked, and their number). After it the texts are compared again to
+//! the next difference. Any difference elsewhere (a key, a comma, a value that becomes an object
+//! or null, a list of scalars) gives up, and the caller walks the versions (`proto::window`).
 //!
 //! Exact for the reasons `proto::window` is: a field's entries depend only on its member's JSON,
 //! a message's encoding is its fields' entries in number order, and an enclosing entry's only
@@ -25,7 +26,7 @@
 use bytes::Bytes;
 
 use super::after::{member_key, raw, string_end, value_end, ws, Fields, Parts};
-use super::schema::{Card, Schema};
+use super::schema::{Card, Field, Scalar, Schema, Ty};
 use super::transcode::{field_for, plain_message, single, Cx, Out, Rope, SHARE_MIN};
 use super::window::{common_prefix, walkable};
 use super::wire;
@@ -150,6 +151,20 @@ impl Splice<'_, '_> {
                         }
                     }
                 }
+                (b'{', None) if f.is_some_and(|f| f.card == Card::Map) => {
+                    let eo = value_end(old, vo)?;
+                    if next >= eo {
+                        eo
+                    } else {
+                        let f = f?;
+                        let run = self.run(idx, &mut fields, f.number)?;
+                        self.map(f, vo, run)?;
+                        if self.next.is_none() {
+                            return Some(Step::Done);
+                        }
+                        eo
+                    }
+                }
                 (b'{' | b'[', _) => {
                     let eo = value_end(old, vo)?;
                     (next >= eo).then_some(())?;
@@ -255,14 +270,85 @@ impl Splice<'_, '_> {
         (end > start).then_some(())?;
         let mut out = Out::default();
         single(cx, f.number, &f.ty, Some(raw(text).ok()?), &mut out).ok()?;
+        self.replace((start, end), out, en, eo);
+        Some(())
+    }
+
+    /// The map field `f` whose old value is the object at `vo` (its entries in the old encoding
+    /// are `run`), holding the next difference: each entry whose value changed encoded again.
+    /// Only values may differ, scalars both; the map's members and its entries are then the
+    /// same keys in the same order (Go writes both sorted), which each changed entry's key
+    /// confirms, and as many (no key twice).
+    fn map(&mut self, f: &Field, vo: usize, run: (usize, usize)) -> Option<()> {
+        let Ty::Map(Scalar::String, value_ty) = &f.ty else { return None };
+        let (cx, old) = (self.cx, self.old);
+        let entries = self.parts.entries(run)?;
+        let mut o = ws(old, vo + 1);
+        let mut i = 0;
+        if old.get(o) == Some(&b'}') {
+            return None;
+        }
+        loop {
+            let (key, v) = member_key(old, o)?;
+            let c = *old.get(v)?;
+            (self.next.is_none_or(|n| n >= v) && !matches!(c, b'{' | b'[' | b'n')).then_some(())?;
+            let ve = if c == b'"' { string_end(old, v)? } else { value_end(old, v)? };
+            if self.next.is_some_and(|n| n < ve || (n == ve && c != b'"')) {
+                let entry = *entries.get(i)?;
+                self.entry_key(entry, key)?;
+                let vn = v.checked_add_signed(self.d)?;
+                (!matches!(self.new.get(vn), Some(b'{' | b'[' | b'n'))).then_some(())?;
+                let en = value_end(self.new, vn)?;
+                let text = std::str::from_utf8(self.new.get(vn..en)?).ok()?;
+                let mut body = Out::default();
+                wire::len_field(&mut body, 1, key.as_bytes());
+                single(cx, 2, value_ty, Some(raw(text).ok()?), &mut body).ok()?;
+                let mut out = Out::default();
+                out.message_field(f.number, body);
+                self.replace(entry, out, en, ve);
+            }
+            i += 1;
+            o = ws(old, ve);
+            match old.get(o) {
+                Some(b',') => {
+                    self.same_until(o + 1)?;
+                    o = ws(old, o + 1);
+                }
+                Some(b'}') => {
+                    self.same_until(o + 1)?;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        (i == entries.len()).then_some(())
+    }
+
+    /// The map entry `entry` of the old encoding has the key `key` (its field 1).
+    fn entry_key(&self, entry: (usize, usize), key: &str) -> Option<()> {
+        let (mut pos, end) = self.parts.body(entry.0, entry.1)?;
+        (self.parts.varint(&mut pos)? == u64::from(1u32 << 3 | u32::from(wire::LEN))).then_some(())?;
+        let len = usize::try_from(self.parts.varint(&mut pos)?).ok()?;
+        (len == key.len() && pos + len <= end).then_some(())?;
+        let mut rest = key.as_bytes();
+        for piece in self.parts.slices((pos, pos + len)) {
+            let (head, tail) = rest.split_at_checked(piece.len())?;
+            (head == piece).then_some(())?;
+            rest = tail;
+        }
+        rest.is_empty().then_some(())
+    }
+
+    /// The old encoding's `range` replaced by `out`, for a value that ended at `eo` in the old
+    /// text and ends at `en` in the new one; then the next difference after it, if any.
+    fn replace(&mut self, (start, end): (usize, usize), out: Out, en: usize, eo: usize) {
+        let new = self.new;
         self.grown += out.total() as isize - (end - start) as isize;
         self.edits.push((start, end, out));
         self.d = en as isize - eo as isize;
         self.shifts.push((eo, self.d));
-        // The next difference after the value, if any.
         let k = common_prefix(&new[en..], &self.old[eo..]);
         self.next = (en + k < new.len() || eo + k < self.old.len()).then_some(eo + k);
-        Some(())
     }
 
     /// The old text's bytes before `end` are the new one's too.
@@ -348,9 +434,10 @@ mod tests {
             // In a list of messages: its first element, one in the middle.
             (r#""name":"i1""#, r#""name":"j1""#, true),
             (r#""gen":2}"#, r#""gen":3}"#, true),
-            // Not scalars: a map's value, a list of strings, values that become null or an object,
-            // members added or removed, an element added.
-            (r#""k":"x"#, r#""k":"y"#, false),
+            // A map's value (a long one: shared).
+            (r#""k":"x"#, r#""k":"y"#, true),
+            // Not scalars: a list of strings, values that become null or an object, members added
+            // or removed, an element added.
             (r#""list":["a","b"]"#, r#""list":["a","c"]"#, false),
             (r#""list":["a","b"]"#, r#""list":["a"]"#, false),
             (r#""status":{"name":"s","gen":1}"#, r#""status":null"#, false),
@@ -376,6 +463,32 @@ mod tests {
         assert!(check(&s, &three, &base));
         // Nothing changed: left to the walk.
         assert!(!check(&s, &base, &base));
+    }
+
+    #[test]
+    fn a_maps_values_are_spliced_by_their_keys() {
+        let s = schema();
+        let base = r#"{"metadata":{"name":"a","labels":{"a":"1","b":"2","c":"3"},"gen":1}}"#;
+        for (from, to, spliced) in [
+            (r#""b":"2""#, r#""b":"22""#, true),
+            (r#""a":"1""#, r#""a":"0""#, true),
+            (r#""c":"3"}"#, r#""c":""}"#, true),
+            (r#""a":"1","b":"2""#, r#""a":"9","b":"8""#, true),
+            // A key changed, added, removed; a value null.
+            (r#""b":"2""#, r#""bb":"2""#, false),
+            (r#""b":"2""#, r#""b":"2","ba":"x""#, false),
+            (r#""b":"2","#, "", false),
+            (r#""b":"2""#, r#""b":null"#, false),
+        ] {
+            let v = base.replacen(from, to, 1);
+            assert_eq!((check(&s, base, &v), check(&s, &v, base)), (spliced, spliced), "{from} → {to}");
+        }
+        // Members not in Go's order, or a key twice: the entries are not the members one for one.
+        let unsorted = r#"{"metadata":{"labels":{"b":"2","a":"1"}}}"#;
+        assert!(!check(&s, unsorted, &unsorted.replace(r#""a":"1""#, r#""a":"0""#)));
+        let twice = r#"{"metadata":{"labels":{"a":"1","a":"2"}}}"#;
+        assert!(!check(&s, twice, &twice.replace(r#""a":"1""#, r#""a":"0""#)));
+        assert!(!check(&s, twice, &twice.replace(r#""a":"2""#, r#""a":"0""#)));
     }
 
     #[test]

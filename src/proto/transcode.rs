@@ -262,7 +262,7 @@ impl Out {
     }
 
     /// Field `number`, length-delimited, holding `child` (its copied runs join ours).
-    fn message_field(&mut self, number: u32, child: Out) {
+    pub(super) fn message_field(&mut self, number: u32, child: Out) {
         wire::tag(self, number, wire::LEN);
         wire::varint(self, child.total() as u64);
         self.append(child);
