@@ -4,7 +4,8 @@
 # only scalars changed, else `proto::window`, else whole), the apiserver from its decoded
 # object. Writes, through the apiserver, the changes a cluster's status writers make — leases
 # renewed (`renewTime`, `leaseTransitions`), node heartbeats (a condition's
-# `lastHeartbeatTime`), pods' container statuses (`restartCount`, `ready`) and labels — while
+# `lastHeartbeatTime`), pods' container statuses (`restartCount`, `ready`) and labels (values
+# and annotations changed, labels added and removed) — while
 # two protobuf watches of each resource (a kubelet's `Accept`) run from the same
 # resourceVersion: one at the apiserver, one through the proxy. Every frame must be the same
 # bytes, in the same order, and the proxy must have served its watches from the cache (nothing
@@ -90,8 +91,14 @@ for r in range(rounds):
         status = {"containerStatuses": [{"name": "main", "image": "registry.example.com/app:v1", "imageID": "", "ready": r % 3 != 2,
                   "restartCount": r, "started": True, "state": {"running": {"startedAt": now()}}, "lastState": {}}]}
         call("PATCH", f"/api/v1/namespaces/{NS}/pods/pod-{i}/status", {"status": status}, "application/merge-patch+json")
+        if r % 5 == 3:
+            # An annotation's value changed (a map's value: spliced; the first time added: walked).
+            call("PATCH", f"/api/v1/namespaces/{NS}/pods/pod-{i}", {"metadata": {"annotations": {"pb-check/seq": str(r)}}},
+                 "application/merge-patch+json")
         if r % 7 == 6:
-            call("PATCH", f"/api/v1/namespaces/{NS}/pods/pod-{i}", {"metadata": {"labels": {"round": str(r)}}}, "application/merge-patch+json")
+            # A label's value changed (spliced), one added and one removed (walked).
+            labels = {"round": str(r), f"r{r}": "x", f"r{r - 7}": None}
+            call("PATCH", f"/api/v1/namespaces/{NS}/pods/pod-{i}", {"metadata": {"labels": labels}}, "application/merge-patch+json")
     time.sleep(1.0)
 for p in procs:
     p.wait()
