@@ -94,6 +94,14 @@ struct Splice<'c, 'a> {
     shifts: Vec<(usize, isize)>,
 }
 
+/// What follows a member or an element.
+enum Sep {
+    /// A comma: the next one starts here.
+    Next(usize),
+    /// The end of the object or list: just after it.
+    Close(usize),
+}
+
 /// How an object's reading ended.
 enum Step {
     /// At its closing brace, just after it in the old text.
@@ -102,7 +110,7 @@ enum Step {
     Done,
 }
 
-impl Splice<'_, '_> {
+impl<'a> Splice<'_, 'a> {
     /// The members of message `idx` from `o` in the old text (just after the object's `{`);
     /// `enc`: the range of the old encoding holding the message's fields.
     fn object(&mut self, idx: usize, mut o: usize, enc: (usize, usize)) -> Option<Step> {
@@ -185,17 +193,9 @@ impl Splice<'_, '_> {
                     }
                 }
             };
-            o = ws(old, end);
-            match old.get(o) {
-                Some(b',') => {
-                    self.same_until(o + 1)?;
-                    o = ws(old, o + 1);
-                }
-                Some(b'}') => {
-                    self.same_until(o + 1)?;
-                    return Some(Step::Closed(o + 1));
-                }
-                _ => return None,
+            match self.after_value(end, b'}')? {
+                Sep::Next(member) => o = member,
+                Sep::Close(after) => return Some(Step::Closed(after)),
             }
         }
     }
@@ -220,17 +220,9 @@ impl Splice<'_, '_> {
                     Step::Done => return Some(Step::Done),
                 }
             };
-            o = ws(old, end);
-            let last = k + 1 == entries.len();
-            match (old.get(o), last) {
-                (Some(b','), false) => {
-                    self.same_until(o + 1)?;
-                    o = ws(old, o + 1);
-                }
-                (Some(b']'), true) => {
-                    self.same_until(o + 1)?;
-                    return Some(Step::Closed(o + 1));
-                }
+            match (self.after_value(end, b']')?, k + 1 == entries.len()) {
+                (Sep::Next(element), false) => o = element,
+                (Sep::Close(after), true) => return Some(Step::Closed(after)),
                 _ => return None,
             }
         }
@@ -259,13 +251,11 @@ impl Splice<'_, '_> {
     /// The scalar member `key` of message `idx` whose old value is `vo..eo` and holds the next
     /// difference: its new value encoded in place of its old entry.
     fn scalar(&mut self, idx: usize, key: &str, vo: usize, eo: usize, fields: &mut Fields) -> Option<()> {
-        let (cx, new) = (self.cx, self.new);
+        let cx = self.cx;
         let f = field_for(cx.s, &cx.s.messages[idx], key)
             .filter(|f| matches!(f.card, Card::One | Card::Opt) && plain_message(cx.s, f).is_none())?;
-        let vn = vo.checked_add_signed(self.d)?;
-        (!matches!(new.get(vn), Some(b'{' | b'[' | b'n')) && self.old[vo] != b'n').then_some(())?;
-        let en = value_end(new, vn)?;
-        let text = std::str::from_utf8(new.get(vn..en)?).ok()?;
+        (self.old[vo] != b'n').then_some(())?;
+        let (en, text) = self.new_value(vo)?;
         let (start, end) = self.run(idx, fields, f.number)?;
         (end > start).then_some(())?;
         let mut out = Out::default();
@@ -296,10 +286,7 @@ impl Splice<'_, '_> {
             if self.next.is_some_and(|n| n < ve || (n == ve && c != b'"')) {
                 let entry = *entries.get(i)?;
                 self.entry_key(entry, key)?;
-                let vn = v.checked_add_signed(self.d)?;
-                (!matches!(self.new.get(vn), Some(b'{' | b'[' | b'n'))).then_some(())?;
-                let en = value_end(self.new, vn)?;
-                let text = std::str::from_utf8(self.new.get(vn..en)?).ok()?;
+                let (en, text) = self.new_value(v)?;
                 let mut body = Out::default();
                 wire::len_field(&mut body, 1, key.as_bytes());
                 single(cx, 2, value_ty, Some(raw(text).ok()?), &mut body).ok()?;
@@ -308,17 +295,9 @@ impl Splice<'_, '_> {
                 self.replace(entry, out, en, ve);
             }
             i += 1;
-            o = ws(old, ve);
-            match old.get(o) {
-                Some(b',') => {
-                    self.same_until(o + 1)?;
-                    o = ws(old, o + 1);
-                }
-                Some(b'}') => {
-                    self.same_until(o + 1)?;
-                    break;
-                }
-                _ => return None,
+            match self.after_value(ve, b'}')? {
+                Sep::Next(member) => o = member,
+                Sep::Close(_) => break,
             }
         }
         (i == entries.len()).then_some(())
@@ -349,6 +328,29 @@ impl Splice<'_, '_> {
         self.shifts.push((eo, self.d));
         let k = common_prefix(&new[en..], &self.old[eo..]);
         self.next = (en + k < new.len() || eo + k < self.old.len()).then_some(eo + k);
+    }
+
+    /// The new text's value where the old one's starts at `vo` (they differ in it): where it
+    /// ends, and its text. `None` unless it is a scalar (not an object, a list or null).
+    fn new_value(&self, vo: usize) -> Option<(usize, &'a str)> {
+        let new: &'a [u8] = self.new;
+        let vn = vo.checked_add_signed(self.d)?;
+        (!matches!(new.get(vn), Some(b'{' | b'[' | b'n'))).then_some(())?;
+        let en = value_end(new, vn)?;
+        Some((en, std::str::from_utf8(new.get(vn..en)?).ok()?))
+    }
+
+    /// What follows a value ending at `end` in the old text, the same in the new one: a comma
+    /// or `close` (the object's or the list's end).
+    fn after_value(&self, end: usize, close: u8) -> Option<Sep> {
+        let o = ws(self.old, end);
+        let c = *self.old.get(o)?;
+        self.same_until(o + 1)?;
+        match c {
+            b',' => Some(Sep::Next(ws(self.old, o + 1))),
+            c if c == close => Some(Sep::Close(o + 1)),
+            _ => None,
+        }
     }
 
     /// The old text's bytes before `end` are the new one's too.
