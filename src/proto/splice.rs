@@ -1,8 +1,9 @@
 //! JSON → protobuf for a new version of an object whose JSON differs from the previous one's
 //! only inside scalar values (a `resourceVersion`, a `restartCount`, a condition's time, a
 //! label's or an annotation's value): the previous encoding with those fields' entries (a map's
-//! entries) encoded again and the lengths of the messages holding them written again. Nothing else is encoded, nothing before the first difference is
-//! compared twice, and nothing after the last one is read but by one comparison of bytes.
+//! entries) encoded again and the lengths of the messages holding them written again. Nothing
+//! else is encoded, and nothing after the last difference is read but by one comparison of
+//! bytes.
 //!
 //! The old text is read member by member from its start, as far as the last difference: a
 //! member before the next difference is stepped over (its value delimited, not decoded); the one
