@@ -129,7 +129,7 @@ async fn watch_fanout_and_kubelet_tiny_runs_are_clean() {
 
 /// `sharded` (issue 34): 20 watchers over 4 uid shards. Through the proxy each change reaches
 /// exactly the 5 watchers of its pod's shard; the 1.28 sim ignores `shardSelector`, so directly
-/// every watcher gets every change (the expected ones among them, none lost).
+/// every watcher gets the changes of every shard (the expected ones among them, none lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_tiny_run_delivers_each_change_to_its_shard_only() {
     let mut args = tiny(Scenario::Sharded);
@@ -143,8 +143,20 @@ async fn sharded_tiny_run_delivers_each_change_to_its_shard_only() {
         assert_eq!((w.lost, w.duplicated, w.out_of_order), (0, 0, 0), "{}", t.name);
         assert!(w.changes_written > 10, "{}", t.name);
         assert_eq!(w.deliveries_expected, 5 * w.changes_written, "{}: 5 watchers per shard", t.name);
-        let received = if t.name == "proxy" { w.deliveries_expected } else { 20 * w.changes_written };
-        assert_eq!(w.deliveries_received, received, "{}", t.name);
+        if t.name == "proxy" {
+            assert_eq!(w.deliveries_received, w.deliveries_expected, "{}", t.name);
+        } else {
+            // Directly, other shards' changes too; the run waits for the expected deliveries
+            // only, so the last changes may still be on their way to other shards' watchers.
+            let all = 20 * w.changes_written;
+            assert!(
+                w.deliveries_received > w.deliveries_expected && w.deliveries_received <= all,
+                "{}: {} received, {} expected, {all} sent",
+                t.name,
+                w.deliveries_received,
+                w.deliveries_expected
+            );
+        }
     }
 }
 
