@@ -48,6 +48,15 @@ const META_V1: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
 /// scalars encoded (`splice`).
 pub const ENCODINGS: [&str; 4] = ["fresh", "from_previous", "walked", "spliced"];
 
+/// An index of [`ENCODINGS`].
+#[derive(Clone, Copy)]
+enum How {
+    Fresh,
+    FromPrevious,
+    Walked,
+    Spliced,
+}
+
 /// How the objects of one cached resource are encoded in protobuf: the kind's message (built-in
 /// kinds only; a custom resource has metadata-only protobuf), its envelope's TypeMeta, and
 /// whether every object so far could be encoded. One per cache, shared by its objects.
@@ -98,10 +107,10 @@ impl ProtoType {
         self.encodings.each_ref().map(|n| n.load(Ordering::Relaxed))
     }
 
-    /// `r`, counted under [`ENCODINGS`]`[how]` when it is an encoding.
-    fn made<T, E>(&self, how: usize, r: Result<T, E>) -> Result<T, E> {
+    /// `r`, counted under `how` when it is an encoding.
+    fn made<T, E>(&self, how: How, r: Result<T, E>) -> Result<T, E> {
         if r.is_ok() {
-            self.encodings[how].fetch_add(1, Ordering::Relaxed);
+            self.encodings[how as usize].fetch_add(1, Ordering::Relaxed);
         }
         r
     }
@@ -140,7 +149,7 @@ impl ProtoType {
     pub fn encode_shared(&self, json: &[u8], stored: &Bytes, prefix_len: usize) -> Option<Rope> {
         let msg = self.msg?;
         let encoded = transcode::object_shared(schema::schema(), msg, json, stored, prefix_len, self.minor());
-        self.outcome(false, self.made(0, encoded))
+        self.outcome(false, self.made(How::Fresh, encoded))
     }
 
     /// [`ProtoType::encode_shared`] of a new version, `now` = (json, stored, prefix_len), from
@@ -156,8 +165,8 @@ impl ProtoType {
         let (s, minor) = (schema::schema(), self.minor());
         let p = after::Prior { json: before.0, stored: before.1, prefix_len: before.2, rope: prior };
         let encoded = self
-            .made(1, after::object_after(s, msg, now.0, now.1, now.2, minor, &p))
-            .or_else(|_| self.made(0, transcode::object_shared(s, msg, now.0, now.1, now.2, minor)));
+            .made(How::FromPrevious, after::object_after(s, msg, now.0, now.1, now.2, minor, &p))
+            .or_else(|_| self.made(How::Fresh, transcode::object_shared(s, msg, now.0, now.1, now.2, minor)));
         self.outcome(false, encoded)
     }
 
@@ -167,8 +176,8 @@ impl ProtoType {
     pub fn encode_edit(&self, now: &Bytes, before: &Bytes, prior: &Rope) -> Option<Rope> {
         let (s, msg, minor) = (schema::schema(), self.msg?, self.minor());
         let made = |how, r: Option<Rope>| self.made(how, r.ok_or(())).ok();
-        made(3, splice::object_splice(s, msg, now, before, minor, prior))
-            .or_else(|| made(2, window::object_edit(s, msg, now, before, minor, prior)))
+        made(How::Spliced, splice::object_splice(s, msg, now, before, minor, prior))
+            .or_else(|| made(How::Walked, window::object_edit(s, msg, now, before, minor, prior)))
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.
