@@ -11,4 +11,5 @@ mod managed_fields;
 mod metadata_only;
 mod protobuf;
 mod protobuf_serving;
+mod recorded_edits;
 mod window_walk;

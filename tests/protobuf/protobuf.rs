@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 const RECORDED_MINOR: u32 = 28;
 
 /// A cache encoding as the recorded apiserver does.
-fn recorded_options() -> CacheOptions {
+pub(crate) fn recorded_options() -> CacheOptions {
     CacheOptions { upstream_minor: Some(RECORDED_MINOR), ..CacheOptions::default() }
 }
 
@@ -47,7 +47,7 @@ fn b64(v: &Value) -> Vec<u8> {
 
 /// Where two protobuf encodings first differ, as a path of field numbers through the nested
 /// messages, for a readable failure; `None` if they are equal.
-fn diff(got: &[u8], want: &[u8]) -> Option<String> {
+pub(crate) fn diff(got: &[u8], want: &[u8]) -> Option<String> {
     if got == want {
         return None;
     }
@@ -214,7 +214,7 @@ fn gets_of_every_builtin_kind_equal_the_apiservers_protobuf() {
 }
 
 /// Splits a protobuf watch stream into its frames (with their length prefixes).
-fn frames(stream: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn frames(stream: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + 4 <= stream.len() {
@@ -227,11 +227,11 @@ fn frames(stream: &[u8]) -> Vec<&[u8]> {
 }
 
 #[derive(Deserialize)]
-struct Ev<'a> {
+pub(crate) struct Ev<'a> {
     #[serde(rename = "type")]
-    t: &'a str,
+    pub(crate) t: &'a str,
     #[serde(borrow)]
-    object: &'a RawValue,
+    pub(crate) object: &'a RawValue,
 }
 
 #[tokio::test(start_paused = true)]
