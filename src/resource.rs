@@ -587,40 +587,70 @@ impl Object {
                 .get_or_init(|| self.proto_type().encode_metadata_shared(&self.metadata_bytes()))
                 .as_ref()
         } else {
-            self.forms()
-                .proto
-                .get_or_init(|| {
-                    let typed = self.typed_bytes();
-                    let prefix = typed.len() - self.body.len();
-                    self.proto_type().encode_shared(&typed, &self.body, prefix)
-                })
-                .as_ref()
+            self.forms().proto.get_or_init(|| self.encode_fresh()).as_ref()
         }
     }
 
-    /// Makes this version's protobuf message from that of `prev`, the version it replaced, when
-    /// that one has been encoded: only what changed is read and encoded again (`proto::after`;
-    /// a kubelet's pod changes in its status). Nothing when it is made already, when `prev` has
-    /// no encoding, or when the two are not of one typing.
-    pub fn encode_proto_after(&self, prev: &Object) {
-        let Some(Some(prior)) = prev.made(|f| f.proto.get()) else { return };
+    /// The whole protobuf message made from the JSON alone, its long strings shared with it.
+    fn encode_fresh(&self) -> Option<Rope> {
+        let typed = self.typed_bytes();
+        let prefix = typed.len() - self.body.len();
+        self.proto_type().encode_shared(&typed, &self.body, prefix)
+    }
+
+    /// This version's protobuf message made from that of `prev`, the version it replaced: only
+    /// what changed is read and encoded again (`proto::splice`, `proto::window`,
+    /// `proto::after`; a kubelet's pod changes in its status). The outer `None` when `prev` has
+    /// no encoding or the two are not of one typing (then [`Object::encode_fresh`]).
+    fn encode_after(&self, prev: &Object) -> Option<Option<Rope>> {
+        let Some(Some(prior)) = prev.made(|f| f.proto.get()) else { return None };
         if !Arc::ptr_eq(&self.typing.0, &prev.typing.0) {
-            return;
+            return None;
         }
-        self.forms().proto.get_or_init(|| {
-            // A built-in object's body is its JSON after `{"kind":…,"apiVersion":…,`.
-            let built_in = !self.type_prefix().is_empty() && self.type_prefix() == prev.type_prefix();
-            if let Some(rope) =
-                built_in.then(|| self.proto_type().encode_edit(&self.body, &prev.body, prior)).flatten()
-            {
-                return Some(rope);
-            }
-            let typed = self.typed_bytes();
-            let prior_typed = prev.typed_bytes();
-            let now = (&typed[..], &self.body, typed.len() - self.body.len());
-            let before = (&prior_typed[..], &prev.body, prior_typed.len() - prev.body.len());
-            self.proto_type().encode_after(now, before, prior)
-        });
+        // A built-in object's body is its JSON after `{"kind":…,"apiVersion":…,`.
+        let built_in = !self.type_prefix().is_empty() && self.type_prefix() == prev.type_prefix();
+        if let Some(rope) =
+            built_in.then(|| self.proto_type().encode_edit(&self.body, &prev.body, prior)).flatten()
+        {
+            return Some(Some(rope));
+        }
+        let typed = self.typed_bytes();
+        let prior_typed = prev.typed_bytes();
+        let now = (&typed[..], &self.body, typed.len() - self.body.len());
+        let before = (&prior_typed[..], &prev.body, prior_typed.len() - prev.body.len());
+        Some(self.proto_type().encode_after(now, before, prior))
+    }
+
+    /// The whole protobuf watch frame of type `event_type` of this version, `prev` the version
+    /// it replaced. When the version has no encoding yet, it is made (from `prev`'s when there
+    /// is one: [`Object::encode_after`]), framed, and the version then keeps its message as the
+    /// slice of that frame which holds it: one buffer per version instead of a rope and a
+    /// frame, the rope's parts let go while they are still in the processor's cache rather
+    /// than when the event leaves the history, and the next version's encoding made from one
+    /// buffer. (A rope's long strings were shared with the JSON; in the frame they are
+    /// copied — a protobuf-watched object's message costs its full length.)
+    pub fn proto_watch_event_after(&self, event_type: &str, prev: Option<&Object>) -> Option<Bytes> {
+        let forms = self.forms();
+        if forms.proto.get().is_some() {
+            return self.proto_watch_event(event_type, Repr::FullProto);
+        }
+        let made = prev.and_then(|p| self.encode_after(p)).unwrap_or_else(|| self.encode_fresh());
+        let Some(rope) = made else {
+            let _ = forms.proto.set(None);
+            return None;
+        };
+        let frame = self.frame_message(event_type, false, &rope);
+        let end = frame.len() - proto::envelope::UNKNOWN_TAIL.len();
+        // Another reader may have made it meanwhile (a LIST): the same bytes either way.
+        let _ = forms.proto.set(Some(rope.in_one(frame.slice(end - rope.len()..end))));
+        Some(frame)
+    }
+
+    /// Bytes of `frame` that this version's whole protobuf message is a slice of.
+    fn proto_within(&self, frame: &Bytes) -> usize {
+        let Some(Some(msg)) = self.made(|f| f.proto.get()) else { return 0 };
+        let range = frame.as_ptr_range();
+        msg.parts().iter().filter(|p| range.contains(&p.as_ptr())).map(Bytes::len).sum()
     }
 
     /// Chunks of the object with `kind`/`apiVersion` in the representation asked for (GET
@@ -654,12 +684,18 @@ impl Object {
                 .proto_watch_event(event_type, repr.keeping_managed_fields());
         }
         let msg = self.proto_message(repr.is_metadata())?;
-        let head = proto::envelope::head(self.proto_type().type_meta(repr.is_metadata()), msg.len());
+        Some(self.frame_message(event_type, repr.is_metadata(), msg))
+    }
+
+    /// The watch frame of type `event_type` around `msg`, this object's message (its
+    /// PartialObjectMetadata when `metadata`), enveloped.
+    fn frame_message(&self, event_type: &str, metadata: bool, msg: &Rope) -> Bytes {
+        let head = proto::envelope::head(self.proto_type().type_meta(metadata), msg.len());
         let mut parts: Vec<&[u8]> = Vec::with_capacity(msg.parts().len() + 2);
         parts.push(&head);
         parts.extend(msg.parts().iter().map(|p| &p[..]));
         parts.push(proto::envelope::UNKNOWN_TAIL);
-        Some(proto::envelope::watch_event(event_type, &parts))
+        proto::envelope::watch_event(event_type, &parts)
     }
 
     /// Chunks of the object as a JSON list item in the representation asked for; `None` in
@@ -1061,10 +1097,15 @@ impl Event {
             fs.iter().filter_map(|f| f.get()?.as_ref().map(Bytes::len)).sum()
         };
         let lean = self.lean_frames.get().map_or(0, |fs| filled(&fs[..]));
+        // The object may keep its protobuf message as a slice of the protobuf frame
+        // (`Object::proto_watch_event_after`): counted with the object, not twice.
+        let shared =
+            self.proto_frames[0].get().and_then(Option::as_ref).map_or(0, |f| self.object.proto_within(f));
         std::mem::size_of::<Event>()
             + self.frame.len()
             + self.meta_frame.get().map_or(0, Bytes::len)
             + filled(&self.proto_frames)
+            - shared
             + lean
     }
 
@@ -1079,11 +1120,11 @@ impl Event {
                     .clone(),
             ),
             Repr::FullProto | Repr::MetadataProto => self.proto_frames[usize::from(repr.is_metadata())]
-                .get_or_init(|| {
-                    if let (Repr::FullProto, Some(prev)) = (repr, &self.prev) {
-                        self.object.encode_proto_after(prev);
+                .get_or_init(|| match repr {
+                    Repr::FullProto => {
+                        self.object.proto_watch_event_after(self.kind.as_str(), self.prev.as_deref())
                     }
-                    frame_object(self.kind, &self.object, repr)
+                    _ => frame_object(self.kind, &self.object, repr),
                 })
                 .clone(),
             _ => self.lean_frames.get_or_init(Default::default)[repr.index() - 4]
@@ -1221,6 +1262,48 @@ mod tests {
         assert_eq!(frame.as_ref(), [&b"{\"type\":\"DELETED\",\"object\":"[..], raw, b"}\n"].concat());
         assert_eq!(framed.typed_bytes().as_ref(), &raw[..]);
         assert!(frame.as_ptr_range().contains(&framed.body.as_ptr()));
+    }
+
+    /// A version first encoded for its protobuf watch event keeps its message as the slice of
+    /// the event's frame that holds it (one buffer, not a rope and a copy), counted once; the
+    /// frame is the one made from the message alone, and the next version's, made from it, too.
+    #[test]
+    fn a_version_encoded_for_its_watch_event_keeps_its_message_in_the_frame() {
+        let k = pods();
+        let t = typing(&k);
+        let pod = |rv: u32, restarts: u32| {
+            let raw = format!(
+                r#"{{"metadata":{{"name":"p1","namespace":"ns","resourceVersion":"{rv}","annotations":{{"note":"{}"}}}},"status":{{"containerStatuses":[{{"name":"c","restartCount":{restarts}}}]}}}}"#,
+                "a long annotation value, long enough to be shared with the JSON in a rope".repeat(2)
+            );
+            Arc::new(Object::parse(&k, &t, Bytes::from(raw)).unwrap())
+        };
+        let (v1, v2, v3) = (pod(5, 0), pod(6, 1), pod(7, 2));
+        // The first version read in protobuf by a LIST: a rope sharing its long string.
+        let listed = v1.proto_message(false).unwrap().clone();
+        assert!(listed.parts().len() > 1 && listed.own_bytes(&v1.body) < listed.len());
+        for (now, prev, fresh) in [(&v2, &v1, pod(6, 1)), (&v3, &v2, pod(7, 2))] {
+            let e = Event::new(EventType::Modified, now.header.rv, now.clone(), Some(prev.clone()));
+            let frame = e.frame_as(Repr::FullProto).unwrap();
+            assert_eq!(frame, fresh.proto_watch_event("MODIFIED", Repr::FullProto).unwrap());
+            let msg = now.proto_message(false).unwrap();
+            assert_eq!(msg.parts().len(), 1, "one buffer");
+            assert!(frame.as_ptr_range().contains(&msg.parts()[0].as_ptr()), "a slice of the frame");
+            assert_eq!(now.proto_within(&frame), msg.len());
+            assert_eq!(
+                e.frame_bytes(),
+                std::mem::size_of::<Event>() + e.frame.len() + frame.len() - msg.len(),
+                "the message is counted with the object only"
+            );
+            assert_eq!(msg.own_bytes(&now.body), msg.len());
+        }
+        // A version encoded before its event (a LIST read it first) keeps its rope: the frame
+        // is a copy, counted whole.
+        let e = Event::new(EventType::Modified, v1.header.rv, v1.clone(), None);
+        let frame = e.frame_as(Repr::FullProto).unwrap();
+        assert_eq!(v1.proto_message(false), Some(&listed));
+        assert_eq!(v1.proto_within(&frame), 0);
+        assert_eq!(e.frame_bytes(), std::mem::size_of::<Event>() + e.frame.len() + frame.len());
     }
 
     /// Every cached object carries these (docs/performance.md, "Memory per cached object"):

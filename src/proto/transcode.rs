@@ -128,6 +128,13 @@ impl Rope {
         }
     }
 
+    /// The same message kept as `one`, a buffer holding exactly its bytes (a slice of the
+    /// watch frame it was copied into).
+    pub fn in_one(&self, one: Bytes) -> Rope {
+        debug_assert!(one.len() == self.len && self.parts.iter().flat_map(|p| p.iter()).eq(one.iter()));
+        Rope { len: one.len(), parts: vec![one], repeated: self.repeated }
+    }
+
     pub fn to_vec(&self) -> Vec<u8> {
         self.parts.concat()
     }
