@@ -25,19 +25,24 @@ impl<B: Send + Sync + 'static> Phase<B> for Pretty {
         if !wanted || !indentable(&resp) {
             return resp;
         }
-        let (mut parts, b) = resp.into_parts();
-        let compact = match b.collect().await {
-            Ok(c) => c.to_bytes(),
-            // The body failed after its head: nothing better to send than what the client
-            // would have got (a truncated answer).
-            Err(e) => {
-                tracing::debug!(error = %e, "an answer to indent failed");
-                return http::Response::from_parts(parts, body::full(Bytes::new()));
+        let (mut parts, mut b) = resp.into_parts();
+        // The compact answer's chunks as they are (a list's are the cached objects' own bytes,
+        // shared, not copied): counted once for the length, then indented a piece at a time as
+        // the connection takes them.
+        let mut compact = Vec::new();
+        while let Some(frame) = b.frame().await {
+            match frame {
+                Ok(f) => compact.extend(f.into_data().ok().filter(|d| !d.is_empty())),
+                // The body failed after its head: nothing better to send than what the client
+                // would have got (a truncated answer).
+                Err(e) => {
+                    tracing::debug!(error = %e, "an answer to indent failed");
+                    return http::Response::from_parts(parts, body::full(Bytes::new()));
+                }
             }
-        };
-        let pretty = indent::indent(&compact);
-        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(pretty.len()));
-        http::Response::from_parts(parts, body::full(pretty))
+        }
+        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(indent::indented_len(&compact)));
+        http::Response::from_parts(parts, body::lazy(indent::indent_chunks(compact)))
     }
 }
 
