@@ -180,21 +180,53 @@ impl MetadataPage {
 /// The `Accept` of a metadata-only list.
 const METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
+/// Items per upstream page of [`Upstream::list_metadata`]: a proof of a whole large
+/// collection holds one page of JSON at a time, not the collection's.
+const METADATA_PAGE: u32 = 500;
+
 impl Upstream {
-    /// A consistent LIST of a selection, metadata only (all of it without a limit).
+    /// A consistent LIST of a selection, metadata only: its first `limit` items (all of them
+    /// without a limit, or with `limit=0`, which the apiserver takes as none), read in pages of
+    /// [`METADATA_PAGE`] — the first a consistent read at the upstream's current revision, the
+    /// others by their continue tokens at that same revision — and given as one page: the
+    /// first page's RV, every item, and the last page's continuation (where the upstream would
+    /// have ended a page of `limit` items).
     pub async fn list_metadata(
         &self,
         kind: &ResourceKind,
         sel: &Selection,
         limit: Option<u32>,
     ) -> Result<MetadataPage, UpstreamError> {
-        let mut path = kind.collection_path(sel.namespace.as_deref());
-        let q = selected_query(limit, None, sel);
-        if !q.is_empty() {
-            path = format!("{path}?{q}");
+        let path = kind.collection_path(sel.namespace.as_deref());
+        let limit = limit.filter(|&l| l > 0);
+        let mut out: Option<MetadataPage> = None;
+        let mut previous: Option<String> = None;
+        loop {
+            let fetched = out.as_ref().map_or(0, |p| p.items.len());
+            let want = limit.map_or(METADATA_PAGE, |l| (l - fetched as u32).min(METADATA_PAGE));
+            let token = out.as_ref().and_then(|p| p.continue_token.as_deref());
+            let q = selected_query(Some(want), token, sel);
+            let page =
+                MetadataPage::parse(&self.inner.get_bytes_as(&format!("{path}?{q}"), METADATA_LIST).await?)?;
+            let all = match out.take() {
+                None => page,
+                Some(mut all) => {
+                    all.items.extend(page.items);
+                    all.continue_token = page.continue_token;
+                    all.remaining = page.remaining;
+                    all
+                }
+            };
+            let full = limit.is_some_and(|l| all.items.len() >= l as usize);
+            // An upstream that ignores `limit` answers everything at once, without a token; one
+            // that gives the same token again would never end: its page is taken as it is
+            // (the proof then fails on the continuation and the read is forwarded).
+            if all.continue_token.is_none() || full || all.continue_token == previous {
+                return Ok(all);
+            }
+            previous.clone_from(&all.continue_token);
+            out = Some(all);
         }
-        let body = self.inner.get_bytes_as(&path, METADATA_LIST).await?;
-        MetadataPage::parse(&body)
     }
 
     /// One page of a metadata-only LIST of everything at exactly `rv` (first page:

@@ -524,6 +524,89 @@ async fn list_page_sends_the_query_and_keeps_items() {
         .starts_with("upstream answered HTTP 410: The provided continue parameter is too old"));
 }
 
+/// A metadata proof of a large selection reads it in pages of 500 (the first a consistent
+/// read, the others by their tokens), never the whole collection's JSON at once, and gives it
+/// as the one page a single LIST of `limit` items would have been.
+#[tokio::test]
+async fn metadata_lists_are_read_in_pages_and_given_as_one() {
+    const N: usize = 1203;
+    let (addr, log) = fake_apiserver(false, |s| {
+        let q: std::collections::HashMap<String, String> =
+            form_urlencoded::parse(s.uri.split_once('?').map_or("", |(_, q)| q).as_bytes()).into_owned().collect();
+        let from: usize = q.get("continue").map_or(0, |t| t.trim_start_matches('t').parse().unwrap());
+        let limit: usize = q.get("limit").map_or(N, |l| l.parse().unwrap());
+        let to = (from + limit).min(N);
+        let items: Vec<String> = (from..to)
+            .map(|i| format!(r#"{{"metadata":{{"name":"c{i:04}","namespace":"ns","resourceVersion":"{}"}}}}"#, i + 1))
+            .collect();
+        let more = if to < N { format!(r#","continue":"t{to}","remainingItemCount":{}"#, N - to) } else { String::new() };
+        let body = format!(
+            r#"{{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{{"resourceVersion":"2000"{more}}},"items":[{}]}}"#,
+            items.join(",")
+        );
+        (StatusCode::OK, body)
+    })
+    .await;
+    let up = plain_upstream(addr, None);
+    let cms = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let sel = Selection {
+        namespace: Some("ns".into()),
+        label_selector: "a=b".into(),
+        field_selector: String::new(),
+    };
+    let uris = |log: &Log| log.lock().drain(..).map(|s| s.uri).collect::<Vec<_>>();
+
+    for limit in [None, Some(0)] {
+        let all = up.list_metadata(&cms, &sel, limit).await.unwrap();
+        assert_eq!(
+            (all.rv, all.items.len(), all.continue_token.as_deref(), all.remaining),
+            (Rv(2000), N, None, None)
+        );
+        assert!(all
+            .items
+            .iter()
+            .enumerate()
+            .all(|(i, (ns, n, rv))| ns == "ns" && *n == format!("c{i:04}") && *rv == Rv(i as u64 + 1)));
+        assert_eq!(
+            uris(&log),
+            [
+                "/api/v1/namespaces/ns/configmaps?limit=500&labelSelector=a%3Db",
+                "/api/v1/namespaces/ns/configmaps?limit=500&continue=t500&labelSelector=a%3Db",
+                "/api/v1/namespaces/ns/configmaps?limit=500&continue=t1000&labelSelector=a%3Db",
+            ]
+        );
+    }
+    // A client's limit of 1 100: the pages end where its page would, with its continuation.
+    let page = up.list_metadata(&cms, &sel, Some(1100)).await.unwrap();
+    assert_eq!(
+        (page.items.len(), page.continue_token.as_deref(), page.remaining),
+        (1100, Some("t1100"), Some(103))
+    );
+    let asked = uris(&log);
+    assert_eq!(asked.len(), 3);
+    assert!(asked[2].starts_with("/api/v1/namespaces/ns/configmaps?limit=100&continue=t1000"), "{asked:?}");
+    // A small limit: one page, as before.
+    let page = up.list_metadata(&cms, &sel, Some(10)).await.unwrap();
+    assert_eq!((page.items.len(), page.continue_token.as_deref()), (10, Some("t10")));
+    assert_eq!(uris(&log).len(), 1);
+
+    // An upstream that ignores `limit` (everything, no token): one request; one that repeats
+    // its token: it stops rather than looping.
+    let (addr, log) = fake_apiserver(false, |s| {
+        let token = if s.uri.contains("repeat") { r#","continue":"same""# } else { "" };
+        (StatusCode::OK, format!(r#"{{"metadata":{{"resourceVersion":"9"{token}}},"items":[{{"metadata":{{"name":"x","resourceVersion":"3"}}}}]}}"#))
+    })
+    .await;
+    let up = plain_upstream(addr, None);
+    let plain = Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
+    assert_eq!(up.list_metadata(&cms, &plain, None).await.unwrap().items.len(), 1);
+    assert_eq!(uris(&log).len(), 1);
+    let repeat = Selection { label_selector: "repeat".into(), ..plain };
+    let page = up.list_metadata(&cms, &repeat, None).await.unwrap();
+    assert_eq!((page.items.len(), page.continue_token.as_deref()), (2, Some("same")));
+    assert_eq!(uris(&log).len(), 2);
+}
+
 #[tokio::test]
 async fn watch_streams_events_from_the_server() {
     let (addr, log) = fake_apiserver(false, |_| {
