@@ -17,7 +17,8 @@
 //!
 //! Watch streams are never compressed in 1.36. Here that follows from the size test: only
 //! bodies whose length is known up front (`Content-Length`, which cached LISTs carry and
-//! watches never do) can pass it, so the body is never buffered to decide.
+//! watches never do), or that are marked [`Large`] (an indented list over 1 MiB, sent as it is
+//! made), can pass it, so the body is never buffered to decide.
 //!
 //! The body is compressed as it is sent: each frame of the inner body goes through one
 //! [`GzEncoder`] and whatever compressed bytes it produced go out as the next frame; the
@@ -56,9 +57,11 @@ pub fn accepts_gzip(req_headers: &HeaderMap) -> bool {
 /// `Content-Length` exceeds [`THRESHOLD_BYTES`] and that has no `Content-Encoding` yet;
 /// returns it unchanged otherwise.
 pub fn maybe_compress(req_headers: &HeaderMap, resp: Response<Body>) -> Response<Body> {
+    let large = resp.extensions().get::<Large>().is_some()
+        || content_length(resp.headers()).is_some_and(|n| n > THRESHOLD_BYTES);
     if resp.status() != StatusCode::OK
         || resp.headers().contains_key(CONTENT_ENCODING)
-        || content_length(resp.headers()).is_none_or(|n| n <= THRESHOLD_BYTES)
+        || !large
         || !accepts_gzip(req_headers)
     {
         return resp;
@@ -69,6 +72,11 @@ pub fn maybe_compress(req_headers: &HeaderMap, resp: Response<Body>) -> Response
     parts.headers.append(VARY, HeaderValue::from_static("Accept-Encoding"));
     Response::from_parts(parts, compress(body))
 }
+
+/// Marks a response larger than [`THRESHOLD_BYTES`] whose length is not told (an indented
+/// list sent as it is made, `phase::pretty`).
+#[derive(Clone, Copy, Debug)]
+pub struct Large;
 
 fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
@@ -235,6 +243,24 @@ mod tests {
         let b = out.into_body().collect().await.unwrap().to_bytes();
         assert!(b.len() < len / 10, "compressed: {} bytes", b.len());
         assert_eq!(gunzip(&b), vec![b'x'; len]);
+    }
+
+    /// An indented list sent as it is made (`phase::pretty`): no length, marked large, and
+    /// compressed like any large answer; unmarked, a body of unknown length is not.
+    #[tokio::test]
+    async fn a_large_answer_of_untold_length_is_compressed_when_marked() {
+        for marked in [true, false] {
+            let mut resp = response(1000, &[]);
+            resp.headers_mut().remove(CONTENT_LENGTH);
+            if marked {
+                resp.extensions_mut().insert(Large);
+            }
+            let out = maybe_compress(&req(&["gzip"]), resp);
+            assert_eq!(out.headers().get(CONTENT_ENCODING).is_some(), marked);
+            let b = out.into_body().collect().await.unwrap().to_bytes();
+            let plain = if marked { gunzip(&b) } else { b.to_vec() };
+            assert_eq!(plain, vec![b'x'; 1000]);
+        }
     }
 
     #[tokio::test]

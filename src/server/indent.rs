@@ -105,7 +105,7 @@ impl Sink for Count {
 
 /// `json.Indent`'s state between two pieces of its input.
 #[derive(Default)]
-struct Indenter {
+pub struct Indenter {
     depth: usize,
     in_string: bool,
     escaped: bool,
@@ -115,6 +115,13 @@ struct Indenter {
 }
 
 impl Indenter {
+    /// The indentation of the next piece of the document.
+    pub fn piece(&mut self, src: &[u8]) -> Bytes {
+        let mut out = Vec::with_capacity(src.len() + src.len() / 2);
+        self.feed(src, &mut out);
+        Bytes::from(out)
+    }
+
     fn feed(&mut self, src: &[u8], out: &mut impl Sink) {
         let mut i = 0;
         while i < src.len() {

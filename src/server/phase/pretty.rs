@@ -7,12 +7,14 @@
 //! (a large indented list is then gzip'd as the apiserver gzips it).
 
 use bytes::Bytes;
+use futures_util::{stream, StreamExt};
 use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
 use http::HeaderValue;
-use http_body_util::BodyExt;
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
 
 use super::{pass, FromUpstream, Next, Phase, Req, Resp};
-use crate::server::{body, indent};
+use crate::server::{body, gzip, indent};
 
 #[derive(Clone)]
 pub struct Pretty;
@@ -26,25 +28,47 @@ impl<B: Send + Sync + 'static> Phase<B> for Pretty {
             return resp;
         }
         let (mut parts, mut b) = resp.into_parts();
-        // The compact answer's chunks as they are (a list's are the cached objects' own bytes,
-        // shared, not copied): counted once for the length, then indented a piece at a time as
-        // the connection takes them.
+        // A small answer is indented whole, with its `Content-Length` (as the apiserver's fits
+        // its write buffer): its chunks are counted once for the length, then indented a
+        // piece at a time. A larger one is indented as it streams, chunked (as the apiserver
+        // sends a large answer): never held whole.
         let mut compact = Vec::new();
-        while let Some(frame) = b.frame().await {
-            match frame {
-                Ok(f) => compact.extend(f.into_data().ok().filter(|d| !d.is_empty())),
+        let mut read = 0;
+        while read <= WHOLE_MAX {
+            match b.frame().await {
+                None => {
+                    parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(indent::indented_len(&compact)));
+                    return http::Response::from_parts(parts, body::lazy(indent::indent_chunks(compact)));
+                }
+                Some(Ok(f)) => {
+                    if let Some(d) = f.into_data().ok().filter(|d| !d.is_empty()) {
+                        read += d.len();
+                        compact.push(d);
+                    }
+                }
                 // The body failed after its head: nothing better to send than what the client
                 // would have got (a truncated answer).
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::debug!(error = %e, "an answer to indent failed");
                     return http::Response::from_parts(parts, body::full(Bytes::new()));
                 }
             }
         }
-        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(indent::indented_len(&compact)));
-        http::Response::from_parts(parts, body::lazy(indent::indent_chunks(compact)))
+        parts.headers.remove(CONTENT_LENGTH);
+        // Larger than the gzip threshold, though its length is not told.
+        parts.extensions.insert(gzip::Large);
+        let mut ind = indent::Indenter::default();
+        let pieces = stream::iter(compact.into_iter().map(Ok))
+            .chain(b.into_data_stream())
+            .map(move |r| r.map(|d| ind.piece(&d)))
+            .filter(|r| std::future::ready(r.as_ref().map_or(true, |p| !p.is_empty())))
+            .map(|r| r.map(Frame::data));
+        http::Response::from_parts(parts, StreamBody::new(pieces).boxed_unsync())
     }
 }
+
+/// Compact bytes read before an answer is indented as it streams rather than whole.
+const WHOLE_MAX: usize = 1 << 20;
 
 /// A whole JSON answer of the proxy's own: not forwarded, not a stream (a list has its
 /// `Content-Length`, a Status a body of known size; a watch neither), not encoded.
@@ -95,6 +119,43 @@ mod tests {
         let resp = Pretty.call(req, &next).await;
         let len = resp.headers().get(CONTENT_LENGTH).map(|v| v.to_str().unwrap().to_owned());
         (len, text(resp).await)
+    }
+
+    /// The rest of the stack answering a large list in 64 KiB chunks, with its length.
+    #[derive(Clone)]
+    struct Large(Vec<Bytes>);
+
+    impl Next<String> for Large {
+        async fn run(&self, _req: Req<String>) -> Resp {
+            let len: usize = self.0.iter().map(Bytes::len).sum();
+            let mut resp = http::Response::new(body::chunks(self.0.clone()));
+            resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            resp.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(len));
+            resp
+        }
+    }
+
+    /// Over 1 MiB compact, an answer is indented as it streams: no `Content-Length` (chunked,
+    /// as the apiserver sends a large answer), marked large for gzip, the same bytes as the
+    /// whole's indentation; just under, it is indented whole with its length.
+    #[tokio::test]
+    async fn a_large_answer_is_indented_as_it_streams() {
+        let item = r#"{"metadata":{"name":"n","labels":{"a":"b"}},"data":{"k":"a string, with: {brackets} and \"quotes\""}}"#;
+        for (n, streamed) in [(20_000, true), (5_000, false)] {
+            let compact = format!("{{\"items\":[{}]}}\n", vec![item; n].join(","));
+            let chunks: Vec<Bytes> =
+                compact.as_bytes().chunks(64 * 1024).map(Bytes::copy_from_slice).collect();
+            assert_eq!(compact.len() > WHOLE_MAX, streamed);
+            let mut req = request("/api/v1/configmaps");
+            req.headers_mut().insert(USER_AGENT, HeaderValue::from_static("curl/8.5.0"));
+            let resp = Pretty.call(req, &Large(chunks)).await;
+            let want = indent::indent(compact.as_bytes());
+            let len =
+                resp.headers().get(CONTENT_LENGTH).map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
+            assert_eq!(len, (!streamed).then_some(want.len()));
+            assert_eq!(resp.extensions().get::<gzip::Large>().is_some(), streamed);
+            assert_eq!(text(resp).await.as_bytes(), &want[..]);
+        }
     }
 
     #[tokio::test]
