@@ -4,8 +4,8 @@
 //! trailing newline (the compact encoder ends with one). Watches are never indented (their
 //! stream serializer is not the pretty one); protobuf has no pretty form.
 //!
-//! Pure; called by `phase::pretty` (the decision, the length of the indented answer and its
-//! indentation a piece at a time).
+//! Pure; called by `phase::pretty` (the decision, and the indentation whole or a piece at a
+//! time).
 
 use bytes::Bytes;
 
@@ -40,67 +40,10 @@ pub fn indent(src: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-/// The length of [`indent`] of the document made of `chunks`, without making it.
-pub fn indented_len(chunks: &[Bytes]) -> usize {
-    let mut ind = Indenter::default();
-    let mut n = Count(0);
-    chunks.iter().for_each(|c| ind.feed(c, &mut n));
-    n.0
-}
-
-/// [`indent`] of the document made of `chunks`, made a piece at a time as the connection takes
-/// it (about `PIECE` bytes each): a large LIST asked for by curl is never held whole twice.
-pub fn indent_chunks(chunks: Vec<Bytes>) -> impl Iterator<Item = Bytes> + Send + 'static {
-    /// Output bytes gathered before a piece is handed on.
-    const PIECE: usize = 64 * 1024;
-    let mut ind = Indenter::default();
-    let mut chunks = chunks.into_iter().peekable();
-    std::iter::from_fn(move || {
-        let mut out = Vec::new();
-        while out.len() < PIECE {
-            let c = chunks.next()?;
-            if out.capacity() == 0 {
-                out.reserve(PIECE.max(c.len() + c.len() / 2) + PIECE / 8);
-            }
-            ind.feed(&c, &mut out);
-            if chunks.peek().is_none() {
-                break;
-            }
-        }
-        Some(Bytes::from(out))
-    })
-    .filter(|b| !b.is_empty())
-}
-
-/// Where `json.Indent` writes.
-trait Sink {
-    fn put(&mut self, b: &[u8]);
-    /// A newline and `2 * depth` spaces.
-    fn newline(&mut self, depth: usize);
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, b: &[u8]) {
-        self.extend_from_slice(b);
-    }
-
-    fn newline(&mut self, depth: usize) {
-        self.push(b'\n');
-        self.resize(self.len() + 2 * depth, b' ');
-    }
-}
-
-/// Counts what would be written.
-struct Count(usize);
-
-impl Sink for Count {
-    fn put(&mut self, b: &[u8]) {
-        self.0 += b.len();
-    }
-
-    fn newline(&mut self, depth: usize) {
-        self.0 += 1 + 2 * depth;
-    }
+/// A newline and `2 * depth` spaces.
+fn newline(out: &mut Vec<u8>, depth: usize) {
+    out.push(b'\n');
+    out.resize(out.len() + 2 * depth, b' ');
 }
 
 /// `json.Indent`'s state between two pieces of its input.
@@ -122,7 +65,8 @@ impl Indenter {
         Bytes::from(out)
     }
 
-    fn feed(&mut self, src: &[u8], out: &mut impl Sink) {
+    /// Indents the next piece of the document into `out`.
+    pub fn feed(&mut self, src: &[u8], out: &mut Vec<u8>) {
         let mut i = 0;
         while i < src.len() {
             if self.in_string {
@@ -130,17 +74,17 @@ impl Indenter {
                 let rest = &src[i..];
                 if self.escaped {
                     self.escaped = false;
-                    out.put(&rest[..1]);
+                    out.push(rest[0]);
                     i += 1;
                     continue;
                 }
                 match memchr::memchr2(b'"', b'\\', rest) {
                     None => {
-                        out.put(rest);
+                        out.extend_from_slice(rest);
                         return;
                     }
                     Some(j) => {
-                        out.put(&rest[..=j]);
+                        out.extend_from_slice(&rest[..=j]);
                         if rest[j] == b'"' {
                             self.in_string = false;
                         } else {
@@ -160,32 +104,32 @@ impl Indenter {
                 self.opened = false;
                 if c == b'}' || c == b']' {
                     self.depth = self.depth.saturating_sub(1);
-                    out.put(&[c]);
+                    out.push(c);
                     continue;
                 }
-                out.newline(self.depth);
+                newline(out, self.depth);
             }
             match c {
                 b'"' => {
                     self.in_string = true;
-                    out.put(&[c]);
+                    out.push(c);
                 }
                 b'{' | b'[' => {
-                    out.put(&[c]);
+                    out.push(c);
                     self.depth += 1;
                     self.opened = true;
                 }
                 b',' => {
-                    out.put(&[c]);
-                    out.newline(self.depth);
+                    out.push(c);
+                    newline(out, self.depth);
                 }
-                b':' => out.put(b": "),
+                b':' => out.extend_from_slice(b": "),
                 b'}' | b']' => {
                     self.depth = self.depth.saturating_sub(1);
-                    out.newline(self.depth);
-                    out.put(&[c]);
+                    newline(out, self.depth);
+                    out.push(c);
                 }
-                _ => out.put(&[c]),
+                _ => out.push(c),
             }
         }
     }
@@ -218,7 +162,7 @@ mod tests {
     }
 
     /// Cut anywhere — inside a string, an escape, between a bracket and what follows it — the
-    /// pieces indent to the whole's indentation, whose length is counted without making it.
+    /// pieces indent to the whole's indentation.
     #[test]
     fn a_document_in_pieces_indents_as_the_whole() {
         let doc = br#"{"kind":"PodList","items":[{"a":[1,2],"b":[],"c":"x,{}:[\"]\\","d":{}},{"e":"\u00e9 \\\"q\""}],"f":null}
@@ -226,31 +170,11 @@ mod tests {
         let whole = indent(doc);
         for cut in 0..=doc.len() {
             for cut2 in cut..=doc.len() {
-                let pieces = vec![
-                    Bytes::copy_from_slice(&doc[..cut]),
-                    Bytes::copy_from_slice(&doc[cut..cut2]),
-                    Bytes::copy_from_slice(&doc[cut2..]),
-                ];
-                assert_eq!(indented_len(&pieces), whole.len(), "cut at {cut}, {cut2}");
-                let got: Vec<u8> = indent_chunks(pieces).flat_map(|b| b.to_vec()).collect();
+                let mut ind = Indenter::default();
+                let got = [&doc[..cut], &doc[cut..cut2], &doc[cut2..]].map(|p| ind.piece(p)).concat();
                 assert_eq!(got, whole, "cut at {cut}, {cut2}");
             }
         }
-    }
-
-    /// A large list goes out in pieces of about 64 KiB, not as one buffer.
-    #[test]
-    fn a_large_document_goes_out_in_pieces() {
-        let item = Bytes::from_static(br#"{"metadata":{"name":"a-fairly-long-name","labels":{"k":"v"}},"data":{"x":"yyyyyyyyyyyyyyyy"}},"#);
-        let mut chunks = vec![Bytes::from_static(b"{\"items\":[")];
-        chunks.extend(std::iter::repeat_n(item, 10_000));
-        chunks.push(Bytes::from_static(b"{}]}\n"));
-        let whole = indent(&chunks.concat());
-        let pieces: Vec<Bytes> = indent_chunks(chunks.clone()).collect();
-        assert!(pieces.len() > 10, "{} pieces", pieces.len());
-        assert!(pieces.iter().all(|p| p.len() < 80 * 1024), "{:?}", pieces.iter().map(Bytes::len).max());
-        assert_eq!(pieces.concat(), whole.to_vec());
-        assert_eq!(indented_len(&chunks), whole.len());
     }
 
     #[test]

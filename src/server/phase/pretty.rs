@@ -4,7 +4,9 @@
 //! phases after this one — is indented; watches (no `Content-Length`: a stream) and protobuf are
 //! not, as the apiserver's are not, and forwarded answers are the upstream's own (it got the
 //! same query and user agent). Sits outside every phase that answers, inside `compress`
-//! (a large indented list is then gzip'd as the apiserver gzips it).
+//! (a large indented list is then gzip'd as the apiserver gzips it). An answer is never held
+//! whole twice: up to 1 MiB of compact JSON is indented whole with its `Content-Length`; a
+//! larger answer is indented as it is sent, chunked, as the apiserver sends a large answer.
 
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
@@ -29,16 +31,18 @@ impl<B: Send + Sync + 'static> Phase<B> for Pretty {
         }
         let (mut parts, mut b) = resp.into_parts();
         // A small answer is indented whole, with its `Content-Length` (as the apiserver's fits
-        // its write buffer): its chunks are counted once for the length, then indented a
-        // piece at a time. A larger one is indented as it streams, chunked (as the apiserver
+        // its write buffer). A larger one is indented as it streams, chunked (as the apiserver
         // sends a large answer): never held whole.
-        let mut compact = Vec::new();
+        let mut compact: Vec<Bytes> = Vec::new();
         let mut read = 0;
         while read <= WHOLE_MAX {
             match b.frame().await {
                 None => {
-                    parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(indent::indented_len(&compact)));
-                    return http::Response::from_parts(parts, body::lazy(indent::indent_chunks(compact)));
+                    let mut ind = indent::Indenter::default();
+                    let mut pretty = Vec::with_capacity(read + read / 2);
+                    compact.iter().for_each(|c| ind.feed(c, &mut pretty));
+                    parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(pretty.len()));
+                    return http::Response::from_parts(parts, body::full(pretty));
                 }
                 Some(Ok(f)) => {
                     if let Some(d) = f.into_data().ok().filter(|d| !d.is_empty()) {
