@@ -601,10 +601,25 @@ async fn metadata_lists_are_read_in_pages_and_given_as_one() {
     let plain = Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
     assert_eq!(up.list_metadata(&cms, &plain, None).await.unwrap().items.len(), 1);
     assert_eq!(uris(&log).len(), 1);
-    let repeat = Selection { label_selector: "repeat".into(), ..plain };
+    let repeat = Selection { label_selector: "repeat".into(), ..plain.clone() };
     let page = up.list_metadata(&cms, &repeat, None).await.unwrap();
     assert_eq!((page.items.len(), page.continue_token.as_deref()), (2, Some("same")));
     assert_eq!(uris(&log).len(), 2);
+
+    // Compacted between two pages (the token expired): an error, not a part of the list (the
+    // proof then fails and the read is forwarded).
+    let (addr, _log) = fake_apiserver(false, |s| {
+        if s.uri.contains("continue=") {
+            return (
+                StatusCode::GONE,
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The provided continue parameter is too old to display a consistent list result.","reason":"Expired","code":410}"#.into(),
+            );
+        }
+        (StatusCode::OK, r#"{"metadata":{"resourceVersion":"9","continue":"next"},"items":[{"metadata":{"name":"x","resourceVersion":"3"}}]}"#.into())
+    })
+    .await;
+    let e = plain_upstream(addr, None).list_metadata(&cms, &plain, None).await.unwrap_err();
+    assert!(e.is_gone(), "{e}");
 }
 
 #[tokio::test]
