@@ -1097,12 +1097,17 @@ impl Event {
             fs.iter().filter_map(|f| f.get()?.as_ref().map(Bytes::len)).sum()
         };
         let lean = self.lean_frames.get().map_or(0, |fs| filled(&fs[..]));
-        // The object may keep its protobuf message as a slice of the protobuf frame
-        // (`Object::proto_watch_event_after`): counted with the object, not twice.
+        // The object's JSON is usually a slice of the JSON frame (`Object::framed`) and it may
+        // keep its protobuf message as a slice of the protobuf frame
+        // (`Object::proto_watch_event_after`): both counted with the object, not twice.
         let shared =
             self.proto_frames[0].get().and_then(Option::as_ref).map_or(0, |f| self.object.proto_within(f));
-        std::mem::size_of::<Event>()
-            + self.frame.len()
+        let json_shared = if self.frame.as_ptr_range().contains(&self.object.body.as_ptr()) {
+            self.object.body.len()
+        } else {
+            0
+        };
+        std::mem::size_of::<Event>() + self.frame.len() - json_shared
             + self.meta_frame.get().map_or(0, Bytes::len)
             + filled(&self.proto_frames)
             - shared
@@ -1262,6 +1267,14 @@ mod tests {
         assert_eq!(frame.as_ref(), [&b"{\"type\":\"DELETED\",\"object\":"[..], raw, b"}\n"].concat());
         assert_eq!(framed.typed_bytes().as_ref(), &raw[..]);
         assert!(frame.as_ptr_range().contains(&framed.body.as_ptr()));
+        // The memory count: the JSON the object and its event share is counted with the
+        // object only; an event whose frame is a copy counts it whole.
+        let body = framed.body.len();
+        let framed = Arc::new(framed);
+        let e = Event::with_frame(EventType::Deleted, Rv(9), framed.clone(), None, frame.clone());
+        assert_eq!(e.frame_bytes(), std::mem::size_of::<Event>() + frame.len() - body);
+        let copy = Event::new(EventType::Deleted, Rv(9), framed, None);
+        assert_eq!(copy.frame_bytes(), std::mem::size_of::<Event>() + frame.len());
     }
 
     /// A version first encoded for its protobuf watch event keeps its message as the slice of
