@@ -7,6 +7,7 @@
 //! cache stores the upstream's own encoding without a decode/encode round trip.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use bytes::Bytes;
 use http::Method;
@@ -200,7 +201,7 @@ impl Upstream {
         let path = kind.collection_path(sel.namespace.as_deref());
         let limit = limit.filter(|&l| l > 0);
         let mut out: Option<MetadataPage> = None;
-        let mut previous: Option<String> = None;
+        let mut seen: HashSet<String> = HashSet::new();
         loop {
             let fetched = out.as_ref().map_or(0, |p| p.items.len());
             let want = limit.map_or(METADATA_PAGE, |l| (l - fetched as u32).min(METADATA_PAGE));
@@ -210,6 +211,14 @@ impl Upstream {
                 MetadataPage::parse(&self.inner.get_bytes_as(&format!("{path}?{q}"), METADATA_LIST).await?)?;
             let all = match out.take() {
                 None => page,
+                // A continue token carries its list's RV: a page at another RV is not of this
+                // list (an upstream that does not keep it), and no proof.
+                Some(all) if page.rv != all.rv => {
+                    return Err(UpstreamError::Decode(format!(
+                        "a continued metadata list page is at resourceVersion {}, its first page at {}",
+                        page.rv, all.rv
+                    )))
+                }
                 Some(mut all) => {
                     all.items.extend(page.items);
                     all.continue_token = page.continue_token;
@@ -219,13 +228,12 @@ impl Upstream {
             };
             let full = limit.is_some_and(|l| all.items.len() >= l as usize);
             // An upstream that ignores `limit` answers everything at once, without a token; one
-            // that gives the same token again would never end: its page is taken as it is
+            // that gives a token it gave before would never end: its page is taken as it is
             // (the proof then fails on the continuation and the read is forwarded).
-            if all.continue_token.is_none() || full || all.continue_token == previous {
-                return Ok(all);
+            match &all.continue_token {
+                Some(t) if !full && seen.insert(t.clone()) => out = Some(all),
+                _ => return Ok(all),
             }
-            previous.clone_from(&all.continue_token);
-            out = Some(all);
         }
     }
 

@@ -606,6 +606,28 @@ async fn metadata_lists_are_read_in_pages_and_given_as_one() {
     assert_eq!((page.items.len(), page.continue_token.as_deref()), (2, Some("same")));
     assert_eq!(uris(&log).len(), 2);
 
+    // Tokens going round (A, B, A, …): it stops at the first one given again; a continued
+    // page at another RV than the first (an upstream whose tokens do not keep their list's
+    // RV): an error, no proof.
+    let (addr, log) = fake_apiserver(false, |s| {
+        let (next, rv) = match s.uri.split_once("continue=") {
+            None => ("A", 9),
+            Some((_, t)) if t.starts_with('A') => ("B", 9),
+            Some((_, t)) if t.starts_with('B') => ("A", 9),
+            Some(_) => ("C", 10),
+        };
+        let next = if s.uri.contains("drift") && next == "B" { "D" } else { next };
+        (StatusCode::OK, format!(r#"{{"metadata":{{"resourceVersion":"{rv}","continue":"{next}"}},"items":[{{"metadata":{{"name":"x","resourceVersion":"3"}}}}]}}"#))
+    })
+    .await;
+    let up = plain_upstream(addr, None);
+    let page = up.list_metadata(&cms, &plain, None).await.unwrap();
+    assert_eq!((page.items.len(), page.continue_token.as_deref()), (3, Some("A")));
+    assert_eq!(uris(&log).len(), 3);
+    let drift = Selection { label_selector: "drift".into(), ..plain.clone() };
+    let e = up.list_metadata(&cms, &drift, None).await.unwrap_err();
+    assert!(e.to_string().contains("at resourceVersion 10, its first page at 9"), "{e}");
+
     // Compacted between two pages (the token expired): an error, not a part of the list (the
     // proof then fails and the read is forwarded).
     let (addr, _log) = fake_apiserver(false, |s| {
