@@ -494,6 +494,13 @@ impl Object {
         Object { header, body, typing: typing.clone(), forms: OnceLock::new() }
     }
 
+    /// This version with its JSON copied into a buffer of its own, so that the buffer it was
+    /// a slice of (a list page) can be freed (`cache::pages`): the same bytes and header; the
+    /// other forms are let go (they may share the old buffer) and made again at their next read.
+    pub fn compacted(&self) -> Object {
+        Object::restored(&self.typing, self.header.clone(), Bytes::copy_from_slice(&self.body))
+    }
+
     /// Built-ins: the shared `{"kind":"Pod","apiVersion":"v1",` prefix. Empty for CRs.
     pub fn type_prefix(&self) -> &Bytes {
         &self.typing.prefix

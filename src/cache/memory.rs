@@ -26,7 +26,7 @@ use super::{Reader, Store, Writer};
 use crate::resource::{Event, Object, Rv};
 
 /// A store entry's share of the ordered map (key and value pointers, node slack).
-const STORE_ENTRY: usize = 64;
+pub(super) const STORE_ENTRY: usize = 64;
 /// A history slot (its time and pointer) with the ring buffer's slack.
 const HISTORY_SLOT: usize = 32;
 /// Event pointers copied per hold of the cache's lock while measuring.
@@ -183,6 +183,8 @@ impl Reader {
             }
         }
         let (objects, history) = measure(&store, &events);
+        // What list pages keep beyond their live objects, for the objects' sake (`cache::pages`).
+        let objects = objects + self.shared.pinned.load(Ordering::Relaxed);
         self.shared.kept.store(objects + history, Ordering::Relaxed);
         Usage { objects, history, events: events.len(), history_cap: cap }
     }

@@ -13,6 +13,7 @@ mod history;
 mod lag;
 mod list;
 mod memory;
+mod pages;
 mod persist;
 mod relist;
 mod watch;
@@ -124,6 +125,9 @@ struct Shared {
     ahead: Mutex<lag::Ahead>,
     /// Bytes this cache kept at its last measurement (`cache::memory`).
     kept: AtomicU64,
+    /// Bytes list pages keep beyond their live objects (`cache::pages`), as the writer last
+    /// knew them: counted with the objects.
+    pinned: AtomicU64,
     /// Bytes a list had brought when `--cache-memory-limit` refused it; 0 after a full list.
     refused: AtomicU64,
     /// Dropped for `--cache-memory-limit`: the writer empties the cache when its reflector
@@ -173,10 +177,16 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         delivery_lag,
         ahead: Mutex::new(lag::Ahead::default()),
         kept: AtomicU64::new(0),
+        pinned: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         release: Default::default(),
     });
-    (Writer { shared: shared.clone(), budget: TimeBudget::new(Instant::now()) }, Reader { shared })
+    let writer = Writer {
+        shared: shared.clone(),
+        budget: TimeBudget::new(Instant::now()),
+        pages: pages::Pages::default(),
+    };
+    (writer, Reader { shared })
 }
 
 /// The only way to change a cache. Held by the resource's reflector.
@@ -184,6 +194,8 @@ pub struct Writer {
     shared: Arc<Shared>,
     /// How long blocked deliveries may still wait (shared by all watchers).
     budget: TimeBudget,
+    /// Where the last full list's objects lie, to give their pages back (`cache::pages`).
+    pages: pages::Pages,
 }
 
 /// Why an upstream event was not applied.
@@ -222,6 +234,8 @@ impl Writer {
     /// has, with no difference and no BOOKMARK (`Watchers::end_at_relist`, docs/design.md §6, issue
     /// 31), unless the cache had already reached `list_rv` and nothing it selects differs.
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
+        self.pages = pages::Pages::of(objects.iter());
+        self.shared.pinned.store(0, Ordering::Relaxed);
         let now = Instant::now();
         let mut st = self.shared.state.lock();
         let mut next = Store::new();
@@ -282,6 +296,7 @@ impl Writer {
             EventType::Deleted => st.store.remove(&obj.header.key),
             other => return Err(ApplyError::Type(other)),
         };
+        let compact = prev.as_deref().is_some_and(|p| self.pages.superseded(p));
         let event = Arc::new(Event::with_frame(kind, rv, obj, prev, frame));
         st.history.push(now, event.clone());
         st.history.moved(now, rv);
@@ -294,7 +309,39 @@ impl Writer {
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);
+        if compact {
+            self.compact_pages();
+        } else {
+            self.shared.pinned.store(self.pages.waste() as u64, Ordering::Relaxed);
+        }
         Ok(Fanout::new(self, rv, blocked))
+    }
+
+    /// Copies the objects of list pages mostly superseded into buffers of their own, so that
+    /// the pages are freed once the history lets go of their other versions (`cache::pages`).
+    /// The copies are the same versions (same bytes, same RV): no event, nothing a reader
+    /// can tell. The store is walked and the copies made outside the lock (this writer is the
+    /// only one to change the store); the lock is taken to put them in.
+    fn compact_pages(&mut self) {
+        let store = self.shared.state.lock().store.clone();
+        let copies: Vec<(ObjectKey, Arc<Object>)> =
+            self.pages.plan(&store).into_iter().map(|(k, o)| (k, Arc::new(o.compacted()))).collect();
+        drop(store);
+        let n = copies.len();
+        let bytes: usize = copies.iter().map(|(_, o)| o.body.len()).sum();
+        {
+            let mut st = self.shared.state.lock();
+            for (k, o) in copies {
+                st.store.insert(k, o);
+            }
+        }
+        self.shared.pinned.store(self.pages.waste() as u64, Ordering::Relaxed);
+        tracing::debug!(
+            resource = %self.shared.kind.group_resource(),
+            objects = n,
+            bytes,
+            "copied the last objects of mostly superseded list pages out of them"
+        );
     }
 
     /// An upstream BOOKMARK: everything up to `rv` has been applied.

@@ -71,6 +71,9 @@ impl Writer {
         rv: Rv,
     ) -> Result<(), RestoreError> {
         let now = tokio::time::Instant::now();
+        // A state file's objects are slices of its blocks' buffers, as a list's are of its
+        // pages: given back the same way (`cache::pages`).
+        let pages = super::pages::Pages::of(base.iter().chain(events.iter().map(|(_, o)| o)));
         let mut st = self.shared.state.lock();
         if st.rv != Rv(0) || !st.store.is_empty() {
             return Err(RestoreError::NotEmpty);
@@ -109,6 +112,7 @@ impl Writer {
         self.shared.dispatched.store(rv.0, std::sync::atomic::Ordering::Release);
         self.publish(rv, true, None);
         drop(st);
+        self.pages = pages;
         Ok(())
     }
 }
