@@ -50,11 +50,14 @@ impl<B: Send + Sync + 'static> Phase<B> for Pretty {
                         compact.push(d);
                     }
                 }
-                // The body failed after its head: nothing better to send than what the client
-                // would have got (a truncated answer).
+                // The body failed after its head: the answer fails too (the connection is cut
+                // short, as the client would have seen it), never a complete-looking empty one
+                // (which gzip would have made a valid stream).
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "an answer to indent failed");
-                    return http::Response::from_parts(parts, body::full(Bytes::new()));
+                    parts.headers.remove(CONTENT_LENGTH);
+                    let failed = stream::iter([Err::<Frame<Bytes>, _>(e)]);
+                    return http::Response::from_parts(parts, StreamBody::new(failed).boxed_unsync());
                 }
             }
         }
@@ -160,6 +163,33 @@ mod tests {
             assert_eq!(resp.extensions().get::<gzip::Large>().is_some(), streamed);
             assert_eq!(text(resp).await.as_bytes(), &want[..]);
         }
+    }
+
+    /// The rest of the stack answering a list whose body fails after its first chunk.
+    #[derive(Clone)]
+    struct Failing;
+
+    impl Next<String> for Failing {
+        async fn run(&self, _req: Req<String>) -> Resp {
+            let chunks: Vec<Result<Frame<Bytes>, body::BoxError>> =
+                vec![Ok(Frame::data(Bytes::from_static(b"{\"items\":["))), Err("upstream cut".into())];
+            let mut resp = http::Response::new(StreamBody::new(stream::iter(chunks)).boxed_unsync());
+            resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            resp.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(200_000));
+            resp
+        }
+    }
+
+    /// A body that fails while it is read to be indented makes the indented answer fail too,
+    /// with no `Content-Length` to be mistaken for a complete empty answer.
+    #[tokio::test]
+    async fn an_answer_failing_while_indented_fails() {
+        let mut req = request("/api/v1/configmaps");
+        req.headers_mut().insert(USER_AGENT, HeaderValue::from_static("curl/8.5.0"));
+        let resp = Pretty.call(req, &Failing).await;
+        assert!(resp.headers().get(CONTENT_LENGTH).is_none());
+        let got = http_body_util::BodyExt::collect(resp.into_body()).await;
+        assert_eq!(got.err().map(|e| e.to_string()).as_deref(), Some("upstream cut"));
     }
 
     #[tokio::test]
