@@ -329,9 +329,11 @@ impl Writer {
         drop(store);
         let n = copies.len();
         let bytes: usize = copies.iter().map(|(_, o)| o.body.len()).sum();
-        {
+        // A thousand at a time: readers and watches never wait for many more.
+        let mut copies = copies.into_iter().peekable();
+        while copies.peek().is_some() {
             let mut st = self.shared.state.lock();
-            for (k, o) in copies {
+            for (k, o) in copies.by_ref().take(1024) {
                 st.store.insert(k, o);
             }
         }

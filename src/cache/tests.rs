@@ -712,12 +712,12 @@ async fn a_mostly_superseded_list_page_is_given_back() {
     let json = |i: usize, rv: u64| {
         format!(
             r#"{{"metadata":{{"name":"c{i:04}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
-            "x".repeat(1000)
+            "x".repeat(200)
         )
     };
-    // Two pages of 600 configmaps of ~1 KiB, as a list's pages arrive (one buffer each).
+    // Two pages of 3 000 configmaps of ~300 B, as a list's pages arrive (one buffer each).
     let page = |w: &Writer, from: usize| {
-        let items: Vec<String> = (from..from + 600).map(|i| json(i, 1 + i as u64)).collect();
+        let items: Vec<String> = (from..from + 3000).map(|i| json(i, 1 + i as u64)).collect();
         let body = Bytes::from(items.join(","));
         let mut at = 0;
         let objects: Vec<Object> = items
@@ -731,7 +731,7 @@ async fn a_mostly_superseded_list_page_is_given_back() {
         (body, objects)
     };
     let (first, mut items) = page(&w, 0);
-    let (second, more) = page(&w, 600);
+    let (second, more) = page(&w, 3000);
     items.extend(more);
     w.replace(items, Rv(10_000));
     let mut rv = 10_000;
@@ -740,7 +740,7 @@ async fn a_mostly_superseded_list_page_is_given_back() {
         drop(w.apply(EventType::Modified, w.parse(Bytes::from(json(i, rv))).unwrap()).unwrap());
     };
     // 90 % of the first page changed, 10 % of the second; then the history moves on.
-    for i in (0..540).chain(600..660) {
+    for i in (0..2700).chain(3000..3300) {
         change(&mut w, i);
     }
     for _ in 0..10 {
@@ -749,14 +749,14 @@ async fn a_mostly_superseded_list_page_is_given_back() {
     assert!(first.is_unique(), "the first page is freed");
     assert!(!second.is_unique(), "the second page is kept: 90 % of it is live");
     // An object copied out of the first page reads as it did, at its RV.
-    let o = r.get("ns", "c0570").unwrap();
-    assert_eq!(o.header.rv, Rv(571));
+    let o = r.get("ns", "c2900").unwrap();
+    assert_eq!(o.header.rv, Rv(2901));
     let typed = String::from_utf8(o.typed_bytes().to_vec()).unwrap();
-    assert_eq!(typed, json(570, 571).replacen('{', r#"{"kind":"ConfigMap","apiVersion":"v1","#, 1));
+    assert_eq!(typed, json(2900, 2901).replacen('{', r#"{"kind":"ConfigMap","apiVersion":"v1","#, 1));
     assert!(!first.as_ptr_range().contains(&o.body.as_ptr()));
-    // The second page holds 60 superseded versions beyond its live objects: counted.
+    // The second page holds 300 superseded versions beyond its live objects: counted.
     let pinned = w.shared.pinned.load(Ordering::Relaxed);
-    assert!((60 * 1000..70 * 1000).contains(&pinned), "{pinned}");
+    assert!((300 * 250..300 * 350).contains(&pinned), "{pinned}");
     let usage = r.memory();
     let live: u64 = r.snapshot().store.values().map(|o| (o.kept_bytes() + memory::STORE_ENTRY) as u64).sum();
     assert_eq!(usage.objects, live + pinned, "{usage:?}");
