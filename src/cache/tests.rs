@@ -761,3 +761,39 @@ async fn a_mostly_superseded_list_page_is_given_back() {
     let live: u64 = r.snapshot().store.values().map(|o| (o.kept_bytes() + memory::STORE_ENTRY) as u64).sum();
     assert_eq!(usage.objects, live + pinned, "{usage:?}");
 }
+
+/// A warm start's objects are slices of their state block's buffer, as a list's are of its
+/// pages: a block mostly superseded is given back the same way.
+#[tokio::test]
+async fn a_mostly_superseded_state_block_is_given_back() {
+    let (mut w, r) = new(cms(), CacheOptions { history_max_events: 10, ..Default::default() });
+    let json = |i: usize, rv: u64| {
+        format!(
+            r#"{{"metadata":{{"name":"c{i:04}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
+            "x".repeat(200)
+        )
+    };
+    // One block of 3 000 saved objects' bodies, back to back, and the headers they were saved with.
+    let texts: Vec<String> = (0..3000).map(|i| json(i, 1 + i as u64)).collect();
+    let parsed: Vec<Object> = texts.iter().map(|t| w.parse(Bytes::from(t.clone())).unwrap()).collect();
+    let block = Bytes::from(parsed.iter().flat_map(|o| o.body.to_vec()).collect::<Vec<u8>>());
+    let mut at = 0;
+    let base: Vec<Object> = parsed
+        .iter()
+        .map(|o| {
+            let body = block.slice(at..at + o.body.len());
+            at += o.body.len();
+            Object::restored(&w.shared.typing, o.header.clone(), body)
+        })
+        .collect();
+    w.restore(base, Rv(3000), Vec::new(), Rv(3000)).unwrap();
+    assert_eq!(r.get("ns", "c0007").unwrap().typed_bytes(), parsed[7].typed_bytes());
+    let mut rv = 3000;
+    for i in (0..2700).chain(std::iter::repeat_n(0, 10)) {
+        rv += 1;
+        drop(w.apply(EventType::Modified, w.parse(Bytes::from(json(i, rv))).unwrap()).unwrap());
+    }
+    assert!(block.is_unique(), "the block is freed");
+    let o = r.get("ns", "c2900").unwrap();
+    assert_eq!((o.header.rv, o.typed_bytes()), (Rv(2901), parsed[2900].typed_bytes()));
+}
