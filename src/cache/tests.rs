@@ -702,6 +702,14 @@ async fn the_cache_lag_counts_while_the_upstream_is_seen_ahead() {
     assert_eq!(r.lag(), Some(Duration::ZERO));
 }
 
+/// A configmap `c<i>` at `rv` with 200 bytes of data, as a list item (no type members).
+fn sized_cm(i: usize, rv: u64) -> String {
+    format!(
+        r#"{{"metadata":{{"name":"c{i:04}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
+        "x".repeat(200)
+    )
+}
+
 /// A list page whose objects are mostly superseded is given back (`cache::pages`): its last
 /// objects are copied out (the same bytes and RV), and the page is freed once the history
 /// lets go of the versions it held; a page still mostly live is kept, and what it holds
@@ -709,12 +717,7 @@ async fn the_cache_lag_counts_while_the_upstream_is_seen_ahead() {
 #[tokio::test]
 async fn a_mostly_superseded_list_page_is_given_back() {
     let (mut w, r) = new(cms(), CacheOptions { history_max_events: 10, ..Default::default() });
-    let json = |i: usize, rv: u64| {
-        format!(
-            r#"{{"metadata":{{"name":"c{i:04}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
-            "x".repeat(200)
-        )
-    };
+    let json = sized_cm;
     // Two pages of 3 000 configmaps of ~300 B, as a list's pages arrive (one buffer each).
     let page = |w: &Writer, from: usize| {
         let items: Vec<String> = (from..from + 3000).map(|i| json(i, 1 + i as u64)).collect();
@@ -767,12 +770,7 @@ async fn a_mostly_superseded_list_page_is_given_back() {
 #[tokio::test]
 async fn a_mostly_superseded_state_block_is_given_back() {
     let (mut w, r) = new(cms(), CacheOptions { history_max_events: 10, ..Default::default() });
-    let json = |i: usize, rv: u64| {
-        format!(
-            r#"{{"metadata":{{"name":"c{i:04}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
-            "x".repeat(200)
-        )
-    };
+    let json = sized_cm;
     // One block of 3 000 saved objects' bodies, back to back, and the headers they were saved with.
     let texts: Vec<String> = (0..3000).map(|i| json(i, 1 + i as u64)).collect();
     let parsed: Vec<Object> = texts.iter().map(|t| w.parse(Bytes::from(t.clone())).unwrap()).collect();
