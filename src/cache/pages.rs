@@ -18,7 +18,8 @@
 //! The regions are only address ranges, never dereferenced: an object lies in one if its
 //! body starts inside it. A region whose page was freed may later hold a newer object's
 //! buffer; that object is then counted live there (the region looks fuller) or copied once
-//! more — never wrong bytes, at worst a copy made for nothing.
+//! more, and its replacement counted as superseded — never wrong bytes, at worst a copy made
+//! for nothing or a count a little high until the next pass.
 //!
 //! Owned by `cache::Writer` (`replace`, `restore`, `apply`); pure but for the copies.
 
@@ -59,6 +60,8 @@ impl Region {
 pub struct Pages {
     /// Sorted by `start`, disjoint.
     regions: Vec<Region>,
+    /// Their bytes.
+    total: usize,
     /// Bytes of listed versions replaced or deleted since the last pass.
     superseded: usize,
     /// Bytes the regions keep beyond their live objects, as of the last pass, plus what was
@@ -97,7 +100,8 @@ impl Pages {
                 _ => regions.push(p),
             }
         }
-        Pages { regions, superseded: 0, waste: 0 }
+        let total = regions.iter().map(Region::len).sum();
+        Pages { regions, total, superseded: 0, waste: 0 }
     }
 
     /// The region `body` lies in.
@@ -115,8 +119,7 @@ impl Pages {
         }
         self.superseded += old.body.len();
         self.waste += old.body.len();
-        let total: usize = self.regions.iter().map(Region::len).sum();
-        total >= MIN_PASS && self.superseded >= total / 4
+        self.total >= MIN_PASS && self.superseded >= self.total / 4
     }
 
     /// Bytes the regions keep beyond their live objects (an estimate between passes: what
@@ -151,6 +154,7 @@ impl Pages {
                 waste += r.len() - live[i].min(r.len());
             }
         }
+        self.total = kept.iter().map(Region::len).sum();
         self.regions = kept;
         self.superseded = 0;
         self.waste = waste;
