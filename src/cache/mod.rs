@@ -189,6 +189,10 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
     (writer, Reader { shared })
 }
 
+/// Objects copied out of mostly superseded list pages at each event (`cache::pages`): a
+/// pass's copies spread over the next events, ~0.2 ms each, rather than one long stop.
+const COPIES_PER_EVENT: usize = 128;
+
 /// The only way to change a cache. Held by the resource's reflector.
 pub struct Writer {
     shared: Arc<Shared>,
@@ -310,40 +314,54 @@ impl Writer {
         self.proven();
         self.shared.ahead.lock().reached(rv);
         if compact {
-            self.compact_pages();
+            self.plan_pages();
         } else {
             self.shared.pinned.store(self.pages.waste() as u64, Ordering::Relaxed);
         }
+        self.copy_pending(COPIES_PER_EVENT);
         Ok(Fanout::new(self, rv, blocked))
     }
 
-    /// Copies the objects of list pages mostly superseded into buffers of their own, so that
-    /// the pages are freed once the history lets go of their other versions (`cache::pages`).
-    /// The copies are the same versions (same bytes, same RV): no event, nothing a reader
-    /// can tell. The store is walked and the copies made outside the lock (this writer is the
-    /// only one to change the store); the lock is taken to put them in.
-    fn compact_pages(&mut self) {
+    /// Finds the objects of list pages mostly superseded, to be copied into buffers of their
+    /// own ([`Writer::copy_pending`]), so that the pages are freed once the history lets go of
+    /// their other versions (`cache::pages`). The store is walked outside the lock (this
+    /// writer is the only one to change it).
+    fn plan_pages(&mut self) {
+        let started = std::time::Instant::now();
         let store = self.shared.state.lock().store.clone();
-        let copies: Vec<(ObjectKey, Arc<Object>)> =
-            self.pages.plan(&store).into_iter().map(|(k, o)| (k, Arc::new(o.compacted()))).collect();
+        let before = self.pages.total();
+        let (objects, bytes) = self.pages.plan(&store);
         drop(store);
-        let n = copies.len();
-        let bytes: usize = copies.iter().map(|(_, o)| o.body.len()).sum();
-        // A thousand at a time: readers and watches never wait for many more.
-        let mut copies = copies.into_iter().peekable();
-        while copies.peek().is_some() {
-            let mut st = self.shared.state.lock();
-            for (k, o) in copies.by_ref().take(1024) {
-                st.store.insert(k, o);
+        self.shared.pinned.store(self.pages.waste() as u64, Ordering::Relaxed);
+        let released = before - self.pages.total();
+        if released > 0 {
+            tracing::info!(
+                resource = %self.shared.kind.group_resource(),
+                released,
+                objects,
+                bytes,
+                took = ?started.elapsed(),
+                "list pages mostly superseded to give back: their last objects to be copied out"
+            );
+        }
+    }
+
+    /// Copies up to `n` of the objects [`Writer::plan_pages`] found: the same versions (same
+    /// bytes, same RV), no event, nothing a reader can tell. One that changed or went since
+    /// the pass is left as it is now. The copies are made outside the lock.
+    fn copy_pending(&mut self, n: usize) {
+        let batch = self.pages.take_pending(n);
+        if batch.is_empty() {
+            return;
+        }
+        let copies: Vec<(ObjectKey, Arc<Object>, Arc<Object>)> =
+            batch.into_iter().map(|(k, was)| (k, Arc::new(was.compacted()), was)).collect();
+        let mut st = self.shared.state.lock();
+        for (k, copy, was) in copies {
+            if st.store.get(&k).is_some_and(|now| Arc::ptr_eq(now, &was)) {
+                st.store.insert(k, copy);
             }
         }
-        self.shared.pinned.store(self.pages.waste() as u64, Ordering::Relaxed);
-        tracing::debug!(
-            resource = %self.shared.kind.group_resource(),
-            objects = n,
-            bytes,
-            "copied the last objects of mostly superseded list pages out of them"
-        );
     }
 
     /// An upstream BOOKMARK: everything up to `rv` has been applied.
@@ -359,7 +377,11 @@ impl Writer {
             self.publish(rv, true, None);
             drop(st);
             self.shared.ahead.lock().reached(rv);
+        } else {
+            drop(st);
         }
+        // A quiet resource gets its pages back at its bookmarks.
+        self.copy_pending(8 * COPIES_PER_EVENT);
     }
 
     /// Records proof that the cache is current now: the upstream accepted a watch from its RV

@@ -67,6 +67,9 @@ pub struct Pages {
     /// Bytes the regions keep beyond their live objects, as of the last pass, plus what was
     /// superseded since.
     waste: usize,
+    /// Objects a pass found in regions to give back, still to copy (last first), each as the
+    /// store held it then.
+    pending: Vec<(ObjectKey, Arc<Object>)>,
 }
 
 fn range(body: &Bytes) -> (usize, usize) {
@@ -101,7 +104,7 @@ impl Pages {
             }
         }
         let total = regions.iter().map(Region::len).sum();
-        Pages { regions, total, superseded: 0, waste: 0 }
+        Pages { regions, total, superseded: 0, waste: 0, pending: Vec::new() }
     }
 
     /// The region `body` lies in.
@@ -129,9 +132,10 @@ impl Pages {
     }
 
     /// A pass over `store`: the objects to copy out of their regions (those less than
-    /// `KEEP_NUM / KEEP_DEN` live), and the regions forgotten (those, and those with no live
-    /// object left); the counts start again.
-    pub fn plan(&mut self, store: &Store) -> Vec<(ObjectKey, Arc<Object>)> {
+    /// `KEEP_NUM / KEEP_DEN` live) become pending ([`Pages::take_pending`]), those regions and
+    /// those with no live object left are forgotten; the counts start again. Returns how many
+    /// objects and bytes are to be copied.
+    pub fn plan(&mut self, store: &Store) -> (usize, usize) {
         let mut live = vec![0usize; self.regions.len()];
         let mut members: Vec<(usize, &ObjectKey, &Arc<Object>)> = Vec::new();
         for (k, o) in store.iter() {
@@ -141,11 +145,12 @@ impl Pages {
             }
         }
         let sparse = |i: usize| live[i] == 0 || live[i] * KEEP_DEN < self.regions[i].len() * KEEP_NUM;
-        let copy = members
+        let mut copy: Vec<(ObjectKey, Arc<Object>)> = members
             .into_iter()
             .filter(|(i, _, _)| sparse(*i))
             .map(|(_, k, o)| (k.clone(), o.clone()))
             .collect();
+        copy.reverse();
         let mut kept = Vec::with_capacity(self.regions.len());
         let mut waste = 0;
         for (i, r) in self.regions.iter().enumerate() {
@@ -158,7 +163,29 @@ impl Pages {
         self.regions = kept;
         self.superseded = 0;
         self.waste = waste;
-        copy
+        let planned = (copy.len(), copy.iter().map(|(_, o)| o.body.len()).sum());
+        self.pending.extend(copy);
+        planned
+    }
+
+    /// Up to `n` pending objects to copy (in key order), each as the store held it at the pass:
+    /// one changed or deleted since is no longer to be copied.
+    pub fn take_pending(&mut self, n: usize) -> Vec<(ObjectKey, Arc<Object>)> {
+        let keep = self.pending.len().saturating_sub(n);
+        let mut taken = self.pending.split_off(keep);
+        taken.reverse();
+        taken
+    }
+
+    /// Objects still to copy (for tests).
+    #[cfg(test)]
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Bytes of the regions recorded.
+    pub fn total(&self) -> usize {
+        self.total
     }
 
     /// Regions recorded (for tests).
@@ -274,9 +301,15 @@ mod tests {
         assert_eq!(pages.waste(), bytes(&xs[..900]) + bytes(&ys[..100]));
         let mut live: Vec<Arc<Object>> = xs[900..].to_vec();
         live.extend(ys[100..].iter().cloned());
-        let copy = pages.plan(&store(&live));
-        // Only the first page's survivors are copied (10 % live); the second (90 %) stays.
+        let planned = pages.plan(&store(&live));
+        assert_eq!(planned, (100, bytes(&xs[900..])));
+        let mut copy = pages.take_pending(60);
+        copy.extend(pages.take_pending(60));
+        assert_eq!(pages.pending(), 0);
+        // Only the first page's survivors are copied (10 % live), in key order; the second
+        // (90 %) stays.
         assert_eq!(copy.len(), 100);
+        assert!(copy.windows(2).all(|w| w[0].0 .0 < w[1].0 .0));
         assert!(copy.iter().all(|(k, o)| xs[900..].iter().any(|x| Arc::ptr_eq(x, o) && &x.header.key == k)));
         assert_eq!(pages.regions(), 1);
         let second = pages.regions[0];
@@ -292,7 +325,8 @@ mod tests {
         let xs = pages(&[(0, 100, 100)]).pop().unwrap();
         let mut pages = Pages::of(xs.iter());
         assert!(xs.iter().all(|o| !pages.superseded(o)), "under MIN_PASS: never due");
-        assert!(pages.plan(&Store::new()).is_empty());
+        assert_eq!(pages.plan(&Store::new()), (0, 0));
+        assert!(pages.take_pending(10).is_empty());
         assert_eq!((pages.regions(), pages.waste()), (0, 0));
         assert!(!pages.superseded(&xs[0]), "nothing recorded any more");
     }
