@@ -653,6 +653,15 @@ impl Object {
         Some(frame)
     }
 
+    /// Bytes of `frame` that this version's JSON is a slice of (`Object::framed`).
+    fn json_within(&self, frame: &Bytes) -> usize {
+        if frame.as_ptr_range().contains(&self.body.as_ptr()) {
+            self.body.len()
+        } else {
+            0
+        }
+    }
+
     /// Bytes of `frame` that this version's whole protobuf message is a slice of.
     fn proto_within(&self, frame: &Bytes) -> usize {
         let Some(Some(msg)) = self.made(|f| f.proto.get()) else { return 0 };
@@ -1109,11 +1118,7 @@ impl Event {
         // (`Object::proto_watch_event_after`): both counted with the object, not twice.
         let shared =
             self.proto_frames[0].get().and_then(Option::as_ref).map_or(0, |f| self.object.proto_within(f));
-        let json_shared = if self.frame.as_ptr_range().contains(&self.object.body.as_ptr()) {
-            self.object.body.len()
-        } else {
-            0
-        };
+        let json_shared = self.object.json_within(&self.frame);
         std::mem::size_of::<Event>() + self.frame.len() - json_shared
             + self.meta_frame.get().map_or(0, Bytes::len)
             + filled(&self.proto_frames)

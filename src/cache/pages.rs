@@ -64,9 +64,8 @@ pub struct Pages {
     total: usize,
     /// Bytes of listed versions replaced or deleted since the last pass.
     superseded: usize,
-    /// Bytes the regions keep beyond their live objects, as of the last pass, plus what was
-    /// superseded since.
-    waste: usize,
+    /// Bytes the kept regions held beyond their live objects at the last pass.
+    kept_waste: usize,
     /// Objects a pass found in regions to give back, still to copy (last first), each as the
     /// store held it then.
     pending: Vec<(ObjectKey, Arc<Object>)>,
@@ -104,7 +103,7 @@ impl Pages {
             }
         }
         let total = regions.iter().map(Region::len).sum();
-        Pages { regions, total, superseded: 0, waste: 0, pending: Vec::new() }
+        Pages { regions, total, superseded: 0, kept_waste: 0, pending: Vec::new() }
     }
 
     /// The region `body` lies in.
@@ -121,14 +120,13 @@ impl Pages {
             return false;
         }
         self.superseded += old.body.len();
-        self.waste += old.body.len();
         self.total >= MIN_PASS && self.superseded >= self.total / 4
     }
 
     /// Bytes the regions keep beyond their live objects (an estimate between passes: what
     /// was superseded since the last one counts whole, even if its region was freed).
     pub fn waste(&self) -> usize {
-        self.waste
+        self.kept_waste + self.superseded
     }
 
     /// A pass over `store`: the objects to copy out of their regions (those less than
@@ -162,7 +160,7 @@ impl Pages {
         self.total = kept.iter().map(Region::len).sum();
         self.regions = kept;
         self.superseded = 0;
-        self.waste = waste;
+        self.kept_waste = waste;
         let planned = (copy.len(), copy.iter().map(|(_, o)| o.body.len()).sum());
         self.pending.extend(copy);
         planned
