@@ -809,3 +809,46 @@ async fn a_mostly_superseded_state_block_is_given_back() {
     let o = r.get("ns", "c2900").unwrap();
     assert_eq!((o.header.rv, o.typed_bytes()), (Rv(2901), parsed[2900].typed_bytes()));
 }
+
+/// A relist while a pass's copies are pending: the copies of the old list's objects are never
+/// put into the new store; every object reads as the new list (or a later event) has it.
+#[tokio::test]
+async fn a_relist_drops_the_copies_still_pending() {
+    let (mut w, r) = new(cms(), CacheOptions { history_max_events: 10, ..Default::default() });
+    let list = |w: &Writer, rv: u64| {
+        let texts: Vec<String> = (0..3000).map(|i| sized_cm(i, rv + i as u64)).collect();
+        let page = Bytes::from(texts.join(","));
+        let mut at = 0;
+        texts
+            .iter()
+            .map(|t| {
+                let o = w.parse(page.slice(at..at + t.len())).unwrap();
+                at += t.len() + 1;
+                o
+            })
+            .collect::<Vec<Object>>()
+    };
+    let first = list(&w, 1);
+    w.replace(first, Rv(5000));
+    let mut rv = 5000;
+    let mut i = 0;
+    while w.pages.pending() == 0 {
+        rv += 1;
+        drop(w.apply(EventType::Modified, w.parse(Bytes::from(sized_cm(i, rv))).unwrap()).unwrap());
+        i += 1;
+        assert!(i < 3000, "a pass was planned");
+    }
+    // The relist: every object at a new RV, past everything before.
+    let second = list(&w, 100_000);
+    w.replace(second, Rv(200_000));
+    for k in 0..40 {
+        drop(
+            w.apply(EventType::Modified, w.parse(Bytes::from(sized_cm(2999, 200_001 + k))).unwrap()).unwrap(),
+        );
+    }
+    w.bookmark(Rv(300_000));
+    for n in 0..2999 {
+        assert_eq!(r.get("ns", &format!("c{n:04}")).unwrap().header.rv, Rv(100_000 + n as u64), "c{n:04}");
+    }
+    assert_eq!(r.get("ns", "c2999").unwrap().header.rv, Rv(200_040));
+}
