@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::managed_fields;
 use crate::metadata_only::{self, Repr};
-use crate::proto::{self, ProtoType, Rope};
+use crate::proto::{self, Encoded, ProtoType, Rope};
 
 mod header;
 pub use header::{Header, Pairs};
@@ -609,23 +609,23 @@ impl Object {
     /// what changed is read and encoded again (`proto::splice`, `proto::window`,
     /// `proto::after`; a kubelet's pod changes in its status). The outer `None` when `prev` has
     /// no encoding or the two are not of one typing (then [`Object::encode_fresh`]).
-    fn encode_after(&self, prev: &Object) -> Option<Option<Rope>> {
+    fn encode_after<'a>(&'a self, prev: &'a Object) -> Option<Option<Encoded<'a>>> {
         let Some(Some(prior)) = prev.made(|f| f.proto.get()) else { return None };
         if !Arc::ptr_eq(&self.typing.0, &prev.typing.0) {
             return None;
         }
         // A built-in object's body is its JSON after `{"kind":…,"apiVersion":…,`.
         let built_in = !self.type_prefix().is_empty() && self.type_prefix() == prev.type_prefix();
-        if let Some(rope) =
+        if let Some(edited) =
             built_in.then(|| self.proto_type().encode_edit(&self.body, &prev.body, prior)).flatten()
         {
-            return Some(Some(rope));
+            return Some(Some(edited));
         }
         let typed = self.typed_bytes();
         let prior_typed = prev.typed_bytes();
         let now = (&typed[..], &self.body, typed.len() - self.body.len());
         let before = (&prior_typed[..], &prev.body, prior_typed.len() - prev.body.len());
-        Some(self.proto_type().encode_after(now, before, prior))
+        Some(self.proto_type().encode_after(now, before, prior).map(|r| Encoded::Rope(Cow::Owned(r))))
     }
 
     /// The whole protobuf watch frame of type `event_type` of this version, `prev` the version
@@ -641,15 +641,17 @@ impl Object {
         if forms.proto.get().is_some() {
             return self.proto_watch_event(event_type, Repr::FullProto);
         }
-        let made = prev.and_then(|p| self.encode_after(p)).unwrap_or_else(|| self.encode_fresh());
-        let Some(rope) = made else {
+        let made = prev
+            .and_then(|p| self.encode_after(p))
+            .unwrap_or_else(|| self.encode_fresh().map(|r| Encoded::Rope(Cow::Owned(r))));
+        let Some(msg) = made else {
             let _ = forms.proto.set(None);
             return None;
         };
-        let frame = self.frame_message(event_type, false, &rope);
+        let frame = self.frame_message(event_type, false, &msg);
         let end = frame.len() - proto::envelope::UNKNOWN_TAIL.len();
         // Another reader may have made it meanwhile (a LIST): the same bytes either way.
-        let _ = forms.proto.set(Some(rope.in_one(frame.slice(end - rope.len()..end))));
+        let _ = forms.proto.set(Some(Rope::in_one(frame.slice(end - msg.len()..end), msg.repeated())));
         Some(frame)
     }
 
@@ -700,16 +702,16 @@ impl Object {
                 .proto_watch_event(event_type, repr.keeping_managed_fields());
         }
         let msg = self.proto_message(repr.is_metadata())?;
-        Some(self.frame_message(event_type, repr.is_metadata(), msg))
+        Some(self.frame_message(event_type, repr.is_metadata(), &Encoded::Rope(Cow::Borrowed(msg))))
     }
 
     /// The watch frame of type `event_type` around `msg`, this object's message (its
-    /// PartialObjectMetadata when `metadata`), enveloped.
-    fn frame_message(&self, event_type: &str, metadata: bool, msg: &Rope) -> Bytes {
+    /// PartialObjectMetadata when `metadata`), enveloped: its pieces copied once.
+    fn frame_message(&self, event_type: &str, metadata: bool, msg: &Encoded) -> Bytes {
         let head = proto::envelope::head(self.proto_type().type_meta(metadata), msg.len());
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(msg.parts().len() + 2);
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(12);
         parts.push(&head);
-        parts.extend(msg.parts().iter().map(|p| &p[..]));
+        msg.pieces_into(&mut parts);
         parts.push(proto::envelope::UNKNOWN_TAIL);
         proto::envelope::watch_event(event_type, &parts)
     }

@@ -20,11 +20,45 @@ pub mod transcode;
 pub mod window;
 pub mod wire;
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
 pub use transcode::{Rope, Unsupported};
+
+/// An object version's message: a rope (made now, or kept), or the previous version's encoding
+/// with edits (`splice`), not yet copied together.
+pub enum Encoded<'p> {
+    Rope(Cow<'p, Rope>),
+    Spliced(splice::Spliced<'p>),
+}
+
+impl Encoded<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Encoded::Rope(r) => r.len(),
+            Encoded::Spliced(s) => s.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Some object of its JSON had a member twice ([`Rope::repeated`]; a splice gives up on those).
+    pub fn repeated(&self) -> bool {
+        matches!(self, Encoded::Rope(r) if r.repeated())
+    }
+
+    /// Its bytes in order, appended to `out`.
+    pub fn pieces_into<'s>(&'s self, out: &mut Vec<&'s [u8]>) {
+        match self {
+            Encoded::Rope(r) => out.extend(r.parts().iter().map(|p| &p[..])),
+            Encoded::Spliced(s) => s.pieces_into(out),
+        }
+    }
+}
 
 /// The newest Kubernetes minor version: every field the schema has is written.
 pub const NEWEST: u32 = u32::MAX;
@@ -173,11 +207,14 @@ impl ProtoType {
     /// [`ProtoType::encode_after`] for a built-in object given by its bodies (its JSON after
     /// the opening `{` and its `kind`/`apiVersion`), read only where the two differ (`window`).
     /// `None`: not proven that way (then `encode_after`).
-    pub fn encode_edit(&self, now: &Bytes, before: &Bytes, prior: &Rope) -> Option<Rope> {
+    pub fn encode_edit<'p>(&self, now: &'p Bytes, before: &'p Bytes, prior: &'p Rope) -> Option<Encoded<'p>> {
         let (s, msg, minor) = (schema::schema(), self.msg?, self.minor());
-        let made = |how, r: Option<Rope>| self.made(how, r.ok_or(())).ok();
-        made(How::Spliced, splice::object_splice(s, msg, now, before, minor, prior))
-            .or_else(|| made(How::Walked, window::object_edit(s, msg, now, before, minor, prior)))
+        let spliced = splice::object_splice(s, msg, now, before, minor, prior).map(Encoded::Spliced);
+        self.made(How::Spliced, spliced.ok_or(())).ok().or_else(|| {
+            let walked =
+                window::object_edit(s, msg, now, before, minor, prior).map(|r| Encoded::Rope(Cow::Owned(r)));
+            self.made(How::Walked, walked.ok_or(())).ok()
+        })
     }
 
     /// An object's PartialObjectMetadata message, sharing with its PartialObjectMetadata JSON.

@@ -128,11 +128,15 @@ impl Rope {
         }
     }
 
-    /// The same message kept as `one`, a buffer holding exactly its bytes (a slice of the
-    /// watch frame it was copied into).
-    pub fn in_one(&self, one: Bytes) -> Rope {
-        debug_assert!(one.len() == self.len && self.parts.iter().flat_map(|p| p.iter()).eq(one.iter()));
-        Rope { len: one.len(), parts: vec![one], repeated: self.repeated }
+    /// A message kept as `one`, a buffer holding exactly its bytes (a slice of the watch frame
+    /// it was written into); `repeated` as [`Rope::repeated`].
+    pub fn in_one(one: Bytes, repeated: bool) -> Rope {
+        Rope { len: one.len(), parts: vec![one], repeated }
+    }
+
+    /// Some object of the JSON had a member twice.
+    pub fn repeated(&self) -> bool {
+        self.repeated
     }
 
     pub fn to_vec(&self) -> Vec<u8> {
@@ -252,6 +256,15 @@ impl std::ops::DerefMut for Out {
 impl Out {
     pub(super) fn total(&self) -> usize {
         self.parts_len + self.cur.len()
+    }
+
+    /// The bytes written so far, in order, as slices of its parts.
+    pub(super) fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        let parts = self.parts.iter().map(|p| match p {
+            Part::Owned(v) => &v[..],
+            Part::Shared(b) => &b[..],
+        });
+        parts.chain(std::iter::once(&self.cur[..]))
     }
 
     fn flush(&mut self) {

@@ -11,7 +11,7 @@
 use bytes::Bytes;
 use kube_watchcache::proto::schema::{schema, Schema};
 use kube_watchcache::proto::splice::object_splice;
-use kube_watchcache::proto::transcode::{object_shared, Rope};
+use kube_watchcache::proto::transcode::object_shared;
 use kube_watchcache::proto::window::object_edit;
 use kube_watchcache::proto::NEWEST;
 
@@ -40,28 +40,29 @@ fn check(s: &Schema, msg: usize, prefix: usize, old: &str, new: &str, minor: u32
     let (old_b, new_b) = (old_f.slice(prefix..), new_f.slice(prefix..));
     let Ok(prior) = object_shared(s, msg, &old_f, &old_b, prefix, minor) else { return Ok(false) };
     let fresh = object_shared(s, msg, &new_f, &new_b, prefix, minor);
-    let mut walked = false;
-    for (name, encoder) in [("walk", object_edit as Encoder), ("splice", object_splice)] {
-        let edit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            encoder(s, msg, &new_b, &old_b, minor, &prior)
-        }))
-        .map_err(|_| format!("{name} PANIC\nold {old}\nnew {new}"))?;
-        let Some(edit) = edit else { continue };
-        walked |= name == "walk";
+    // Each encoder's bytes, and a rope's own bytes (a splice's pieces are copied into the frame).
+    let walk = catch("walk", old, new, || {
+        object_edit(s, msg, &new_b, &old_b, minor, &prior).map(|r| (r.to_vec(), Some(r.own_bytes(&new_b))))
+    })?;
+    let splice = catch("splice", old, new, || {
+        object_splice(s, msg, &new_b, &old_b, minor, &prior).map(|e| (e.to_vec(), None))
+    })?;
+    let walked = walk.is_some();
+    for (name, (bytes, own)) in
+        [("walk", walk), ("splice", splice)].into_iter().filter_map(|(n, e)| Some((n, e?)))
+    {
         let fresh = fresh
             .as_ref()
             .map_err(|e| format!("{name}: encoded what fresh refuses ({e})\nold {old}\nnew {new}"))?;
-        if edit.to_vec() != fresh.to_vec() {
+        if bytes != fresh.to_vec() {
             return Err(format!(
-                "{name}: BYTES differ\nold {old}\nnew {new}\nedit  {:?}\nfresh {:?}",
-                edit.to_vec(),
+                "{name}: BYTES differ\nold {old}\nnew {new}\nedit  {bytes:?}\nfresh {:?}",
                 fresh.to_vec()
             ));
         }
-        if edit.own_bytes(&new_b) != fresh.own_bytes(&new_b) {
+        if let Some(own) = own.filter(|&o| o != fresh.own_bytes(&new_b)) {
             return Err(format!(
-                "{name}: OWN differ {} vs {}\nold {old}\nnew {new}",
-                edit.own_bytes(&new_b),
+                "{name}: OWN differ {own} vs {}\nold {old}\nnew {new}",
                 fresh.own_bytes(&new_b)
             ));
         }
@@ -69,8 +70,11 @@ fn check(s: &Schema, msg: usize, prefix: usize, old: &str, new: &str, minor: u32
     Ok(walked)
 }
 
-/// `object_edit`'s and `object_splice`'s shape.
-type Encoder = fn(&Schema, usize, &Bytes, &Bytes, u32, &Rope) -> Option<Rope>;
+/// `f()`, a panic in it reported as a mismatch of `name`.
+fn catch<T>(name: &str, old: &str, new: &str, f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|_| format!("{name} PANIC\nold {old}\nnew {new}"))
+}
 
 #[test]
 fn trailing_comma() {
