@@ -650,8 +650,14 @@ impl Object {
         };
         let frame = self.frame_message(event_type, false, &msg);
         let end = frame.len() - proto::envelope::UNKNOWN_TAIL.len();
+        let kept = frame.slice(end - msg.len()..end);
+        debug_assert!({
+            let mut pieces = Vec::new();
+            msg.pieces_into(&mut pieces);
+            pieces.concat() == kept
+        });
         // Another reader may have made it meanwhile (a LIST): the same bytes either way.
-        let _ = forms.proto.set(Some(Rope::in_one(frame.slice(end - msg.len()..end), msg.repeated())));
+        let _ = forms.proto.set(Some(Rope::in_one(kept, msg.repeated())));
         Some(frame)
     }
 
