@@ -270,7 +270,7 @@ impl Sim {
         }
         if !served {
             *self.inner.withdrawals.lock().entry(res).or_default() += 1;
-            self.store().wake_watches();
+            self.store().end_watches(res);
         }
         Ok(())
     }

@@ -6,15 +6,20 @@
 //! order; it never holds more than `window` entries (older ones are compacted away).
 //! Every write — HTTP, the direct API, churn — goes through [`Store::create`], [`Store::update`]
 //! or [`Store::delete`]. Readers (`read`, `watch`) take snapshots or log slices under the lock
-//! and do all encoding outside it; `rev_tx` wakes watchers and freshness waits.
+//! and do all encoding outside it; `rev_tx` wakes freshness waits. A watch reads the log until
+//! it has caught up, then follows: each new entry is sent, under the lock that logs it, to the
+//! watches it may concern ([`Slot`]: every watch of its resource, or the kubelets of its pod's
+//! node, as the apiserver's cacher dispatches pods by `spec.nodeName`), not to every watch.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use imbl::OrdMap;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 
 use super::encode;
 use super::kinds::Kinds;
@@ -36,20 +41,45 @@ struct State {
     compacted: u64,
     objects: Vec<Objects>,
     log: VecDeque<Arc<Entry>>,
+    /// The watches following the log, by what they are sent.
+    following: HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>,
 }
+
+/// Which new entries a watch that follows the log is sent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// Every entry of resource `.0`.
+    All(usize),
+    /// The entries of resource `.0` whose object, or its previous state, has `spec.nodeName`
+    /// `.1` (a pod watch with that exact, non-empty requirement: a kubelet's).
+    Node(usize, String),
+}
+
+impl Slot {
+    fn res(&self) -> usize {
+        match self {
+            Slot::All(r) | Slot::Node(r, _) => *r,
+        }
+    }
+}
+
+/// Some entries after the revision asked for are compacted away.
+#[derive(Debug)]
+pub struct Compacted;
+
+/// What [`Store::since_or_follow`] gives: log entries, and once they reach the log's end, the
+/// queue every later entry for the watch's slot arrives in.
+pub type Caught = (Vec<Arc<Entry>>, Option<mpsc::Receiver<Arc<Entry>>>);
 
 pub struct Store {
     pub kinds: Kinds,
     prefixes: Vec<kube_watchcache::resource::Typing>,
     window: usize,
     state: Mutex<State>,
+    /// `State::compacted`, readable without the lock (a following watch checks each entry it
+    /// takes against it).
+    compacted: AtomicU64,
     rev_tx: tokio::sync::watch::Sender<u64>,
-}
-
-/// Entries after a revision, or `Compacted` when some of them are gone.
-pub enum Since {
-    Entries(Vec<Arc<Entry>>),
-    Compacted,
 }
 
 impl Store {
@@ -72,7 +102,9 @@ impl Store {
                 compacted: 1,
                 objects: vec![Objects::new(); n],
                 log: VecDeque::new(),
+                following: HashMap::new(),
             }),
+            compacted: AtomicU64::new(1),
             rev_tx,
         }
     }
@@ -124,15 +156,29 @@ impl Store {
         Ok(objects)
     }
 
-    /// Up to `max` log entries after `after` (all resources), or the compaction point if some
-    /// of them are gone.
-    pub fn since(&self, after: Rv, max: usize) -> Since {
-        let st = self.state.lock();
+    /// Up to `max` log entries after `after` (all resources); when they reach the log's end,
+    /// the watch is made to follow it (atomically: no entry is in both, none in neither), and
+    /// every later entry for `slot` is sent to the queue returned, in order. A watch that lets
+    /// `window` entries queue up is let go (its queue ends after them), as one whose revisions
+    /// were compacted.
+    pub fn since_or_follow(&self, after: Rv, max: usize, slot: &Slot) -> Result<Caught, Compacted> {
+        let mut st = self.state.lock();
         if after.0 < st.compacted {
-            return Since::Compacted;
+            return Err(Compacted);
         }
         let skip = (after.0 - st.compacted) as usize;
-        Since::Entries(st.log.iter().skip(skip).take(max).cloned().collect())
+        let entries: Vec<_> = st.log.iter().skip(skip).take(max).cloned().collect();
+        if skip + entries.len() < st.log.len() {
+            return Ok((entries, None));
+        }
+        let (tx, rx) = mpsc::channel(self.window.min(1 << 30));
+        st.following.entry(slot.clone()).or_default().push(tx);
+        Ok((entries, Some(rx)))
+    }
+
+    /// Whether the entry of revision `rv` has been compacted away.
+    pub fn is_compacted(&self, rv: Rv) -> bool {
+        rv.0 <= self.compacted.load(Ordering::Acquire)
     }
 
     pub fn get(&self, res: usize, key: &ObjectKey) -> Option<Arc<Object>> {
@@ -144,6 +190,7 @@ impl Store {
         let mut st = self.state.lock();
         st.log.clear();
         st.compacted = st.rev;
+        self.compacted.store(st.compacted, Ordering::Release);
     }
 
     /// Stores a new object. `obj` has its final name/namespace; uid, creationTimestamp,
@@ -311,11 +358,14 @@ impl Store {
         } else {
             st.objects[res].insert(key, object.clone());
         }
-        st.log.push_back(Arc::new(Entry { res, event: Event::new(t, Rv(rv), object.clone(), prev) }));
+        let entry = Arc::new(Entry { res, event: Event::new(t, Rv(rv), object.clone(), prev) });
+        follow(&mut st.following, &entry);
+        st.log.push_back(entry);
         while st.log.len() > self.window {
             st.log.pop_front();
             st.compacted += 1;
         }
+        self.compacted.store(st.compacted, Ordering::Release);
         Ok(object)
     }
 
@@ -324,10 +374,33 @@ impl Store {
         self.rev_tx.send_replace(rev);
     }
 
-    /// Wakes every watch without a change (to look at something beside the log: a resource
-    /// withdrawn under it).
-    pub fn wake_watches(&self) {
-        self.rev_tx.send_modify(|_| {});
+    /// Lets go of every watch following resource `res` (withdrawn: its storage torn down); each
+    /// ends after what it was sent.
+    pub fn end_watches(&self, res: usize) {
+        self.state.lock().following.retain(|slot, _| slot.res() != res);
+    }
+}
+
+/// Sends `entry` to the watches following its resource that it may concern: every one of the
+/// resource, and those of the node its object is or was on. A watch whose queue is full is let
+/// go; one that went away is forgotten.
+fn follow(following: &mut HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>, entry: &Arc<Entry>) {
+    let ev = &entry.event;
+    let node =
+        |o: &Object| o.header.fields().get("spec.nodeName").filter(|n| !n.is_empty()).map(str::to_owned);
+    let now = node(&ev.object);
+    let was = ev.prev.as_deref().and_then(node).filter(|w| now.as_ref() != Some(w));
+    let slots = [
+        Some(Slot::All(entry.res)),
+        now.map(|n| Slot::Node(entry.res, n)),
+        was.map(|n| Slot::Node(entry.res, n)),
+    ];
+    for slot in slots.into_iter().flatten() {
+        let Some(txs) = following.get_mut(&slot) else { continue };
+        txs.retain(|tx| tx.try_send(entry.clone()).is_ok());
+        if txs.is_empty() {
+            following.remove(&slot);
+        }
     }
 }
 
@@ -352,4 +425,124 @@ pub fn meta_mut(obj: &mut Map<String, Value>) -> &mut Map<String, Value> {
 /// Kinds whose metadata.generation tracks spec changes.
 fn has_generation(kind: &kube_watchcache::resource::ResourceKind) -> bool {
     !kind.builtin || matches!(kind.group.as_str(), "apps" | "batch")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A store with a `default` namespace; the indexes of pods and configmaps.
+    fn store(window: usize) -> (Store, usize, usize) {
+        let s = Store::new(Kinds::builtin(), window);
+        s.create(s.kinds.namespaces(), obj(json!({"metadata": {"name": "default"}}))).unwrap();
+        let (pods, cms) = (s.kinds.by_name("pods").unwrap(), s.kinds.by_name("configmaps").unwrap());
+        (s, pods, cms)
+    }
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn pod(name: &str, node: &str) -> Map<String, Value> {
+        obj(json!({"metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node}}))
+    }
+
+    fn cm(name: &str) -> Map<String, Value> {
+        obj(json!({"metadata": {"name": name, "namespace": "default"}}))
+    }
+
+    /// Follows the log from the current revision.
+    fn follow(s: &Store, slot: Slot) -> mpsc::Receiver<Arc<Entry>> {
+        let (entries, rx) = s.since_or_follow(s.current_rv(), 1000, &slot).unwrap();
+        assert!(entries.is_empty());
+        rx.expect("caught up at once")
+    }
+
+    /// What is queued: (type, name) of each entry.
+    fn queued(rx: &mut mpsc::Receiver<Arc<Entry>>) -> Vec<(EventType, String)> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| (e.event.kind, e.event.object.header.name().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_kubelets_watch_is_sent_its_nodes_pods_only_and_a_pod_that_left_its_node() {
+        let (s, pods, cms) = store(100);
+        s.create(pods, pod("before", "node-a")).unwrap();
+        let mut a = follow(&s, Slot::Node(pods, "node-a".into()));
+        let mut b = follow(&s, Slot::Node(pods, "node-b".into()));
+        let mut all = follow(&s, Slot::All(pods));
+        let mut configmaps = follow(&s, Slot::All(cms));
+        s.create(pods, pod("p1", "node-a")).unwrap();
+        s.create(pods, pod("p2", "node-b")).unwrap();
+        s.create(pods, pod("unscheduled", "")).unwrap();
+        s.create(cms, cm("c")).unwrap();
+        // p1 moves from node-a to node-b: both kubelets' watches are sent it (node-a's filter
+        // turns it into a DELETED).
+        s.update(pods, pod("p1", "node-b")).unwrap();
+        s.delete(pods, "default", "p2").unwrap();
+        use EventType::*;
+        let named = |v: &[(EventType, &str)]| v.iter().map(|(t, n)| (*t, n.to_string())).collect::<Vec<_>>();
+        assert_eq!(queued(&mut a), named(&[(Added, "p1"), (Modified, "p1")]));
+        assert_eq!(queued(&mut b), named(&[(Added, "p2"), (Modified, "p1"), (Deleted, "p2")]));
+        assert_eq!(
+            queued(&mut all),
+            named(&[(Added, "p1"), (Added, "p2"), (Added, "unscheduled"), (Modified, "p1"), (Deleted, "p2")])
+        );
+        assert_eq!(queued(&mut configmaps), named(&[(Added, "c")]));
+    }
+
+    #[test]
+    fn a_watch_reads_the_log_then_follows_it_without_a_gap_or_a_double() {
+        let (s, _, cms) = store(100);
+        let start = s.current_rv();
+        for i in 0..5 {
+            s.create(cms, cm(&format!("c{i}"))).unwrap();
+        }
+        let (mut pos, mut got, slot) = (start, Vec::new(), Slot::All(cms));
+        let mut rx = loop {
+            let (entries, rx) = s.since_or_follow(pos, 2, &slot).unwrap();
+            for e in entries {
+                pos = e.event.rv;
+                got.push(e.event.object.header.name().to_owned());
+            }
+            if let Some(rx) = rx {
+                break rx;
+            }
+        };
+        for i in 5..7 {
+            s.create(cms, cm(&format!("c{i}"))).unwrap();
+        }
+        got.extend(queued(&mut rx).into_iter().map(|(_, n)| n));
+        assert_eq!(got, (0..7).map(|i| format!("c{i}")).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_watch_that_lets_a_window_of_entries_queue_up_is_let_go() {
+        let (s, _, cms) = store(3);
+        let mut rx = follow(&s, Slot::All(cms));
+        let first = Rv(s.current_rv().0 + 1);
+        for i in 0..4 {
+            s.create(cms, cm(&format!("c{i}"))).unwrap();
+        }
+        assert!(s.is_compacted(first), "the first entry is out of a log of 3");
+        assert_eq!(queued(&mut rx).len(), 3);
+        assert!(matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)), "let go");
+        // From before a compacted entry there is no following: the client's re-watch gets 410.
+        assert!(s.since_or_follow(Rv(first.0 - 1), 10, &Slot::All(cms)).is_err());
+        assert!(s.since_or_follow(first, 10, &Slot::All(cms)).is_ok());
+    }
+
+    #[test]
+    fn ending_a_resources_watches_leaves_the_others() {
+        let (s, pods, cms) = store(100);
+        let mut configmaps = follow(&s, Slot::All(cms));
+        let mut kubelet = follow(&s, Slot::Node(pods, "node-a".into()));
+        s.end_watches(cms);
+        s.create(pods, pod("p", "node-a")).unwrap();
+        assert!(matches!(configmaps.try_recv(), Err(mpsc::error::TryRecvError::Disconnected)));
+        assert_eq!(queued(&mut kubelet).len(), 1);
+    }
 }

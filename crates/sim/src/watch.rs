@@ -3,8 +3,9 @@
 //! transitions (ADDED/DELETED when an object enters or leaves the selection), bookmarks, and
 //! the in-stream ERROR events (410 too old, 504 too large).
 //!
-//! Called by `http`. Each watch is a task that reads the store's log and writes framed events
-//! into a channel the response body drains; it ends at the deadline, when the client goes away,
+//! Called by `http`. Each watch is a task that reads the store's log until it has caught up,
+//! then takes the entries the store sends it (its resource's, or a kubelet's node's pods':
+//! `store::Slot`), and writes framed events into a channel the response body drains; it ends at the deadline, when the client goes away,
 //! when it fell so far behind that its revisions were compacted (closed without an event, like
 //! a cacher watcher whose interval was invalidated), or when its resource is withdrawn (its
 //! CustomResourceDefinition deleted: closed without an event, like a stopped cacher).
@@ -23,7 +24,7 @@ use super::query::{rv_of, watch_query, Query};
 use super::read::{is_cached, no_protobuf, Filter};
 use super::respond::{channel_body, json, protobuf, Accept, Body};
 use super::route::Target;
-use super::store::{meta_mut, Entry, Since};
+use super::store::{meta_mut, Entry, Slot};
 use super::Sim;
 use kube_watchcache::error::Error;
 use kube_watchcache::metadata_only::{self, Repr};
@@ -179,7 +180,6 @@ impl Watch {
         // The etcd watch of uncached kinds (events) sends no periodic bookmarks.
         let bookmarks = self.q.allow_watch_bookmarks;
         let periodic = bookmarks && is_cached(&self.kind);
-        let mut rev_rx = store.subscribe();
         // `pos`: every revision ≤ pos has been looked at. `sent`: last RV the client has seen.
         let mut pos;
         if self.q.send_initial_events == Some(true) {
@@ -225,30 +225,23 @@ impl Watch {
         let mut sent = pos;
         let interval = self.sim.opts().bookmark_interval.max(Duration::from_millis(10));
         let mut next_bookmark = if periodic { next(Instant::now(), interval, self.deadline) } else { None };
-        loop {
-            loop {
-                let entries = match store.since(pos, 1000) {
-                    Since::Entries(e) if e.is_empty() => break,
-                    Since::Entries(e) => e,
-                    // Fell behind the compaction point: close, the client re-watches and gets 410.
-                    Since::Compacted => return Ok(()),
-                };
-                for e in entries {
-                    pos = e.event.rv;
-                    if e.res != self.res {
-                        continue;
-                    }
-                    if let Some(frame) = self.frame(&e) {
-                        // Test-only fault: the event is lost on its way (a bug upstream or in
-                        // between), the stream goes on as if it had been sent.
-                        if self.sim.take_dropped_watch_event() {
-                            continue;
-                        }
-                        self.send(frame).await?;
-                        sent = pos;
-                    }
-                }
+        // The log from `pos` (every resource's entries: `pos` is a revision), until the watch
+        // has caught up and follows it.
+        let slot = self.slot();
+        let mut queue = loop {
+            let Ok((entries, follow)) = store.since_or_follow(pos, 1000, &slot) else {
+                // Fell behind the compaction point: close, the client re-watches and gets 410.
+                return Ok(());
+            };
+            for e in entries {
+                pos = e.event.rv;
+                self.deliver(&e, &mut sent).await?;
             }
+            if let Some(queue) = follow {
+                break queue;
+            }
+        };
+        loop {
             if self.sim.withdrawals(self.res) != self.withdrawals {
                 // Its storage torn down: the stream ends without an event. (Checked when the
                 // watch wakes; one blocked on a slow client ends when it next wakes.)
@@ -256,9 +249,38 @@ impl Watch {
             }
             let bookmark_at = next_bookmark.unwrap_or(self.deadline);
             tokio::select! {
-                changed = rev_rx.changed() => if changed.is_err() { return Ok(()) },
+                e = queue.recv() => match e {
+                    // Not after its position (a watch from a revision not reached yet).
+                    Some(e) if e.event.rv <= pos => {}
+                    // An entry compacted before this watch took it: it fell behind, as above.
+                    Some(e) if store.is_compacted(e.event.rv) => return Ok(()),
+                    Some(e) => {
+                        pos = e.event.rv;
+                        self.deliver(&e, &mut sent).await?;
+                    }
+                    // Let go: its queue overflowed, or its resource was withdrawn.
+                    None => return Ok(()),
+                },
                 _ = tokio::time::sleep_until(self.deadline) => return Ok(()),
                 _ = tokio::time::sleep_until(bookmark_at), if next_bookmark.is_some() => {
+                    // Every entry up to the current revision that concerns this watch is in its
+                    // queue (sent under the lock that took the revision): those first, then the
+                    // bookmark at that revision.
+                    let now = store.current_rv();
+                    while let Ok(e) = queue.try_recv() {
+                        if e.event.rv <= pos {
+                            continue;
+                        }
+                        if store.is_compacted(e.event.rv) {
+                            return Ok(());
+                        }
+                        pos = e.event.rv;
+                        self.deliver(&e, &mut sent).await?;
+                        if pos >= now {
+                            break;
+                        }
+                    }
+                    pos = pos.max(now);
                     // Never backwards, never repeated (1.36).
                     if pos > sent {
                         self.send(self.json_frame(EventType::Bookmark, self.bookmark(pos, false))).await?;
@@ -269,6 +291,36 @@ impl Watch {
                 _ = self.tx.closed() => return Err(Gone),
             }
         }
+    }
+
+    /// Which new log entries this watch is sent once it follows the log: a pod watch with an
+    /// exact, non-empty `spec.nodeName` requirement (a kubelet's) only its node's pods' events,
+    /// any other every event of its resource (its filter decides).
+    fn slot(&self) -> Slot {
+        let node =
+            self.filter.field.as_ref().and_then(|f| f.exact("spec.nodeName")).filter(|n| !n.is_empty());
+        match node {
+            Some(n) => Slot::Node(self.res, n.to_owned()),
+            None => Slot::All(self.res),
+        }
+    }
+
+    /// Sends what this watch sees of log entry `e` (at `e`'s revision), if anything; `sent`
+    /// becomes its revision when something was sent.
+    async fn deliver(&self, e: &Arc<Entry>, sent: &mut Rv) -> Result<(), Gone> {
+        if e.res != self.res {
+            return Ok(());
+        }
+        if let Some(frame) = self.frame(e) {
+            // Test-only fault: the event is lost on its way (a bug upstream or in between), the
+            // stream goes on as if it had been sent.
+            if self.sim.take_dropped_watch_event() {
+                return Ok(());
+            }
+            self.send(frame).await?;
+            *sent = e.event.rv;
+        }
+        Ok(())
     }
 
     /// The event this watcher sees for a log entry (docs/apiserver-watch-cache.md §3.5), if any.
