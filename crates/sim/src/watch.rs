@@ -67,11 +67,14 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
         _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };
     let (tx, rx) = mpsc::channel(256);
-    // Now, before the response: a withdrawal after this ends the watch.
+    // Now, before the response: a withdrawal after this ends the watch, and a watch from "now"
+    // starts here (a write the client makes once it has the response's headers is after it).
     let withdrawals = sim.withdrawals(t.res);
+    let requested_at = sim.store().current_rv();
     let w = Watch {
         sim,
         withdrawals,
+        requested_at,
         res: t.res,
         kind,
         filter,
@@ -91,6 +94,8 @@ struct Watch {
     sim: Sim,
     /// The resource's withdrawal count when the watch started (`Sim::withdrawals`).
     withdrawals: u64,
+    /// The store's revision when the request came, before the response was sent.
+    requested_at: Rv,
     res: usize,
     kind: ResourceKind,
     filter: Filter,
@@ -201,7 +206,7 @@ impl Watch {
         } else if self.q.send_initial_events == Some(false)
             && matches!(self.q.resource_version.as_str(), "" | "0")
         {
-            pos = store.current_rv();
+            pos = self.requested_at;
         } else {
             // A resource served again after a withdrawal (its CRD re-created) has a new watch
             // cache, listed at that revision: nothing older can be replayed. So has every cached
