@@ -13,15 +13,18 @@ SECS="${1:-60}"; OBJECTS="${2:-100000}"; RATE="${3:-1000}"
 cargo build --release --quiet
 BIN=target/release/kube-watchcache
 OUT=$(mktemp -d)
-$BIN sim --listen 127.0.0.1:18131 --objects "$OBJECTS" --churn "$RATE" >/dev/null 2>&1 &
+$BIN sim --listen 127.0.0.1:18131 --objects "$OBJECTS" --churn "$RATE" --lease-churn 0 >/dev/null 2>&1 &
 SIM=$!
 trap 'kill $SIM ${W1:-} ${W2:-} 2>/dev/null || true; rm -rf "$OUT"' EXIT
 until curl -sf http://127.0.0.1:18131/version >/dev/null; do sleep 0.5; done
 # One LIST gives the starting RV; both watches start there (the churn is already running).
+# The watches run `command curl` so that `$!` is curl itself (the `curl` function above would be
+# a subshell that `kill` ends while its curl goes on writing). No Lease churn: only the two
+# watched kinds move the revision, so together they must see every one.
 START=$(curl -s 'http://127.0.0.1:18131/api/v1/namespaces?limit=1' | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')
-curl -sN "http://127.0.0.1:18131/api/v1/pods?watch=1&resourceVersion=$START&timeoutSeconds=$((SECS + 5))" >"$OUT/pods" &
+command curl -sN -A kube-watchcache-bench "http://127.0.0.1:18131/api/v1/pods?watch=1&resourceVersion=$START&timeoutSeconds=$((SECS + 5))" >"$OUT/pods" &
 W1=$!
-curl -sN "http://127.0.0.1:18131/api/v1/configmaps?watch=1&resourceVersion=$START&timeoutSeconds=$((SECS + 5))" >"$OUT/cms" &
+command curl -sN -A kube-watchcache-bench "http://127.0.0.1:18131/api/v1/configmaps?watch=1&resourceVersion=$START&timeoutSeconds=$((SECS + 5))" >"$OUT/cms" &
 W2=$!
 for t in $(seq 5 5 "$SECS"); do
     sleep 5
