@@ -172,8 +172,18 @@ impl Store {
             return Ok((entries, None));
         }
         let (tx, rx) = mpsc::channel(self.window.min(1 << 30));
-        st.following.entry(slot.clone()).or_default().push(tx);
+        let txs = st.following.entry(slot.clone()).or_default();
+        // The watches of this slot that ended (a kubelet's previous watch) are forgotten here
+        // too, not only at the slot's next event, which may never come.
+        txs.retain(|t| !t.is_closed());
+        txs.push(tx);
         Ok((entries, Some(rx)))
+    }
+
+    /// Watches registered in `slot` (for tests).
+    #[cfg(test)]
+    fn following(&self, slot: &Slot) -> usize {
+        self.state.lock().following.get(slot).map_or(0, Vec::len)
     }
 
     /// Whether the entry of revision `rv` has been compacted away.
@@ -533,6 +543,18 @@ mod tests {
         // From before a compacted entry there is no following: the client's re-watch gets 410.
         assert!(s.since_or_follow(Rv(first.0 - 1), 10, &Slot::All(cms)).is_err());
         assert!(s.since_or_follow(first, 10, &Slot::All(cms)).is_ok());
+    }
+
+    #[test]
+    fn a_watch_that_ended_is_forgotten_when_its_slot_gets_another() {
+        let (s, pods, _) = store(100);
+        let slot = Slot::Node(pods, "node-quiet".into());
+        for _ in 0..5 {
+            // A kubelet's watch times out and it watches again; its node has no events.
+            drop(follow(&s, slot.clone()));
+        }
+        let _live = follow(&s, slot.clone());
+        assert_eq!(s.following(&slot), 1);
     }
 
     #[test]
