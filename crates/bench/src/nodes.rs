@@ -29,6 +29,9 @@ pub const JSON_ACCEPT: &str = "application/json";
 /// One client per node, each presenting that node's certificate.
 pub struct NodeClients {
     clients: Vec<HttpClient>,
+    /// Each node's TLS identity, kept for [`NodeClients::fresh`] (making them is the slow part).
+    identities: Arc<Vec<ClientTls>>,
+    http2: bool,
     /// [`KUBELET_ACCEPT`], or [`JSON_ACCEPT`] with `--node-json`.
     accept: &'static str,
 }
@@ -42,16 +45,34 @@ impl NodeClients {
         http2: bool,
         json: bool,
     ) -> Result<Arc<NodeClients>, String> {
-        let mut clients = Vec::with_capacity(nodes);
+        let mut identities = Vec::with_capacity(nodes);
         for n in 0..nodes {
             let (cert, key) = node_certificate(&format!("node-{n}"), ca)?;
-            let tls = ClientTls::with_identity(roots.to_vec(), cert.as_bytes(), key.as_bytes())?;
-            let mut b = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
-            b.pool_idle_timeout(std::time::Duration::from_secs(30)).http2_only(http2);
-            clients.push(b.build(tls.connector(http2)));
+            identities.push(ClientTls::with_identity(roots.to_vec(), cert.as_bytes(), key.as_bytes())?);
         }
         let accept = if json { JSON_ACCEPT } else { KUBELET_ACCEPT };
-        Ok(Arc::new(NodeClients { clients, accept }))
+        Ok(Arc::new(Self::with_identities(Arc::new(identities), http2, accept)))
+    }
+
+    fn with_identities(identities: Arc<Vec<ClientTls>>, http2: bool, accept: &'static str) -> NodeClients {
+        let clients = identities
+            .iter()
+            .map(|tls| {
+                let mut b = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+                b.pool_idle_timeout(std::time::Duration::from_secs(30)).http2_only(http2);
+                b.build(tls.connector(http2))
+            })
+            .collect();
+        NodeClients { clients, identities, http2, accept }
+    }
+
+    /// The same identities on new clients, with no connection of their own yet: each phase
+    /// takes fresh ones, so that the last phase's pooled connections (one per node, idle up to
+    /// 30 s) are closed when that phase drops its clients rather than held open beside the next
+    /// phase's — at 10 000 nodes the two phases together would need 20 000 file descriptors,
+    /// and the opens past the limit failed (`EMFILE`, counted as the target's transport errors).
+    pub fn fresh(&self) -> Arc<NodeClients> {
+        Arc::new(Self::with_identities(self.identities.clone(), self.http2, self.accept))
     }
 
     pub fn client(&self, node: usize) -> &HttpClient {

@@ -219,6 +219,8 @@ impl Phase<'_> {
         let stats = Arc::new(PhaseStats::default());
         let start_rv = self.backend.current_rv().await?;
         let clients = Clients::new(&self.tls, plan.http2, plan.watch_clients() + 2 * MAX_IN_FLIGHT);
+        // This phase's own node clients: dropped with the phase, their connections with them.
+        let node_clients = self.nodes.as_ref().map(|n| n.fresh());
         let epoch = Instant::now();
         let shared = Arc::new(Shared {
             target: self.target.clone(),
@@ -227,7 +229,7 @@ impl Phase<'_> {
             phase_start: epoch,
             opened: Default::default(),
             connect: Semaphore::new(CONNECTS_IN_FLIGHT),
-            nodes: self.nodes.clone(),
+            nodes: node_clients.clone(),
         });
 
         // 1. Watches, all from the same RV.
@@ -294,7 +296,7 @@ impl Phase<'_> {
             plan.clone(),
             self.target.clone(),
             client,
-            self.nodes.clone(),
+            node_clients.clone(),
             stats.clone(),
             stop_rx.clone(),
         ));
