@@ -11,7 +11,7 @@
 //! watches it may concern ([`Slot`]: every watch of its resource, or the kubelets of its pod's
 //! node, as the apiserver's cacher dispatches pods by `spec.nodeName`), not to every watch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -43,6 +43,9 @@ struct State {
     log: VecDeque<Arc<Entry>>,
     /// The watches following the log, by what they are sent.
     following: HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>,
+    /// The keys of the current objects with a non-empty `spec.nodeName`, by resource and node
+    /// (the Node authorizer's graph reads a node's pods here, not by scanning every pod).
+    on_node: HashMap<(usize, String), BTreeSet<ObjectKey>>,
 }
 
 /// Which new entries a watch that follows the log is sent.
@@ -103,6 +106,7 @@ impl Store {
                 objects: vec![Objects::new(); n],
                 log: VecDeque::new(),
                 following: HashMap::new(),
+                on_node: HashMap::new(),
             }),
             compacted: AtomicU64::new(1),
             rev_tx,
@@ -193,6 +197,13 @@ impl Store {
 
     pub fn get(&self, res: usize, key: &ObjectKey) -> Option<Arc<Object>> {
         self.state.lock().objects[res].get(key).cloned()
+    }
+
+    /// The current objects of resource `res` whose `spec.nodeName` is `node`, in key order.
+    pub fn on_node(&self, res: usize, node: &str) -> Vec<Arc<Object>> {
+        let st = self.state.lock();
+        let Some(keys) = st.on_node.get(&(res, node.to_owned())) else { return Vec::new() };
+        keys.iter().filter_map(|k| st.objects[res].get(k).cloned()).collect()
     }
 
     /// Compacts the log at the current revision.
@@ -363,6 +374,22 @@ impl Store {
             .map_err(|e| Error::Internal(e.to_string()))?;
         st.rev = rv;
         let key = object.header.key.clone();
+        let now = if t == EventType::Deleted { None } else { node_of(&object) };
+        let was = prev.as_deref().and_then(node_of);
+        if was != now {
+            if let Some(w) = &was {
+                let slot = (res, w.clone());
+                if let Some(keys) = st.on_node.get_mut(&slot) {
+                    keys.remove(&key);
+                    if keys.is_empty() {
+                        st.on_node.remove(&slot);
+                    }
+                }
+            }
+            if let Some(n) = &now {
+                st.on_node.entry((res, n.clone())).or_default().insert(key.clone());
+            }
+        }
         if t == EventType::Deleted {
             st.objects[res].remove(&key);
         } else {
@@ -396,10 +423,8 @@ impl Store {
 /// go; one that went away is forgotten.
 fn follow(following: &mut HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>, entry: &Arc<Entry>) {
     let ev = &entry.event;
-    let node =
-        |o: &Object| o.header.fields().get("spec.nodeName").filter(|n| !n.is_empty()).map(str::to_owned);
-    let now = node(&ev.object);
-    let was = ev.prev.as_deref().and_then(node).filter(|w| now.as_ref() != Some(w));
+    let now = node_of(&ev.object);
+    let was = ev.prev.as_deref().and_then(node_of).filter(|w| now.as_ref() != Some(w));
     let slots = [
         Some(Slot::All(entry.res)),
         now.map(|n| Slot::Node(entry.res, n)),
@@ -412,6 +437,11 @@ fn follow(following: &mut HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>, entry: &
             following.remove(&slot);
         }
     }
+}
+
+/// An object's non-empty `spec.nodeName` (a pod's node).
+fn node_of(o: &Object) -> Option<String> {
+    o.header.fields().get("spec.nodeName").filter(|n| !n.is_empty()).map(str::to_owned)
 }
 
 fn names(obj: &Map<String, Value>) -> (String, String) {
@@ -475,6 +505,41 @@ mod tests {
         std::iter::from_fn(|| rx.try_recv().ok())
             .map(|e| (e.event.kind, e.event.object.header.name().to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn a_nodes_pods_are_read_from_the_index_kept_with_every_write() {
+        let (s, pods, cms) = store(100);
+        let names = |node: &str| -> Vec<String> {
+            s.on_node(pods, node).iter().map(|o| o.header.name().to_owned()).collect()
+        };
+        s.create(pods, pod("p1", "node-a")).unwrap();
+        s.create(pods, pod("p2", "node-a")).unwrap();
+        s.create(pods, pod("p3", "node-b")).unwrap();
+        s.create(pods, pod("unscheduled", "")).unwrap();
+        s.create(cms, cm("c")).unwrap();
+        assert_eq!(names("node-a"), ["p1", "p2"]);
+        assert_eq!(names("node-b"), ["p3"]);
+        assert!(names("").is_empty(), "an unscheduled pod is on no node");
+        // Bound later, moved, changed in place, deleted: the index follows each write.
+        s.update(pods, pod("unscheduled", "node-b")).unwrap();
+        s.update(pods, pod("p1", "node-b")).unwrap();
+        let mut p2 = pod("p2", "node-a");
+        p2.insert("status".into(), json!({"phase": "Running"}));
+        s.update(pods, p2).unwrap();
+        s.delete(pods, "default", "p3").unwrap();
+        assert_eq!(names("node-a"), ["p2"]);
+        assert_eq!(names("node-b"), ["p1", "unscheduled"]);
+        // The current objects, not the versions the index saw first.
+        assert_eq!(
+            s.on_node(pods, "node-a")[0].header.rv,
+            s.get(pods, &ObjectKey::new("default", "p2")).unwrap().header.rv
+        );
+        // A namespace's deletion takes its pods off their nodes; an emptied node leaves no entry.
+        s.delete(s.kinds.namespaces(), "", "default").unwrap();
+        assert!(names("node-a").is_empty() && names("node-b").is_empty());
+        assert!(s.state.lock().on_node.is_empty());
+        assert!(s.on_node(cms, "node-a").is_empty());
     }
 
     #[test]
