@@ -374,8 +374,11 @@ impl Store {
             .map_err(|e| Error::Internal(e.to_string()))?;
         st.rev = rv;
         let key = object.header.key.clone();
-        let now = if t == EventType::Deleted { None } else { node_of(&object) };
+        // The node the object is on (a DELETED event's object too: its kubelets are sent it) and
+        // the one its previous state was on, read once for the index and the dispatch.
+        let on = node_of(&object);
         let was = prev.as_deref().and_then(node_of);
+        let now = if t == EventType::Deleted { None } else { on.clone() };
         if was != now {
             if let Some(w) = &was {
                 let slot = (res, w.clone());
@@ -396,7 +399,7 @@ impl Store {
             st.objects[res].insert(key, object.clone());
         }
         let entry = Arc::new(Entry { res, event: Event::new(t, Rv(rv), object.clone(), prev) });
-        follow(&mut st.following, &entry);
+        follow(&mut st.following, &entry, on, was);
         st.log.push_back(entry);
         while st.log.len() > self.window {
             st.log.pop_front();
@@ -419,12 +422,15 @@ impl Store {
 }
 
 /// Sends `entry` to the watches following its resource that it may concern: every one of the
-/// resource, and those of the node its object is or was on. A watch whose queue is full is let
-/// go; one that went away is forgotten.
-fn follow(following: &mut HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>, entry: &Arc<Entry>) {
-    let ev = &entry.event;
-    let now = node_of(&ev.object);
-    let was = ev.prev.as_deref().and_then(node_of).filter(|w| now.as_ref() != Some(w));
+/// resource, and those of the node its object is on (`now`) or was on (`was`). A watch whose queue
+/// is full is let go; one that went away is forgotten.
+fn follow(
+    following: &mut HashMap<Slot, Vec<mpsc::Sender<Arc<Entry>>>>,
+    entry: &Arc<Entry>,
+    now: Option<String>,
+    was: Option<String>,
+) {
+    let was = was.filter(|w| now.as_ref() != Some(w));
     let slots = [
         Some(Slot::All(entry.res)),
         now.map(|n| Slot::Node(entry.res, n)),
