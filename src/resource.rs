@@ -714,12 +714,9 @@ impl Object {
     /// The watch frame of type `event_type` around `msg`, this object's message (its
     /// PartialObjectMetadata when `metadata`), enveloped: its pieces copied once.
     fn frame_message(&self, event_type: &str, metadata: bool, msg: &Encoded) -> Bytes {
-        let head = proto::envelope::head(self.proto_type().type_meta(metadata), msg.len());
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(12);
-        parts.push(&head);
-        msg.pieces_into(&mut parts);
-        parts.push(proto::envelope::UNKNOWN_TAIL);
-        proto::envelope::watch_event(event_type, &parts)
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(12);
+        msg.pieces_into(&mut pieces);
+        proto::envelope::watch_event_enveloped(event_type, self.proto_type().type_meta(metadata), &pieces)
     }
 
     /// Chunks of the object as a JSON list item in the representation asked for; `None` in
@@ -838,7 +835,7 @@ impl Object {
         };
         let meta = forms.meta.get().map_or(0, Bytes::len);
         let rope = |r: &OnceLock<Option<Rope>>, of: &Bytes| {
-            r.get().and_then(Option::as_ref).map_or(0, |r| r.own_bytes(of) + 32 * r.parts().len())
+            r.get().and_then(Option::as_ref).map_or(0, |r| r.own_bytes(of) + r.list_bytes())
         };
         let empty = Bytes::new();
         let proto = rope(&forms.proto, &self.body);

@@ -351,7 +351,8 @@ impl Fields {
 /// The prior rope's parts with their offsets, for reading its fields across part boundaries.
 pub(super) struct Parts<'a> {
     parts: &'a [Bytes],
-    /// Where each part starts in the rope.
+    /// Where each part starts in the rope; empty for a rope of one part (which starts at 0: no
+    /// list to allocate for the common case, a message kept as one buffer).
     starts: Vec<usize>,
     /// The part read last.
     hint: std::cell::Cell<usize>,
@@ -360,6 +361,9 @@ pub(super) struct Parts<'a> {
 impl<'a> Parts<'a> {
     pub(super) fn of(rope: &'a Rope) -> Parts<'a> {
         let parts = rope.parts();
+        if parts.len() == 1 {
+            return Parts { parts, starts: Vec::new(), hint: Default::default() };
+        }
         let mut starts = Vec::with_capacity(parts.len());
         let mut at = 0;
         for p in parts {
@@ -369,28 +373,37 @@ impl<'a> Parts<'a> {
         Parts { parts, starts, hint: Default::default() }
     }
 
+    /// Where each part starts.
+    fn starts(&self) -> &[usize] {
+        if self.starts.is_empty() && self.parts.len() == 1 {
+            &[0]
+        } else {
+            &self.starts
+        }
+    }
+
     /// The part holding `pos`: the last one found (fields are read forward), else searched.
     fn part_of(&self, pos: usize) -> Option<usize> {
         let h = self.hint.get();
-        if self.starts.get(h).is_some_and(|&s| s <= pos && pos < s + self.parts[h].len()) {
+        if self.starts().get(h).is_some_and(|&s| s <= pos && pos < s + self.parts[h].len()) {
             return Some(h);
         }
-        let i = self.starts.partition_point(|&s| s <= pos).checked_sub(1)?;
+        let i = self.starts().partition_point(|&s| s <= pos).checked_sub(1)?;
         self.hint.set(i);
         Some(i)
     }
 
     /// The byte at `pos`.
     fn byte(&self, pos: usize) -> Option<u8> {
-        let i = self.starts.partition_point(|&s| s <= pos).checked_sub(1)?;
-        self.parts[i].get(pos - self.starts[i]).copied()
+        let i = self.starts().partition_point(|&s| s <= pos).checked_sub(1)?;
+        self.parts[i].get(pos - self.starts()[i]).copied()
     }
 
     /// The varint at `*pos`, moving past it.
     pub(super) fn varint(&self, pos: &mut usize) -> Option<u64> {
         // Within one part (nearly always): read from its slice.
         let i = self.part_of(*pos)?;
-        let here = self.parts[i].get(*pos - self.starts[i]..)?;
+        let here = self.parts[i].get(*pos - self.starts()[i]..)?;
         let mut v = 0u64;
         for (k, &b) in here.iter().take(10).enumerate() {
             v |= u64::from(b & 0x7f) << (7 * k);
@@ -467,9 +480,9 @@ impl<'a> Parts<'a> {
 
     /// The bytes of `range`, as slices of the parts.
     pub(super) fn slices(&self, (start, end): (usize, usize)) -> impl Iterator<Item = &'a [u8]> + '_ {
-        let first = self.starts.partition_point(|&s| s <= start).saturating_sub(1);
+        let first = self.starts().partition_point(|&s| s <= start).saturating_sub(1);
         (first..self.parts.len()).map_while(move |i| {
-            let (s, p) = (self.starts[i], &self.parts[i]);
+            let (s, p) = (self.starts()[i], &self.parts[i]);
             (s < end).then(|| &p[start.saturating_sub(s).min(p.len())..(end - s).min(p.len())])
         })
     }
