@@ -333,7 +333,9 @@ pub(super) struct Fields {
 impl Fields {
     /// The fields of the message in the prior encoding's range `enc`.
     pub(super) fn new((pos, end): (usize, usize)) -> Fields {
-        Fields { pos, end, runs: Vec::new() }
+        // Room for a pod's metadata's runs read as far as its resourceVersion (grown from empty,
+        // it was reallocated three times).
+        Fields { pos, end, runs: Vec::with_capacity(8) }
     }
 
     /// Where field `number`'s entries are (empty when it has none); `None`: the encoding does
