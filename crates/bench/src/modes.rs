@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::env::{self, Backend, Local, Target};
-use super::nodes::NodeClients;
+use super::nodes::NodeIdentities;
 use super::report::Report;
 use super::scenario::Plan;
 use super::{cluster, kubeconfig, phase, tls, BenchArgs};
@@ -85,7 +85,7 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
         (Some(cert), Some(key)) if plan.node_identities => {
             let issuer = super::certs::issuer_from_files(cert, key)?;
             eprintln!("making {} node certificates", plan.nodes);
-            Some(NodeClients::new(&issuer, &node_roots, plan.nodes, plan.http2, args.node_json)?)
+            Some(NodeIdentities::new(&issuer, &node_roots, plan.nodes, plan.http2, args.node_json)?)
         }
         _ if plan.node_identities => {
             return Err(
@@ -160,7 +160,7 @@ async fn in_process_run(
     let nodes = match (&local.secure, plan.node_identities) {
         (Some((pki, _)), true) => {
             eprintln!("making {} node certificates", plan.nodes);
-            Some(NodeClients::new(&pki.issuer, &roots, plan.nodes, plan.http2, args.node_json)?)
+            Some(NodeIdentities::new(&pki.issuer, &roots, plan.nodes, plan.http2, args.node_json)?)
         }
         (None, true) => return Err("--node-identities in-process needs --tls".into()),
         _ => None,

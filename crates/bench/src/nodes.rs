@@ -6,7 +6,8 @@
 //! Each node's pods mount a Secret `bench-node-<n>` (in the pod's namespace; its shape is
 //! `env`'s, with the pods'), which the node GETs as a kubelet does.
 //!
-//! Called by `phase` and `modes` (the clients, for the watchers and the GET driver).
+//! Called by `modes` (the identities, once a run) and `phase` (each phase's clients, for the
+//! watchers and the GET driver).
 
 use std::sync::Arc;
 
@@ -26,17 +27,16 @@ pub const KUBELET_ACCEPT: &str = "application/vnd.kubernetes.protobuf,applicatio
 /// What the nodes ask for with `--node-json`: JSON only (to compare a delivery's cost in both).
 pub const JSON_ACCEPT: &str = "application/json";
 
-/// One client per node, each presenting that node's certificate.
-pub struct NodeClients {
-    clients: Vec<HttpClient>,
-    /// Each node's TLS identity, kept for [`NodeClients::fresh`] (making them is the slow part).
-    identities: Arc<Vec<ClientTls>>,
+/// Each node's TLS identity (making them is the slow part), made once for the whole run; each
+/// phase makes its own clients from them ([`NodeIdentities::clients`]).
+pub struct NodeIdentities {
+    identities: Vec<ClientTls>,
     http2: bool,
     /// [`KUBELET_ACCEPT`], or [`JSON_ACCEPT`] with `--node-json`.
     accept: &'static str,
 }
 
-impl NodeClients {
+impl NodeIdentities {
     /// Certificates for `node-0 .. node-{nodes-1}` signed by `ca`; `roots` verify the target.
     pub fn new(
         ca: &Issuer<'_, KeyPair>,
@@ -44,37 +44,42 @@ impl NodeClients {
         nodes: usize,
         http2: bool,
         json: bool,
-    ) -> Result<Arc<NodeClients>, String> {
+    ) -> Result<Arc<NodeIdentities>, String> {
         let mut identities = Vec::with_capacity(nodes);
         for n in 0..nodes {
             let (cert, key) = node_certificate(&format!("node-{n}"), ca)?;
             identities.push(ClientTls::with_identity(roots.to_vec(), cert.as_bytes(), key.as_bytes())?);
         }
         let accept = if json { JSON_ACCEPT } else { KUBELET_ACCEPT };
-        Ok(Arc::new(Self::with_identities(Arc::new(identities), http2, accept)))
+        Ok(Arc::new(NodeIdentities { identities, http2, accept }))
     }
 
-    fn with_identities(identities: Arc<Vec<ClientTls>>, http2: bool, accept: &'static str) -> NodeClients {
-        let clients = identities
+    /// One client per node on these identities, with no connection yet: each phase takes its
+    /// own, so that the last phase's pooled connections (one per node, idle up to 30 s) are
+    /// closed when that phase drops its clients rather than held open beside the next phase's
+    /// — at 10 000 nodes the two phases together would need 20 000 file descriptors, and the
+    /// opens past the limit failed (`EMFILE`, counted as the target's transport errors).
+    pub fn clients(&self) -> Arc<NodeClients> {
+        let clients = self
+            .identities
             .iter()
             .map(|tls| {
                 let mut b = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
-                b.pool_idle_timeout(std::time::Duration::from_secs(30)).http2_only(http2);
-                b.build(tls.connector(http2))
+                b.pool_idle_timeout(std::time::Duration::from_secs(30)).http2_only(self.http2);
+                b.build(tls.connector(self.http2))
             })
             .collect();
-        NodeClients { clients, identities, http2, accept }
+        Arc::new(NodeClients { clients, accept: self.accept })
     }
+}
 
-    /// The same identities on new clients, with no connection of their own yet: each phase
-    /// takes fresh ones, so that the last phase's pooled connections (one per node, idle up to
-    /// 30 s) are closed when that phase drops its clients rather than held open beside the next
-    /// phase's — at 10 000 nodes the two phases together would need 20 000 file descriptors,
-    /// and the opens past the limit failed (`EMFILE`, counted as the target's transport errors).
-    pub fn fresh(&self) -> Arc<NodeClients> {
-        Arc::new(Self::with_identities(self.identities.clone(), self.http2, self.accept))
-    }
+/// One client per node, each presenting that node's certificate (one phase's).
+pub struct NodeClients {
+    clients: Vec<HttpClient>,
+    accept: &'static str,
+}
 
+impl NodeClients {
     pub fn client(&self, node: usize) -> &HttpClient {
         &self.clients[node % self.clients.len()]
     }

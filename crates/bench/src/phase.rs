@@ -19,7 +19,7 @@ use tokio::sync::{watch, Semaphore};
 use super::cluster;
 use super::env::{send, Backend, Clients, Remote, Target};
 use super::load::{self, WriteLog, MAX_IN_FLIGHT};
-use super::nodes::NodeClients;
+use super::nodes::NodeIdentities;
 use super::procstat;
 use super::report::{AuthLookups, ProxyDeliveryLag, RequestReport, TargetReport, WatchReport};
 use super::scenario::Plan;
@@ -191,8 +191,8 @@ pub struct Phase<'a> {
     pub tls: ClientTls,
     /// The proxy's `/watchcache/metrics`, for its auth cache lookups (proxy phases only).
     pub proxy_metrics: Option<Arc<Remote>>,
-    /// `--node-identities`: a kubelet-like client per node.
-    pub nodes: Option<Arc<NodeClients>>,
+    /// `--node-identities`: each node's identity, for a kubelet-like client per node.
+    pub nodes: Option<Arc<NodeIdentities>>,
 }
 
 fn progress(line: &str) {
@@ -220,7 +220,7 @@ impl Phase<'_> {
         let start_rv = self.backend.current_rv().await?;
         let clients = Clients::new(&self.tls, plan.http2, plan.watch_clients() + 2 * MAX_IN_FLIGHT);
         // This phase's own node clients: dropped with the phase, their connections with them.
-        let node_clients = self.nodes.as_ref().map(|n| n.fresh());
+        let node_clients = self.nodes.as_ref().map(|n| n.clients());
         let epoch = Instant::now();
         let shared = Arc::new(Shared {
             target: self.target.clone(),
