@@ -201,9 +201,19 @@ impl Store {
 
     /// The current objects of resource `res` whose `spec.nodeName` is `node`, in key order.
     pub fn on_node(&self, res: usize, node: &str) -> Vec<Arc<Object>> {
+        self.snapshot_on_node(res, node).1
+    }
+
+    /// [`Store::on_node`] and the revision they are the state at, read together (a LIST
+    /// selecting one node, as the apiserver's watch cache serves it from its `spec.nodeName`
+    /// index rather than by reading every pod).
+    pub fn snapshot_on_node(&self, res: usize, node: &str) -> (Rv, Vec<Arc<Object>>) {
         let st = self.state.lock();
-        let Some(keys) = st.on_node.get(&(res, node.to_owned())) else { return Vec::new() };
-        keys.iter().filter_map(|k| st.objects[res].get(k).cloned()).collect()
+        let objects = match st.on_node.get(&(res, node.to_owned())) {
+            Some(keys) => keys.iter().filter_map(|k| st.objects[res].get(k).cloned()).collect(),
+            None => Vec::new(),
+        };
+        (Rv(st.rev), objects)
     }
 
     /// Compacts the log at the current revision.

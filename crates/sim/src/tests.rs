@@ -11,6 +11,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::{Sim, SimHandle, SimOptions};
+use kube_watchcache::resource::ResourceKind;
+use kube_watchcache::selector::FieldSelector;
 
 fn recording(name: &str) -> Value {
     let path = format!("{}/../../tests/recordings/v1.28.7/{name}.json", env!("CARGO_MANIFEST_DIR"));
@@ -828,4 +830,104 @@ async fn withdrawing_a_resource_ends_its_watches() {
     );
     let events = watch(&h, &format!("{base}{again}"), 10).await;
     assert!(events.is_empty(), "{events:?}");
+}
+
+/// A LIST selecting one node (`fieldSelector=spec.nodeName=…`, a kubelet's) is read from the
+/// store's node index rather than from every pod: the same items, in the same order, in the
+/// same pages at the same revision as the whole resource filtered — whatever else the request
+/// narrows (namespace, labels), and after pods are bound, moved and deleted.
+#[tokio::test]
+async fn a_list_by_node_is_the_whole_list_filtered() {
+    let h = start().await;
+    for ns in ["ns-a", "ns-b"] {
+        h.sim.create("namespaces", "", json!({"metadata": {"name": ns}})).unwrap();
+    }
+    let pod = |i: usize, node: &str| {
+        let mut spec = json!({"containers": [{"name": "c", "image": "i"}]});
+        if !node.is_empty() {
+            spec["nodeName"] = json!(node);
+        }
+        json!({"metadata": {"name": format!("p-{i:02}"), "labels": {"odd": (i % 2).to_string()}}, "spec": spec})
+    };
+    let ns_of = |i: usize| if i.is_multiple_of(3) { "ns-b" } else { "ns-a" };
+    for i in 0..14 {
+        let node = ["node-a", "node-b", "", "node-a"][i % 4];
+        h.sim.create("pods", ns_of(i), pod(i, node)).unwrap();
+    }
+    h.sim.update("pods", ns_of(2), pod(2, "node-a")).unwrap(); // bound
+    h.sim.update("pods", ns_of(1), pod(1, "node-a")).unwrap(); // moved
+    h.sim.delete("pods", ns_of(3), "p-03").unwrap();
+
+    // (namespace, node, label selector) → names, from the whole list.
+    let all = get(&h, "/api/v1/pods").await.json();
+    let expected = |ns: Option<&str>, node: &str, odd: Option<&str>| -> Vec<String> {
+        all["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| ns.is_none_or(|ns| p["metadata"]["namespace"] == ns))
+            .filter(|p| p["spec"]["nodeName"].as_str().unwrap_or("") == node)
+            .filter(|p| odd.is_none_or(|o| p["metadata"]["labels"]["odd"] == o))
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        expected(None, "node-a", None).len(),
+        8,
+        "the fixture: p-00 p-01 p-02 p-04 p-07 p-08 p-11 p-12"
+    );
+    let rv = all["metadata"]["resourceVersion"].clone();
+    let cases = [
+        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", None, "node-a", None),
+        ("/api/v1/pods?fieldSelector=spec.nodeName%3D%3Dnode-b&resourceVersion=0", None, "node-b", None),
+        (
+            "/api/v1/namespaces/ns-a/pods?fieldSelector=spec.nodeName%3Dnode-a&labelSelector=odd%3D1",
+            Some("ns-a"),
+            "node-a",
+            Some("1"),
+        ),
+        ("/api/v1/pods?fieldSelector=spec.nodeName%3D", None, "", None),
+        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-x", None, "node-x", None),
+    ];
+    for (path, ns, node, odd) in cases {
+        let got = get(&h, path).await;
+        assert_eq!(got.status, StatusCode::OK, "{path}");
+        let got = got.json();
+        assert_eq!(names(&got), expected(ns, node, odd), "{path}");
+        assert_eq!(got["metadata"]["resourceVersion"], rv, "{path}");
+    }
+    // In pages of two, each page continuing after the last: every item once, in order.
+    let mut paged = Vec::new();
+    let mut path = "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a&limit=2".to_owned();
+    loop {
+        let page = get(&h, &path).await.json();
+        assert_eq!(page["metadata"]["resourceVersion"], rv);
+        assert!(page["metadata"].get("remainingItemCount").is_none(), "not counted under a selector");
+        paged.extend(names(&page));
+        match page["metadata"]["continue"].as_str() {
+            Some(c) => {
+                path = format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a&limit=2&continue={c}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(paged, expected(None, "node-a", None));
+}
+
+/// Which LISTs are read from the node index: those whose field selector requires one node by
+/// equality (a kubelet's `spec.nodeName=<node>`, whatever else it requires); not an inequality,
+/// nor the unscheduled pods' empty name.
+#[test]
+fn a_list_is_read_by_node_when_its_selector_requires_one() {
+    let pods = ResourceKind::new("", "v1", "pods", "Pod", true, true);
+    let node = |sel: &str| {
+        let field = (!sel.is_empty()).then(|| FieldSelector::parse(sel, &pods).unwrap());
+        crate::read::Filter { field, ..Default::default() }.node().map(str::to_owned)
+    };
+    assert_eq!(node("spec.nodeName=node-1").as_deref(), Some("node-1"));
+    assert_eq!(node("spec.nodeName==node-1,status.phase=Running").as_deref(), Some("node-1"));
+    assert_eq!(node("status.phase!=Failed,spec.nodeName=node-2").as_deref(), Some("node-2"));
+    for none in ["spec.nodeName!=node-1", "spec.nodeName=", "metadata.name=p", ""] {
+        assert_eq!(node(none), None, "{none:?}");
+    }
 }
