@@ -25,12 +25,27 @@ pub fn type_meta(api_version: &str, kind: &str) -> Vec<u8> {
 
 /// The envelope up to a raw of `raw_len` bytes: magic, TypeMeta, raw's key and length.
 pub fn head(type_meta: &[u8], raw_len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(MAGIC.len() + type_meta.len() + 16);
-    out.extend_from_slice(MAGIC);
-    wire::len_field(&mut out, 1, type_meta);
-    wire::tag(&mut out, 2, wire::LEN);
-    wire::varint(&mut out, raw_len as u64);
+    let mut out = Vec::with_capacity(head_len(type_meta, raw_len));
+    put_head(&mut out, type_meta, raw_len);
     out
+}
+
+/// [`head`] appended to `out`.
+fn put_head(out: &mut Vec<u8>, type_meta: &[u8], raw_len: usize) {
+    out.extend_from_slice(MAGIC);
+    wire::len_field(out, 1, type_meta);
+    wire::tag(out, 2, wire::LEN);
+    wire::varint(out, raw_len as u64);
+}
+
+/// The length of [`head`] (both keys are one byte).
+fn head_len(type_meta: &[u8], raw_len: usize) -> usize {
+    MAGIC.len()
+        + 1
+        + wire::varint_len(type_meta.len() as u64)
+        + type_meta.len()
+        + 1
+        + wire::varint_len(raw_len as u64)
 }
 
 /// A whole enveloped object in one buffer.
@@ -130,17 +145,9 @@ pub fn watch_event(event_type: &str, object: &[&[u8]]) -> Bytes {
 /// allocation (a kubelet's pod event pays this per delivery).
 pub fn watch_event_enveloped(event_type: &str, type_meta: &[u8], msg: &[&[u8]]) -> Bytes {
     let msg_len: usize = msg.iter().map(|p| p.len()).sum();
-    let head_len = MAGIC.len()
-        + 1
-        + wire::varint_len(type_meta.len() as u64)
-        + type_meta.len()
-        + 1
-        + wire::varint_len(msg_len as u64);
-    let (mut out, whole) = event_head(event_type, head_len + msg_len + UNKNOWN_TAIL.len());
-    out.extend_from_slice(MAGIC);
-    wire::len_field(&mut out, 1, type_meta);
-    wire::tag(&mut out, 2, wire::LEN);
-    wire::varint(&mut out, msg_len as u64);
+    let obj_len = head_len(type_meta, msg_len) + msg_len + UNKNOWN_TAIL.len();
+    let (mut out, whole) = event_head(event_type, obj_len);
+    put_head(&mut out, type_meta, msg_len);
     for p in msg {
         out.extend_from_slice(p);
     }
@@ -180,6 +187,7 @@ mod tests {
         let tm = type_meta("v1", "Status");
         let h = head(&tm, 153);
         assert_eq!(h, b"k8s\0\x0a\x0c\x0a\x02v1\x12\x06Status\x12\x99\x01");
+        assert_eq!(head_len(&tm, 153), h.len());
     }
 
     #[test]

@@ -99,7 +99,7 @@ impl Cx<'_> {
 /// Protobuf bytes in parts (see [`object_shared`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rope {
-    parts: Parts,
+    parts: RopeParts,
     len: usize,
     /// Some object of the JSON had a member twice (the last one was encoded, as Go's decoder
     /// keeps it): `proto::after` then does not take members from it by their place.
@@ -117,16 +117,16 @@ impl Rope {
 
     pub fn parts(&self) -> &[Bytes] {
         match &self.parts {
-            Parts::One(one) => std::slice::from_ref(one),
-            Parts::Many(many) => many,
+            RopeParts::One(one) => std::slice::from_ref(one),
+            RopeParts::Many(many) => many,
         }
     }
 
     /// Bytes of the rope's own list of parts (none when it has one part).
     pub fn list_bytes(&self) -> usize {
         match &self.parts {
-            Parts::One(_) => 0,
-            Parts::Many(many) => many.capacity() * std::mem::size_of::<Bytes>(),
+            RopeParts::One(_) => 0,
+            RopeParts::Many(many) => many.capacity() * std::mem::size_of::<Bytes>(),
         }
     }
 
@@ -142,7 +142,7 @@ impl Rope {
     /// A message kept as `one`, a buffer holding exactly its bytes (a slice of the watch frame
     /// it was written into); `repeated` as [`Rope::repeated`].
     pub fn in_one(one: Bytes, repeated: bool) -> Rope {
-        Rope { len: one.len(), parts: Parts::One(one), repeated }
+        Rope { len: one.len(), parts: RopeParts::One(one), repeated }
     }
 
     /// Some object of the JSON had a member twice.
@@ -165,14 +165,14 @@ impl Rope {
 /// whole) is held in place, not in a list of its own — one allocation fewer to make and, when
 /// the version leaves the history, to free.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Parts {
+enum RopeParts {
     One(Bytes),
     Many(Vec<Bytes>),
 }
 
-impl Default for Parts {
-    fn default() -> Parts {
-        Parts::Many(Vec::new())
+impl Default for RopeParts {
+    fn default() -> RopeParts {
+        RopeParts::Many(Vec::new())
     }
 }
 
@@ -374,9 +374,9 @@ impl Out {
             })
             .collect::<Vec<Bytes>>();
         let parts = if parts.len() == 1 {
-            Parts::One(parts.into_iter().next().unwrap_or_default())
+            RopeParts::One(parts.into_iter().next().unwrap_or_default())
         } else {
-            Parts::Many(parts)
+            RopeParts::Many(parts)
         };
         Rope { len: self.parts_len, parts, repeated: false }
     }
