@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use once_cell::race::OnceBox;
 use serde::Deserialize;
 
 use crate::managed_fields;
@@ -17,7 +18,9 @@ use crate::metadata_only::{self, Repr};
 use crate::proto::{self, Encoded, ProtoType, Rope};
 
 mod header;
-pub use header::{Header, Pairs};
+mod key;
+pub use header::{Header, Pairs, Uid};
+pub use key::ObjectKey;
 
 /// What a path segment the proxy builds escapes: everything but RFC 3986's unreserved
 /// characters, so `/`, `?`, `#` and `%` in a value stay inside its segment.
@@ -224,25 +227,6 @@ pub fn field_labels(group: &str, resource: &str) -> (&'static [&'static str], Fi
     }
 }
 
-/// Storage key of an object: `namespace/name` (or `name` for cluster-scoped objects).
-/// Ordered by bytes, like the apiserver's keys (`a-b/x` < `a/x`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectKey(pub Arc<str>);
-
-impl ObjectKey {
-    pub fn new(namespace: &str, name: &str) -> Self {
-        if namespace.is_empty() {
-            ObjectKey(Arc::from(name))
-        } else {
-            ObjectKey(Arc::from(format!("{namespace}/{name}")))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
 /// An object as cached: the JSON bytes as received, split so that both encodings the
 /// apiserver uses can be produced without re-encoding:
 /// `typed = {"kind":…,"apiVersion":…,` + `body`, `item = {` + `body` for built-ins.
@@ -261,7 +245,7 @@ pub struct Object {
     /// The resource's typing (its JSON prefix and protobuf type), shared by all its objects.
     typing: Typing,
     /// The other forms of this version, made at their first read.
-    forms: OnceLock<Box<Forms>>,
+    forms: OnceBox<Forms>,
 }
 
 /// The forms of an object version made lazily, each at its first read and shared by every
@@ -491,7 +475,7 @@ impl Object {
     /// restart's state file keeps them): nothing is parsed. The body starts after the type
     /// members for a built-in kind (`typing` has its prefix).
     pub fn restored(typing: &Typing, header: Header, body: Bytes) -> Object {
-        Object { header, body, typing: typing.clone(), forms: OnceLock::new() }
+        Object { header, body, typing: typing.clone(), forms: OnceBox::new() }
     }
 
     /// This version with its JSON copied into a buffer of its own, so that the buffer it was
@@ -512,7 +496,7 @@ impl Object {
 
     /// A form already made, without making the others' room.
     fn made<T>(&self, f: impl FnOnce(&Forms) -> Option<&T>) -> Option<&T> {
-        self.forms.get().and_then(|forms| f(forms))
+        self.forms.get().and_then(f)
     }
 
     /// This version without `metadata.managedFields`, as a 1.38 apiserver encodes it for
@@ -537,7 +521,7 @@ impl Object {
                     header: self.header.clone(),
                     body: body.freeze(),
                     typing: self.typing.clone(),
-                    forms: OnceLock::new(),
+                    forms: OnceBox::new(),
                 }))
             })
             .as_deref()
@@ -786,7 +770,7 @@ impl Object {
         if rv == self.header.rv {
             return out;
         }
-        out.forms = OnceLock::new();
+        out.forms = OnceBox::new();
         let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
         if let Some(pos) = find(&self.body, needle.as_bytes()) {
             let mut b = BytesMut::with_capacity(self.body.len() + 8);
@@ -1340,8 +1324,8 @@ mod tests {
     /// a field added here costs its size 100 000 times over in a large cache.
     #[test]
     fn an_object_stays_small_until_its_other_forms_are_read() {
-        assert!(std::mem::size_of::<Object>() <= 112, "{}", std::mem::size_of::<Object>());
-        assert!(std::mem::size_of::<Header>() <= 56, "{}", std::mem::size_of::<Header>());
+        assert!(std::mem::size_of::<Object>() <= 88, "{}", std::mem::size_of::<Object>());
+        assert!(std::mem::size_of::<Header>() <= 40, "{}", std::mem::size_of::<Header>());
         let k = pods();
         let raw = br#"{"metadata":{"name":"p1","namespace":"ns","uid":"6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55","resourceVersion":"3","labels":{"app":"a"}}}"#;
         let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();

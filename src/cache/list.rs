@@ -154,15 +154,15 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
         _ => String::new(),
     };
     let lower = match page.as_ref().and_then(|p| p.start.as_deref()) {
-        Some(start) => Bound::Included(ObjectKey(format!("{prefix}{start}").into())),
+        Some(start) => Bound::Included(ObjectKey::from(format!("{prefix}{start}"))),
         None if prefix.is_empty() => Bound::Unbounded,
-        None => Bound::Included(ObjectKey(prefix.clone().into())),
+        None => Bound::Included(ObjectKey::of(&prefix)),
     };
     let upper = if prefix.is_empty() {
         Bound::Unbounded
     } else {
         // `ns/` … `ns0`: '0' is the byte after '/'.
-        Bound::Excluded(ObjectKey(format!("{}0", &prefix[..prefix.len() - 1]).into()))
+        Bound::Excluded(ObjectKey::from(format!("{}0", &prefix[..prefix.len() - 1])))
     };
     let limit = page.as_ref().map(|p| p.limit).unwrap_or(usize::MAX);
     // A shard selector makes the apiserver's predicate non-empty too.

@@ -307,7 +307,7 @@ mod tests {
         // Only the first page's survivors are copied (10 % live), in key order; the second
         // (90 %) stays.
         assert_eq!(copy.len(), 100);
-        assert!(copy.windows(2).all(|w| w[0].0 .0 < w[1].0 .0));
+        assert!(copy.windows(2).all(|w| w[0].0 < w[1].0));
         assert!(copy.iter().all(|(k, o)| xs[900..].iter().any(|x| Arc::ptr_eq(x, o) && &x.header.key == k)));
         assert_eq!(pages.regions(), 1);
         let second = pages.regions[0];

@@ -205,8 +205,8 @@ fn finish(
 fn collect(store: &super::Store, filter: &Filter, namespaced: bool) -> Vec<Arc<Object>> {
     match (&filter.namespace, namespaced) {
         (Some(ns), true) => {
-            let lo = crate::resource::ObjectKey(format!("{ns}/").into());
-            let hi = crate::resource::ObjectKey(format!("{ns}0").into());
+            let lo = crate::resource::ObjectKey::from(format!("{ns}/"));
+            let hi = crate::resource::ObjectKey::from(format!("{ns}0"));
             store.range(lo..hi).filter(|(_, o)| filter.matches(o)).map(|(_, o)| o.clone()).collect()
         }
         _ => store.values().filter(|o| filter.matches(o)).cloned().collect(),

@@ -1,30 +1,38 @@
 //! [`Header`]: the parsed part of a cached object (key, resourceVersion, uid, labels,
 //! selectable fields), kept compact because every cached object carries one: the key is the
-//! store's own `Arc<str>` (namespace and name are read out of it), and the uid, labels and
-//! field values are length-prefixed strings in one allocation, read in place.
+//! store's own [`ObjectKey`] (namespace and name are read out of it), and the uid, labels and
+//! field values are packed after the key in the key's own allocation, read in place (a
+//! canonical uid as its 16 bytes).
 //!
 //! Called by `resource` (`Object::parse` makes one), `selector` (label, field and shard
 //! selectors read it), `cache` (filters, watcher indexes) and `consistency`.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Deref;
 
+use super::key::put_len;
 use super::{ObjectKey, Rv};
 
 /// The parsed part of an object: enough to key, version, select and index it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Header {
+    /// The key, with the packed strings as its allocation's tail.
     pub key: ObjectKey,
     pub rv: Rv,
     /// Bytes of `key` that are the namespace (0: cluster-scoped, `key` is the name).
     ns_len: u32,
-    /// Labels in `packed` start here, then fields at `fields_at`.
+    /// Labels in the packed strings start here, then fields at `fields_at`.
     labels_at: u32,
     fields_at: u32,
-    /// The uid, then each label's key and value (sorted by key), then each field's name and
-    /// value (sorted by name), every string as a LEB128 length and its UTF-8 bytes.
-    packed: Box<[u8]>,
+    /// The packed strings begin with the uid as 16 bytes (a canonical, lowercase UUID as the
+    /// apiserver makes them) rather than as a string.
+    uid_bytes: bool,
 }
 
+/// The packed strings (the key's tail): the uid (16 bytes, or a string), then each label's key
+/// and value (sorted by key), then each field's name and value (sorted by name), every string
+/// as a LEB128 length and its UTF-8 bytes.
 impl Header {
     /// A header; `labels` and `fields` in any order (a repeated key keeps its last value, as
     /// a map built from them would).
@@ -38,38 +46,46 @@ impl Header {
     ) -> Header {
         let labels: BTreeMap<&str, &str> = labels.into_iter().collect();
         let fields: BTreeMap<&str, &str> = fields.into_iter().collect();
-        let strings = std::iter::once(uid)
-            .chain(labels.iter().flat_map(|(k, v)| [*k, *v]))
-            .chain(fields.iter().flat_map(|(k, v)| [*k, *v]));
-        let mut packed = Vec::with_capacity(strings.clone().map(|s| s.len() + 2).sum());
-        let mut put = |s: &str| {
-            let mut n = s.len();
-            while n >= 0x80 {
-                packed.push((n as u8) | 0x80);
-                n >>= 7;
+        let uuid = uuid_bytes(uid);
+        let pairs = labels.iter().chain(fields.iter()).map(|(k, v)| k.len() + v.len() + 4).sum::<usize>();
+        let (mut labels_at, mut fields_at) = (0, 0);
+        let key = ObjectKey::with_tail(namespace, name, uid.len() + 2 + pairs, |out| {
+            let start = out.len();
+            match uuid {
+                Some(b) => out.extend_from_slice(&b),
+                None => {
+                    put_len(out, uid.len());
+                    out.extend_from_slice(uid.as_bytes());
+                }
             }
-            packed.push(n as u8);
-            packed.extend_from_slice(s.as_bytes());
-            packed.len()
-        };
-        let labels_at = put(uid);
-        let mut fields_at = labels_at;
-        for (k, v) in &labels {
-            put(k);
-            fields_at = put(v);
-        }
-        for (k, v) in &fields {
-            put(k);
-            put(v);
-        }
+            labels_at = out.len() - start;
+            fields_at = labels_at;
+            let mut put = |s: &str| {
+                put_len(out, s.len());
+                out.extend_from_slice(s.as_bytes());
+                out.len() - start
+            };
+            for (k, v) in &labels {
+                put(k);
+                fields_at = put(v);
+            }
+            for (k, v) in &fields {
+                put(k);
+                put(v);
+            }
+        });
         Header {
-            key: ObjectKey::new(namespace, name),
+            key,
             rv,
             ns_len: if namespace.is_empty() { 0 } else { namespace.len() as u32 },
             labels_at: labels_at as u32,
             fields_at: fields_at as u32,
-            packed: packed.into_boxed_slice(),
+            uid_bytes: uuid.is_some(),
         }
+    }
+
+    fn packed(&self) -> &[u8] {
+        self.key.tail()
     }
 
     /// `metadata.namespace` (empty for cluster-scoped objects).
@@ -88,25 +104,119 @@ impl Header {
     }
 
     /// `metadata.uid` (empty when absent): what a `shardSelector` by uid hashes.
-    pub fn uid(&self) -> &str {
-        Strings(&self.packed[..self.labels_at as usize]).next().unwrap_or("")
+    pub fn uid(&self) -> Uid<'_> {
+        let at = &self.packed()[..self.labels_at as usize];
+        match <[u8; 16]>::try_from(at) {
+            Ok(b) if self.uid_bytes => Uid::Canonical(uuid_text(&b)),
+            _ => Uid::Text(Strings(at).next().unwrap_or("")),
+        }
     }
 
     /// `metadata.labels`.
     pub fn labels(&self) -> Pairs<'_> {
-        Pairs(&self.packed[self.labels_at as usize..self.fields_at as usize])
+        Pairs(&self.packed()[self.labels_at as usize..self.fields_at as usize])
     }
 
     /// Selectable field values (docs/apiserver-watch-cache.md §7.2), only the ones this
     /// resource supports; `metadata.name` / `metadata.namespace` are not repeated here.
     pub fn fields(&self) -> Pairs<'_> {
-        Pairs(&self.packed[self.fields_at as usize..])
+        Pairs(&self.packed()[self.fields_at as usize..])
     }
 
-    /// Heap bytes the header keeps besides its struct (the key's string and the packed ones).
+    /// Heap bytes the header keeps besides its struct (the key's allocation, which holds the
+    /// packed strings too).
     pub fn heap_bytes(&self) -> usize {
-        self.key.as_str().len() + 16 + self.packed.len()
+        self.key.heap_bytes()
     }
+}
+
+impl PartialEq for Header {
+    fn eq(&self, other: &Self) -> bool {
+        // The key's equality is the key's alone: compare its tail (the packed strings) too.
+        self.key.whole() == other.key.whole()
+            && self.rv == other.rv
+            && (self.ns_len, self.labels_at, self.fields_at, self.uid_bytes)
+                == (other.ns_len, other.labels_at, other.fields_at, other.uid_bytes)
+    }
+}
+
+impl Eq for Header {}
+
+/// An object's uid as [`Header::uid`] reads it back: text kept as it came, or a canonical UUID
+/// kept as 16 bytes and written out again.
+#[derive(Clone, Copy)]
+pub enum Uid<'a> {
+    Text(&'a str),
+    Canonical([u8; 36]),
+}
+
+impl Uid<'_> {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Uid::Text(s) => s,
+            // Lowercase hex digits and hyphens (`uuid_text`): always UTF-8.
+            Uid::Canonical(b) => std::str::from_utf8(b).unwrap_or_default(),
+        }
+    }
+}
+
+impl Deref for Uid<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<&str> for Uid<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Debug for Uid<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// Where a canonical UUID's hyphens are (8-4-4-4-12).
+const HYPHENS: [usize; 4] = [8, 13, 18, 23];
+
+/// The 16 bytes of a UUID written as the apiserver writes uids (36 characters, lowercase hex,
+/// hyphens at 8-4-4-4-12), so that [`uuid_text`] gives the same text back; `None` for any
+/// other text, which is then kept as it is.
+fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
+    let s = uid.as_bytes();
+    if s.len() != 36 || HYPHENS.iter().any(|&i| s[i] != b'-') {
+        return None;
+    }
+    let mut digits = s.iter().enumerate().filter(|(i, _)| !HYPHENS.contains(i)).map(|(_, &c)| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    });
+    let mut out = [0u8; 16];
+    for byte in &mut out {
+        *byte = (digits.next()?? << 4) | digits.next()??;
+    }
+    Some(out)
+}
+
+/// The text of a UUID kept by [`uuid_bytes`].
+fn uuid_text(b: &[u8; 16]) -> [u8; 36] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [b'-'; 36];
+    let mut at = 0;
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            at += 1;
+        }
+        out[at] = HEX[usize::from(byte >> 4)];
+        out[at + 1] = HEX[usize::from(byte & 0xf)];
+        at += 2;
+    }
+    out
 }
 
 /// Length-prefixed strings, read in order.
@@ -183,7 +293,7 @@ mod tests {
             [("spec.nodeName", "node-1"), ("status.phase", "")],
         );
         assert_eq!(h.key.as_str(), "ns-1/pod/with-slash");
-        assert_eq!((h.namespace(), h.name(), h.uid()), ("ns-1", "pod/with-slash", "0b4c-uid"));
+        assert_eq!((h.namespace(), h.name(), h.uid().as_str()), ("ns-1", "pod/with-slash", "0b4c-uid"));
         let labels: Vec<_> = h.labels().iter().collect();
         assert_eq!(labels, vec![("", ""), ("a", "again"), ("b", "2"), ("long", long.as_str())]);
         assert_eq!(h.labels().get("long"), Some(long.as_str()));
@@ -199,10 +309,59 @@ mod tests {
     fn a_cluster_scoped_object_without_uid_labels_or_fields() {
         let none: [(&str, &str); 0] = [];
         let h = Header::new("", "node-0", Rv(1), "", none, none);
-        assert_eq!((h.namespace(), h.name(), h.uid()), ("", "node-0", ""));
+        assert_eq!((h.namespace(), h.name(), h.uid().as_str()), ("", "node-0", ""));
         assert!(h.labels().is_empty() && h.fields().is_empty());
         assert_eq!(h.labels().iter().count(), 0);
-        // The empty uid is one byte (its length); nothing else.
-        assert_eq!(h.heap_bytes(), "node-0".len() + 16 + 1);
+        // The key's length, the key, the empty uid's length; nothing else.
+        assert_eq!(h.heap_bytes(), 16 + 1 + "node-0".len() + 1);
+    }
+
+    #[test]
+    fn a_canonical_uid_is_kept_as_16_bytes_and_read_back_as_it_came() {
+        let canonical = "6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55";
+        let none: [(&str, &str); 0] = [];
+        let h = Header::new("ns", "p", Rv(1), canonical, [("app", "a")], none);
+        assert!(matches!(h.uid(), Uid::Canonical(_)));
+        assert_eq!(h.uid(), canonical);
+        assert_eq!(h.labels().get("app"), Some("a"));
+        // Counts, the key (length and text), the uid, the label ("app", "a") with their lengths.
+        assert_eq!(h.heap_bytes(), 16 + (1 + 4) + 16 + (1 + 3) + (1 + 1));
+        for (i, c) in ["00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"]
+            .iter()
+            .enumerate()
+        {
+            let h = Header::new("", &format!("n{i}"), Rv(1), c, none, none);
+            assert!(matches!(h.uid(), Uid::Canonical(_)));
+            assert_eq!(h.uid(), *c);
+        }
+        // Anything else is kept as text, exactly.
+        for other in [
+            "6A3F5E3C-93A1-4A7E-9F0E-2B7D0C1E4F55",
+            "6a3f5e3c93a14a7e9f0e2b7d0c1e4f55",
+            "6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f5g",
+            "6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f5-",
+            "6a3f5e3c093a1-4a7e-9f0e-2b7d0c1e4f5",
+            "6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55 ",
+            "0123456789abcde",
+            "é3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55",
+            "",
+        ] {
+            let h = Header::new("ns", "p", Rv(1), other, [("k", "v")], [("spec.nodeName", "n")]);
+            assert!(matches!(h.uid(), Uid::Text(_)), "{other}");
+            assert_eq!(h.uid(), other);
+            assert_eq!(h.labels().get("k"), Some("v"), "{other}");
+            assert_eq!(h.fields().get("spec.nodeName"), Some("n"), "{other}");
+        }
+    }
+
+    #[test]
+    fn headers_differing_only_in_their_packed_strings_are_not_equal() {
+        let none: [(&str, &str); 0] = [];
+        let a = Header::new("ns", "p", Rv(1), "u", [("k", "v")], none);
+        let b = Header::new("ns", "p", Rv(1), "u", [("k", "w")], none);
+        assert_eq!(a.key, b.key);
+        assert_ne!(a, b);
+        assert_eq!(a, a.clone());
+        assert_ne!(a, Header::new("ns", "p", Rv(1), "v", [("k", "v")], none));
     }
 }

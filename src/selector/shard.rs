@@ -128,7 +128,7 @@ impl ShardSelector {
     /// Whether an object is in the shard (`sharding.ResolveFieldValue` + `Matches`).
     pub fn matches(&self, h: &Header) -> bool {
         match self.field {
-            ShardField::Uid => self.matches_value(h.uid()),
+            ShardField::Uid => self.matches_value(&h.uid()),
             ShardField::Namespace => self.matches_value(h.namespace()),
         }
     }

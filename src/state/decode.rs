@@ -494,7 +494,7 @@ mod tests {
         let h = &s.objects[0].header;
         let labels: Vec<(&str, &str)> = h.labels().iter().collect();
         let fields: Vec<(&str, &str)> = h.fields().iter().collect();
-        s.objects[0].header = Header::new(h.namespace(), "", h.rv, h.uid(), labels, fields);
+        s.objects[0].header = Header::new(h.namespace(), "", h.rv, &h.uid(), labels, fields);
         assert_eq!(decode(&encode(&s)), Err(DecodeError::Malformed("an object without a name")));
         let mut s = sample();
         s.events[0].0 = EventType::Bookmark;

@@ -162,7 +162,7 @@ fn put_record(out: &mut Vec<u8>, t: Option<EventType>, o: &SavedObject, labels: 
     put_str(out, h.namespace());
     put_str(out, h.name());
     out.extend_from_slice(&h.rv.0.to_le_bytes());
-    put_str(out, h.uid());
+    put_str(out, &h.uid());
     put_u32(out, h.labels().len());
     for (k, v) in h.labels().iter() {
         put_str(out, k);

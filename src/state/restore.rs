@@ -281,7 +281,7 @@ mod tests {
             let mut labels: Vec<(&str, &str)> = h.labels().iter().collect();
             labels.push(("a", "not what the bytes say"));
             let fields: Vec<(&str, &str)> = h.fields().iter().collect();
-            saved.objects[at].header = Header::new(h.namespace(), h.name(), h.rv, h.uid(), labels, fields);
+            saved.objects[at].header = Header::new(h.namespace(), h.name(), h.rv, &h.uid(), labels, fields);
             let e = fill(&mut writer(), saved).unwrap_err();
             assert!(e.to_string().contains("disagrees"), "{e}");
             assert_eq!(e.as_str(), "corrupt");

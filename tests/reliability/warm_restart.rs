@@ -275,7 +275,7 @@ async fn every_state_that_cannot_be_trusted_is_refused_with_its_reason() {
     labels.push(("saved", "not in the bytes"));
     let fields: Vec<(&str, &str)> = h.fields().iter().collect();
     first.header =
-        kube_watchcache::resource::Header::new(h.namespace(), h.name(), h.rv, h.uid(), labels, fields);
+        kube_watchcache::resource::Header::new(h.namespace(), h.name(), h.rv, &h.uid(), labels, fields);
     // A file of format version 1 (the objects' JSON only): started cold, then saved anew.
     let mut v1 = format::MAGIC.to_vec();
     v1.extend_from_slice(&1u32.to_le_bytes());

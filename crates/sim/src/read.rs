@@ -96,8 +96,8 @@ impl Filter {
         let prefix = self.namespace.as_ref().map(|ns| format!("{ns}/"));
         let start = match (&prefix, from) {
             (_, Some(f)) => f,
-            (Some(p), None) => ObjectKey(Arc::from(p.as_str())),
-            (None, None) => ObjectKey(Arc::from("")),
+            (Some(p), None) => ObjectKey::of(p),
+            (None, None) => ObjectKey::of(""),
         };
         Box::new(
             objects
@@ -142,7 +142,7 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
         }
     };
     let (list_rv, objects, from, limit) = if let Some(c) = &token {
-        let from = Some(ObjectKey(Arc::from(format!("{ns_prefix}{}", c.start))));
+        let from = Some(ObjectKey::from(format!("{ns_prefix}{}", c.start)));
         if c.rv < 0 {
             let (cur, objs) = current();
             (cur, objs, from, limit)
