@@ -280,6 +280,7 @@ impl std::fmt::Debug for Pairs<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn reads_back_what_it_was_made_of() {
@@ -363,5 +364,52 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a, a.clone());
         assert_ne!(a, Header::new("ns", "p", Rv(1), "v", [("k", "v")], none));
+    }
+
+    /// Uids near the canonical form (hex digits, hyphens, other characters at any place) and
+    /// any text.
+    fn uids() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[0-9a-fA-F-]{34,38}",
+            "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-gA-G-]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            ".{0,40}",
+        ]
+    }
+
+    fn pairs() -> impl Strategy<Value = Vec<(String, String)>> {
+        proptest::collection::vec((".{0,12}", prop_oneof![".{0,8}", ".{120,140}"]), 0..6)
+    }
+
+    proptest! {
+        #[test]
+        fn a_header_reads_back_exactly_what_it_was_made_of(
+            namespace in "[a-z0-9-]{0,12}",
+            name in prop_oneof![".{1,20}", ".{120,300}"],
+            rv in 1u64..u64::MAX,
+            uid in uids(),
+            labels in pairs(),
+            fields in pairs(),
+        ) {
+            let h = Header::new(
+                &namespace,
+                &name,
+                Rv(rv),
+                &uid,
+                labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                fields.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            );
+            let map = |ps: &[(String, String)]| -> BTreeMap<String, String> { ps.iter().cloned().collect() };
+            let back = |p: Pairs<'_>| -> BTreeMap<String, String> {
+                p.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+            };
+            prop_assert_eq!((h.namespace(), h.name(), h.rv), (namespace.as_str(), name.as_str(), Rv(rv)));
+            let read = h.uid();
+            prop_assert_eq!(read.as_str(), uid.as_str());
+            prop_assert_eq!(back(h.labels()), map(&labels));
+            prop_assert_eq!(back(h.fields()), map(&fields));
+            prop_assert_eq!(&h.key, &ObjectKey::new(&namespace, &name));
+            prop_assert_eq!(h.key.as_str().len(), name.len() + if namespace.is_empty() { 0 } else { namespace.len() + 1 });
+        }
     }
 }
