@@ -524,6 +524,42 @@ async fn kubelet_watchers_are_found_by_node() {
     assert_eq!(st.watchers.offered(), 2, "one watcher examined per event");
 }
 
+/// An event reaches the watchers of every slot it concerns, each once: a pod moving from one
+/// node straight to another is DELETED for the first node's kubelet, ADDED for the second's, and
+/// MODIFIED for a watcher of its namespace; a watcher of another namespace is never offered it.
+#[tokio::test]
+async fn a_pod_moving_between_nodes_reaches_both_kubelets_and_its_namespace() {
+    let pods = ResourceKind::new("", "v1", "pods", "Pod", true, true);
+    let (mut w, r) = new(pods.clone(), CacheOptions::default());
+    w.replace(vec![pod(&w, "p", 5, "n1")], Rv(10));
+    let watch = |ns: Option<&str>, fields: &str| {
+        let f = Filter::new(
+            ns.map(str::to_owned),
+            None,
+            LabelSelector::default(),
+            FieldSelector::parse(fields, &pods).unwrap(),
+        );
+        r.watch(req(f, WatchStart::After(Rv(10)), false)).unwrap()
+    };
+    let mut n1 = watch(None, "spec.nodeName=n1");
+    let mut n2 = watch(None, "spec.nodeName=n2");
+    let mut ns = watch(Some("ns"), "");
+    let mut other = watch(Some("other"), "");
+    w.apply(EventType::Modified, pod(&w, "p", 11, "n2")).unwrap();
+    assert_eq!(take(&mut n1, 1).await, vec![("DELETED".into(), "p".into(), "11".into())]);
+    assert_eq!(take(&mut n2, 1).await, vec![("ADDED".into(), "p".into(), "11".into())]);
+    assert_eq!(take(&mut ns, 1).await, vec![("MODIFIED".into(), "p".into(), "11".into())]);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), other.next()).await.is_err(),
+        "other saw nothing"
+    );
+    for (watch, name) in [(&mut n1, "n1"), (&mut n2, "n2"), (&mut ns, "ns")] {
+        assert!(tokio::time::timeout(Duration::from_millis(50), watch.next()).await.is_err(), "{name}: once");
+    }
+    let st = r.shared.state.lock();
+    assert_eq!(st.watchers.offered(), 3, "the two kubelets and the namespace's watcher, not the other");
+}
+
 #[tokio::test]
 async fn big_lists_stream_in_bounded_chunks_and_stay_valid_json() {
     let (mut w, r) = new(cms(), CacheOptions::default());

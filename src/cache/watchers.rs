@@ -40,7 +40,7 @@ struct Entry {
 }
 
 /// The index a watcher is registered under.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 pub(crate) enum Slot {
     /// Every event is offered (cluster-wide requests without an indexed selector).
     All,
@@ -48,6 +48,84 @@ pub(crate) enum Slot {
     Namespace(String),
     /// Pod events whose current or previous `spec.nodeName` is this node.
     Node(String),
+}
+
+/// An indexed slot an event concerns, borrowed from its object's header (`slots_of`): found in
+/// the index without making a [`Slot`] (no allocation per event).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SlotRef<'a> {
+    Namespace(&'a str),
+    Node(&'a str),
+}
+
+/// What a slot is, owned or borrowed: the index's keys (`Slot`) are looked up by either.
+trait SlotParts {
+    /// The slot's kind (0 all, 1 namespace, 2 node) and its value.
+    fn parts(&self) -> (u8, &str);
+}
+
+impl SlotParts for Slot {
+    fn parts(&self) -> (u8, &str) {
+        match self {
+            Slot::All => (0, ""),
+            Slot::Namespace(ns) => (1, ns),
+            Slot::Node(node) => (2, node),
+        }
+    }
+}
+
+impl SlotParts for SlotRef<'_> {
+    fn parts(&self) -> (u8, &str) {
+        match self {
+            SlotRef::Namespace(ns) => (1, ns),
+            SlotRef::Node(node) => (2, node),
+        }
+    }
+}
+
+impl SlotRef<'_> {
+    fn to_slot(self) -> Slot {
+        match self {
+            SlotRef::Namespace(ns) => Slot::Namespace(ns.to_owned()),
+            SlotRef::Node(node) => Slot::Node(node.to_owned()),
+        }
+    }
+}
+
+// A `Slot` and every `SlotParts` with the same parts hash and compare alike, so that the index
+// (keyed by `Slot`) can be asked with a `&dyn SlotParts`.
+impl std::hash::Hash for dyn SlotParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state)
+    }
+}
+
+impl PartialEq for dyn SlotParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn SlotParts + '_ {}
+
+impl std::hash::Hash for Slot {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state)
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Slot {}
+
+impl<'a> std::borrow::Borrow<dyn SlotParts + 'a> for Slot {
+    fn borrow(&self) -> &(dyn SlotParts + 'a) {
+        self
+    }
 }
 
 /// Registry of live watchers, indexed by namespace and by pods' `spec.nodeName`.
@@ -246,8 +324,8 @@ impl Watchers {
         if !self.indexed.is_empty() && list_rv <= cache_rv {
             for d in diff {
                 for slot in slots_of(d.now.iter().chain(d.before.iter()).map(|o| &**o)) {
-                    if self.indexed.contains_key(&slot) {
-                        by_slot.entry(slot).or_default().push(d);
+                    if self.indexed.contains_key(&slot as &dyn SlotParts) {
+                        by_slot.entry(slot.to_slot()).or_default().push(d);
                     }
                 }
             }
@@ -287,10 +365,10 @@ impl Watchers {
         let sampler = &mut self.sampler;
         let mut out =
             Out { blocked: blocked.as_deref_mut(), dropped: &mut dropped, filtered: &mut filtered, sampler };
-        sent += send_all(&mut self.all, &Slot::All, d, &mut out);
+        sent += send_all(&mut self.all, None, d, &mut out);
         if !self.indexed.is_empty() {
             for slot in slots_of(std::iter::once(&*d.event.object).chain(d.event.prev.as_deref())) {
-                if let Some(m) = self.indexed.get_mut(&slot) {
+                if let Some(m) = self.indexed.get_mut(&slot as &dyn SlotParts) {
                     self.offered += m.len() as u64;
                     let mut out = Out {
                         blocked: blocked.as_deref_mut(),
@@ -298,7 +376,7 @@ impl Watchers {
                         filtered: &mut filtered,
                         sampler: &mut self.sampler,
                     };
-                    sent += send_all(m, &slot, d, &mut out);
+                    sent += send_all(m, Some(slot), d, &mut out);
                 }
             }
         }
@@ -329,25 +407,28 @@ impl Difference {
 
 /// The indexed slots an event concerns: its namespace, and the node of its current and
 /// previous state (a pod moving onto a node is ADDED for that node's watchers, one leaving it
-/// DELETED). Each slot once.
-fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> Vec<Slot> {
-    let mut slots = Vec::with_capacity(3);
+/// DELETED). Each slot once, borrowed from the objects' headers: at most four for the two
+/// objects (an object and its previous state, or a relist's two states of one object), so none
+/// is ever left out.
+fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> impl Iterator<Item = SlotRef<'a>> {
+    let mut slots: [Option<SlotRef<'a>>; 4] = [None; 4];
+    let mut n = 0;
+    let mut add = |s: SlotRef<'a>| {
+        if n < slots.len() && !slots[..n].contains(&Some(s)) {
+            slots[n] = Some(s);
+            n += 1;
+        }
+    };
     for o in objs {
         let h = &o.header;
         if !h.namespace().is_empty() {
-            let s = Slot::Namespace(h.namespace().to_owned());
-            if !slots.contains(&s) {
-                slots.push(s);
-            }
+            add(SlotRef::Namespace(h.namespace()));
         }
         if let Some(node) = h.fields().get("spec.nodeName").filter(|n| !n.is_empty()) {
-            let s = Slot::Node(node.to_owned());
-            if !slots.contains(&s) {
-                slots.push(s);
-            }
+            add(SlotRef::Node(node));
         }
     }
-    slots
+    slots.into_iter().flatten()
 }
 
 /// Where `send_all` puts watchers whose queue is full.
@@ -359,7 +440,14 @@ struct Out<'a> {
     sampler: &'a mut Sampler,
 }
 
-fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut Out<'_>) -> usize {
+/// Offers the event to the watchers of `m`: those of the indexed `slot`, or (`None`) of every
+/// namespace.
+fn send_all(
+    m: &mut HashMap<u64, Entry>,
+    slot: Option<SlotRef<'_>>,
+    d: &Dispatched,
+    out: &mut Out<'_>,
+) -> usize {
     let mut sent = 0;
     m.retain(|id, e| {
         if d.event.rv <= e.min_rv {
@@ -388,7 +476,7 @@ fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut 
             }
             Err(mpsc::error::TrySendError::Full(delivery)) => match out.blocked.as_deref_mut() {
                 Some(b) => {
-                    let id = WatcherId { id: *id, slot: slot.clone() };
+                    let id = WatcherId { id: *id, slot: slot.map_or(Slot::All, SlotRef::to_slot) };
                     b.push(Blocked { id, tx: e.tx.clone(), delivery });
                     true
                 }
@@ -402,4 +490,24 @@ fn send_all(m: &mut HashMap<u64, Entry>, slot: &Slot, d: &Dispatched, out: &mut 
         }
     });
     sent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_slot_finds_exactly_the_owned_one() {
+        let mut m: HashMap<Slot, u8> = HashMap::new();
+        m.insert(Slot::Namespace("a".into()), 1);
+        m.insert(Slot::Node("a".into()), 2);
+        m.insert(Slot::All, 3);
+        let get = |s: SlotRef<'_>| m.get(&s as &dyn SlotParts).copied();
+        assert_eq!(get(SlotRef::Namespace("a")), Some(1));
+        assert_eq!(get(SlotRef::Node("a")), Some(2));
+        assert_eq!(get(SlotRef::Node("b")), None);
+        assert_eq!(get(SlotRef::Namespace("")), None);
+        assert_eq!(SlotRef::Node("a").to_slot(), Slot::Node("a".into()));
+        assert_ne!(Slot::Node("a".into()), Slot::Namespace("a".into()));
+    }
 }
