@@ -31,9 +31,12 @@ use super::Store;
 use crate::resource::{Object, ObjectKey};
 
 /// In list order, an object whose body starts less than this after the previous one's end
-/// is in the same page (items are a few bytes apart: `},{`); the next page starts after its
-/// own list envelope (its `kind`, `apiVersion`, `metadata`, more than this) or elsewhere.
-const GAP: usize = 64;
+/// is in the same page (a compact list's items are 1–2 bytes apart: `,` or `,{`; a state
+/// block's bodies 0); the next page starts after its own list envelope (its `kind`,
+/// `apiVersion`, `metadata`, more than this) or elsewhere. Bodies in allocations of their own
+/// are at least 8 bytes apart even when the allocator puts them side by side (glibc's chunk
+/// header), so they never make a page.
+const GAP: usize = 8;
 
 /// A region is kept while at least `KEEP_NUM / KEEP_DEN` of its bytes are live objects'.
 pub const KEEP_NUM: usize = 2;
@@ -275,6 +278,17 @@ mod tests {
         assert_ne!(two.region_of(&objects[1].body), two.region_of(&objects[2].body));
         let own: Vec<Object> = objects.iter().map(Object::compacted).collect();
         assert_eq!(Pages::of(own.iter()).regions(), 0);
+        // Buffers of their own side by side, as the allocator may place them (8 bytes apart at
+        // the least): no page either, whatever the heap's layout.
+        let spaced = [item(0), "\0".repeat(8), item(1), "\0".repeat(8), item(2)].concat();
+        let buf = Bytes::from(spaced.clone());
+        let side: Vec<Object> = (0..3)
+            .map(|i| {
+                let at = spaced.find(&item(i)).unwrap();
+                Object::parse(&k, &typing(&k), buf.slice(at..at + item(i).len())).unwrap()
+            })
+            .collect();
+        assert_eq!(Pages::of(side.iter()).regions(), 0);
     }
 
     #[test]
