@@ -294,10 +294,12 @@ impl Writer {
         if rv <= st.rv {
             return Err(ApplyError::Stale { event: rv, cache: st.rv });
         }
-        let obj = Arc::new(obj);
-        let prev = match kind {
-            EventType::Added | EventType::Modified => st.store.insert(obj.header.key.clone(), obj.clone()),
-            EventType::Deleted => st.store.remove(&obj.header.key),
+        let (obj, prev) = match kind {
+            EventType::Added | EventType::Modified => upsert(&mut st.store, obj),
+            EventType::Deleted => {
+                let prev = st.store.remove(&obj.header.key);
+                (Arc::new(obj), prev)
+            }
             other => return Err(ApplyError::Type(other)),
         };
         let compact = prev.as_deref().is_some_and(|p| self.pages.superseded(p));
@@ -643,6 +645,24 @@ impl Reader {
     pub fn list(&self, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> Option<ListBody> {
         list::render(&self.shared.kind, snap, filter, page)
     }
+}
+
+/// Puts a new version of an object in the store; returns it and the version it replaced. When
+/// its key, uid, labels and fields are those of the version it replaces (most changes: a status,
+/// a spec), it takes that version's key allocation (`Header::share_key`) and is put in its
+/// place (one walk of the tree); otherwise it is inserted with its own key, which the tree then
+/// holds, so no entry keeps an older version's strings alive.
+fn upsert(store: &mut Store, mut obj: Object) -> (Arc<Object>, Option<Arc<Object>>) {
+    if let Some(slot) = store.get_mut(&obj.header.key) {
+        if obj.header.share_key(&slot.header) {
+            let obj = Arc::new(obj);
+            let prev = std::mem::replace(slot, obj.clone());
+            return (obj, Some(prev));
+        }
+    }
+    let obj = Arc::new(obj);
+    let prev = store.insert(obj.header.key.clone(), obj.clone());
+    (obj, prev)
 }
 
 #[cfg(test)]

@@ -560,6 +560,38 @@ async fn a_pod_moving_between_nodes_reaches_both_kubelets_and_its_namespace() {
     assert_eq!(st.watchers.offered(), 3, "the two kubelets and the namespace's watcher, not the other");
 }
 
+/// A change that keeps an object's uid, labels and fields shares its key (and strings) with the
+/// version before; one that changes them keys the store by its own, so the tree never keeps an
+/// older version's strings alive once that version has left the history.
+#[test]
+fn a_version_shares_its_key_with_the_one_before_unless_its_strings_changed() {
+    let (mut w, r) = new(cms(), CacheOptions::default());
+    w.replace(vec![obj(&w, "ns", "c", 5, "a")], Rv(10));
+    let key = ObjectKey::new("ns", "c");
+    let stored = |r: &Reader| {
+        let st = r.shared.state.lock();
+        let (k, o) = st.store.get_key_value(&key).unwrap();
+        (k.clone(), o.clone())
+    };
+    let (_, v1) = stored(&r);
+    w.apply(EventType::Modified, obj(&w, "ns", "c", 11, "a")).unwrap();
+    let (k2, v2) = stored(&r);
+    assert_eq!(v2.header.rv, Rv(11));
+    assert!(v2.header.key.same_allocation(&v1.header.key), "same strings: one key for both");
+    assert!(k2.same_allocation(&v2.header.key));
+    w.apply(EventType::Modified, obj(&w, "ns", "c", 12, "b")).unwrap();
+    let (k3, v3) = stored(&r);
+    assert_eq!(v3.header.labels().get("app"), Some("b"));
+    assert!(!v3.header.key.same_allocation(&v2.header.key));
+    assert!(k3.same_allocation(&v3.header.key), "the store keyed by the new version's own key");
+    // Whatever shares what, each version reads back its own RV and labels.
+    assert_eq!((v1.header.rv, v1.header.labels().get("app")), (Rv(5), Some("a")));
+    let list = r.list(&r.snapshot(), &Filter::default(), None).unwrap();
+    let all = list.into_chunks().collect::<Vec<_>>().concat();
+    let v: serde_json::Value = serde_json::from_slice(&all).unwrap();
+    assert_eq!(v["items"][0]["metadata"]["resourceVersion"], "12");
+}
+
 #[tokio::test]
 async fn big_lists_stream_in_bounded_chunks_and_stay_valid_json() {
     let (mut w, r) = new(cms(), CacheOptions::default());

@@ -123,6 +123,19 @@ impl Header {
         Pairs(&self.packed()[self.fields_at as usize..])
     }
 
+    /// Takes `prev`'s key allocation when it holds the same key and strings (uid, labels,
+    /// fields) as this header's: two versions of an object then share one. Returns whether it
+    /// did.
+    pub fn share_key(&mut self, prev: &Header) -> bool {
+        let same = self.key.whole() == prev.key.whole()
+            && (self.ns_len, self.labels_at, self.fields_at, self.uid_bytes)
+                == (prev.ns_len, prev.labels_at, prev.fields_at, prev.uid_bytes);
+        if same {
+            self.key = prev.key.clone();
+        }
+        same
+    }
+
     /// Heap bytes the header keeps besides its struct (the key's allocation, which holds the
     /// packed strings too).
     pub fn heap_bytes(&self) -> usize {
@@ -364,6 +377,37 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a, a.clone());
         assert_ne!(a, Header::new("ns", "p", Rv(1), "v", [("k", "v")], none));
+    }
+
+    #[test]
+    fn a_version_takes_the_key_of_the_one_before_only_when_its_strings_are_the_same() {
+        let none: [(&str, &str); 0] = [];
+        let uid = "6a3f5e3c-93a1-4a7e-9f0e-2b7d0c1e4f55";
+        let v1 = Header::new("ns", "p", Rv(1), uid, [("app", "a")], [("spec.nodeName", "n1")]);
+        let mut v2 = Header::new("ns", "p", Rv(2), uid, [("app", "a")], [("spec.nodeName", "n1")]);
+        assert_ne!(v1.key.whole().as_ptr(), v2.key.whole().as_ptr());
+        assert!(v2.share_key(&v1));
+        assert_eq!(v1.key.whole().as_ptr(), v2.key.whole().as_ptr(), "one allocation for both");
+        assert_eq!((v2.rv, v2.labels().get("app"), v2.uid().as_str()), (Rv(2), Some("a"), uid));
+        for mut other in [
+            Header::new("ns", "p", Rv(3), uid, [("app", "b")], [("spec.nodeName", "n1")]),
+            Header::new("ns", "p", Rv(3), uid, [("app", "a")], [("spec.nodeName", "n2")]),
+            Header::new("ns", "p", Rv(3), "another", [("app", "a")], [("spec.nodeName", "n1")]),
+            Header::new("ns", "q", Rv(3), uid, [("app", "a")], [("spec.nodeName", "n1")]),
+        ] {
+            let own = other.key.whole().as_ptr();
+            assert!(!other.share_key(&v1));
+            assert_eq!(other.key.whole().as_ptr(), own);
+        }
+        // The same bytes read as a 16-byte uid in one and as a 15-character uid in the other:
+        // not the same strings.
+        let text: String = (0..15).map(|i| char::from(b'a' + i)).collect();
+        let bytes = uuid_text(&std::array::from_fn(|i| if i == 0 { 15 } else { b'a' + i as u8 - 1 }));
+        let raw = Header::new("", "n", Rv(1), std::str::from_utf8(&bytes).unwrap(), none, none);
+        let mut plain = Header::new("", "n", Rv(2), &text, none, none);
+        assert_eq!(raw.key.whole(), plain.key.whole());
+        assert!(!plain.share_key(&raw));
+        assert_eq!(plain.uid().as_str(), text);
     }
 
     /// Uids near the canonical form (hex digits, hyphens, other characters at any place) and

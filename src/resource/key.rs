@@ -75,6 +75,11 @@ impl ObjectKey {
         &self.0[self.span().1..]
     }
 
+    /// Whether the two are one allocation (two versions of an object sharing their key).
+    pub fn same_allocation(&self, other: &ObjectKey) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The whole allocation's bytes (key and tail): what two headers compare equal by.
     pub(super) fn whole(&self) -> &[u8] {
         &self.0
