@@ -201,7 +201,9 @@ impl Reader {
     }
 }
 
-/// Bytes of the objects of `store`, and bytes only `events` keep.
+/// Bytes of the objects of `store`, and bytes only `events` keep. A superseded version that
+/// shares its key allocation with the next (`Header::share_key`) is still counted its key's
+/// bytes: the history is over-counted by up to a key and its strings per event, never under.
 fn measure(store: &Store, events: &[Arc<Event>]) -> (u64, u64) {
     let objects: usize = store.values().map(|o| o.kept_bytes() + STORE_ENTRY).sum();
     let mut seen: HashSet<*const Object> = HashSet::new();
