@@ -265,14 +265,18 @@ mod tests {
             |i: usize| format!(r#"{{"metadata":{{"name":"c{i}","namespace":"ns","resourceVersion":"1"}}}}"#);
         let env =
             r#"]},{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":["#;
-        let text = [item(0), ",".into(), item(1), env.into(), item(2), ",".into(), item(3)].concat();
-        let buf = Bytes::from(text.clone());
-        let objects: Vec<Object> = (0..4)
-            .map(|i| {
-                let at = text.find(&item(i)).unwrap();
-                Object::parse(&k, &typing(&k), buf.slice(at..at + item(i).len())).unwrap()
-            })
-            .collect();
+        // The first `n` items, parsed as slices of one buffer holding `text`.
+        let sliced = |text: String, n: usize| -> Vec<Object> {
+            let buf = Bytes::from(text.clone());
+            (0..n)
+                .map(|i| {
+                    let at = text.find(&item(i)).unwrap();
+                    Object::parse(&k, &typing(&k), buf.slice(at..at + item(i).len())).unwrap()
+                })
+                .collect()
+        };
+        let objects =
+            sliced([item(0), ",".into(), item(1), env.into(), item(2), ",".into(), item(3)].concat(), 4);
         let two = Pages::of(objects.iter());
         assert_eq!(two.regions(), 2);
         assert_ne!(two.region_of(&objects[1].body), two.region_of(&objects[2].body));
@@ -280,14 +284,7 @@ mod tests {
         assert_eq!(Pages::of(own.iter()).regions(), 0);
         // Buffers of their own side by side, as the allocator may place them (8 bytes apart at
         // the least): no page either, whatever the heap's layout.
-        let spaced = [item(0), "\0".repeat(8), item(1), "\0".repeat(8), item(2)].concat();
-        let buf = Bytes::from(spaced.clone());
-        let side: Vec<Object> = (0..3)
-            .map(|i| {
-                let at = spaced.find(&item(i)).unwrap();
-                Object::parse(&k, &typing(&k), buf.slice(at..at + item(i).len())).unwrap()
-            })
-            .collect();
+        let side = sliced([item(0), "\0".repeat(8), item(1), "\0".repeat(8), item(2)].concat(), 3);
         assert_eq!(Pages::of(side.iter()).regions(), 0);
     }
 
