@@ -134,8 +134,7 @@ impl Ord for ObjectKey {
 
 impl Hash for ObjectKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // As `str` hashes, so that a key hashes as its text would.
-        self.as_str().hash(state)
+        self.as_bytes().hash(state)
     }
 }
 
