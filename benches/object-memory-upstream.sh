@@ -25,20 +25,21 @@ run() {
     P=$!
     until curl -sf http://127.0.0.1:$PORT/readyz >/dev/null; do sleep 0.3; done
     sleep 3
-    local r1 r2 n b
+    local r1 r2 a1 n b
     r1=$(awk '/VmRSS/{print $2}' /proc/$P/status)
+    a1=$(awk '/RssAnon/{print $2}' /proc/$P/status)
     b=$(curl -s -o /tmp/omu.$$ -w '%{size_download}' "http://127.0.0.1:$PORT/api/v1/configmaps?resourceVersion=0")
     n=$(python3 -c "import json; print(len(json.load(open('/tmp/omu.$$'))['items']))" 2>/dev/null || echo 0)
     rm -f /tmp/omu.$$
     sleep 1
     r2=$(awk '/VmRSS/{print $2}' /proc/$P/status)
     kill $P; wait $P 2>/dev/null || true
-    echo "$r1 $r2 $n $b"
+    echo "$r1 $r2 $n $b $a1"
 }
-read -r E1 _ _ _ < <(run podtemplates)
-read -r F1 F2 N BYTES < <(run configmaps)
+read -r E1 _ _ _ EA < <(run podtemplates)
+read -r F1 F2 N BYTES FA < <(run configmaps)
 python3 -c "
-e, f1, f2, n, b = $E1, $F1, $F2, $N, $BYTES
+e, f1, f2, n, b, ea, fa = $E1, $F1, $F2, $N, $BYTES, $EA, $FA
 j = b / n
-print(f'{n} configmaps, JSON {j:.0f} B each; proxy RSS empty {e} KiB, synced {f1} KiB: {(f1-e)*1024/n:.0f} B per object ({(f1-e)*1024/n/j:.2f}x); after a LIST {(f2-e)*1024/n:.0f} B')
+print(f'{n} configmaps, JSON {j:.0f} B each; proxy RSS empty {e} KiB, synced {f1} KiB: {(f1-e)*1024/n:.0f} B per object ({(f1-e)*1024/n/j:.2f}x); after a LIST {(f2-e)*1024/n:.0f} B; anonymous memory alone {(fa-ea)*1024/n:.0f} B ({(fa-ea)*1024/n/j:.2f}x)')
 "
