@@ -92,10 +92,13 @@ impl Writer {
             if erv <= at || erv > rv {
                 return Err(RestoreError::Order { event: erv, before: at });
             }
-            let obj = Arc::new(obj);
-            let prev = match kind {
-                EventType::Added | EventType::Modified => store.insert(obj.header.key.clone(), obj.clone()),
-                EventType::Deleted => store.remove(&obj.header.key),
+            // As `Writer::apply`: a version keeping its strings shares the key of the one before.
+            let (obj, prev) = match kind {
+                EventType::Added | EventType::Modified => super::upsert(&mut store, obj),
+                EventType::Deleted => {
+                    let prev = store.remove(&obj.header.key);
+                    (Arc::new(obj), prev)
+                }
                 other => return Err(RestoreError::Type(other)),
             };
             history.push(Arc::new(Event::new(kind, erv, obj, prev)));

@@ -562,7 +562,8 @@ async fn a_pod_moving_between_nodes_reaches_both_kubelets_and_its_namespace() {
 
 /// A change that keeps an object's uid, labels and fields shares its key (and strings) with the
 /// version before; one that changes them keys the store by its own, so the tree never keeps an
-/// older version's strings alive once that version has left the history.
+/// older version's strings alive once that version has left the history. A warm restart's
+/// replayed history shares the same way.
 #[test]
 fn a_version_shares_its_key_with_the_one_before_unless_its_strings_changed() {
     let (mut w, r) = new(cms(), CacheOptions::default());
@@ -584,6 +585,21 @@ fn a_version_shares_its_key_with_the_one_before_unless_its_strings_changed() {
     assert_eq!(v3.header.labels().get("app"), Some("b"));
     assert!(!v3.header.key.same_allocation(&v2.header.key));
     assert!(k3.same_allocation(&v3.header.key), "the store keyed by the new version's own key");
+    // A warm restart's history replays the same way.
+    let (mut w2, r2) = new(cms(), CacheOptions::default());
+    let events = vec![
+        (EventType::Modified, obj(&w2, "ns", "c", 11, "a")),
+        (EventType::Modified, obj(&w2, "ns", "c", 12, "b")),
+    ];
+    w2.restore(vec![obj(&w2, "ns", "c", 5, "a")], Rv(10), events, Rv(12)).unwrap();
+    {
+        let st = r2.shared.state.lock();
+        let ev: Vec<_> = st.history.since(Rv(10)).unwrap();
+        let (k, o) = st.store.get_key_value(&key).unwrap();
+        assert!(ev[0].object.header.key.same_allocation(&ev[0].prev.as_ref().unwrap().header.key));
+        assert!(!ev[1].object.header.key.same_allocation(&ev[0].object.header.key));
+        assert!(k.same_allocation(&o.header.key) && o.header.rv == Rv(12));
+    }
     // Whatever shares what, each version reads back its own RV and labels.
     assert_eq!((v1.header.rv, v1.header.labels().get("app")), (Rv(5), Some("a")));
     let list = r.list(&r.snapshot(), &Filter::default(), None).unwrap();
