@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Deref;
 
-use super::key::put_len;
+use super::key::{put_len, read_len};
 use super::{ObjectKey, Rv};
 
 /// The parsed part of an object: enough to key, version, select and index it.
@@ -123,13 +123,19 @@ impl Header {
         Pairs(&self.packed()[self.fields_at as usize..])
     }
 
+    /// Whether the two have the same key, uid, labels and fields. The key's own equality is the
+    /// key's alone: its tail (the packed strings) and how it is read are compared here too.
+    fn same_strings(&self, other: &Header) -> bool {
+        self.key.whole() == other.key.whole()
+            && (self.ns_len, self.labels_at, self.fields_at, self.uid_bytes)
+                == (other.ns_len, other.labels_at, other.fields_at, other.uid_bytes)
+    }
+
     /// Takes `prev`'s key allocation when it holds the same key and strings (uid, labels,
     /// fields) as this header's: two versions of an object then share one. Returns whether it
     /// did.
     pub fn share_key(&mut self, prev: &Header) -> bool {
-        let same = self.key.whole() == prev.key.whole()
-            && (self.ns_len, self.labels_at, self.fields_at, self.uid_bytes)
-                == (prev.ns_len, prev.labels_at, prev.fields_at, prev.uid_bytes);
+        let same = self.same_strings(prev);
         if same {
             self.key = prev.key.clone();
         }
@@ -145,11 +151,7 @@ impl Header {
 
 impl PartialEq for Header {
     fn eq(&self, other: &Self) -> bool {
-        // The key's equality is the key's alone: compare its tail (the packed strings) too.
-        self.key.whole() == other.key.whole()
-            && self.rv == other.rv
-            && (self.ns_len, self.labels_at, self.fields_at, self.uid_bytes)
-                == (other.ns_len, other.labels_at, other.fields_at, other.uid_bytes)
+        self.rv == other.rv && self.same_strings(other)
     }
 }
 
@@ -219,15 +221,12 @@ fn uuid_bytes(uid: &str) -> Option<[u8; 16]> {
 /// The text of a UUID kept by [`uuid_bytes`].
 fn uuid_text(b: &[u8; 16]) -> [u8; 36] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut nibbles = b.iter().flat_map(|byte| [byte >> 4, byte & 0xf]);
     let mut out = [b'-'; 36];
-    let mut at = 0;
-    for (i, byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            at += 1;
+    for (i, c) in out.iter_mut().enumerate() {
+        if !HYPHENS.contains(&i) {
+            *c = HEX[usize::from(nibbles.next().unwrap_or(0))];
         }
-        out[at] = HEX[usize::from(byte >> 4)];
-        out[at + 1] = HEX[usize::from(byte & 0xf)];
-        at += 2;
     }
     out
 }
@@ -240,16 +239,7 @@ impl<'a> Iterator for Strings<'a> {
     type Item = &'a str;
 
     fn next(&mut self) -> Option<&'a str> {
-        let (mut n, mut shift, mut i) = (0usize, 0, 0);
-        loop {
-            let b = *self.0.get(i)?;
-            n |= usize::from(b & 0x7f) << shift;
-            i += 1;
-            if b < 0x80 {
-                break;
-            }
-            shift += 7;
-        }
+        let (n, i) = read_len(self.0)?;
         let s = self.0.get(i..i + n)?;
         self.0 = &self.0[i + n..];
         // Written from `&str` by `Header::new`: always UTF-8.

@@ -6,7 +6,6 @@
 //! Called by `resource` (`Header` builds keys with tails), `cache` (store lookups and ranges) and
 //! the sim (its store's keys).
 
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -48,15 +47,8 @@ impl ObjectKey {
 
     /// Where the key's bytes are in the allocation.
     fn span(&self) -> (usize, usize) {
-        let (mut n, mut shift, mut i) = (0usize, 0, 0);
-        while let Some(&b) = self.0.get(i) {
-            n |= usize::from(b & 0x7f) << shift;
-            i += 1;
-            if b < 0x80 {
-                break;
-            }
-            shift += 7;
-        }
+        // Written by `with_tail`: the length is always there.
+        let (n, i) = read_len(&self.0).unwrap_or((0, 0));
         (i, (i + n).min(self.0.len()))
     }
 
@@ -91,7 +83,7 @@ impl ObjectKey {
     }
 }
 
-/// A LEB128 length, as `Header`'s packed strings write theirs.
+/// A LEB128 length, as the key's and `Header`'s packed strings write theirs.
 pub(super) fn put_len(out: &mut Vec<u8>, mut n: usize) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
@@ -100,14 +92,22 @@ pub(super) fn put_len(out: &mut Vec<u8>, mut n: usize) {
     out.push(n as u8);
 }
 
-impl From<String> for ObjectKey {
-    fn from(key: String) -> Self {
-        ObjectKey::of(&key)
+/// The LEB128 length at the start of `b` (written by [`put_len`]) and how many bytes it takes;
+/// `None` if `b` ends inside it.
+pub(super) fn read_len(b: &[u8]) -> Option<(usize, usize)> {
+    let (mut n, mut shift) = (0usize, 0);
+    for (i, &byte) in b.iter().enumerate() {
+        n |= usize::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some((n, i + 1));
+        }
+        shift += 7;
     }
+    None
 }
 
-impl From<Cow<'_, str>> for ObjectKey {
-    fn from(key: Cow<'_, str>) -> Self {
+impl From<String> for ObjectKey {
+    fn from(key: String) -> Self {
         ObjectKey::of(&key)
     }
 }
