@@ -16,6 +16,7 @@ mod memory;
 mod pages;
 mod persist;
 mod relist;
+mod store;
 mod watch;
 mod watchers;
 
@@ -35,16 +36,15 @@ pub use lag::DeliveryLag;
 pub use list::{ListBody, Page};
 pub use memory::{Budget, ListAccount, Usage};
 pub use persist::{Persisted, RestoreError};
+pub use store::Store;
 pub use watch::{Watch, WatchRequest, WatchStart};
 
 use crate::error::Error;
 use crate::resource::{typing, Event, EventType, Object, ObjectKey, ResourceKind, Rv, Typing};
 use budget::TimeBudget;
 use filter::{Dispatched, LazyFrames};
+use store::upsert;
 use watchers::{Difference, Watchers};
-
-/// The current objects, ordered by key; clones are O(1) snapshots.
-pub type Store = imbl::OrdMap<ObjectKey, Arc<Object>>;
 
 /// Tunables of one resource's cache.
 #[derive(Clone, Debug)]
@@ -241,11 +241,8 @@ impl Writer {
         self.pages = pages::Pages::of(objects.iter());
         self.shared.pinned.store(0, Ordering::Relaxed);
         let now = Instant::now();
+        let next = store::filled(objects);
         let mut st = self.shared.state.lock();
-        let mut next = Store::new();
-        for o in objects {
-            next.insert(o.header.key.clone(), Arc::new(o));
-        }
         if !st.watchers.is_empty() {
             let cache_rv = st.rv;
             // The differences only matter when the cache had reached the list RV already.
@@ -645,24 +642,6 @@ impl Reader {
     pub fn list(&self, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> Option<ListBody> {
         list::render(&self.shared.kind, snap, filter, page)
     }
-}
-
-/// Puts a new version of an object in the store; returns it and the version it replaced. When
-/// its key, uid, labels and fields are those of the version it replaces (most changes: a status,
-/// a spec), it takes that version's key allocation (`Header::share_key`) and is put in its
-/// place (one walk of the tree); otherwise it is inserted with its own key, which the tree then
-/// holds, so no entry keeps an older version's strings alive.
-fn upsert(store: &mut Store, mut obj: Object) -> (Arc<Object>, Option<Arc<Object>>) {
-    if let Some(slot) = store.get_mut(&obj.header.key) {
-        if obj.header.share_key(&slot.header) {
-            let obj = Arc::new(obj);
-            let prev = std::mem::replace(slot, obj.clone());
-            return (obj, Some(prev));
-        }
-    }
-    let obj = Arc::new(obj);
-    let prev = store.insert(obj.header.key.clone(), obj.clone());
-    (obj, prev)
 }
 
 #[cfg(test)]

@@ -78,13 +78,10 @@ impl Writer {
         if st.rv != Rv(0) || !st.store.is_empty() {
             return Err(RestoreError::NotEmpty);
         }
-        let mut store = Store::new();
-        for o in base {
-            if o.header.rv > floor {
-                return Err(RestoreError::Order { event: o.header.rv, before: floor });
-            }
-            store.insert(o.header.key.clone(), Arc::new(o));
+        if let Some(o) = base.iter().find(|o| o.header.rv > floor) {
+            return Err(RestoreError::Order { event: o.header.rv, before: floor });
         }
+        let mut store = super::store::filled(base);
         let mut at = floor;
         let mut history = Vec::with_capacity(events.len());
         for (kind, obj) in events {
@@ -94,7 +91,7 @@ impl Writer {
             }
             // As `Writer::apply`: a version keeping its strings shares the key of the one before.
             let (obj, prev) = match kind {
-                EventType::Added | EventType::Modified => super::upsert(&mut store, obj),
+                EventType::Added | EventType::Modified => super::store::upsert(&mut store, obj),
                 EventType::Deleted => {
                     let prev = store.remove(&obj.header.key);
                     (Arc::new(obj), prev)

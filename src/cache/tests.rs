@@ -936,3 +936,42 @@ async fn a_relist_drops_the_copies_still_pending() {
     }
     assert_eq!(r.get("ns", "c2999").unwrap().header.rv, Rv(200_040));
 }
+
+/// A store filled from a list holds what inserting the list in order gives: every key once, a
+/// repeated key's later object (a relist's and a warm restart's base), whether the list comes
+/// in key order (two passes) or not (one by one).
+mod filled {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn entries(s: &Store) -> Vec<(String, u64)> {
+        s.iter().map(|(k, o)| (k.as_str().to_owned(), o.header.rv.0)).collect()
+    }
+
+    fn check(w: &Writer, names: &[(u8, u16)]) -> Result<(), TestCaseError> {
+        let list: Vec<Object> = names
+            .iter()
+            .enumerate()
+            .map(|(i, (ns, n))| obj(w, &format!("ns-{ns}"), &format!("cm-{n:03}"), i as u64 + 1, "a"))
+            .collect();
+        let mut want = Store::new();
+        for o in list.clone() {
+            want.insert(o.header.key.clone(), Arc::new(o));
+        }
+        let got = store::filled(list);
+        prop_assert_eq!(got.len(), want.len());
+        prop_assert_eq!(entries(&got), entries(&want));
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn holds_what_inserting_in_order_holds(names in proptest::collection::vec((0u8..3, 0u16..400), 0..600)) {
+            let (w, _r) = new(cms(), CacheOptions::default());
+            check(&w, &names)?;
+            let sorted: std::collections::BTreeSet<(u8, u16)> = names.iter().copied().collect();
+            check(&w, &sorted.into_iter().collect::<Vec<_>>())?;
+        }
+    }
+}
