@@ -90,7 +90,12 @@ impl Header {
 
     /// `metadata.namespace` (empty for cluster-scoped objects).
     pub fn namespace(&self) -> &str {
-        &self.key.as_str()[..self.ns_len as usize]
+        // Only the namespace's bytes read as text (the key is UTF-8: made from `&str`).
+        self.key
+            .as_bytes()
+            .get(..self.ns_len as usize)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
     }
 
     /// `metadata.name`.
@@ -239,11 +244,17 @@ impl<'a> Iterator for Strings<'a> {
     type Item = &'a str;
 
     fn next(&mut self) -> Option<&'a str> {
+        // Written from `&str` by `Header::new`: always UTF-8.
+        self.next_bytes().and_then(|s| std::str::from_utf8(s).ok())
+    }
+}
+
+impl<'a> Strings<'a> {
+    fn next_bytes(&mut self) -> Option<&'a [u8]> {
         let (n, i) = read_len(self.0)?;
         let s = self.0.get(i..i + n)?;
         self.0 = &self.0[i + n..];
-        // Written from `&str` by `Header::new`: always UTF-8.
-        std::str::from_utf8(s).ok()
+        Some(s)
     }
 }
 
@@ -257,8 +268,18 @@ impl<'a> Pairs<'a> {
         std::iter::from_fn(move || Some((s.next()?, s.next()?)))
     }
 
+    /// The value of `key`: the keys compared as bytes, in order until one is past it, and
+    /// only the value found read as text (a pod's node is looked up per event and watcher).
     pub fn get(&self, key: &str) -> Option<&'a str> {
-        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let mut s = Strings(self.0);
+        loop {
+            let (k, v) = (s.next_bytes()?, s.next_bytes()?);
+            match k.cmp(key.as_bytes()) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return std::str::from_utf8(v).ok(),
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -424,6 +445,7 @@ mod tests {
             uid in uids(),
             labels in pairs(),
             fields in pairs(),
+            probes in proptest::collection::vec(".{0,12}", 0..4),
         ) {
             let h = Header::new(
                 &namespace,
@@ -442,6 +464,14 @@ mod tests {
             prop_assert_eq!(read.as_str(), uid.as_str());
             prop_assert_eq!(back(h.labels()), map(&labels));
             prop_assert_eq!(back(h.fields()), map(&fields));
+            // `get` finds every key (and no other) as the map does: present keys, the other
+            // set's, arbitrary ones.
+            for (p, want) in [(h.labels(), map(&labels)), (h.fields(), map(&fields))] {
+                let keys = labels.iter().chain(&fields).map(|(k, _)| k).chain(&probes);
+                for k in keys {
+                    prop_assert_eq!(p.get(k), want.get(k).map(String::as_str), "key {:?}", k);
+                }
+            }
             prop_assert_eq!(&h.key, &ObjectKey::new(&namespace, &name));
             prop_assert_eq!(h.key.as_str().len(), name.len() + if namespace.is_empty() { 0 } else { namespace.len() + 1 });
         }
