@@ -202,19 +202,23 @@ impl Reader {
 }
 
 /// Bytes of the objects of `store`, and bytes only `events` keep. A superseded version that
-/// shares its key allocation with the next (`Header::share_key`) is still counted its key's
-/// bytes: the history is over-counted by up to a key and its strings per event, never under.
+/// shares its key allocation (the key and the header's strings) with the store's version or
+/// with another one counted before (`Header::share_key`) is counted without it.
 fn measure(store: &Store, events: &[Arc<Event>]) -> (u64, u64) {
     let objects: usize = store.values().map(|o| o.kept_bytes() + STORE_ENTRY).sum();
     let mut seen: HashSet<*const Object> = HashSet::new();
+    let mut keys: HashSet<*const u8> = HashSet::new();
     let mut history = 0usize;
     for e in events {
         history += e.frame_bytes() + HISTORY_SLOT;
         for o in std::iter::once(&e.object).chain(e.prev.as_ref()) {
-            let current = store.get(&o.header.key).is_some_and(|c| Arc::ptr_eq(c, o));
-            if !current && seen.insert(Arc::as_ptr(o)) {
-                history += o.kept_bytes();
+            let now = store.get(&o.header.key);
+            if now.is_some_and(|c| Arc::ptr_eq(c, o)) || !seen.insert(Arc::as_ptr(o)) {
+                continue;
             }
+            let counted = now.is_some_and(|c| c.header.key.same_allocation(&o.header.key))
+                || !keys.insert(o.header.key.as_bytes().as_ptr());
+            history += o.kept_bytes() - if counted { o.header.heap_bytes() } else { 0 };
         }
     }
     (objects as u64, history as u64)
@@ -264,6 +268,34 @@ mod tests {
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
         assert!(w.list_account().add(u64::MAX / 2));
+    }
+
+    /// A superseded version's key allocation is counted once: not when the store's version
+    /// (or a version counted before) holds the same one, whole when it is its own.
+    #[test]
+    fn a_key_shared_between_versions_is_counted_once() {
+        let (w, _r) = cache::new(kind(), CacheOptions::default());
+        let event = |o: &Arc<crate::resource::Object>, prev: &Arc<crate::resource::Object>| {
+            Arc::new(Event::new(EventType::Modified, o.header.rv, o.clone(), Some(prev.clone())))
+        };
+        let v1 = Arc::new(cm(&w, "a", 10, 100));
+        let mut v2 = cm(&w, "a", 11, 100);
+        assert!(v2.header.share_key(&v1.header));
+        let v2 = Arc::new(v2);
+        let v3 = Arc::new(cm(&w, "a", 12, 100));
+        let store = |o: &Arc<crate::resource::Object>| Store::new().update(o.header.key.clone(), o.clone());
+        let slot = |e: &Arc<Event>| e.frame_bytes() + HISTORY_SLOT;
+        let key = v1.header.heap_bytes();
+
+        // v2 (the store's) took v1's key: v1 is counted without it.
+        let e2 = event(&v2, &v1);
+        let (_, h) = measure(&store(&v2), std::slice::from_ref(&e2));
+        assert_eq!(h as usize, slot(&e2) + v1.kept_bytes() - key);
+
+        // v3 has a key of its own: v1 and v2 share one, counted with the first of them only.
+        let e3 = event(&v3, &v2);
+        let (_, h) = measure(&store(&v3), &[e2.clone(), e3.clone()]);
+        assert_eq!(h as usize, slot(&e2) + slot(&e3) + v1.kept_bytes() + v2.kept_bytes() - key);
     }
 
     #[tokio::test]
