@@ -11,42 +11,16 @@ ones already there are kept.
 
 Usage: benches/support/pods_upstream.py KUBECONFIG N [NS]
 """
-import http.client
-import json
-import os
-import ssl
-import subprocess
 import sys
-import threading
-import urllib.parse
+
+from writer import Apiserver
 
 kc, n = sys.argv[1], int(sys.argv[2])
 ns = sys.argv[3] if len(sys.argv) > 3 else "pod-memory"
-here = os.path.dirname(os.path.abspath(__file__))
-server, ca, token = subprocess.check_output([sys.executable, os.path.join(here, "kubeconfig.py"), kc], text=True).split()
-u = urllib.parse.urlparse(server)
-ctx = ssl.create_default_context(cafile=ca)
-H = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
-PATCH = dict(H, **{"Content-Type": "application/merge-patch+json"})
-failed = []
-
-
-def conn():
-    return http.client.HTTPSConnection(u.hostname, u.port, context=ctx)
-
-
-def call(c, method, path, body, headers=H, ok=(200, 201, 409)):
-    c.request(method, path, json.dumps(body), headers)
-    r = c.getresponse()
-    d = r.read()
-    if r.status not in ok:
-        failed.append((method, path, r.status, d[:200]))
-    return r.status
-
-
-c = conn()
-call(c, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-call(c, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
+api = Apiserver(kc)
+c = api.conn()
+api.call(c, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+api.call(c, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})
 
 
 def pod(i):
@@ -106,18 +80,15 @@ def status(i):
     }}
 
 
-def work(k, T=8):
-    c = conn()
+def work(k, T):
+    c = api.conn()
     for i in range(k, n, T):
         p = pod(i)
-        if call(c, "POST", f"/api/v1/namespaces/{ns}/pods", p) == 201:
-            call(c, "PATCH", f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}/status", status(i), PATCH, ok=(200,))
-        if failed:
+        if api.call(c, "POST", f"/api/v1/namespaces/{ns}/pods", p) == 201:
+            path = f"/api/v1/namespaces/{ns}/pods/{p['metadata']['name']}/status"
+            api.call(c, "PATCH", path, status(i), ok=(200,), content_type="application/merge-patch+json")
+        if api.failed:
             return
 
 
-ts = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-[t.start() for t in ts]
-[t.join() for t in ts]
-if failed:
-    sys.exit(f"failed: {failed[:3]}")
+api.parallel(work)
