@@ -90,22 +90,18 @@ impl Header {
 
     /// `metadata.namespace` (empty for cluster-scoped objects).
     pub fn namespace(&self) -> &str {
-        // Only the namespace's bytes read as text (the key is UTF-8: made from `&str`).
-        self.key
-            .as_bytes()
-            .get(..self.ns_len as usize)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or_default()
+        self.key_text(..self.ns_len as usize)
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &str {
-        let key = self.key.as_str();
-        if self.ns_len == 0 {
-            key
-        } else {
-            &key[self.ns_len as usize + 1..]
-        }
+        let after = if self.ns_len == 0 { 0 } else { self.ns_len as usize + 1 };
+        self.key_text(after..)
+    }
+
+    /// Part of the key as text: only those bytes checked (the key is UTF-8, made from `&str`).
+    fn key_text(&self, part: impl std::slice::SliceIndex<[u8], Output = [u8]>) -> &str {
+        self.key.as_bytes().get(part).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default()
     }
 
     /// `metadata.uid` (empty when absent): what a `shardSelector` by uid hashes.
