@@ -331,6 +331,7 @@ async fn list_all(
     loop {
         let page = upstream.list_page(writer.kind(), opts.page_size, token.as_deref(), None).await?;
         list_rv.get_or_insert(page.rv);
+        let remaining = page.remaining.unwrap_or(0);
         for raw in page.items {
             match writer.parse(raw) {
                 Ok(o) => {
@@ -344,8 +345,9 @@ async fn list_all(
                 }
             }
         }
-        if !account.add(std::mem::take(&mut listed)) {
-            return Ok(Listed::Refused(account.listed()));
+        let whole = expected_whole(account.listed() + listed, items.len(), remaining);
+        if !account.add(std::mem::take(&mut listed), whole) {
+            return Ok(Listed::Refused(account.refused_at()));
         }
         match page.continue_token {
             Some(t) if !t.is_empty() => token = Some(t),
@@ -356,6 +358,15 @@ async fn list_all(
     writer.replace(items, rv);
     account.installed();
     Ok(Listed::Installed(rv))
+}
+
+/// What a list is expected to bring in all: `bytes` for its first `items` objects, scaled by
+/// the `remaining` ones the upstream says are still to come (`remainingItemCount`).
+fn expected_whole(bytes: u64, items: usize, remaining: u64) -> u64 {
+    match u64::try_from(items) {
+        Ok(n) if n > 0 => bytes.saturating_add(bytes.saturating_mul(remaining) / n),
+        _ => bytes,
+    }
 }
 
 #[derive(Deserialize)]
@@ -478,6 +489,17 @@ async fn watch_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_is_expected_to_bring_its_bytes_so_far_scaled_by_the_items_to_come() {
+        // 1 000 items of 2 000 bytes, 200 to come: 2.4 MB in all.
+        assert_eq!(expected_whole(2_000_000, 1000, 200), 2_400_000);
+        // The last page, or an upstream that does not say: what came.
+        assert_eq!(expected_whole(2_000_000, 1000, 0), 2_000_000);
+        // Nothing parsed yet: nothing to scale.
+        assert_eq!(expected_whole(0, 0, 5000), 0);
+        assert_eq!(expected_whole(u64::MAX, 1, u64::MAX), u64::MAX);
+    }
 
     /// Issue 32: failures are typed; their metric reasons are the labels they always were, and
     /// only a 404 (of the LIST or the WATCH) rings rediscovery.

@@ -88,10 +88,13 @@ pub struct ListAccount {
 
 impl ListAccount {
     /// Counts `bytes` more; false when the caches' measured total, less what this cache holds
-    /// now (a relist replaces it), plus every list in flight passes the limit. The refusal is
-    /// recorded (the governor counts this cache at what its list brought) and rings the
+    /// now (a relist replaces it), plus every list in flight passes the limit. `whole`: what
+    /// the whole list is expected to bring (the bytes so far scaled by the items still to come;
+    /// no more than counted when the upstream does not say). The refusal is recorded — the
+    /// governor counts this cache at the larger of the two, so that it weighs a half-listed
+    /// resource at its size, not at the pages that came before the refusal — and rings the
     /// governor. Always true without a limit.
-    pub fn add(&mut self, bytes: u64) -> bool {
+    pub fn add(&mut self, bytes: u64, whole: u64) -> bool {
         self.listed += bytes;
         let Some(budget) = &self.budget else { return true };
         let listing = budget.listing.fetch_add(bytes, Ordering::Relaxed) + bytes;
@@ -99,9 +102,14 @@ impl ListAccount {
         if budget.measured().saturating_sub(own) + listing <= budget.limit {
             return true;
         }
-        self.shared.refused.store(self.listed, Ordering::Relaxed);
+        self.shared.refused.store(self.listed.max(whole), Ordering::Relaxed);
         budget.check.notify_one();
         false
+    }
+
+    /// What a refused list is counted at ([`ListAccount::add`]'s record).
+    pub fn refused_at(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
     }
 
     /// Bytes counted so far.
@@ -251,23 +259,28 @@ mod tests {
         let (wa, ra) = cache::new(kind(), opts.clone());
         let (wb, rb) = cache::new(kind(), opts);
         let mut a = wa.list_account();
-        assert!(a.add(6_000));
+        assert!(a.add(6_000, 6_000));
         let mut b = wb.list_account();
-        assert!(!b.add(5_000), "6 000 + 5 000 in flight pass 10 000");
-        assert_eq!((rb.refused_list(), ra.refused_list()), (5_000, 0));
+        // b's first page: 5 000 bytes of a list expected to bring 20 000 in all.
+        assert!(!b.add(5_000, 20_000), "6 000 + 5 000 in flight pass 10 000");
+        assert_eq!((rb.refused_list(), ra.refused_list()), (20_000, 0), "counted at its whole list");
+        assert_eq!(b.refused_at(), 20_000);
         drop(b);
-        assert!(a.add(3_000), "b's bytes left the lists in flight");
+        assert!(a.add(3_000, 9_000), "b's bytes left the lists in flight");
         a.installed();
         assert_eq!(budget.measured(), 9_000);
-        // A relist of a replaces its 9 000: 9 500 more fit; another cache's 1 500 then do not.
+        // A relist of a replaces its 9 000: 9 500 more fit; another cache's 1 500 then do not
+        // (an expected whole below what came counts as what came).
         let mut again = wa.list_account();
-        assert!(again.add(9_500));
-        assert!(!wb.list_account().add(1_500));
-        drop(again);
-        assert!(wb.list_account().add(1_000));
+        assert!(again.add(9_500, 9_500));
+        let mut c = wb.list_account();
+        assert!(!c.add(1_500, 0));
+        assert_eq!(rb.refused_list(), 1_500);
+        drop((again, c));
+        assert!(wb.list_account().add(1_000, 1_000));
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
-        assert!(w.list_account().add(u64::MAX / 2));
+        assert!(w.list_account().add(u64::MAX / 2, 0));
     }
 
     /// A superseded version's key allocation is counted once: not when the store's version

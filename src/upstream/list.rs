@@ -24,6 +24,9 @@ pub struct ListPage {
     pub rv: Rv,
     /// `metadata.continue`, `None` on the last page.
     pub continue_token: Option<String>,
+    /// `metadata.remainingItemCount`: how many items the pages after this one hold (an
+    /// estimate; the apiserver gives it for paged lists without selectors).
+    pub remaining: Option<u64>,
     /// Each item's JSON exactly as received.
     pub items: Vec<Bytes>,
 }
@@ -42,6 +45,8 @@ struct RawListMeta<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
     continue_token: Option<Cow<'a, str>>,
+    #[serde(default, rename = "remainingItemCount")]
+    remaining: Option<u64>,
 }
 
 impl ListPage {
@@ -61,6 +66,7 @@ impl ListPage {
         Ok(ListPage {
             rv,
             continue_token: meta.continue_token.filter(|c| !c.is_empty()).map(Cow::into_owned),
+            remaining: meta.remaining,
             items: items.collect(),
         })
     }
@@ -323,6 +329,7 @@ mod tests {
             Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTk4LCJzdGFydCI6ImNtLTJcdTAwMDAifQ")
         );
         assert_eq!(page.items.len(), 2);
+        assert_eq!(page.remaining, Some(3));
         assert_eq!(
             &page.items[0][..],
             br#"{"metadata":{"name":"cm-1","namespace":"cap-base","resourceVersion":"198","labels":{"app":"a","tier":"front"}},"data":{"k":"v1-updated"}}"#
@@ -340,7 +347,7 @@ mod tests {
             br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":""},"items":[]}"#,
         ))
         .unwrap();
-        assert_eq!((last.rv, last.continue_token, last.items.len()), (Rv(7), None, 0));
+        assert_eq!((last.rv, last.continue_token, last.items.len(), last.remaining), (Rv(7), None, 0, None));
         let null =
             ListPage::parse(&Bytes::from_static(br#"{"metadata":{"resourceVersion":"8"},"items":null}"#))
                 .unwrap();
