@@ -45,8 +45,9 @@ struct RawListMeta<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
     continue_token: Option<Cow<'a, str>>,
-    #[serde(default, rename = "remainingItemCount")]
-    remaining: Option<u64>,
+    /// Read leniently: only an estimate, never a reason to refuse a list.
+    #[serde(borrow, default, rename = "remainingItemCount")]
+    remaining: Option<&'a RawValue>,
 }
 
 impl ListPage {
@@ -66,7 +67,7 @@ impl ListPage {
         Ok(ListPage {
             rv,
             continue_token: meta.continue_token.filter(|c| !c.is_empty()).map(Cow::into_owned),
-            remaining: meta.remaining,
+            remaining: meta.remaining.and_then(|n| serde_json::from_str(n.get()).ok()),
             items: items.collect(),
         })
     }
@@ -352,6 +353,19 @@ mod tests {
             ListPage::parse(&Bytes::from_static(br#"{"metadata":{"resourceVersion":"8"},"items":null}"#))
                 .unwrap();
         assert!(null.items.is_empty());
+    }
+
+    /// `remainingItemCount` is an estimate: one that is not a count leaves it unknown and the
+    /// page as good as any.
+    #[test]
+    fn an_odd_remaining_item_count_is_unknown_not_an_error() {
+        for odd in ["-2", "1.5", "\"3\"", "null", "{}"] {
+            let body = format!(
+                r#"{{"metadata":{{"resourceVersion":"9","remainingItemCount":{odd}}},"items":[{{"a":1}}]}}"#
+            );
+            let page = ListPage::parse(&Bytes::from(body)).unwrap();
+            assert_eq!((page.rv, page.remaining, page.items.len()), (Rv(9), None, 1), "{odd}");
+        }
     }
 
     #[test]
