@@ -52,14 +52,14 @@ fn pod(name: &str, data: usize) -> Value {
     json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name,"namespace":NS,"annotations":{"a":"y".repeat(data)}},"spec":{"nodeName":"n1","containers":[{"name":"c","image":"i"}]}})
 }
 
-/// What a cache of `resource` counts for every object the sim holds in `NS` (each item parsed
-/// as the reflector parses it).
-async fn whole_list_bytes(c: &HttpClient, sim: &SimHandle, resource: &str) -> u64 {
+/// What a cache of pods counts for every pod the sim holds in `NS` (each item parsed as the
+/// reflector parses it).
+async fn whole_pods_bytes(c: &HttpClient, sim: &SimHandle) -> u64 {
     let (code, body) =
-        get(c, &format!("http://{}", sim.addr), &format!("/api/v1/namespaces/{NS}/{resource}")).await;
+        get(c, &format!("http://{}", sim.addr), &format!("/api/v1/namespaces/{NS}/pods")).await;
     assert_eq!(code, 200);
     let page = ListPage::parse(&bytes::Bytes::from(body)).expect("a list");
-    let kind = ResourceKind::new("", "v1", resource, "Pod", true, true);
+    let kind = ResourceKind::new("", "v1", "pods", "Pod", true, true);
     let (writer, _reader) = kube_watchcache::cache::new(kind, Default::default());
     page.items.into_iter().map(|raw| writer.parse(raw).expect("an object").kept_bytes() as u64).sum()
 }
@@ -328,7 +328,7 @@ async fn a_resource_larger_than_the_limit_at_start_is_refused_while_listing_then
     // The refused list counts at what the whole list would bring (its first pages scaled by the
     // upstream's remainingItemCount), not at the pages that came before the refusal: the plan
     // then weighs the resource at its size (what the cache would count for all 1 200 pods).
-    let whole = whole_list_bytes(&c, &sim, "pods").await;
+    let whole = whole_pods_bytes(&c, &sim).await;
     let refused = pods.refused_list();
     assert!(refused.abs_diff(whole) < whole / 20, "counted at {refused}, the whole list {whole}");
     assert!(pods.is_empty(), "never installed");
