@@ -160,8 +160,20 @@ async fn check_and_fill(
         return Err(Refusal::UpstreamBehind { saved: saved.rv, upstream: page.rv });
     }
     let rv = saved.rv;
-    let (n, m) = fill(writer, saved)?;
+    let (n, m) = off_worker(|| fill(writer, saved))?;
     Ok((rv, n, m))
+}
+
+/// Runs `f`, CPU for a while (100 000 pods' objects and tree take ~0.4 s), without holding
+/// an async worker: on the multi-thread runtime the worker's other tasks (`/livez`, other
+/// resources' reflectors, requests) move to another thread meanwhile (`block_in_place`); on a
+/// current-thread runtime, which cannot hand its tasks over, `f` runs in place.
+fn off_worker<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// Puts a decoded state into the empty cache of `writer`: its objects are rebuilt from their
@@ -297,6 +309,25 @@ mod tests {
         let mut custom = saved_of(&w, 1);
         custom.builtin = false;
         assert!(matches!(fill(&mut writer(), custom), Err(Refusal::BadObject(_))));
+    }
+
+    /// With one worker, a task spawned before the fill runs while the fill still holds its
+    /// thread: the fill let the worker go. (In place, the fill would wait out its timeout.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_fill_lets_its_worker_go_to_other_tasks() {
+        let on_the_worker = tokio::spawn(async {
+            let (tx, rx) = std::sync::mpsc::channel();
+            tokio::spawn(async move { tx.send(()).expect("the fill waits") });
+            off_worker(|| rx.recv_timeout(std::time::Duration::from_secs(10)))
+        });
+        assert_eq!(on_the_worker.await.expect("joins"), Ok(()), "the other task ran during the fill");
+    }
+
+    #[test]
+    fn off_a_runtime_or_on_a_current_thread_one_the_fill_runs_in_place() {
+        assert_eq!(off_worker(|| 7), 7);
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        assert_eq!(rt.block_on(async { off_worker(|| 8) }), 8);
     }
 
     #[test]
