@@ -254,8 +254,9 @@ impl Caching {
         let mut caches = self.caches.lock();
         let Some(i) = caches.iter().position(|c| c.name == name) else { return };
         let c = caches.remove(i);
-        catalog.set_dropped(&c.kind, why);
+        // Released first: a readmission racing this drop sees it (`Resources::readmit`).
         c.reader.release_at_stop();
+        catalog.set_dropped(&c.kind, why);
         c.stop.send_replace(true);
         self.dropped.lock().push(DroppedCache { name: c.name, kind: c.kind, wild: c.wild, bytes });
     }
@@ -278,8 +279,10 @@ impl Caching {
                 _ = progress.wait_for(|p| p.ready) => {}
                 _ = crate::shutdown::until_true(&mut stop) => return,
             }
-            catalog.add(&upstream, reader);
-            tracing::info!(resource = %d.name, "back under --cache-memory-limit: served from the cache again");
+            // Not if dropped again as it synced (`Resources::readmit`).
+            if catalog.readmit(&upstream, reader) {
+                tracing::info!(resource = %d.name, "back under --cache-memory-limit: served from the cache again");
+            }
         });
     }
 

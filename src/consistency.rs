@@ -98,6 +98,10 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
             return Outcome::Skipped;
         }
         let snap = reader.snapshot();
+        // Dropped for --cache-memory-limit: the snapshot may be of the emptied cache.
+        if reader.released() {
+            return Outcome::Skipped;
+        }
         let up = match upstream_keys(upstream, reader, snap.rv).await {
             Ok(k) => k,
             // R was compacted upstream meanwhile: once more at the cache's current RV.

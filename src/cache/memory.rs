@@ -140,7 +140,7 @@ impl Writer {
     /// go of its objects and history now, whoever still holds a reader of it (snapshots taken
     /// by reads in flight keep what they use until they are answered).
     pub fn stopped(&mut self) {
-        if self.shared.release.load(Ordering::Relaxed) {
+        if self.shared.release.load(Ordering::Acquire) {
             let mut st = self.shared.state.lock();
             st.store = Store::new();
             let rv = st.rv;
@@ -158,7 +158,16 @@ impl Writer {
 impl Reader {
     /// Has the writer empty this cache once its reflector stops (it is being dropped).
     pub fn release_at_stop(&self) {
-        self.shared.release.store(true, Ordering::Relaxed);
+        self.shared.release.store(true, Ordering::Release);
+    }
+
+    /// Whether this cache is being dropped ([`Reader::release_at_stop`], set before its
+    /// reflector is told to stop). Its writer empties it once stopped while its progress still
+    /// says ready, so whoever took this reader before the drop checks this **after** reading
+    /// from it (a read that saw the emptied cache sees this set: the emptying comes after it,
+    /// under the state's lock) and takes nothing it read for the resource's state.
+    pub fn released(&self) -> bool {
+        self.shared.release.load(Ordering::Acquire)
     }
 
     /// Bytes a list of this resource had brought when it was refused for the limit (0: none

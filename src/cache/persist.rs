@@ -31,14 +31,16 @@ pub enum RestoreError {
 }
 
 impl Reader {
-    /// The current state as [`Persisted`]; `None` before the first sync or while not ready
-    /// (a relist in progress: nothing consistent to save).
+    /// The current state as [`Persisted`]; `None` before the first sync, while not ready
+    /// (a relist in progress: nothing consistent to save) or once dropped for
+    /// `--cache-memory-limit` (perhaps emptied: the file saved before stays).
     pub fn saved(&self) -> Option<Persisted> {
         if !self.progress().ready {
             return None;
         }
         let st = self.shared.state.lock();
-        if st.rv == Rv(0) {
+        // Dropped for --cache-memory-limit: the state may be emptied already (never saved so).
+        if st.rv == Rv(0) || self.released() {
             return None;
         }
         let mut base = st.store.clone();

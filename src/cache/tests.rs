@@ -975,3 +975,16 @@ mod filled {
         }
     }
 }
+
+/// A cache dropped for `--cache-memory-limit` has nothing to save once released (its writer
+/// empties it while it still reads as ready): the state file saved before it stays.
+#[test]
+fn a_released_cache_is_never_saved() {
+    let (mut w, r) = setup();
+    assert_eq!(r.saved().expect("saved while cached").base.len(), 3);
+    r.release_at_stop();
+    assert!(r.saved().is_none(), "released: not saved, even before it is emptied");
+    w.close_watchers();
+    w.stopped();
+    assert!(r.progress().ready && r.saved().is_none());
+}

@@ -88,6 +88,25 @@ impl Resources {
         });
     }
 
+    /// As [`Resources::add`], for a cache taken back after `--cache-memory-limit` dropped it,
+    /// unless it was dropped again meanwhile: checked under the catalog's lock, which the
+    /// drop's [`Resources::set_dropped`] takes after `Reader::release_at_stop`, so either this
+    /// comes first and the drop replaces it, or it sees the release and leaves the drop's
+    /// marker. Returns whether it was added.
+    pub fn readmit(&self, upstream: &Upstream, reader: Reader) -> bool {
+        let kind = reader.kind().clone();
+        let prober = Prober::new(upstream.clone(), reader.clone());
+        let key = key_of(&kind);
+        self.update_if(&key, |next| {
+            if reader.released() {
+                return false;
+            }
+            next.kinds.push(Arc::new(kind));
+            next.caches.insert(key.clone(), (reader, prober));
+            true
+        })
+    }
+
     /// Stops answering for `kind`'s resource (its requests are forwarded from now on).
     pub fn remove(&self, kind: &ResourceKind) {
         self.update(&key_of(kind), |_| {});
@@ -104,14 +123,25 @@ impl Resources {
     /// Replaces the snapshot by a copy without `key`'s resource (cached or dropped), then
     /// changed by `change`.
     fn update(&self, key: &Key, change: impl FnOnce(&mut Catalog)) {
+        self.update_if(key, |next| {
+            change(next);
+            true
+        });
+    }
+
+    /// As [`Self::update`] when `change` returns true; otherwise nothing changes.
+    fn update_if(&self, key: &Key, change: impl FnOnce(&mut Catalog) -> bool) -> bool {
         let mut cur = self.current.write();
         let mut next =
             Catalog { kinds: cur.kinds.clone(), caches: cur.caches.clone(), dropped: cur.dropped.clone() };
         next.kinds.retain(|k| key_of(k) != *key);
         next.caches.remove(key);
         next.dropped.remove(key);
-        change(&mut next);
+        if !change(&mut next) {
+            return false;
+        }
         *cur = Arc::new(next);
+        true
     }
 
     /// Records why the configured resource `name` is not cached (yet).
@@ -159,5 +189,34 @@ impl Resources {
             m.last = Some(now);
             m.rediscover.notify_one();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{self, CacheOptions};
+    use crate::upstream::UpstreamOptions;
+
+    #[tokio::test]
+    async fn a_readmission_after_the_cache_was_dropped_again_leaves_it_dropped() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let upstream = Upstream::new(&UpstreamOptions {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let resources = Resources::default();
+        let (_w, taken_back) = cache::new(kind.clone(), CacheOptions::default());
+        assert!(resources.readmit(&upstream, taken_back.clone()), "not dropped: served again");
+        assert!(resources.snapshot().caches.contains_key(&key_of(&kind)));
+        // As `Caches::drop_for_memory`: released, then marked dropped; a readmission of the
+        // same cache coming after that (its sync and the drop ready at once) changes nothing.
+        taken_back.release_at_stop();
+        resources.set_dropped(&kind, "over the limit".into());
+        assert!(!resources.readmit(&upstream, taken_back));
+        let now = resources.snapshot();
+        assert!(!now.caches.contains_key(&key_of(&kind)), "a released cache is never served");
+        assert!(now.dropped.contains_key(&key_of(&kind)), "the drop's marker stays");
     }
 }

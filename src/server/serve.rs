@@ -85,7 +85,14 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
     if req.repr.is_proto() && !src.reader.proto_type().serves(req.repr.is_metadata()) {
         return Outcome::Forward(ForwardReason::Accept);
     }
-    match serve_inner(req, &src, opts, arrived).await {
+    let served = serve_inner(req, &src, opts, arrived).await;
+    // Dropped for --cache-memory-limit after this request was classified: what it read may be
+    // the emptied cache (an empty list, a 404, a closed watch), so it goes where the requests
+    // classified after the drop go. Checked after the read (`Reader::released`).
+    if src.reader.released() {
+        return Outcome::Forward(ForwardReason::MemoryLimit);
+    }
+    match served {
         Ok(s) => s,
         Err(e) => Outcome::Response(body::error_as(e, req.repr.is_proto())),
     }
@@ -550,6 +557,33 @@ mod tests {
         let (code, _, b) = body(run(&r, "/api/v1/configmaps", "watch=1&resourceVersion=3").await).await;
         assert_eq!(code, 200);
         assert!(b.starts_with(r#"{"type":"ERROR""#) && b.contains(r#""code":410"#), "{b}");
+    }
+
+    /// A request that took the cache's reader before `--cache-memory-limit` dropped it, and
+    /// reads it after its writer emptied it (still "ready": its progress is not touched), is
+    /// forwarded: never the emptied cache's empty list, 404 or closed watch.
+    #[tokio::test]
+    async fn a_read_of_a_cache_dropped_under_it_is_forwarded() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
+        let reads = [
+            ("/api/v1/configmaps", "resourceVersion=0"),
+            ("/api/v1/configmaps", "resourceVersion=7&limit=10"),
+            ("/api/v1/namespaces/ns/configmaps/a", "resourceVersion=0"),
+            ("/api/v1/configmaps", "watch=1&resourceVersion=7"),
+        ];
+        for (path, q) in reads {
+            assert!(matches!(run(&r, path, q).await, Outcome::Response(_)), "{path}?{q}: served before");
+        }
+        r.release_at_stop();
+        w.close_watchers();
+        w.stopped();
+        assert!(r.progress().ready, "the emptied cache still reads as ready");
+        for (path, q) in reads {
+            let got = run(&r, path, q).await;
+            assert!(matches!(got, Outcome::Forward(ForwardReason::MemoryLimit)), "{path}?{q}: not forwarded");
+        }
     }
 
     #[tokio::test]
