@@ -288,7 +288,7 @@ async fn step(
                     metrics.reflector_error(resource, "inconsistent");
                     tracing::warn!(resource, rv = %rv, reason = %why, "relisting: the cache differs from the upstream");
                     writer.set_not_ready(Some(why));
-                    // Clients may hold what the wrong cache served at any RV up to `at`.
+                    // Clients may hold what the wrong cache served at any RV up to `rv`.
                     writer.distrust_through(at);
                     State::Empty
                 }

@@ -267,7 +267,16 @@ impl Writer {
         st.history.reset(list_rv);
         st.history.moved(now, rv);
         st.history.expire(now);
-        self.publish(rv, true, None);
+        // After a relist for a cache found wrong (`distrust_through`) that lands at the RV the
+        // wrong cache had reached (no write upstream since), a LIST served at that RV would
+        // send its client to a watch that answers 410, again and again: not ready (GETs and
+        // paginated lists forwarded, the rest 429, as a cache re-initializing) until an event
+        // or a bookmark moves the cache past it.
+        let trusted = st.history.floor() <= rv;
+        let why = (!trusted).then(|| {
+            format!("relisted at {rv}, an RV the cache was found wrong at; waiting for the upstream to move past it")
+        });
+        self.publish(rv, trusted, why);
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);

@@ -52,13 +52,17 @@ impl Writer {
     }
 
     /// The cache was found wrong at `at` (the reflector, before it relists, the cache not
-    /// ready): from now on a watch from any RV up to `at` answers 410 and an Exact read or
-    /// continue token there is forwarded, even once the relist is in and at `at` itself — a
-    /// client that resumes there holds what the wrong cache served. The history is emptied
-    /// and its floor raised to `at + 1` (the 410's "oldest"), which the relist's
-    /// `History::reset` keeps.
+    /// ready): from now on a watch from any RV up to the cache's RV now (`at` or later: what
+    /// came after `at` was applied to the wrong state) answers 410 and an Exact read or
+    /// continue token there is forwarded, even once the relist is in and at that RV itself —
+    /// a client that resumes there holds what the wrong cache served. The history is emptied
+    /// and its floor raised above that RV (the 410's "oldest"), which the relist's
+    /// `History::reset` keeps; a relist that lands below the floor leaves the cache unready
+    /// until the upstream moves past it (`Writer::replace`).
     pub fn distrust_through(&self, at: Rv) {
-        self.shared.state.lock().history.reset(Rv(at.0.saturating_add(1)));
+        let mut st = self.shared.state.lock();
+        let through = at.max(st.rv);
+        st.history.reset(Rv(through.0.saturating_add(1)));
     }
 
     /// Resolves when a relist was asked for (where the cache was found wrong, and why),

@@ -988,3 +988,41 @@ fn a_released_cache_is_never_saved() {
     w.stopped();
     assert!(r.progress().ready && r.saved().is_none());
 }
+
+/// Found wrong at `at` while events after `at` came in: a client may have listed or watched
+/// up to the cache's RV on the wrong state, so the relist's floor is above that RV, not `at`
+/// (a resume there would be accepted with nothing replayed: the difference never sent).
+#[test]
+fn a_cache_found_wrong_distrusts_every_rv_it_served() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    w.set_not_ready(Some("differs".into()));
+    w.distrust_through(Rv(11));
+    let fixed = vec![obj(&w, "a", "x", 12, "a"), obj(&w, "b", "z", 7, "b"), obj(&w, "c", "missed", 9, "c")];
+    w.replace(fixed, Rv(12));
+    w.bookmark(Rv(15));
+    assert!(r.progress().ready);
+    let e = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).err().unwrap();
+    assert_eq!(e.to_string(), "too old resource version: 12 (13)");
+    assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(15)), false)).is_ok());
+}
+
+/// The relist lands at the very RV the wrong cache had reached (nothing written upstream
+/// since): that RV is distrusted, so a LIST answered there would send its client to a watch
+/// that answers 410, and again. The cache stays unready until the upstream moves past it.
+#[test]
+fn a_relist_at_the_distrusted_rv_waits_for_the_upstream_to_move() {
+    let (mut w, r) = setup();
+    w.set_not_ready(Some("differs".into()));
+    w.distrust_through(Rv(10));
+    let fixed = vec![obj(&w, "a", "x", 5, "a"), obj(&w, "c", "missed", 9, "c")];
+    w.replace(fixed, Rv(10));
+    let p = r.progress();
+    assert!(!p.ready, "not served at an RV every client of the wrong cache may hold");
+    assert!(p.last_error.as_deref().is_some_and(|e| e.contains("found wrong")), "{:?}", p.last_error);
+    w.bookmark(Rv(13));
+    assert!(r.progress().ready, "past it: served again");
+    let e = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).err().unwrap();
+    assert_eq!(e.to_string(), "too old resource version: 10 (11)");
+    assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(13)), false)).is_ok());
+}

@@ -134,6 +134,13 @@ async fn a_dropped_event_is_caught_within_one_period_and_clients_end_at_the_trut
         .await
             >= 1
     );
+    // Nothing was written upstream since the lost change: the list is at the RV the wrong
+    // cache had reached, which its clients may hold, so the cache waits for the upstream to
+    // move past it (unready: its reads forwarded or 429) rather than answer there.
+    assert!(!reader.progress().ready, "not served at the RV the wrong cache was at");
+    let after = rv_of(&sim.sim.update("configmaps", "w", cm("c", "after")).expect("update"));
+    reader.wait_for(Rv(after), Duration::from_secs(5)).await.expect("moved past it");
+    assert!(reader.progress().ready);
     // The client: its watch ended at the relist, its re-watch got 410, it listed again.
     let truth = names_rvs(
         &send(&client, http::Method::GET, &format!("http://{}{CMS}", sim.addr), None, &[]).await.json(),
