@@ -49,7 +49,14 @@ pub fn object_splice<'p>(
     if first == new.len() && first == old.len() {
         return None;
     }
-    let cx = Cx { s: schema, minor, json: new, stored: Some((new, 0)), repeated: Default::default() };
+    let cx = Cx {
+        s: schema,
+        minor,
+        json: new,
+        stored: Some((new, 0)),
+        repeated: Default::default(),
+        depth: Default::default(),
+    };
     let mut s = Splice {
         cx: &cx,
         parts: Parts::of(prior),

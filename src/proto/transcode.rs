@@ -43,7 +43,8 @@ fn unsupported<T>(what: impl Into<String>) -> R<T> {
 /// all for an embedded object).
 /// Fields added after Kubernetes 1.`minor` are not written ([`super::NEWEST`]: all).
 pub fn object(schema: &Schema, msg: usize, json: &[u8], minor: u32) -> R<Vec<u8>> {
-    let cx = Cx { s: schema, minor, json, stored: None, repeated: Default::default() };
+    let cx =
+        Cx { s: schema, minor, json, stored: None, repeated: Default::default(), depth: Default::default() };
     Ok(encode_object(&cx, msg)?.into_rope().to_vec())
 }
 
@@ -58,7 +59,14 @@ pub fn object_shared(
     prefix_len: usize,
     minor: u32,
 ) -> R<Rope> {
-    let cx = Cx { s: schema, minor, json, stored: Some((stored, prefix_len)), repeated: Default::default() };
+    let cx = Cx {
+        s: schema,
+        minor,
+        json,
+        stored: Some((stored, prefix_len)),
+        repeated: Default::default(),
+        depth: Default::default(),
+    };
     let mut rope = encode_object(&cx, msg)?.into_rope();
     rope.repeated = cx.repeated.get();
     Ok(rope)
@@ -83,7 +91,17 @@ pub(super) struct Cx<'a> {
     pub(super) stored: Option<(&'a Bytes, usize)>,
     /// Set when an object had a member twice ([`Rope::repeated`]).
     pub(super) repeated: std::cell::Cell<bool>,
+    /// Messages being encoded, one inside the other ([`MAX_DEPTH`]).
+    pub(super) depth: std::cell::Cell<usize>,
 }
+
+/// Messages nested deeper than this are Unsupported (the object is then forwarded in protobuf,
+/// as any the transcoder cannot encode). Each level reads its members with a
+/// `serde_json::Deserializer` of its own, taking map values and slice elements as `RawValue`s,
+/// which serde_json scans without its recursion limit: without this bound a CRD whose schema
+/// nests `properties` thousands deep would recurse until the worker's stack overflows, which
+/// aborts the process. Real objects nest a few dozen deep (a CRD's schema).
+pub(super) const MAX_DEPTH: usize = 100;
 
 impl Cx<'_> {
     /// `part` (a slice of `self.json`) as a slice of the stored bytes, if it lies in them.
@@ -780,6 +798,17 @@ pub(super) fn single(cx: &Cx, number: u32, ty: &Ty, v: Option<&RawValue>, out: &
 
 /// The body of message `idx` from its JSON value (`None`: the Go zero value).
 fn message_value(cx: &Cx, idx: usize, v: Option<&RawValue>) -> R<Out> {
+    let depth = cx.depth.get() + 1;
+    if depth > MAX_DEPTH {
+        return unsupported(format!("messages nested deeper than {MAX_DEPTH}"));
+    }
+    cx.depth.set(depth);
+    let out = message_value_in(cx, idx, v);
+    cx.depth.set(depth - 1);
+    out
+}
+
+fn message_value_in(cx: &Cx, idx: usize, v: Option<&RawValue>) -> R<Out> {
     let m = &cx.s.messages[idx];
     if let Some(sp) = m.special {
         return special(cx, m, sp, v);
@@ -1085,6 +1114,7 @@ mod tests {
                 json: json.as_bytes(),
                 stored: None,
                 repeated: Default::default(),
+                depth: Default::default(),
             };
             let m = &s.messages[s.message(name).unwrap()];
             special(&cx, m, m.special.unwrap(), Some(&v)).unwrap().into_rope().to_vec()
@@ -1150,5 +1180,64 @@ mod tests {
         assert_eq!(go_duration("-300ms"), Some(-300_000_000));
         assert_eq!(go_duration("0"), Some(0));
         assert_eq!(go_duration("1x"), None);
+    }
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::super::NEWEST;
+    use super::*;
+
+    /// A message that holds itself, as `JSONSchemaProps` does (`not`, `properties`, …).
+    fn schema() -> Schema {
+        Schema::parse(
+            "g core v1 t\n\
+             m t.Node\nf 1 name string one\nf 2 child t.Node opt\nf 3 kids map<string,t.Node> map\nf 4 list t.Node rep\n",
+        )
+        .unwrap()
+    }
+
+    fn nested(depth: usize, open: &str, close: &str) -> String {
+        let mut j = String::from(r#"{"kind":"Node","apiVersion":"v1","name":"top""#);
+        for _ in 0..depth {
+            j.push_str(open);
+        }
+        for _ in 0..depth {
+            j.push_str(close);
+        }
+        j.push('}');
+        j
+    }
+
+    /// An object nested deeper than any real one (a CRD whose schema nests `properties`
+    /// thousands deep, in a map, a slice or a singular field) is Unsupported — forwarded in
+    /// protobuf, as any object the transcoder cannot encode — never a stack overflow, which
+    /// would abort the process; one nested almost to the limit encodes. On a thread with a
+    /// tokio worker's 2 MiB stack, in a debug build (larger frames than the release build's).
+    #[test]
+    fn an_object_nested_past_the_limit_is_unsupported_not_a_stack_overflow() {
+        for (open, close, levels) in [
+            (r#","child":{"name":"n""#, "}", 90),
+            (r#","kids":{"k":{"name":"n""#, "}}", 90),
+            (r#","list":[{"name":"n""#, "}]", 60),
+        ] {
+            let (deep, allowed) = (nested(20_000, open, close), nested(levels, open, close));
+            let (deep, allowed) = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || {
+                    let s = schema();
+                    let m = s.message("t.Node").unwrap();
+                    (
+                        object(&s, m, deep.as_bytes(), NEWEST).map(|_| ()),
+                        object(&s, m, allowed.as_bytes(), NEWEST),
+                    )
+                })
+                .unwrap()
+                .join()
+                .expect("no overflow");
+            let err = deep.expect_err("too deep");
+            assert!(err.0.contains("recursion limit") || err.0.contains("nested deeper"), "{open}: {err}");
+            assert!(allowed.is_ok(), "{open}: {levels} levels encode: {:?}", allowed.err());
+        }
     }
 }
