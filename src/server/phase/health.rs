@@ -19,7 +19,10 @@ pub struct Health {
 impl<B: Send + Sync + 'static> Phase<B> for Health {
     async fn call<S: Next<B>>(&self, req: Req<B>, next: &S) -> Resp {
         if let Some((endpoint, sub)) = health::route(req.uri().path()) {
-            if req.method() == http::Method::GET || req.method() == http::Method::HEAD {
+            // A health path past the URL or header limits goes on to their phase (414 / 431):
+            // never a 1 MiB path authenticated and put in a SubjectAccessReview.
+            let sized = self.server.limits.check_sizes(&req).is_ok();
+            if sized && (req.method() == http::Method::GET || req.method() == http::Method::HEAD) {
                 let access = match access(&self.server, &req, sub.is_some()).await {
                     Ok(a) => a,
                     Err(resp) => return resp,
@@ -75,7 +78,14 @@ mod tests {
         // No cache is synced here, yet nothing blocks: the verbose answer lists the checks.
         let body = crate::server::phase::testing::text(resp).await;
         assert!(body.contains("[+]ping ok"), "{body}");
-        let (_, reached) = run(Health { server: s }, request("/api/v1/pods")).await;
+        let (_, reached) = run(Health { server: s.clone() }, request("/api/v1/pods")).await;
         assert!(reached);
+        // Past the URL limit (16 KiB): for the size limits' phase, not answered here.
+        let long = format!("/readyz/{}", "x".repeat(20 << 10));
+        let (_, reached) = run(Health { server: s.clone() }, request(&long)).await;
+        assert!(reached, "a health path past the URL limit goes on to its 414");
+        let (resp, reached) =
+            run(Health { server: s }, request(&format!("/readyz/{}", "x".repeat(100)))).await;
+        assert!(!reached && resp.status() != 414);
     }
 }
