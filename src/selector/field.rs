@@ -55,6 +55,11 @@ impl FieldSelector {
         self.terms.is_empty()
     }
 
+    /// How many terms (each a field read and a comparison per object).
+    pub fn len(&self) -> usize {
+        self.terms.len()
+    }
+
     /// The value of an exact `field=value` / `field==value` requirement, if there is one
     /// (used for `metadata.name`, `metadata.namespace`, `spec.nodeName`).
     pub fn exact(&self, field: &str) -> Option<&str> {

@@ -73,6 +73,12 @@ impl LabelSelector {
         self.reqs.is_empty()
     }
 
+    /// What matching one object costs, in label lookups and value comparisons: each
+    /// requirement, with as many values as it lists.
+    pub fn weight(&self) -> usize {
+        self.reqs.iter().map(|r| r.values.len().max(1)).sum()
+    }
+
     pub fn matches<L: LabelSet + ?Sized>(&self, labels: &L) -> bool {
         self.reqs.iter().all(|r| r.matches(labels))
     }

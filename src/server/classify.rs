@@ -74,7 +74,16 @@ pub enum ForwardReason {
     ShardSelector,
     /// A resource `--cache-memory-limit` stopped caching (`memory`; set by `phase::classify`).
     MemoryLimit,
+    /// Selectors heavier than [`MAX_SELECTOR_WEIGHT`]: matching them against every object (and
+    /// every event, for a watch) is CPU the apiserver spends under its own fairness, not on one
+    /// of the proxy's workers that every other request shares.
+    LargeSelector,
 }
+
+/// Label requirements (each counted with as many values as it lists) and field terms a cached
+/// read may carry; heavier selectors are forwarded. Real clients send a handful; the 16 KiB URL
+/// limit allows ~5 000 (`!a1,!a2,…`), each checked against each object's labels.
+pub const MAX_SELECTOR_WEIGHT: usize = 128;
 
 impl ForwardReason {
     pub fn as_str(self) -> &'static str {
@@ -94,6 +103,7 @@ impl ForwardReason {
             ForwardReason::UnusualPath => "unusual_path",
             ForwardReason::ShardSelector => "shard_selector",
             ForwardReason::MemoryLimit => "memory_limit",
+            ForwardReason::LargeSelector => "large_selector",
         }
     }
 }
@@ -479,6 +489,9 @@ fn decide(
         if name != sel {
             return Err(Error::BadRequest("fieldSelector metadata.name doesn't match requested name".into()));
         }
+    }
+    if labels.weight() + fields.len() > MAX_SELECTOR_WEIGHT {
+        return Ok(Route::Forward(ForwardReason::LargeSelector));
     }
     // 1.36 with ShardedListAndWatch on: the registry parses the selector before it asks
     // storage (so before continue / resourceVersion errors) and fails with a plain error.
