@@ -49,14 +49,7 @@ pub fn object_after(
     minor: u32,
     prior: &Prior,
 ) -> R<Rope> {
-    let cx = Cx {
-        s: schema,
-        minor,
-        json,
-        stored: Some((stored, prefix_len)),
-        repeated: Default::default(),
-        depth: Default::default(),
-    };
+    let cx = Cx::new(schema, minor, json, Some((stored, prefix_len)));
     let new = std::str::from_utf8(json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
     let old = std::str::from_utf8(prior.json).map_err(|e| Unsupported(format!("not UTF-8: {e}")))?;
     let ctx = Ctx::new(&cx, prior);

@@ -49,14 +49,7 @@ pub fn object_splice<'p>(
     if first == new.len() && first == old.len() {
         return None;
     }
-    let cx = Cx {
-        s: schema,
-        minor,
-        json: new,
-        stored: Some((new, 0)),
-        repeated: Default::default(),
-        depth: Default::default(),
-    };
+    let cx = Cx::new(schema, minor, new, Some((new, 0)));
     let mut s = Splice {
         cx: &cx,
         parts: Parts::of(prior),

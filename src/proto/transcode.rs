@@ -43,8 +43,7 @@ fn unsupported<T>(what: impl Into<String>) -> R<T> {
 /// all for an embedded object).
 /// Fields added after Kubernetes 1.`minor` are not written ([`super::NEWEST`]: all).
 pub fn object(schema: &Schema, msg: usize, json: &[u8], minor: u32) -> R<Vec<u8>> {
-    let cx =
-        Cx { s: schema, minor, json, stored: None, repeated: Default::default(), depth: Default::default() };
+    let cx = Cx::new(schema, minor, json, None);
     Ok(encode_object(&cx, msg)?.into_rope().to_vec())
 }
 
@@ -59,14 +58,7 @@ pub fn object_shared(
     prefix_len: usize,
     minor: u32,
 ) -> R<Rope> {
-    let cx = Cx {
-        s: schema,
-        minor,
-        json,
-        stored: Some((stored, prefix_len)),
-        repeated: Default::default(),
-        depth: Default::default(),
-    };
+    let cx = Cx::new(schema, minor, json, Some((stored, prefix_len)));
     let mut rope = encode_object(&cx, msg)?.into_rope();
     rope.repeated = cx.repeated.get();
     Ok(rope)
@@ -102,6 +94,17 @@ pub(super) struct Cx<'a> {
 /// nests `properties` thousands deep would recurse until the worker's stack overflows, which
 /// aborts the process. Real objects nest a few dozen deep (a CRD's schema).
 pub(super) const MAX_DEPTH: usize = 100;
+
+impl<'a> Cx<'a> {
+    pub(super) fn new(
+        s: &'a Schema,
+        minor: u32,
+        json: &'a [u8],
+        stored: Option<(&'a Bytes, usize)>,
+    ) -> Cx<'a> {
+        Cx { s, minor, json, stored, repeated: Default::default(), depth: Default::default() }
+    }
+}
 
 impl Cx<'_> {
     /// `part` (a slice of `self.json`) as a slice of the stored bytes, if it lies in them.
@@ -1108,14 +1111,7 @@ mod tests {
         let s = schema();
         let t = |name: &str, json: &str| {
             let v: Box<RawValue> = serde_json::from_str(json).unwrap();
-            let cx = Cx {
-                s: &s,
-                minor: u32::MAX,
-                json: json.as_bytes(),
-                stored: None,
-                repeated: Default::default(),
-                depth: Default::default(),
-            };
+            let cx = Cx::new(&s, u32::MAX, json.as_bytes(), None);
             let m = &s.messages[s.message(name).unwrap()];
             special(&cx, m, m.special.unwrap(), Some(&v)).unwrap().into_rope().to_vec()
         };

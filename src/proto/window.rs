@@ -47,14 +47,7 @@ pub fn object_edit(
     if prior.repeated {
         return None;
     }
-    let cx = Cx {
-        s: schema,
-        minor,
-        json: new,
-        stored: Some((new, 0)),
-        repeated: Default::default(),
-        depth: Default::default(),
-    };
+    let cx = Cx::new(schema, minor, new, Some((new, 0)));
     let p = Prior { json: old, stored: old, prefix_len: 0, rope: prior };
     let head = common_prefix(new, old);
     let tail = new.len() - common_suffix(&new[head..], &old[head..]);
