@@ -287,23 +287,30 @@ impl<G: Unpin> HttpBody for Guarded<G> {
 /// task frees the ticket at the deadline even when nobody polls the body (a client that
 /// stopped reading: hyper polls a body only when it can write), and before it when the body
 /// gave a frame and was not asked for the next one for `write_stall_timeout` (then the body is
-/// cut too: it ends with an error if it is ever polled again).
+/// cut too: it ends with an error if it is ever polled again). Either way the watchdog also
+/// lets go of what the body still had to send (a list's snapshot and chunk, an indented copy),
+/// which hyper would otherwise keep until the connection ends: a client that never reads
+/// holds only this shell.
 pub struct InFlight {
-    inner: Body,
+    inner: Shared,
     ticket: Ticket,
     deadline: std::pin::Pin<Box<Sleep>>,
     watchdog: AbortHandle,
     done: bool,
 }
 
+/// The body an [`InFlight`] sends, which its watchdog empties when it cuts it.
+type Shared = Arc<Mutex<Option<Body>>>;
+
 impl InFlight {
     pub fn wrap(resp: Response<Body>, ticket: Ticket, deadline: Instant, stall: Duration) -> Response<Body> {
         ticket.0.lock().owed_since = Some(Instant::now());
-        let watchdog = tokio::spawn(watch(ticket.clone(), deadline, stall)).abort_handle();
+        let (parts, inner) = resp.into_parts();
+        let inner: Shared = Arc::new(Mutex::new(Some(inner)));
+        let watchdog = tokio::spawn(watch(ticket.clone(), inner.clone(), deadline, stall)).abort_handle();
         let deadline = Box::pin(tokio::time::sleep_until(deadline));
-        resp.map(|inner| {
-            http_body_util::BodyExt::boxed_unsync(InFlight { inner, ticket, deadline, watchdog, done: false })
-        })
+        let body = InFlight { inner, ticket, deadline, watchdog, done: false };
+        Response::from_parts(parts, http_body_util::BodyExt::boxed_unsync(body))
     }
 
     fn finish(&mut self) {
@@ -313,8 +320,9 @@ impl InFlight {
     }
 }
 
-/// Frees `ticket` at `deadline`, or when its body has waited `stall` (non-zero) for the client.
-async fn watch(ticket: Ticket, deadline: Instant, stall: Duration) {
+/// Frees `ticket` at `deadline`, or when its body has waited `stall` (non-zero) for the client,
+/// and then lets go of the body's source (`inner`).
+async fn watch(ticket: Ticket, inner: Shared, deadline: Instant, stall: Duration) {
     loop {
         let now = Instant::now();
         let next = {
@@ -338,7 +346,12 @@ async fn watch(ticket: Ticket, deadline: Instant, stall: Duration) {
         };
         match next {
             Some(at) => tokio::time::sleep_until(at).await,
-            None => return ticket.release(),
+            None => {
+                ticket.release();
+                let source = inner.lock().take();
+                drop(source);
+                return;
+            }
         }
     }
 }
@@ -371,7 +384,11 @@ impl HttpBody for InFlight {
             tracing::debug!("response body cut at the request timeout");
             return Poll::Ready(Some(Err("the request timeout expired while sending the response".into())));
         }
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        let polled = match self.inner.lock().as_mut() {
+            Some(inner) => std::pin::Pin::new(inner).poll_frame(cx),
+            // Let go by the watchdog (cut or past the deadline: caught above).
+            None => Poll::Ready(Some(Err("the response was given up".into()))),
+        };
         match &polled {
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
             Poll::Ready(Some(Ok(_))) => self.ticket.0.lock().owed_since = Some(Instant::now()),
@@ -381,11 +398,12 @@ impl HttpBody for InFlight {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done || self.inner.is_end_stream()
+        // A source let go by the watchdog is not an end: the next poll says it failed.
+        self.done || self.inner.lock().as_ref().is_some_and(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner.lock().as_ref().map(|b| b.size_hint()).unwrap_or_default()
     }
 }
 
@@ -497,7 +515,7 @@ mod tests {
     async fn at_the_deadline_the_body_is_cut_and_the_permit_freed_even_unpolled() {
         use http_body_util::BodyExt;
         let l = one_permit();
-        let (_tx, resp) = streaming();
+        let (tx, resp) = streaming();
         let resp = InFlight::wrap(
             resp,
             l.admit().unwrap(),
@@ -510,6 +528,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         tokio::task::yield_now().await;
         assert!(l.admit().is_ok(), "freed at the deadline");
+        assert!(tx.is_closed(), "and what the body had to send let go, unpolled");
         let mut body = resp.into_body();
         assert!(body.frame().await.unwrap().is_err(), "the body ends with an error");
         assert!(body.frame().await.is_none());
@@ -560,12 +579,17 @@ mod tests {
         assert!(body.frame().await.unwrap().is_ok());
         tokio::time::sleep(Duration::from_secs(9)).await;
         assert_eq!((l.in_flight(), l.in_flight_of("alice")), (1, 1));
+        assert!(!tx.is_closed());
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(
             (l.in_flight(), l.in_flight_of("alice")),
             (0, 0),
             "freed at the stall timeout, before the deadline"
         );
+        // The client never asks again (hyper keeps the body while the stream lives): what it
+        // had to send is let go all the same.
+        assert!(tx.is_closed(), "the source let go at the cut, unpolled");
+        assert!(!http_body::Body::is_end_stream(&body), "not a complete-looking end");
         assert!(body.frame().await.unwrap().is_err(), "and the body is cut");
     }
 }

@@ -28,9 +28,9 @@ pub fn stack(
         }))
         .layer(PhaseLayer(phase::health::Health { server: server.clone() }))
         .layer(PhaseLayer(phase::compress::Compress))
-        .layer(PhaseLayer(phase::pretty::Pretty))
         .layer(PhaseLayer(phase::sizes::Sizes { limits: server.limits.clone(), recorder: recorder.clone() }))
         .layer(PhaseLayer(phase::admit::Admit { limits: server.limits.clone(), recorder: recorder.clone() }))
+        .layer(PhaseLayer(phase::pretty::Pretty))
         .layer(PhaseLayer(phase::authenticate::Authenticate {
             auth: server.auth.clone(),
             limits: server.limits.clone(),
@@ -80,9 +80,9 @@ mod tests {
                 "guard",
                 "health",
                 "compress",
-                "pretty",
                 "sizes",
                 "admit",
+                "pretty",
                 "authenticate",
                 "classify",
                 "authorize",

@@ -149,6 +149,54 @@ async fn a_user_not_reading_large_answers_holds_only_its_share_and_not_for_long(
     env.proxy.shutdown().await;
 }
 
+/// Mallory asks for small answers indented for her (`pretty=true`) on an HTTP/2 connection
+/// that grants her streams no window: nothing of a body is ever sent, the answers stay with
+/// the proxy. Before, the indenting phase sat outside admit and drained each answer whole, so
+/// its in-flight permit was freed at once while its indented copy waited: she could hold any
+/// number of them. Now an indented answer holds its permit (and is let go at the stall cut).
+#[tokio::test]
+async fn indented_answers_nobody_reads_hold_their_permits() {
+    let stall = Duration::from_secs(2);
+    let env = start(1, |a| {
+        a.security.max_requests_inflight = 4;
+        a.security.write_stall_timeout = stall;
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let path = "/api/v1/namespaces/big/configmaps/cm-0000?resourceVersion=0&pretty=true";
+    let mut unsent = Vec::new();
+    for _ in 0..2 {
+        send.ready().await.unwrap();
+        let r = send.send_request(h2_get(path, "mallory-token")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        unsent.push(r);
+    }
+    let t0 = Instant::now();
+    send.ready().await.unwrap();
+    let r = send.send_request(h2_get(path, "mallory-token")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "her share is held by the two unsent answers");
+    assert_eq!(env.get(path, "alice-token").await, StatusCode::OK, "Alice is served");
+    // The permits come back at the stall cut, nothing having been read.
+    loop {
+        send.ready().await.unwrap();
+        let r = send.send_request(h2_get(path, "mallory-token")).await.unwrap();
+        if r.status() == StatusCode::OK {
+            break;
+        }
+        assert!(t0.elapsed() < stall * 4, "freed within a few stall timeouts: {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(unsent);
+    conn.abort();
+    env.proxy.shutdown().await;
+}
+
 /// Alice GETs 300 distinct names (no such objects: each needs its own decision). Before: 300
 /// SubjectAccessReviews. Now at most her burst (plus what the rate refills), then 429; another
 /// user still has reviews of their own.

@@ -3,10 +3,14 @@
 //! the proxy makes itself — objects and lists from the cache, its Statuses, the refusals of the
 //! phases after this one — is indented; watches (no `Content-Length`: a stream) and protobuf are
 //! not, as the apiserver's are not, and forwarded answers are the upstream's own (it got the
-//! same query and user agent). Sits outside every phase that answers, inside `compress`
-//! (a large indented list is then gzip'd as the apiserver gzips it). An answer is never held
-//! whole twice: up to 1 MiB of compact JSON is indented whole with its `Content-Length`; a
-//! larger answer is indented as it is sent, chunked, as the apiserver sends a large answer.
+//! same query and user agent). Sits inside `admit` (the indented answer is what its in-flight
+//! permit, write-stall cut and deadline hold: drained outside it, a small answer's permit was
+//! freed at once while its indented copy waited for a client that never read it), outside
+//! every later phase that answers, and inside `compress` (a large indented list is then gzip'd
+//! as the apiserver gzips it); the refusals of `sizes` and `admit` are not indented. An answer
+//! is never held whole twice: up to 1 MiB of compact JSON is indented whole with its
+//! `Content-Length`; a larger answer is indented as it is sent, chunked, as the apiserver
+//! sends a large answer.
 
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
