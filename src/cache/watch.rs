@@ -3,7 +3,9 @@
 //! BOOKMARKs for watchers that asked for them, until the deadline.
 //!
 //! Started by `Reader::watch` (called by `server::serve`); `Watch::next` yields the framed
-//! lines of the response body, one event each, never re-encoded.
+//! lines of the response body, one event each, never re-encoded. A watch's initial objects
+//! not sent yet are let go at its deadline by a timer of their own ([`Unsent`]), whether or
+//! not the body is polled again.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -12,7 +14,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tokio::time::{Instant, Sleep};
 
 use super::filter::{Filter, LazyFrames};
@@ -69,8 +73,9 @@ pub struct Watch {
     /// Frames ready to go out before anything else (replay, drained events, bookmarks).
     pending: VecDeque<Bytes>,
     /// Objects still to send as synthetic ADDED events; dropped (with its buffer: 8 bytes per
-    /// object of a watch-list) once sent, not kept for the life of the watch.
-    initial: Option<std::vec::IntoIter<Arc<Object>>>,
+    /// object of a watch-list) once sent, not kept for the life of the watch, and at the
+    /// deadline if never sent ([`Unsent`]).
+    initial: Option<Unsent>,
     /// The end-of-initial-events bookmark to send after `initial` (watch-list with bookmarks).
     end_bookmark: Option<Rv>,
     /// RV of the newest event or bookmark sent; bookmarks never go back or repeat.
@@ -188,7 +193,7 @@ fn finish(
         id: Some(id),
         rx,
         pending,
-        initial: (!initial.is_empty()).then(|| initial.into_iter()),
+        initial: (!initial.is_empty()).then(|| Unsent::new(initial, deadline)),
         end_bookmark,
         last_rv,
         bookmarks,
@@ -198,6 +203,42 @@ fn finish(
         deadline_timer: None,
         bookmark_timer: None,
         done: false,
+    }
+}
+
+/// A watch's initial objects not sent yet. hyper polls a body only when its stream has window,
+/// so a client that never reads (HTTP/2, no window, its PINGs answered) would keep them — 8
+/// bytes per object per watch, and every version the store has replaced since — until its
+/// connection ends. A timer lets go of them at the watch's deadline; the watch, if polled
+/// again, then ends without its end-of-initial-events bookmark (never claiming a state it did
+/// not send). The timer goes with the watch.
+struct Unsent {
+    objects: Arc<Mutex<Option<std::vec::IntoIter<Arc<Object>>>>>,
+    timer: Option<AbortHandle>,
+}
+
+impl Unsent {
+    fn new(objects: Vec<Arc<Object>>, deadline: Instant) -> Unsent {
+        let objects = Arc::new(Mutex::new(Some(objects.into_iter())));
+        // A watch made outside a runtime (tests) has no timer: the deadline then only ends it.
+        let timer = tokio::runtime::Handle::try_current().ok().map(|rt| {
+            let slot = objects.clone();
+            rt.spawn(async move {
+                tokio::time::sleep_until(deadline).await;
+                let gone = slot.lock().take();
+                drop(gone);
+            })
+            .abort_handle()
+        });
+        Unsent { objects, timer }
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(t) = self.timer.take() {
+            t.abort();
+        }
     }
 }
 
@@ -241,8 +282,16 @@ impl Watch {
                 // A drained replay: its buffer goes, a bookmark or two fit in a new one.
                 self.pending = VecDeque::new();
             }
-            if let Some(initial) = self.initial.as_mut() {
-                match initial.next() {
+            if let Some(initial) = self.initial.as_ref() {
+                let next = match initial.objects.lock().as_mut() {
+                    Some(objects) => objects.next(),
+                    // Let go at the deadline, unsent: the watch is over.
+                    None => {
+                        self.done = true;
+                        return Poll::Ready(None);
+                    }
+                };
+                match next {
                     // Encodings checked at the start: always there.
                     Some(obj) => match frame_object(EventType::Added, &obj, self.repr) {
                         Some(f) => return Poll::Ready(Some(f)),
@@ -445,6 +494,34 @@ mod tests {
     fn named(w: &crate::cache::Writer, name: &str, rv: u64) -> Object {
         let json = format!(r#"{{"metadata":{{"name":"{name}","namespace":"a","resourceVersion":"{rv}"}}}}"#);
         w.parse(Bytes::from(json)).unwrap()
+    }
+
+    /// A watch's initial objects that a client never takes (hyper never polls the body again)
+    /// are let go at the deadline, not when the connection ends; polled after that, the watch
+    /// ends without claiming the initial state complete.
+    #[tokio::test(start_paused = true)]
+    async fn unsent_initial_objects_are_let_go_at_the_deadline() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        let objects: Vec<Object> = (0..100).map(|i| named(&w, &format!("o{i}"), 5)).collect();
+        w.replace(objects, Rv(10));
+        let held = || Arc::strong_count(&r.get("a", "o50").unwrap()) - 1;
+        let before = held();
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let req = WatchRequest {
+            filter: Filter::default(),
+            start: WatchStart::InitialEvents,
+            bookmarks: true,
+            deadline,
+        };
+        let mut list = r.watch(req).unwrap();
+        assert_eq!(held(), before + 1, "the watch holds the object until it is sent");
+        assert!(list.next().await.is_some(), "one initial event taken, then the client stops");
+        tokio::time::sleep(std::time::Duration::from_secs(299)).await;
+        assert_eq!(held(), before + 1);
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        assert_eq!(held(), before, "let go at the deadline, the body never polled");
+        assert!(list.next().await.is_none(), "over: no end-of-initial-events bookmark");
     }
 
     /// A watch-list's initial objects and a replay's queue are freed once sent, not kept for
