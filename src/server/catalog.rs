@@ -77,15 +77,9 @@ impl Resources {
         self.current.read().clone()
     }
 
-    /// Starts answering for `reader`'s resource.
+    /// Starts answering for `reader`'s resource (a new cache: never released, so always).
     pub fn add(&self, upstream: &Upstream, reader: Reader) {
-        let kind = reader.kind().clone();
-        let prober = Prober::new(upstream.clone(), reader.clone());
-        let key = key_of(&kind);
-        self.update(&key, |next| {
-            next.kinds.push(Arc::new(kind));
-            next.caches.insert(key.clone(), (reader, prober));
-        });
+        self.readmit(upstream, reader);
     }
 
     /// As [`Resources::add`], for a cache taken back after `--cache-memory-limit` dropped it,

@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(cancelled.load(Ordering::SeqCst), 1);
         assert_eq!(f.in_flight(), 0);
         // A queued read nobody waits for any more is never sent.
-        let (first, queued) = (spawn("c"), spawn("c"));
+        let (first, joined) = (spawn("c"), spawn("c"));
         tokio::time::sleep(Duration::from_millis(1)).await;
         let late = {
             let (f, fetch) = (f.clone(), cancellable(cancelled.clone()));
@@ -263,7 +263,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         late.abort();
         assert_eq!(first.await.unwrap(), Some(5));
-        assert_eq!(queued.await.unwrap(), Some(5));
+        assert_eq!(joined.await.unwrap(), Some(5));
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(f.in_flight(), 0, "the queued read was dropped, not sent");
         assert_eq!(cancelled.load(Ordering::SeqCst), 1);
