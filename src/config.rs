@@ -42,6 +42,14 @@ pub struct UpstreamArgs {
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
           default_missing_value = "true", value_parser = parse_bool_flag)]
     pub insecure_skip_tls_verify: bool,
+    /// Requests open at once on one HTTP/2 connection to the upstream; past it another
+    /// connection is opened. Keep it below the upstream's --http2-max-streams-per-connection
+    /// (kube-apiserver's default: 100): a request past the upstream's limit waits for another
+    /// request's stream to end, and a watch's lasts minutes.
+    #[arg(long, default_value_t = crate::upstream::DEFAULT_STREAMS_PER_CONNECTION,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=crate::upstream::MAX_STREAMS_PER_CONNECTION as u64))]
+    pub upstream_max_streams_per_connection: usize,
 }
 
 impl UpstreamArgs {
@@ -55,6 +63,7 @@ impl UpstreamArgs {
             client_key: self.client_key.clone(),
             certificate_authority: self.certificate_authority.clone(),
             insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+            max_streams_per_connection: self.upstream_max_streams_per_connection,
         }
     }
 }
@@ -253,6 +262,7 @@ impl ServeArgs {
             ("stateDir", p(&self.state_dir).into()),
             ("stateSyncPeriod", d(self.state_sync_period).into()),
             ("stateResources", serde_json::json!(self.state_resources)),
+            ("upstreamMaxStreamsPerConnection", u.upstream_max_streams_per_connection.into()),
         ] {
             v[k] = x;
         }

@@ -17,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::auth::Credentials;
 use super::config::{ConfigError, Resolved};
+use super::lanes::{self, Lanes, Leased};
 use super::tls::{connector, Connector, Flavor};
 use super::{Upstream, UpstreamError};
 
@@ -34,13 +35,13 @@ pub(crate) struct Inner {
     has_identity: bool,
     user_agent: HeaderValue,
     /// The proxy's own requests: its token and client certificate.
-    pub own: Client<Connector, Full<Bytes>>,
+    pub own: Lanes<Full<Bytes>>,
     /// Pass-through, no credentials, h2 when offered.
-    pub forward: Client<Connector, Incoming>,
+    pub forward: Lanes<Incoming>,
     /// Pass-through of upgrade requests, no credentials, HTTP/1.1 only.
     pub upgrade: Client<Connector, Incoming>,
     /// A caller's request sent with the proxy's identity and impersonation headers.
-    pub forward_own: Client<Connector, Incoming>,
+    pub forward_own: Lanes<Incoming>,
     /// The same for upgrades, HTTP/1.1 only.
     pub upgrade_own: Client<Connector, Incoming>,
     /// Told about every own request (metrics).
@@ -48,7 +49,9 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    pub fn build(r: Resolved) -> Result<Inner, ConfigError> {
+    /// `streams_per_connection`: requests on one upstream connection at once (0: the default,
+    /// [`lanes::DEFAULT_STREAMS_PER_CONNECTION`]).
+    pub fn build(r: Resolved, streams_per_connection: usize) -> Result<Inner, ConfigError> {
         if r.tls.insecure && r.base_url.starts_with("https://") {
             tracing::warn!(
                 upstream = %r.base_url,
@@ -57,11 +60,15 @@ impl Inner {
                  credentials and every forwarded request"
             );
         }
-        let own = client(&r, Flavor::Own)?;
-        let forward = client(&r, Flavor::Forward)?;
-        let upgrade = client(&r, Flavor::Upgrade)?;
-        let forward_own = client(&r, Flavor::Own)?;
-        let upgrade_own = client(&r, Flavor::OwnUpgrade)?;
+        let per_lane = match streams_per_connection {
+            0 => lanes::DEFAULT_STREAMS_PER_CONNECTION,
+            n => n.min(lanes::MAX_STREAMS_PER_CONNECTION),
+        };
+        let own = lanes(&r, Flavor::Own, per_lane)?;
+        let forward = lanes(&r, Flavor::Forward, per_lane)?;
+        let upgrade = client(&r, Flavor::Upgrade, per_lane)?;
+        let forward_own = lanes(&r, Flavor::Own, per_lane)?;
+        let upgrade_own = client(&r, Flavor::OwnUpgrade, per_lane)?;
         Ok(Inner {
             base_url: r.base_url,
             origin: r.origin,
@@ -122,7 +129,10 @@ impl Inner {
 
     /// Sends an own request and waits (at most [`REQUEST_TIMEOUT`]) for the response headers.
     /// A non-2xx answer is read and returned as [`UpstreamError::Status`].
-    pub async fn send_own(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, UpstreamError> {
+    pub async fn send_own(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Leased<Incoming>>, UpstreamError> {
         let what = format!("{} {}", req.method(), req.uri().path());
         let method = req.method().clone();
         let started = tokio::time::Instant::now();
@@ -194,12 +204,35 @@ impl Upstream {
     }
 }
 
-fn client<B>(r: &Resolved, flavor: Flavor) -> Result<Client<Connector, B>, ConfigError>
+/// A client's connections in lanes of `per_lane` requests (see `lanes.rs`).
+fn lanes<B>(r: &Resolved, flavor: Flavor, per_lane: usize) -> Result<Lanes<B>, ConfigError>
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // Built once: a lane's client is a clone of it with a pool of its own.
+    let conn = connector(&r.tls, flavor)?;
+    Ok(Lanes::new(per_lane, move || builder(per_lane).build(conn.clone())))
+}
+
+fn client<B>(r: &Resolved, flavor: Flavor, per_lane: usize) -> Result<Client<Connector, B>, ConfigError>
 where
     B: http_body::Body + Send + 'static,
     B::Data: Send,
 {
-    let conn = connector(&r.tls, flavor)?;
+    Ok(builder(per_lane).build(connector(&r.tls, flavor)?))
+}
+
+/// A stream's HTTP/2 flow-control window on an upstream connection: 1 MiB in flight per
+/// response, enough for a multi-megabyte LIST at loopback and LAN speeds.
+pub(crate) const STREAM_WINDOW: u32 = 1 << 20;
+
+/// The client settings. The connection's window is the sum of its streams' (`per_lane` ×
+/// [`STREAM_WINDOW`]): a response its caller does not read holds its own stream's window and
+/// never stops the others on the connection (hyper's adaptive window sets both to one figure,
+/// so one unread response of 64 KiB stopped every response on the connection).
+pub(crate) fn builder(per_lane: usize) -> hyper_util::client::legacy::Builder {
     let mut b = Client::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -207,10 +240,9 @@ where
         .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
         .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true)
-        // Large forwarded LISTs over an h2 (TLS) upstream: a BDP-sized window instead of the
-        // 64 KiB default, which stalls a multi-megabyte body on window updates.
-        .http2_adaptive_window(true);
-    Ok(b.build(conn))
+        .http2_initial_stream_window_size(STREAM_WINDOW)
+        .http2_initial_connection_window_size(STREAM_WINDOW.saturating_mul(per_lane as u32));
+    b
 }
 
 /// A non-2xx answer: keep the body, and its `Status` object when it is one.

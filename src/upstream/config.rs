@@ -41,6 +41,9 @@ pub struct UpstreamOptions {
     pub certificate_authority: Option<PathBuf>,
     /// `--insecure-skip-tls-verify`: do not verify the upstream's certificate.
     pub insecure_skip_tls_verify: bool,
+    /// `--upstream-max-streams-per-connection`: requests open at once on one upstream HTTP/2
+    /// connection before another is opened (0: [`super::lanes::DEFAULT_STREAMS_PER_CONNECTION`]).
+    pub max_streams_per_connection: usize,
 }
 
 /// The outcome of resolving [`UpstreamOptions`].

@@ -178,7 +178,11 @@ impl Upstream {
 }
 
 /// The upstream response with hop-by-hop headers dropped and the body streamed.
-fn passthrough(resp: Response<Incoming>) -> Response<BoxBody> {
+fn passthrough<B>(resp: Response<B>) -> Response<BoxBody>
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<super::rechunk::PumpError> + Send,
+{
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     Response::from_parts(parts, super::rechunk::pumped(body).boxed_unsync())

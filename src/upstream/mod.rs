@@ -16,6 +16,7 @@
 //! | `auth.rs` | the proxy's own credentials; token files re-read every minute |
 //! | `tls.rs` | rustls client configs (with and without the client certificate) and connectors |
 //! | `client.rs` | the three pooled HTTP clients and the own-request helpers ([`Upstream::get_json`]) |
+//! | `lanes.rs` | the own and forwarding clients' connections in lanes of at most N requests each |
 //! | `discovery.rs` | [`Upstream::discover`]: "group/resource" → [`ResourceKind`] |
 //! | `list.rs` | [`Upstream::list_page`] and zero-copy [`ListPage`] parsing |
 //! | `watch.rs` | [`Upstream::watch`] and the [`WatchStream`] line splitter |
@@ -36,6 +37,7 @@ mod errors;
 mod exec;
 mod forward;
 mod identity;
+mod lanes;
 mod list;
 mod rechunk;
 mod tls;
@@ -57,6 +59,7 @@ pub use config::{resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
 pub use identity::{Identity, IdentitySlot};
+pub use lanes::{Leased, DEFAULT_STREAMS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION};
 pub use list::{ListPage, MetadataPage, Selection};
 pub use tls::client_config;
 pub use watch::{RawEvent, WatchStream};
@@ -147,7 +150,7 @@ impl Upstream {
     /// the clients. Does no network I/O; a missing or broken configuration is a one-line error.
     pub fn new(opts: &UpstreamOptions) -> Result<Upstream, ConfigError> {
         let resolved = config::resolve(opts)?;
-        Ok(Upstream { inner: Arc::new(client::Inner::build(resolved)?) })
+        Ok(Upstream { inner: Arc::new(client::Inner::build(resolved, opts.max_streams_per_connection)?) })
     }
 
     /// Reports every own request from now on to `observer` (set once, by `app`; later calls

@@ -111,7 +111,7 @@ pub async fn serve(h: Handler) -> SocketAddr {
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let h = h.clone();
-            tokio::spawn(serve_conn(TokioIo::new(tcp), ConnInfo::default(), h));
+            tokio::spawn(serve_conn(TokioIo::new(tcp), ConnInfo::default(), h, None));
         }
     });
     addr
@@ -120,6 +120,12 @@ pub async fn serve(h: Handler) -> SocketAddr {
 /// Serves `h` over TLS with the test server certificate; client certificates signed by the test
 /// CA are asked for but optional, and reported in [`ConnInfo`].
 pub async fn serve_tls(h: Handler) -> SocketAddr {
+    serve_tls_with(h, None).await
+}
+
+/// [`serve_tls`] allowing at most `max_streams` HTTP/2 streams per connection (kube-apiserver's
+/// `--http2-max-streams-per-connection`; hyper's own default otherwise).
+pub async fn serve_tls_with(h: Handler, max_streams: Option<u32>) -> SocketAddr {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(CA_PEM.as_bytes()).unwrap()).unwrap();
@@ -151,14 +157,14 @@ pub async fn serve_tls(h: Handler) -> SocketAddr {
                     client_cert: conn.peer_certificates().is_some_and(|c| !c.is_empty()),
                     h2: conn.alpn_protocol() == Some(b"h2"),
                 };
-                serve_conn(TokioIo::new(tls), info, h).await;
+                serve_conn(TokioIo::new(tls), info, h, max_streams).await;
             });
         }
     });
     addr
 }
 
-async fn serve_conn<I>(io: TokioIo<I>, info: ConnInfo, h: Handler)
+async fn serve_conn<I>(io: TokioIo<I>, info: ConnInfo, h: Handler, max_streams: Option<u32>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -166,5 +172,9 @@ where
         let h = h.clone();
         async move { Ok::<_, Infallible>(h(info, req).await) }
     });
-    let _ = auto::Builder::new(TokioExecutor::new()).serve_connection_with_upgrades(io, svc).await;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    if let Some(n) = max_streams {
+        builder.http2().max_concurrent_streams(n);
+    }
+    let _ = builder.serve_connection_with_upgrades(io, svc).await;
 }

@@ -17,3 +17,4 @@ mod security;
 mod security_fuzz_seeds;
 mod token_flood;
 mod unusual_paths;
+mod upstream_streams;

@@ -29,6 +29,9 @@ fn page_not_found() -> Response<Body> {
     resp
 }
 
+/// Streams a client may open at once on one HTTP/2 connection, as kube-apiserver allows.
+pub const HTTP2_MAX_STREAMS_PER_CONNECTION: u32 = 100;
+
 /// Accepts connections until `shutdown` flips; each connection is dropped at shutdown too.
 /// With `tls`, every connection is a TLS handshake first (in its own task), then the same
 /// HTTP/1.1 + h2 service.
@@ -84,7 +87,10 @@ where
         let sim = sim.clone();
         async move { Ok::<_, Infallible>(handle(sim, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // kube-apiserver's limit with `--http2-max-streams-per-connection` unset (0): 100 streams on
+    // an HTTP/2 connection (k8s.io/apiserver secure_serving.go); a client's 101st waits.
+    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS_PER_CONNECTION);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::select! {
         _ = conn => {}

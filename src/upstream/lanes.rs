@@ -1,0 +1,225 @@
+//! Upstream connections in lanes: a request goes on the first lane (one pooled client, one
+//! HTTP/2 connection) with fewer than `per_lane` requests open on it, and a new lane is made
+//! when every lane is full. Each request holds its lane's slot until its response body ends or
+//! is dropped ([`Leased`]).
+//!
+//! Why: hyper's pooled client multiplexes every request to a host on **one** HTTP/2 connection,
+//! and kube-apiserver allows 100 streams on a connection (`--http2-max-streams-per-connection`,
+//! 0 by default: 100). Past that, a new request waits in the connection's queue until a stream
+//! ends — and watches end after minutes. 100 forwarded watches (any callers') made every other
+//! forwarded request wait; 100 cached resources' own watches made every TokenReview and
+//! SubjectAccessReview wait (the proxy ready, every authenticated request hanging). With
+//! lanes no request waits for another's stream. Each connection's flow-control window is
+//! `per_lane` times a stream's (see `client::client`), so a response nobody reads (its caller
+//! stopped reading) holds its own stream's window, never the connection's.
+//!
+//! Made by `client::Inner::build` for the own and forwarding clients; upgrades (HTTP/1.1, a
+//! connection each) do not need it.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use parking_lot::Mutex;
+
+use super::tls::Connector;
+
+/// Requests on one upstream connection when nothing else is said: half of what kube-apiserver
+/// allows by default (100), so that a lane never reaches the upstream's own limit.
+pub const DEFAULT_STREAMS_PER_CONNECTION: usize = 50;
+
+/// The most `--upstream-max-streams-per-connection` takes: a connection's flow-control window
+/// (this many streams' windows) must stay below HTTP/2's 2 GiB.
+pub const MAX_STREAMS_PER_CONNECTION: usize = 1000;
+
+/// The clients of one kind of request (own, forwarded), in lanes of `per_lane` requests.
+pub(crate) struct Lanes<B> {
+    make: Box<dyn Fn() -> Client<Connector, B> + Send + Sync>,
+    lanes: Mutex<Vec<Arc<Lane<B>>>>,
+    per_lane: usize,
+}
+
+struct Lane<B> {
+    client: Client<Connector, B>,
+    /// Requests sent on this lane whose response body has not ended yet.
+    open: Arc<AtomicUsize>,
+}
+
+impl<B> Lanes<B>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    pub fn new(per_lane: usize, make: impl Fn() -> Client<Connector, B> + Send + Sync + 'static) -> Lanes<B> {
+        Lanes { make: Box::new(make), lanes: Mutex::new(Vec::new()), per_lane: per_lane.max(1) }
+    }
+
+    /// Sends `req` on a lane with room, holding a slot of it until the response body ends.
+    pub async fn request(
+        &self,
+        req: Request<B>,
+    ) -> Result<Response<Leased<Incoming>>, hyper_util::client::legacy::Error> {
+        let (client, lease) = self.lease();
+        let resp = client.request(req).await?;
+        Ok(resp.map(|inner| Leased { inner, lease: Some(lease) }))
+    }
+
+    /// Lanes made so far.
+    #[cfg(test)]
+    pub fn lanes(&self) -> usize {
+        self.lanes.lock().len()
+    }
+
+    /// A lane with room (a new one if none has) and a slot of it. The client is cloned out (a
+    /// handle on the lane's pool) so that no lock is held while the request is sent.
+    fn lease(&self) -> (Client<Connector, B>, Lease) {
+        let mut lanes = self.lanes.lock();
+        let free = lanes.iter().find(|l| l.open.load(Ordering::Relaxed) < self.per_lane).cloned();
+        let lane = free.unwrap_or_else(|| {
+            let lane = Arc::new(Lane { client: (self.make)(), open: Arc::new(AtomicUsize::new(0)) });
+            lanes.push(lane.clone());
+            lane
+        });
+        // Taken under the lanes' lock: two requests never both take a lane's last slot.
+        lane.open.fetch_add(1, Ordering::Relaxed);
+        (lane.client.clone(), Lease(lane.open.clone()))
+    }
+}
+
+/// A slot of a lane (its count of open requests), given back when dropped.
+struct Lease(Arc<AtomicUsize>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body holding its lane's slot until it ends (or is dropped: the stream is reset).
+pub struct Leased<T> {
+    inner: T,
+    lease: Option<Lease>,
+}
+
+impl<T: Body<Data = Bytes> + Unpin> Body for Leased<T> {
+    type Data = Bytes;
+    type Error = T::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, T::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None | Some(Err(_))) = polled {
+            // The stream is over: its slot is free for the next request.
+            self.lease = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use futures_util::StreamExt;
+    use http::{Method, Request, Response};
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use hyper::body::Frame;
+
+    use crate::upstream::testutil::*;
+    use crate::upstream::{BoxBody, BoxError, Upstream, UpstreamOptions};
+
+    /// An apiserver over TLS (HTTP/2 by ALPN) allowing `max_streams` streams per connection:
+    /// `/watch` answers one line and never ends, `/big` answers 4 MiB, anything else `{}`.
+    async fn apiserver(max_streams: u32) -> std::net::SocketAddr {
+        let h = handler(|_, req: Request<hyper::body::Incoming>| async move {
+            let body: BoxBody = match req.uri().path() {
+                "/watch" => {
+                    let line = futures_util::stream::once(async {
+                        Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"{\"type\":\"ADDED\"}\n")))
+                    });
+                    StreamBody::new(line.chain(futures_util::stream::pending())).boxed_unsync()
+                }
+                "/big" => Full::new(Bytes::from(vec![b'x'; 4 << 20])).map_err(|e| match e {}).boxed_unsync(),
+                _ => Full::new(Bytes::from_static(b"{}")).map_err(|e| match e {}).boxed_unsync(),
+            };
+            Response::new(body)
+        });
+        serve_tls_with(h, Some(max_streams)).await
+    }
+
+    fn upstream(dir: &TempDir, addr: std::net::SocketAddr, per_connection: usize) -> Upstream {
+        Upstream::new(&UpstreamOptions {
+            upstream: Some(format!("https://{addr}")),
+            certificate_authority: Some(dir.write("ca.pem", CA_PEM)),
+            max_streams_per_connection: per_connection,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    /// More long-lived requests than the upstream allows streams on a connection (a cached
+    /// resource's watch each, or callers' forwarded watches): the next request is answered at
+    /// once, on another connection, instead of waiting for a watch to end.
+    #[tokio::test]
+    async fn requests_past_a_connections_stream_limit_go_on_another_connection() {
+        let addr = apiserver(4).await;
+        let dir = TempDir::new();
+        let up = upstream(&dir, addr, 3);
+        let mut watches = Vec::new();
+        for _ in 0..6 {
+            let req = up.inner.own_request(Method::GET, "/watch", None).unwrap();
+            let resp = up.inner.send_own(req).await.unwrap();
+            let mut body = resp.into_body();
+            assert!(body.frame().await.unwrap().unwrap().is_data(), "the watch is open");
+            watches.push(body);
+        }
+        assert_eq!(up.inner.own.lanes(), 2);
+        let answer = tokio::time::timeout(Duration::from_secs(10), up.get_json("/version")).await;
+        assert_eq!(&answer.expect("answered, not queued behind the watches").unwrap()[..], b"{}");
+        assert_eq!(up.inner.own.lanes(), 3, "the two lanes were full");
+        // The answered request gave its slot back: three more watches fit on the third lane.
+        for _ in 0..3 {
+            let req = up.inner.own_request(Method::GET, "/watch", None).unwrap();
+            watches.push(up.inner.send_own(req).await.unwrap().into_body());
+        }
+        assert_eq!(up.inner.own.lanes(), 3);
+        let answer = tokio::time::timeout(Duration::from_secs(10), up.get_json("/version")).await;
+        assert!(answer.expect("answered").is_ok());
+        assert_eq!(up.inner.own.lanes(), 4);
+    }
+
+    /// A response whose reader stopped reading (a caller with no window, a slow one) holds its
+    /// own stream's window only: the other responses on the same connection keep flowing.
+    #[tokio::test]
+    async fn a_response_nobody_reads_does_not_stop_the_others_on_its_connection() {
+        let addr = apiserver(100).await;
+        let dir = TempDir::new();
+        let up = upstream(&dir, addr, 0);
+        let req = up.inner.own_request(Method::GET, "/big", None).unwrap();
+        let unread = up.inner.send_own(req).await.unwrap();
+        for _ in 0..3 {
+            let answer = tokio::time::timeout(Duration::from_secs(10), up.get_json("/version")).await;
+            assert_eq!(&answer.expect("the connection still flows").unwrap()[..], b"{}");
+        }
+        assert_eq!(up.inner.own.lanes(), 1, "on the same connection");
+        drop(unread);
+    }
+}
