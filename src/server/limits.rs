@@ -163,7 +163,7 @@ impl Limits {
         let slot = take_slot(&self.users, user, self.opts.max_in_flight_per_user).ok_or_else(too_many)?;
         let mut hold = ticket.0.lock();
         // Already freed (stalled or past its deadline): the slot goes back at once.
-        if hold.permit.is_some() {
+        if !hold.released {
             hold.share = Some(slot);
         }
         Ok(())
@@ -226,7 +226,7 @@ pub struct Ticket(Arc<Mutex<Hold>>);
 impl std::fmt::Debug for Ticket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let h = self.0.lock();
-        f.debug_struct("Ticket").field("held", &h.permit.is_some()).field("cut", &h.cut).finish()
+        f.debug_struct("Ticket").field("held", &!h.released).field("cut", &h.cut).finish()
     }
 }
 
@@ -234,6 +234,8 @@ impl std::fmt::Debug for Ticket {
 struct Hold {
     permit: Option<OwnedSemaphorePermit>,
     share: Option<Slot>,
+    /// Let go (the body ended, or the watchdog freed it): nothing is held any more.
+    released: bool,
     /// Since when the body has given a frame and waits for the client to take it (`None`: it
     /// waits for its source, which is not the client's doing).
     owed_since: Option<Instant>,
@@ -242,9 +244,16 @@ struct Hold {
 }
 
 impl Ticket {
+    /// A ticket holding no permit: the write-stall cut alone, for a long-running answer
+    /// ([`InFlight::wrap`] with it).
+    pub fn unlimited() -> Ticket {
+        Ticket(Arc::default())
+    }
+
     /// Frees the permit and the share.
     fn release(&self) {
         let mut h = self.0.lock();
+        h.released = true;
         h.permit.take();
         h.share.take();
     }
@@ -327,7 +336,7 @@ async fn watch(ticket: Ticket, inner: Shared, deadline: Instant, stall: Duration
         let now = Instant::now();
         let next = {
             let mut h = ticket.0.lock();
-            if h.permit.is_none() {
+            if h.released {
                 return;
             }
             let stalled = h.owed_since.map(|t| t + stall).filter(|_| !stall.is_zero());

@@ -51,6 +51,7 @@ pub fn stack(
             upstream: server.upstream.clone(),
             serve: server.serve.clone(),
             trusted_headers: server.trusted_headers.clone(),
+            write_stall_timeout: server.limits.opts.write_stall_timeout,
             recorder,
         })
 }

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::body::Incoming;
 
@@ -16,6 +17,7 @@ use crate::metrics::Served;
 use crate::server::auth::Caller;
 use crate::server::body;
 use crate::server::classify::{self, ForwardReason, RequestInfo};
+use crate::server::limits;
 use crate::server::proxy::{self, TrustedHeaders};
 use crate::server::serve::{self, ServeOptions};
 use crate::upstream::Upstream;
@@ -26,6 +28,9 @@ pub struct Dispatch {
     pub serve: Arc<ServeOptions>,
     /// Request-header authentication headers dropped from what is forwarded.
     pub trusted_headers: Arc<TrustedHeaders>,
+    /// A forwarded long-running answer (a watch, a followed log) its caller took nothing of for
+    /// this long is cut (`--write-stall-timeout`; zero: never).
+    pub write_stall_timeout: Duration,
     pub recorder: Recorder,
 }
 
@@ -45,6 +50,8 @@ struct Forwarded<'a> {
     verb: &'a str,
     resource: &'a str,
     arrived: tokio::time::Instant,
+    /// A watch, a followed log, a proxy: no deadline of the proxy's own.
+    long_running: bool,
 }
 
 /// What the earlier phases learned and dispatch needs, taken out of the request. Fails closed
@@ -68,9 +75,10 @@ impl Dispatch {
                 return self.recorder.refused(resp, "reject", "", arrived);
             }
         };
+        let long_running = classify::is_long_running(&info, req.uri().query());
         match classified {
             Classified::Forward(reason) => {
-                let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
+                let fwd = Forwarded { verb: &info.verb, resource: &label, arrived, long_running };
                 self.forward(req, reason, &caller, fwd).await
             }
             Classified::Refuse { error, proto } => {
@@ -78,7 +86,7 @@ impl Dispatch {
             }
             Classified::Cache { cr, catalog, key } => {
                 let Some((reader, prober)) = catalog.caches.get(&key) else {
-                    let fwd = Forwarded { verb: &info.verb, resource: &label, arrived };
+                    let fwd = Forwarded { verb: &info.verb, resource: &label, arrived, long_running };
                     return self.forward(req, ForwardReason::NotCached, &caller, fwd).await;
                 };
                 let gr = reader.kind().group_resource();
@@ -94,7 +102,7 @@ impl Dispatch {
                         resp
                     }
                     serve::Outcome::Forward(reason) => {
-                        let fwd = Forwarded { verb, resource: &gr, arrived };
+                        let fwd = Forwarded { verb, resource: &gr, arrived, long_running };
                         self.forward(req, reason, &caller, fwd).await
                     }
                 }
@@ -117,6 +125,9 @@ impl Dispatch {
         }
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
         let mut resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
+        if f.long_running && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+            resp = stall_cut(resp, self.write_stall_timeout);
+        }
         resp.extensions_mut().insert(FromUpstream);
         self.recorder.record(
             f.verb,
@@ -127,6 +138,21 @@ impl Dispatch {
         );
         resp
     }
+}
+
+/// A forwarded long-running answer is cut once its caller has taken nothing of it for `stall`:
+/// what the upstream sends it waits in the proxy's connection to the upstream (up to a stream's
+/// window, 1 MiB) while the caller does not read — 1 000 watches of a caller that never reads
+/// would hold a gigabyte. The upstream's watch, and the cache's slow-watcher cut, end a watch
+/// that cannot keep up too; the client watches again from its last resourceVersion. A watch
+/// with nothing to send is never cut (it waits for the upstream, not for the caller).
+fn stall_cut(resp: Resp, stall: Duration) -> Resp {
+    if stall.is_zero() {
+        return resp;
+    }
+    // No deadline of the proxy's own: the upstream ends the watch at its timeout.
+    let never = tokio::time::Instant::now() + Duration::from_secs(10 * 365 * 24 * 3600);
+    limits::InFlight::wrap(resp, limits::Ticket::unlimited(), never, stall)
 }
 
 #[cfg(test)]
@@ -151,5 +177,42 @@ mod tests {
         let Ok((caller, _, _, classified)) = context(&mut req) else { panic!("complete") };
         assert_eq!(caller.user.name, "system:unsecured");
         assert!(matches!(classified, Classified::Forward(ForwardReason::Write)));
+    }
+
+    /// A forwarded watch whose caller stopped taking it (hyper never polls the body again:
+    /// HTTP/2 with no window) is let go at the write-stall timeout — the upstream's stream with
+    /// it — while one that waits for its upstream is never cut.
+    #[tokio::test(start_paused = true)]
+    async fn a_forwarded_watch_nobody_reads_is_let_go_at_the_write_stall_timeout() {
+        use http_body_util::BodyExt;
+        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok::<_, body::BoxError>(hyper::body::Frame::data(b)), rx))
+        });
+        let upstream = http::Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
+        let mut cut = stall_cut(upstream, Duration::from_secs(10)).into_body();
+        // An idle watch: the body waits for its upstream, for as long as it takes.
+        assert!(futures_util::FutureExt::now_or_never(cut.frame()).is_none());
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!tx.is_closed(), "an idle watch is not cut");
+        tx.send(bytes::Bytes::from_static(b"{\"type\":\"ADDED\"}\n")).await.unwrap();
+        assert!(cut.frame().await.unwrap().is_ok());
+        // The caller takes nothing more.
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(!tx.is_closed());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(tx.is_closed(), "the upstream's stream let go, the body never polled");
+        assert!(cut.frame().await.unwrap().is_err(), "cut, not ended");
+        // Zero: never cut.
+        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok::<_, body::BoxError>(hyper::body::Frame::data(b)), rx))
+        });
+        let upstream = http::Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
+        let mut kept = stall_cut(upstream, Duration::ZERO).into_body();
+        tx.send(bytes::Bytes::from_static(b"x")).await.unwrap();
+        assert!(kept.frame().await.unwrap().is_ok());
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!tx.is_closed());
     }
 }
