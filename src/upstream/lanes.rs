@@ -10,7 +10,7 @@
 //! forwarded request wait; 100 cached resources' own watches made every TokenReview and
 //! SubjectAccessReview wait (the proxy ready, every authenticated request hanging). With
 //! lanes no request waits for another's stream. Each connection's flow-control window is
-//! `per_lane` times a stream's (see `client::client`), so a response nobody reads (its caller
+//! `per_lane` times a stream's (see `client::builder`), so a response nobody reads (its caller
 //! stopped reading) holds its own stream's window, never the connection's.
 //!
 //! Made by `client::Inner::build` for the own and forwarding clients; upgrades (HTTP/1.1, a
