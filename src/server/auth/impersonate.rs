@@ -36,7 +36,10 @@ fn is_impersonation(name: &HeaderName) -> bool {
 }
 
 /// The wanted identity, `Ok(None)` without impersonation headers, `Err` for an invalid
-/// combination (groups, uid or extra without a user; non-UTF-8 values).
+/// combination (groups, uid or extra without a user; non-UTF-8 values). As the apiserver's
+/// `buildImpersonationRequests`: the first `Impersonate-User` and `Impersonate-Uid` are read
+/// (Go's `Header.Get`), an empty one is no request at all, and every group and extra value
+/// counts, empty or not.
 pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
     if !headers.keys().any(is_impersonation) {
         return Ok(None);
@@ -45,15 +48,11 @@ pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
         v.to_str().map(str::to_owned).map_err(|_| "invalid impersonation header".to_string())
     };
     let mut w = Wanted::default();
-    let users: Vec<&HeaderValue> = headers.get_all(USER).iter().collect();
-    if users.len() > 1 {
-        return Err("only one Impersonate-User header is allowed".into());
-    }
     for g in headers.get_all(GROUP) {
         w.groups.push(text(g)?);
     }
     if let Some(u) = headers.get(UID) {
-        w.uid = Some(text(u)?);
+        w.uid = Some(text(u)?).filter(|u| !u.is_empty());
     }
     for (name, v) in headers {
         // The name is lowercase already (as Go's `strings.ToLower` before unescaping): an
@@ -65,14 +64,15 @@ pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
             w.extra.entry(key.into_owned()).or_default().push(text(v)?);
         }
     }
-    match users.first() {
-        Some(u) => w.user = text(u)?,
-        None => {
-            return Err(format!("requested {:?} without impersonating a user", (&w.groups, &w.uid, &w.extra)))
-        }
+    if let Some(u) = headers.get(USER) {
+        w.user = text(u)?;
     }
     if w.user.is_empty() {
-        return Err("Impersonate-User is empty".into());
+        if w.groups.is_empty() && w.uid.is_none() && w.extra.is_empty() {
+            // Only empty user or uid headers: nothing is impersonated.
+            return Ok(None);
+        }
+        return Err(format!("requested {:?} without impersonating a user", (&w.groups, &w.uid, &w.extra)));
     }
     Ok(Some(w))
 }
@@ -233,6 +233,25 @@ mod tests {
         assert_eq!((c[2].resource.as_str(), c[2].subresource.as_str()), ("userextras", "scopes/x"));
         assert_eq!(user(&w).groups, ["g1", "system:authenticated"]);
         assert!(parse(&h(&[("impersonate-group", "g1")])).is_err());
+    }
+
+    /// As Go's `Header.Get` in the apiserver's filter: the first user and uid are taken, an
+    /// empty one asks for nothing (the request acts as its caller, as the apiserver's does).
+    #[test]
+    fn empty_and_repeated_headers_as_the_apiserver_reads_them() {
+        assert_eq!(parse(&h(&[("impersonate-user", "")])), Ok(None));
+        assert_eq!(parse(&h(&[("impersonate-user", ""), ("impersonate-uid", "")])), Ok(None));
+        assert!(parse(&h(&[("impersonate-user", ""), ("impersonate-group", "g")])).is_err());
+        assert!(parse(&h(&[("impersonate-uid", "u")])).is_err());
+        let w = parse(&h(&[("impersonate-user", "bob"), ("impersonate-user", "eve")])).unwrap().unwrap();
+        assert_eq!(w.user, "bob");
+        let w = parse(&h(&[("impersonate-user", "bob"), ("impersonate-uid", "")])).unwrap().unwrap();
+        assert_eq!(w.uid, None, "an empty uid is not checked nor set");
+        assert_eq!(checks(&w).len(), 1);
+        let w = parse(&h(&[("impersonate-user", "bob"), ("impersonate-group", "")])).unwrap().unwrap();
+        assert_eq!(w.groups, [""], "an empty group is asked for, as in Go");
+        // The first value decides, as `Header.Get`: an empty first user is no user.
+        assert_eq!(parse(&h(&[("impersonate-user", ""), ("impersonate-user", "eve")])), Ok(None));
     }
 
     #[test]
