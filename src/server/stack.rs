@@ -27,9 +27,9 @@ pub fn stack(
             recorder: recorder.clone(),
         }))
         .layer(PhaseLayer(phase::health::Health { server: server.clone() }))
-        .layer(PhaseLayer(phase::compress::Compress))
         .layer(PhaseLayer(phase::sizes::Sizes { limits: server.limits.clone(), recorder: recorder.clone() }))
         .layer(PhaseLayer(phase::admit::Admit { limits: server.limits.clone(), recorder: recorder.clone() }))
+        .layer(PhaseLayer(phase::compress::Compress))
         .layer(PhaseLayer(phase::pretty::Pretty))
         .layer(PhaseLayer(phase::authenticate::Authenticate {
             auth: server.auth.clone(),
@@ -80,9 +80,9 @@ mod tests {
             [
                 "guard",
                 "health",
-                "compress",
                 "sizes",
                 "admit",
+                "compress",
                 "pretty",
                 "authenticate",
                 "classify",

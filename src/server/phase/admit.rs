@@ -1,4 +1,4 @@
-//! Phase 6: the request's `RequestInfo` (into the extensions), then the in-flight limit and the
+//! Phase 4: the request's `RequestInfo` (into the extensions), then the in-flight limit and the
 //! request timeout for what is not long-running; the request's `limits::Ticket` goes into the
 //! extensions too (`authenticate` adds its caller's share). Before authentication, as in the apiserver's
 //! handler chain (`WithMaxInFlightLimit` is outside `WithAuthentication`): whether a request is

@@ -1,5 +1,9 @@
-//! Phase 3: gzip of large answers the cache served (`server::gzip`, as the apiserver
-//! compresses its own); forwarded answers keep the upstream's encoding.
+//! Phase 5: gzip of large answers the cache served (`server::gzip`, as the apiserver
+//! compresses its own); forwarded answers keep the upstream's encoding. Inside `admit`: a gzip
+//! encoder holds ~¼ MiB of state from its first byte, and what `admit`'s in-flight guard lets
+//! go at a write-stall cut or the deadline (a client that never reads: hyper keeps the body
+//! until the connection ends) must include it; outside `pretty`, so that an indented answer is
+//! what is compressed.
 
 use super::{pass, FromCache, Next, Phase, Req, Resp};
 use crate::server::gzip;

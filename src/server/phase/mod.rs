@@ -1,5 +1,5 @@
 //! The phases of the request path, one file each, in the order `server::stack` assembles them:
-//! `guard` → `health` → `compress` → `sizes` → `admit` → `pretty` → `authenticate` →
+//! `guard` → `health` → `sizes` → `admit` → `compress` → `pretty` → `authenticate` →
 //! `classify` → `authorize` → `watch_slot` → `dispatch` (serve from the cache or forward); and what they
 //! share: the [`Phase`] trait (a phase looks at the request, answers it itself or passes it on
 //! with [`pass`], and may change the answer on its way back), its tower `Layer`/`Service`

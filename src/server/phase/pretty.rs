@@ -1,4 +1,4 @@
-//! Phase 4: JSON indented for people, as the apiserver indents it (`server::indent`): for a
+//! Phase 6: JSON indented for people, as the apiserver indents it (`server::indent`): for a
 //! request with `?pretty=true` or a `curl` / `Wget` / browser user agent, every JSON answer
 //! the proxy makes itself — objects and lists from the cache, its Statuses, the refusals of the
 //! phases after this one — is indented; watches (no `Content-Length`: a stream) and protobuf are

@@ -1,4 +1,4 @@
-//! Phase 5: URL and header sizes (`--max-url-bytes`, `--max-header-bytes`): the apiserver's
+//! Phase 3: URL and header sizes (`--max-url-bytes`, `--max-header-bytes`): the apiserver's
 //! 414 / 431 before anything is parsed further.
 
 use std::sync::Arc;
