@@ -141,6 +141,7 @@ pub struct Metrics {
     state_bytes: IntGaugeVec,
     consistency_checks: IntCounterVec,
     consistency_differences: IntGaugeVec,
+    upstream_lanes: IntGaugeVec,
     skipped_resources: IntGaugeVec,
     memory_limit: IntGauge,
     cache_memory: IntGaugeVec,
@@ -450,6 +451,12 @@ impl Metrics {
                 "Keys (namespace, name, resourceVersion) that differed between the cache and the upstream at the same RV at the last check.",
                 &["resource"],
             ),
+            upstream_lanes: gauge(
+                &r,
+                "watchcache_upstream_lanes",
+                "Lanes of upstream connections made so far by client (own, forward, forward_own): one more each time every lane had --upstream-max-streams-per-connection requests open.",
+                &["client"],
+            ),
             memory_limit: register(
                 &r,
                 "watchcache_cache_memory_limit_bytes",
@@ -706,6 +713,14 @@ impl crate::upstream::Observer for Metrics {
         let code = code.map_or_else(|| "error".to_owned(), |c| c.to_string());
         self.upstream_requests.with_label_values(&[method, &code]).inc();
         self.upstream_duration.with_label_values(&[method]).observe(secs);
+    }
+
+    fn upstream_lanes(&self, client: &str, lanes: usize) {
+        // Lanes only grow: a report overtaken by a later one never lowers the gauge.
+        let g = self.upstream_lanes.with_label_values(&[client]);
+        if lanes as i64 > g.get() {
+            g.set(lanes as i64);
+        }
     }
 }
 

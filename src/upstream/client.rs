@@ -45,7 +45,7 @@ pub(crate) struct Inner {
     /// The same for upgrades, HTTP/1.1 only.
     pub upgrade_own: Client<Connector, Incoming>,
     /// Told about every own request (metrics).
-    pub observer: std::sync::OnceLock<std::sync::Arc<dyn super::Observer>>,
+    pub observer: Watcher,
 }
 
 impl Inner {
@@ -64,10 +64,11 @@ impl Inner {
             0 => lanes::DEFAULT_STREAMS_PER_CONNECTION,
             n => n.min(lanes::MAX_STREAMS_PER_CONNECTION),
         };
-        let own = lanes(&r, Flavor::Own, per_lane)?;
-        let forward = lanes(&r, Flavor::Forward, per_lane)?;
+        let observer = Watcher::default();
+        let own = lanes(&r, Flavor::Own, per_lane, "own", &observer)?;
+        let forward = lanes(&r, Flavor::Forward, per_lane, "forward", &observer)?;
         let upgrade = client(&r, Flavor::Upgrade, per_lane)?;
-        let forward_own = lanes(&r, Flavor::Own, per_lane)?;
+        let forward_own = lanes(&r, Flavor::Own, per_lane, "forward_own", &observer)?;
         let upgrade_own = client(&r, Flavor::OwnUpgrade, per_lane)?;
         Ok(Inner {
             base_url: r.base_url,
@@ -80,7 +81,7 @@ impl Inner {
             upgrade,
             forward_own,
             upgrade_own,
-            observer: std::sync::OnceLock::new(),
+            observer,
         })
     }
 
@@ -204,8 +205,17 @@ impl Upstream {
     }
 }
 
+/// The metrics observer, set once by `app` after the clients are made.
+pub(crate) type Watcher = std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn super::Observer>>>;
+
 /// A client's connections in lanes of `per_lane` requests (see `lanes.rs`).
-fn lanes<B>(r: &Resolved, flavor: Flavor, per_lane: usize) -> Result<Lanes<B>, ConfigError>
+fn lanes<B>(
+    r: &Resolved,
+    flavor: Flavor,
+    per_lane: usize,
+    name: &'static str,
+    observer: &Watcher,
+) -> Result<Lanes<B>, ConfigError>
 where
     B: http_body::Body + Send + Unpin + 'static,
     B::Data: Send,
@@ -213,7 +223,13 @@ where
 {
     // Built once: a lane's client is a clone of it with a pool of its own.
     let conn = connector(&r.tls, flavor)?;
-    Ok(Lanes::new(per_lane, move || builder(per_lane).build(conn.clone())))
+    let observer = observer.clone();
+    let made = move |n: usize| {
+        if let Some(o) = observer.get() {
+            o.upstream_lanes(name, n);
+        }
+    };
+    Ok(Lanes::new(per_lane, move || builder(per_lane).build(conn.clone())).reporting(made))
 }
 
 fn client<B>(r: &Resolved, flavor: Flavor, per_lane: usize) -> Result<Client<Connector, B>, ConfigError>

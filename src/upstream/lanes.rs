@@ -41,6 +41,8 @@ pub const MAX_STREAMS_PER_CONNECTION: usize = 1000;
 /// The clients of one kind of request (own, forwarded), in lanes of `per_lane` requests.
 pub(crate) struct Lanes<B> {
     make: Box<dyn Fn() -> Client<Connector, B> + Send + Sync>,
+    /// Told the number of lanes whenever one is made (metrics).
+    made: Box<dyn Fn(usize) + Send + Sync>,
     lanes: Mutex<Vec<Arc<Lane<B>>>>,
     per_lane: usize,
 }
@@ -58,7 +60,18 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     pub fn new(per_lane: usize, make: impl Fn() -> Client<Connector, B> + Send + Sync + 'static) -> Lanes<B> {
-        Lanes { make: Box::new(make), lanes: Mutex::new(Vec::new()), per_lane: per_lane.max(1) }
+        Lanes {
+            make: Box::new(make),
+            made: Box::new(|_| {}),
+            lanes: Mutex::new(Vec::new()),
+            per_lane: per_lane.max(1),
+        }
+    }
+
+    /// Reports the number of lanes to `made` whenever one is made.
+    pub fn reporting(mut self, made: impl Fn(usize) + Send + Sync + 'static) -> Lanes<B> {
+        self.made = Box::new(made);
+        self
     }
 
     /// Sends `req` on a lane with room, holding a slot of it until the response body ends.
@@ -72,7 +85,6 @@ where
     }
 
     /// Lanes made so far.
-    #[cfg(test)]
     pub fn lanes(&self) -> usize {
         self.lanes.lock().len()
     }
@@ -85,6 +97,7 @@ where
         let lane = free.unwrap_or_else(|| {
             let lane = Arc::new(Lane { client: (self.make)(), open: Arc::new(AtomicUsize::new(0)) });
             lanes.push(lane.clone());
+            (self.made)(lanes.len());
             lane
         });
         // Taken under the lanes' lock: two requests never both take a lane's last slot.
@@ -183,6 +196,8 @@ mod tests {
         let addr = apiserver(4).await;
         let dir = TempDir::new();
         let up = upstream(&dir, addr, 3);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        up.observe(metrics.clone());
         let mut watches = Vec::new();
         for _ in 0..6 {
             let req = up.inner.own_request(Method::GET, "/watch", None).unwrap();
@@ -204,6 +219,8 @@ mod tests {
         let answer = tokio::time::timeout(Duration::from_secs(10), up.get_json("/version")).await;
         assert!(answer.expect("answered").is_ok());
         assert_eq!(up.inner.own.lanes(), 4);
+        let text = metrics.render();
+        assert!(text.contains("watchcache_upstream_lanes{client=\"own\"} 4"), "{text}");
     }
 
     /// A response whose reader stopped reading (a caller with no window, a slow one) holds its

@@ -130,6 +130,8 @@ fn status_message(status: &Option<serde_json::Value>, body: &Bytes) -> String {
 /// know them). `code` is `None` when no answer came (transport error, timeout).
 pub trait Observer: Send + Sync {
     fn upstream_request(&self, method: &str, code: Option<u16>, secs: f64);
+    /// `client` (`own`, `forward`, `forward_own`) now has `lanes` connections' worth of lanes.
+    fn upstream_lanes(&self, client: &str, lanes: usize);
 }
 
 /// A handle on the upstream apiserver. Cheap to clone: every clone shares the same pooled
@@ -153,10 +155,19 @@ impl Upstream {
         Ok(Upstream { inner: Arc::new(client::Inner::build(resolved, opts.max_streams_per_connection)?) })
     }
 
-    /// Reports every own request from now on to `observer` (set once, by `app`; later calls
-    /// are ignored).
+    /// Reports every own request, and the lanes of every client, from now on to `observer`
+    /// (set once, by `app`; later calls are ignored). The lanes made before are reported now.
     pub fn observe(&self, observer: std::sync::Arc<dyn Observer>) {
-        let _ = self.inner.observer.set(observer);
+        if self.inner.observer.set(observer.clone()).is_ok() {
+            let i = &self.inner;
+            for (name, lanes) in [
+                ("own", i.own.lanes()),
+                ("forward", i.forward.lanes()),
+                ("forward_own", i.forward_own.lanes()),
+            ] {
+                observer.upstream_lanes(name, lanes);
+            }
+        }
     }
 
     /// The upstream's base URL without a trailing slash, e.g. `https://10.0.0.1:6443`.
