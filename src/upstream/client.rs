@@ -244,6 +244,12 @@ where
 /// response, enough for a multi-megabyte LIST at loopback and LAN speeds.
 pub(crate) const STREAM_WINDOW: u32 = 1 << 20;
 
+/// `per_lane` streams' windows, at most HTTP/2's largest window (2^31 − 1).
+fn connection_window(per_lane: usize) -> u32 {
+    let streams = u32::try_from(per_lane).unwrap_or(u32::MAX);
+    STREAM_WINDOW.saturating_mul(streams).min((1 << 31) - 1)
+}
+
 /// The client settings. The connection's window is the sum of its streams' (`per_lane` ×
 /// [`STREAM_WINDOW`]): a response its caller does not read holds its own stream's window and
 /// never stops the others on the connection (hyper's adaptive window sets both to one figure,
@@ -257,7 +263,7 @@ pub(crate) fn builder(per_lane: usize) -> hyper_util::client::legacy::Builder {
         .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
         .http2_keep_alive_while_idle(true)
         .http2_initial_stream_window_size(STREAM_WINDOW)
-        .http2_initial_connection_window_size(STREAM_WINDOW.saturating_mul(per_lane as u32));
+        .http2_initial_connection_window_size(connection_window(per_lane));
     b
 }
 

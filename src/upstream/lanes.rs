@@ -84,6 +84,12 @@ where
         Ok(resp.map(|inner| Leased { inner, lease: Some(lease) }))
     }
 
+    /// Requests open on every lane together.
+    #[cfg(test)]
+    pub fn open(&self) -> usize {
+        self.lanes.lock().iter().map(|l| l.open.load(Ordering::Relaxed)).sum()
+    }
+
     /// Lanes made so far.
     pub fn lanes(&self) -> usize {
         self.lanes.lock().len()
@@ -221,6 +227,29 @@ mod tests {
         assert_eq!(up.inner.own.lanes(), 4);
         let text = metrics.render();
         assert!(text.contains("watchcache_upstream_lanes{client=\"own\"} 4"), "{text}");
+    }
+
+    /// A forwarded body (pumped ahead by a task of its own) whose caller went away while the
+    /// upstream sends nothing — an idle watch — gives its upstream stream and lane slot back at
+    /// once, not at the upstream's next frame, which may never come.
+    #[tokio::test]
+    async fn a_pumped_idle_answer_whose_caller_left_gives_its_slot_back() {
+        let addr = apiserver(100).await;
+        let dir = TempDir::new();
+        let up = upstream(&dir, addr, 1);
+        let req = up.inner.own_request(Method::GET, "/watch", None).unwrap();
+        let mut body = crate::upstream::rechunk::pumped(up.inner.send_own(req).await.unwrap().into_body());
+        assert!(body.frame().await.unwrap().unwrap().is_data(), "the watch is open");
+        assert_eq!(up.inner.own.open(), 1);
+        drop(body);
+        let back = async {
+            while up.inner.own.open() != 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), back).await.expect("the slot came back");
+        let _ = up.get_json("/version").await.unwrap();
+        assert_eq!(up.inner.own.lanes(), 1, "the next request took the freed slot");
     }
 
     /// A response whose reader stopped reading (a caller with no window, a slow one) holds its

@@ -24,7 +24,8 @@ pub type PumpError = Box<dyn std::error::Error + Send + Sync>;
 /// A forwarded body read ahead by a task of its own (at most [`PUMP_FRAMES`] frames), then
 /// re-chunked. hyper's client hands a body over one chunk at a time and decodes the next only
 /// when the previous one was taken, so without the pump no two chunks are ever ready together.
-/// The pump ends when the body ends or the caller goes away.
+/// The pump ends when the body ends or the caller goes away (at once, even while the upstream
+/// sends nothing).
 pub fn pumped<B>(mut body: B) -> Rechunk<impl Body<Data = Bytes, Error = PumpError> + Unpin>
 where
     B: Body + Unpin + Send + 'static,
@@ -34,7 +35,16 @@ where
     use http_body_util::BodyExt;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, PumpError>>(PUMP_FRAMES);
     tokio::spawn(async move {
-        while let Some(f) = body.frame().await {
+        loop {
+            // A caller gone (its body dropped, or cut at the write stall) ends the pump at once,
+            // not at the upstream's next frame: an idle watch's next frame may never come, and
+            // until the pump ends the upstream stream and its lane slot stay open.
+            let f = tokio::select! {
+                biased;
+                _ = tx.closed() => return,
+                f = body.frame() => f,
+            };
+            let Some(f) = f else { return };
             let f = f.map_err(Into::into).map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())));
             let end = f.is_err();
             if tx.send(f).await.is_err() || end {
