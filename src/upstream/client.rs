@@ -45,7 +45,7 @@ pub(crate) struct Inner {
     /// The same for upgrades, HTTP/1.1 only.
     pub upgrade_own: Client<Connector, Incoming>,
     /// Told about every own request (metrics).
-    pub observer: Watcher,
+    pub observer: ObserverSlot,
 }
 
 impl Inner {
@@ -64,7 +64,7 @@ impl Inner {
             0 => lanes::DEFAULT_STREAMS_PER_CONNECTION,
             n => n.min(lanes::MAX_STREAMS_PER_CONNECTION),
         };
-        let observer = Watcher::default();
+        let observer = ObserverSlot::default();
         let own = lanes(&r, Flavor::Own, per_lane, "own", &observer)?;
         let forward = lanes(&r, Flavor::Forward, per_lane, "forward", &observer)?;
         let upgrade = client(&r, Flavor::Upgrade, per_lane)?;
@@ -206,7 +206,7 @@ impl Upstream {
 }
 
 /// The metrics observer, set once by `app` after the clients are made.
-pub(crate) type Watcher = std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn super::Observer>>>;
+pub(crate) type ObserverSlot = std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn super::Observer>>>;
 
 /// A client's connections in lanes of `per_lane` requests (see `lanes.rs`).
 fn lanes<B>(
@@ -214,7 +214,7 @@ fn lanes<B>(
     flavor: Flavor,
     per_lane: usize,
     name: &'static str,
-    observer: &Watcher,
+    observer: &ObserverSlot,
 ) -> Result<Lanes<B>, ConfigError>
 where
     B: http_body::Body + Send + Unpin + 'static,

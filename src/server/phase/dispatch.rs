@@ -179,17 +179,23 @@ mod tests {
         assert!(matches!(classified, Classified::Forward(ForwardReason::Write)));
     }
 
+    /// An upstream answer whose frames the test sends.
+    fn streaming() -> (tokio::sync::mpsc::Sender<bytes::Bytes>, Resp) {
+        use http_body_util::BodyExt;
+        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok::<_, body::BoxError>(hyper::body::Frame::data(b)), rx))
+        });
+        (tx, http::Response::new(http_body_util::StreamBody::new(frames).boxed_unsync()))
+    }
+
     /// A forwarded watch whose caller stopped taking it (hyper never polls the body again:
     /// HTTP/2 with no window) is let go at the write-stall timeout — the upstream's stream with
     /// it — while one that waits for its upstream is never cut.
     #[tokio::test(start_paused = true)]
     async fn a_forwarded_watch_nobody_reads_is_let_go_at_the_write_stall_timeout() {
         use http_body_util::BodyExt;
-        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
-        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok::<_, body::BoxError>(hyper::body::Frame::data(b)), rx))
-        });
-        let upstream = http::Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
+        let (tx, upstream) = streaming();
         let mut cut = stall_cut(upstream, Duration::from_secs(10)).into_body();
         // An idle watch: the body waits for its upstream, for as long as it takes.
         assert!(futures_util::FutureExt::now_or_never(cut.frame()).is_none());
@@ -204,11 +210,7 @@ mod tests {
         assert!(tx.is_closed(), "the upstream's stream let go, the body never polled");
         assert!(cut.frame().await.unwrap().is_err(), "cut, not ended");
         // Zero: never cut.
-        let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
-        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok::<_, body::BoxError>(hyper::body::Frame::data(b)), rx))
-        });
-        let upstream = http::Response::new(http_body_util::StreamBody::new(frames).boxed_unsync());
+        let (tx, upstream) = streaming();
         let mut kept = stall_cut(upstream, Duration::ZERO).into_body();
         tx.send(bytes::Bytes::from_static(b"x")).await.unwrap();
         assert!(kept.frame().await.unwrap().is_ok());
