@@ -424,6 +424,43 @@ impl Store {
         self.rev_tx.send_replace(rev);
     }
 
+    /// The storage restored from a backup taken at revision `at` without `--bump-revision`
+    /// (`etcdutl snapshot restore`): every resource's objects as they were at `at`, the log
+    /// cut there, the revision counter back at `at` — the next write takes `at + 1` again, for
+    /// another change than the one that had it. Every watch following the log ends. `Err`
+    /// (the compaction point) when `at` is compacted away or not reached yet.
+    pub fn restore_to(&self, at: Rv) -> Result<(), Rv> {
+        let mut st = self.state.lock();
+        if at.0 < st.compacted || at.0 > st.rev {
+            return Err(Rv(st.compacted));
+        }
+        while let Some(e) = st.log.pop_back() {
+            if e.event.rv <= at {
+                st.log.push_back(e);
+                break;
+            }
+            let key = e.event.object.header.key.clone();
+            match &e.event.prev {
+                Some(prev) => st.objects[e.res].insert(key, prev.clone()),
+                None => st.objects[e.res].remove(&key),
+            };
+        }
+        st.rev = at.0;
+        let mut on_node: HashMap<(usize, String), BTreeSet<ObjectKey>> = HashMap::new();
+        for (res, objects) in st.objects.iter().enumerate() {
+            for (key, o) in objects.iter() {
+                if let Some(n) = node_of(o) {
+                    on_node.entry((res, n)).or_default().insert(key.clone());
+                }
+            }
+        }
+        st.on_node = on_node;
+        st.following.clear();
+        drop(st);
+        self.notify();
+        Ok(())
+    }
+
     /// Lets go of every watch following resource `res` (withdrawn: its storage torn down); each
     /// ends after what it was sent.
     pub fn end_watches(&self, res: usize) {
@@ -556,6 +593,46 @@ mod tests {
         assert!(names("node-a").is_empty() && names("node-b").is_empty());
         assert!(s.state.lock().on_node.is_empty());
         assert!(s.on_node(cms, "node-a").is_empty());
+    }
+
+    /// A backup restored without `--bump-revision`: the objects as they were at the backup's
+    /// revision (created ones gone, deleted and changed ones back, the node index with them),
+    /// the following watches let go, and the next write takes the revision after it again.
+    #[test]
+    fn a_restore_rewinds_objects_index_and_revision_and_ends_the_watches() {
+        let (s, pods, cms) = store(100);
+        s.create(pods, pod("kept", "node-a")).unwrap();
+        s.create(pods, pod("moved", "node-a")).unwrap();
+        s.create(cms, cm("deleted")).unwrap();
+        let at = s.current_rv();
+        let versions = |s: &Store| -> Vec<(String, Rv)> {
+            s.snapshot(pods).1.values().map(|o| (o.header.name().to_owned(), o.header.rv)).collect()
+        };
+        let before = versions(&s);
+        let mut watch = follow(&s, Slot::All(pods));
+        s.update(pods, pod("moved", "node-b")).unwrap();
+        s.create(pods, pod("created", "node-a")).unwrap();
+        s.delete(cms, "default", "deleted").unwrap();
+        let last = s.current_rv();
+        assert_eq!(s.restore_to(Rv(last.0 + 1)), Err(Rv(1)), "not reached yet");
+        s.restore_to(at).unwrap();
+        assert_eq!(s.current_rv(), at);
+        assert_eq!(versions(&s), before);
+        assert!(s.get(cms, &ObjectKey::new("default", "deleted")).is_some());
+        let names = |node: &str| -> Vec<String> {
+            s.on_node(pods, node).iter().map(|o| o.header.name().to_owned()).collect()
+        };
+        assert_eq!(names("node-a"), ["kept", "moved"]);
+        assert!(names("node-b").is_empty());
+        assert_eq!(queued(&mut watch).len(), 2, "what it was sent before");
+        assert!(watch.try_recv().is_err() && watch.is_closed(), "let go");
+        let again = s.create(pods, pod("other", "node-c")).unwrap();
+        assert_eq!(again.header.rv, Rv(at.0 + 1), "the revision after the backup's, again");
+        // The entries up to the backup's revision are still there to replay.
+        assert_eq!(s.snapshot_at(pods, Rv(at.0 - 2)).unwrap().len(), 1);
+        // A revision already compacted cannot be restored to.
+        s.compact();
+        assert_eq!(s.restore_to(Rv(at.0)), Err(Rv(at.0 + 1)));
     }
 
     #[test]
