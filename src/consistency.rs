@@ -6,6 +6,12 @@
 //! (namespace, name, resourceVersion). If R is already compacted upstream (410), the check is
 //! retried once at the cache's current RV.
 //!
+//! First, a consistent one-item LIST (sent after the cache's state was taken) tells the
+//! upstream's current RV: below R, the upstream's storage went back (etcd restored from a
+//! backup without `--bump-revision`) — its watch from R would wait, silently, until it issues
+//! R again, for other changes. The cache is relisted (`cache::Writer::replace` takes the lower
+//! list RV and ends every watch).
+//!
 //! On a mismatch: `watchcache_consistency_checks_total{result="inconsistent"}`, a log line
 //! naming the resource and how many keys differ (never contents), and the cache asks its
 //! reflector for a relist (`cache::Reader::request_relist`): not ready until then, its reads
@@ -41,6 +47,8 @@ pub enum Outcome {
     Consistent { rv: Rv, keys: usize },
     /// `differing` keys are missing on one side or at another RV.
     Inconsistent { rv: Rv, differing: usize },
+    /// The upstream is at `upstream`, below the cache's `cache`: its storage went back.
+    Behind { cache: Rv, upstream: Rv },
     /// The cache is not ready (syncing, relisting): nothing to compare.
     Skipped,
     /// The upstream could not be asked.
@@ -53,6 +61,7 @@ impl Outcome {
         match self {
             Outcome::Consistent { .. } => "consistent",
             Outcome::Inconsistent { .. } => "inconsistent",
+            Outcome::Behind { .. } => "upstream_behind",
             Outcome::Skipped => "skipped",
             Outcome::Failed(_) => "failed",
         }
@@ -102,6 +111,16 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
         if reader.released() {
             return Outcome::Skipped;
         }
+        if !retried {
+            // Sent after the snapshot: at or past every RV the upstream issued before it.
+            match upstream.list_page(reader.kind(), 1, None, None).await {
+                Ok(page) if page.rv < snap.rv => {
+                    return Outcome::Behind { cache: snap.rv, upstream: page.rv }
+                }
+                Ok(_) => {}
+                Err(e) => return Outcome::Failed(e.to_string()),
+            }
+        }
         let up = match upstream_keys(upstream, reader, snap.rv).await {
             Ok(k) => k,
             // R was compacted upstream meanwhile: once more at the cache's current RV.
@@ -140,6 +159,12 @@ pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -
                 tracing::warn!(resource, rv = %rv, differing, "consistency check: the cache differs from the upstream at the same resourceVersion; forwarding its reads until a relist rebuilds it");
                 r.request_relist(rv, format!(
                     "inconsistent with the upstream at resourceVersion {rv}: {differing} keys differ; relisting"
+                ));
+            }
+            Outcome::Behind { cache, upstream } => {
+                tracing::warn!(resource, cache = %cache, upstream = %upstream, "consistency check: the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
+                r.request_relist(cache, format!(
+                    "the upstream is at resourceVersion {upstream}, below the cache's {cache}: its storage went back; relisting"
                 ));
             }
             Outcome::Skipped => {}

@@ -442,7 +442,7 @@ impl Metrics {
             consistency_checks: counter(
                 &r,
                 "watchcache_consistency_checks_total",
-                "Consistency checks (--consistency-check-period) by resource and result: consistent, inconsistent (relisted), failed (upstream not asked), skipped (cache not ready).",
+                "Consistency checks (--consistency-check-period) by resource and result: consistent, inconsistent (relisted), upstream_behind (its RV below the cache's: relisted), failed (upstream not asked), skipped (cache not ready).",
                 &["resource", "result"],
             ),
             consistency_differences: gauge(

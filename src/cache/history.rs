@@ -3,7 +3,8 @@
 //! Written only by the reflector (through `cache::Writer`); read under the cache lock to start
 //! watches at a resourceVersion (`History::since`) and to rebuild the state at an older RV
 //! (`History::newer_than`). Event RVs only grow; the window's floor only grows, even across a
-//! relist.
+//! relist — except at a relist whose list RV is below the cache's, an upstream whose storage
+//! went back (`History::rewind`).
 //!
 //! Coverage is bounded by time as well as by count (issue 24): the history records when the
 //! cache moved past each RV (events, bookmarks, relists, in granules of `max_age / 64`), and
@@ -39,6 +40,9 @@ pub struct History {
     moves: VecDeque<(Instant, Rv)>,
     /// Every RV below this was passed more than `max_age` ago (from moves dropped by `expire`).
     passed_below: Rv,
+    /// The cache's RV before the upstream's storage last went back (`rewind`; 0: never): an RV
+    /// above the cache's and up to this one was issued by the history that is gone.
+    rewound_from: Rv,
 }
 
 impl History {
@@ -51,6 +55,7 @@ impl History {
             max_age,
             moves: VecDeque::new(),
             passed_below: Rv(0),
+            rewound_from: Rv(0),
         }
     }
 
@@ -98,6 +103,20 @@ impl History {
     pub fn reset(&mut self, list_rv: Rv) {
         self.events.clear();
         self.floor = self.floor.max(list_rv);
+    }
+
+    /// Starts a new window at a relist whose list RV is *below* the cache's: the upstream's
+    /// storage went back (etcd restored from a backup without `--bump-revision`), so every RV
+    /// after `list_rv` names another state now. Unlike [`History::reset`], the floor goes down
+    /// to `list_rv` and the moves past later RVs are forgotten: the new RVs up to the old ones
+    /// are served as the upstream serves them (its own watch cache relists the same way).
+    /// `from` is the cache's RV before it: see [`History::gone_ahead`].
+    pub fn rewind(&mut self, list_rv: Rv, from: Rv) {
+        self.rewound_from = self.rewound_from.max(from);
+        self.events.clear();
+        self.floor = list_rv;
+        self.moves.retain(|(_, rv)| *rv <= list_rv);
+        self.passed_below = self.passed_below.min(list_rv);
     }
 
     /// Appends an event (its RV must be newer than every kept one), evicting the oldest by count
@@ -170,6 +189,15 @@ impl History {
     /// and not passed by the cache `max_age` or more ago.
     pub fn covers(&self, rv: Rv, current: Rv, now: Instant) -> bool {
         rv >= self.floor && rv <= current && !self.passed_long_ago(rv, now)
+    }
+
+    /// Whether `rv`, ahead of the cache's `current`, was issued by a history that is gone (the
+    /// upstream's storage went back past it, `rewind`): the upstream has not issued it again
+    /// yet, so whoever holds it got it before, from the old history. A watch from it would wait
+    /// for a state that never comes (the new history issues that RV for another change) and
+    /// then resume from it: it answers 410 instead, as if compacted, and its client relists.
+    pub fn gone_ahead(&self, rv: Rv, current: Rv) -> bool {
+        rv > current && rv <= self.rewound_from
     }
 
     /// Events with RV > `rv`, oldest first; `rv` older than the window is 410

@@ -96,6 +96,11 @@ impl Ahead {
         }
     }
 
+    /// Forgets every RV seen (the upstream's storage went back: they name nothing now).
+    pub fn clear(&mut self) {
+        self.seen.clear();
+    }
+
     /// Since when the cache has been known to be behind (`None`: it reached every RV seen).
     pub fn since(&self) -> Option<Instant> {
         self.seen.front().map(|(_, t)| *t)

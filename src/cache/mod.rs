@@ -237,16 +237,35 @@ impl Writer {
     /// forwarded. Every live watcher that started before `list_rv` ends after what it already
     /// has, with no difference and no BOOKMARK (`Watchers::end_at_relist`, docs/design.md §6, issue
     /// 31), unless the cache had already reached `list_rv` and nothing it selects differs.
+    ///
+    /// A list RV *below* the cache's means the upstream's storage went back (etcd restored
+    /// from a backup without `--bump-revision`; nothing else makes a consistent list older
+    /// than an RV it issued): the cache takes the list's RV, as the apiserver's own watch cache
+    /// does when it relists, every watcher ends, and the history's floor goes down to the list
+    /// RV (`History::rewind`). Keeping the higher RV would drop every upstream event up to it
+    /// as stale — changes lost while the cache claims to be current. A watch from an RV above
+    /// the new one and up to the old one (a client of the gone history resuming) answers 410
+    /// until the upstream issues that RV again (`History::gone_ahead`).
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
         self.pages = pages::Pages::of(objects.iter());
         self.shared.pinned.store(0, Ordering::Relaxed);
         let now = Instant::now();
         let next = store::filled(objects);
         let mut st = self.shared.state.lock();
+        let went_back = list_rv < st.rv;
+        if went_back {
+            tracing::warn!(
+                resource = %self.shared.kind.group_resource(),
+                cache = %st.rv,
+                list = %list_rv,
+                "the upstream listed at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); every watch ends and the cache takes the list's resourceVersion, as the apiserver's watch cache does"
+            );
+        }
         if !st.watchers.is_empty() {
             let cache_rv = st.rv;
-            // The differences only matter when the cache had reached the list RV already.
-            let events = if list_rv <= cache_rv { diff(&st.store, &next) } else { Vec::new() };
+            // The differences only matter when the cache had reached the list RV already, in
+            // the same history (a list RV below the cache's ends every watcher).
+            let events = if list_rv == cache_rv { diff(&st.store, &next) } else { Vec::new() };
             let live = st.watchers.len();
             let ended = st.watchers.end_at_relist(&events, cache_rv, list_rv);
             tracing::info!(
@@ -260,11 +279,16 @@ impl Writer {
             );
         }
         st.store = next;
-        st.rv = st.rv.max(list_rv);
+        let from = st.rv;
+        st.rv = list_rv;
         // After the watchers were ended: a BOOKMARK that reads this RV finds its queue closed.
         self.shared.dispatched.store(st.rv.0, Ordering::Release);
         let rv = st.rv;
-        st.history.reset(list_rv);
+        if went_back {
+            st.history.rewind(list_rv, from);
+        } else {
+            st.history.reset(list_rv);
+        }
         st.history.moved(now, rv);
         st.history.expire(now);
         // After a relist for a cache found wrong (`distrust_through`) that lands at the RV the
@@ -279,7 +303,13 @@ impl Writer {
         self.publish(rv, trusted, why);
         drop(st);
         self.proven();
-        self.shared.ahead.lock().reached(rv);
+        let mut ahead = self.shared.ahead.lock();
+        if went_back {
+            // The upstream RVs seen ahead of the cache were of the history that is gone.
+            ahead.clear();
+        }
+        ahead.reached(rv);
+        drop(ahead);
         self.shared.refused.store(0, Ordering::Relaxed);
         if let Some(budget) = &self.shared.opts.memory {
             budget.check.notify_one();

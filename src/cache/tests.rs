@@ -287,6 +287,60 @@ async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
     assert_eq!(take(&mut future, 1).await, vec![("MODIFIED".into(), "x".into(), "31".into())]);
 }
 
+/// The upstream's storage went back (etcd restored from a backup taken at 8, without
+/// `--bump-revision`): its consistent list is at 8, below the cache's 12. The cache takes 8,
+/// as the apiserver's watch cache does; every watch ends, one no difference concerns and one
+/// from a future RV too (their RVs name other states now); and the upstream's next changes,
+/// at RVs the old history used as well, are applied — kept at 12, the cache would drop every
+/// one up to 12 as stale while claiming to be current.
+#[tokio::test]
+async fn a_relist_below_the_cache_rv_takes_the_list_rv_and_ends_every_watch() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    let mut all = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), true)).unwrap();
+    let mut app_b = r.watch(req(label("b"), WatchStart::After(Rv(12)), false)).unwrap();
+    let mut future = r.watch(req(Filter::default(), WatchStart::After(Rv(30)), false)).unwrap();
+    // The restored state: z (app=b) as it was, x back at 5.
+    let items = vec![obj(&w, "a", "x", 5, "a"), obj(&w, "a-b", "y", 6, "a"), obj(&w, "b", "z", 7, "b")];
+    w.replace(items, Rv(8));
+    for (who, watch) in [("all", &mut all), ("app=b", &mut app_b), ("from 30", &mut future)] {
+        assert_eq!(drain(watch).await, Some(vec![]), "{who}: ended, nothing sent");
+    }
+    assert_eq!(r.watcher_stats().live, 0);
+    let p = r.progress();
+    assert!(p.ready && p.rv == Rv(8), "served at the list's RV: {p:?}");
+    assert_eq!(r.window(), (Rv(8), Rv(8)));
+    let e = r.watch(req(Filter::default(), WatchStart::After(Rv(7)), false)).err().unwrap();
+    assert_eq!(e.to_string(), "too old resource version: 7 (8)");
+    // A client of the gone history resuming from 11 or 12 (not issued again yet): 410, it
+    // relists; from beyond 12, a watch that waits as any watch from a future RV.
+    for rv in [11, 12] {
+        let e = r.watch(req(Filter::default(), WatchStart::After(Rv(rv)), false)).err().unwrap();
+        assert_eq!(e.to_string(), format!("too old resource version: {rv} (8)"));
+    }
+    let mut waits = r.watch(req(Filter::default(), WatchStart::After(Rv(13)), false)).unwrap();
+    // A Most Recent watch's RV came from the upstream just now: never refused.
+    assert!(r.watch(req(Filter::default(), WatchStart::MostRecent(Rv(11)), false)).is_ok());
+    // The upstream's next changes, at 9 and 10.
+    let mut again = r.watch(req(Filter::default(), WatchStart::After(Rv(8)), false)).unwrap();
+    w.apply(EventType::Added, obj(&w, "c", "q", 9, "a")).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 10, "a")).unwrap();
+    assert_eq!(
+        take(&mut again, 2).await,
+        vec![("ADDED".into(), "q".into(), "9".into()), ("MODIFIED".into(), "x".into(), "10".into())]
+    );
+    let snap = r.snapshot();
+    assert_eq!(snap.rv, Rv(10));
+    let names: Vec<_> = snap.store.values().map(|o| (o.header.name().to_owned(), o.header.rv.0)).collect();
+    assert_eq!(names, [("y".to_owned(), 6), ("x".to_owned(), 10), ("z".to_owned(), 7), ("q".to_owned(), 9)]);
+    // Issued again by the upstream: an RV like any other.
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
+    let mut from_11 = r.watch(req(Filter::default(), WatchStart::After(Rv(11)), false)).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 14, "a")).unwrap();
+    assert_eq!(take(&mut from_11, 1).await, vec![("MODIFIED".into(), "x".into(), "14".into())]);
+    assert_eq!(take(&mut waits, 1).await, vec![("MODIFIED".into(), "x".into(), "14".into())]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watcher_ended_at_a_relist_gets_no_bookmark_at_the_list_rv() {
     let (mut w, r) = setup();

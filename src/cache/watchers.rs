@@ -315,13 +315,17 @@ impl Watchers {
     /// - a watcher that started ahead of the cache at or after `list_rv` (a watch from a
     ///   future RV, or from an upstream LIST or write at or after it): every change it may miss
     ///   is older than its start, and events after `list_rv` come from the new upstream watch;
-    /// - when `list_rv <= cache_rv` (the cache had already applied every upstream event up to
+    /// - when `list_rv == cache_rv` (the cache had already applied every upstream event up to
     ///   the list RV from its unbroken upstream stream), a watcher that started at or before
     ///   `cache_rv` and that no difference concerns: it got every event up to `cache_rv`.
+    ///
+    /// A list RV below the cache's is an upstream whose storage went back (`Writer::replace`):
+    /// every RV a watcher holds names another state now, and every watcher ends.
     pub fn end_at_relist(&mut self, diff: &[Difference], cache_rv: Rv, list_rv: Rv) -> usize {
+        let went_back = list_rv < cache_rv;
         // The differences each indexed slot is offered (as `dispatch` would).
         let mut by_slot: HashMap<Slot, Vec<&Difference>> = HashMap::new();
-        if !self.indexed.is_empty() && list_rv <= cache_rv {
+        if !self.indexed.is_empty() && list_rv == cache_rv {
             for d in diff {
                 for slot in slots_of(d.now.iter().chain(d.before.iter()).map(|o| &**o)) {
                     if self.indexed.contains_key(&slot as &dyn SlotParts) {
@@ -334,9 +338,9 @@ impl Watchers {
             let stays = if e.min_rv > cache_rv {
                 e.min_rv >= list_rv
             } else {
-                list_rv <= cache_rv && !diff.iter().any(|d| d.concerns(&e.filter))
+                list_rv == cache_rv && !diff.iter().any(|d| d.concerns(&e.filter))
             };
-            stays && !e.tx.is_closed()
+            stays && !went_back && !e.tx.is_closed()
         };
         let before = self.len();
         if !self.all.is_empty() {

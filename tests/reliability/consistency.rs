@@ -238,3 +238,70 @@ async fn a_check_whose_rv_was_compacted_retries_once_at_the_current_rv() {
     watch_relay.stall_watches(false);
     proxy.shutdown().await;
 }
+
+/// etcd restored from a backup without `--bump-revision` (`SimHandle::restore`): the upstream
+/// comes back at an RV below the cache's and issues the RVs after it again, for other changes.
+/// The proxy's upstream watch from its RV is accepted and waits for an RV the upstream has not
+/// reached (as the apiserver's does): the cache would stand still, serving the gone state as
+/// current. The check sees the upstream behind, the cache is relisted at the upstream's RV,
+/// the changes after it reach the cache, and a client that lists and watches through the
+/// proxy (its re-watch from an RV of the gone history is 410) ends at the truth.
+#[tokio::test]
+async fn an_upstream_restored_without_a_revision_bump_is_caught_and_followed() {
+    let period = Duration::from_secs(1);
+    let sim =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .expect("sim starts");
+    let _ = sim.sim.create("namespaces", "", json!({"metadata":{"name":"w"}}));
+    let cm = |name: &str, v: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}});
+    for n in ["a", "b", "c"] {
+        sim.sim.create("configmaps", "w", cm(n, "0")).expect("create");
+    }
+    let mut args = serve_args(sim.addr, &["configmaps"]);
+    args.consistency_check_period = period;
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let (client, reader) = (client(), proxy.readers()[0].clone());
+    let state = Arc::new(Mutex::new(BTreeMap::new()));
+    let task = tokio::spawn(informer(format!("http://{}", proxy.addr), state.clone()));
+
+    // The backup, then changes it does not hold.
+    let backup = sim.sim.current_rv();
+    sim.sim.update("configmaps", "w", cm("a", "lost")).expect("update");
+    sim.sim.create("configmaps", "w", cm("d", "lost")).expect("create");
+    let gone = rv_of(&sim.sim.delete("configmaps", "w", "b").expect("delete"));
+    reader.wait_for(Rv(gone), Duration::from_secs(5)).await.expect("the cache saw them");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state.lock().len() != 3 || state.lock().contains_key("b") {
+        assert!(Instant::now() < deadline, "the client saw them: {:?}", state.lock());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let sim = sim.restore(backup, Duration::from_millis(100)).await.expect("restored");
+    // The new history: fewer changes than were lost, so the upstream stays below the cache.
+    let first = rv_of(&sim.sim.update("configmaps", "w", cm("c", "new")).expect("update"));
+    assert_eq!(first, backup.0 + 1, "an RV the gone history used");
+    let deadline = Instant::now() + period.mul_f64(1.1) + Duration::from_secs(5);
+    while reader.get("w", "c").is_none_or(|o| o.header.rv.0 != first) {
+        assert!(Instant::now() < deadline, "the cache follows the restored upstream");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reader.get("w", "d").is_none() && reader.get("w", "b").is_some(), "the state of the backup");
+    let behind = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"upstream_behind\"}";
+    assert!(metric(&client, proxy.addr, behind).await >= 1, "caught by the check");
+    let second = rv_of(&sim.sim.update("configmaps", "w", cm("a", "new")).expect("update"));
+    assert!(second < gone, "still below the RVs the gone history reached");
+    reader.wait_for(Rv(second), Duration::from_secs(5)).await.expect("the next change is applied");
+
+    let list = send(&client, http::Method::GET, &format!("http://{}{CMS}", sim.addr), None, &[]).await;
+    let truth = names_rvs(&list.json());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while *state.lock() != truth {
+        assert!(Instant::now() < deadline, "client at the truth: {:?} vs {truth:?}", state.lock());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+    proxy.shutdown().await;
+    sim.shutdown().await;
+}
