@@ -40,8 +40,8 @@ pub struct History {
     moves: VecDeque<(Instant, Rv)>,
     /// Every RV below this was passed more than `max_age` ago (from moves dropped by `expire`).
     passed_below: Rv,
-    /// The cache's RV before the upstream's storage last went back (`rewind`; 0: never): an RV
-    /// above the cache's and up to this one was issued by the history that is gone.
+    /// The newest RV known issued before the upstream's storage last went back (`rewind`; 0:
+    /// never): an RV above the cache's and up to this one may be of the history that is gone.
     rewound_from: Rv,
 }
 
@@ -110,7 +110,8 @@ impl History {
     /// after `list_rv` names another state now. Unlike [`History::reset`], the floor goes down
     /// to `list_rv` and the moves past later RVs are forgotten: the new RVs up to the old ones
     /// are served as the upstream serves them (its own watch cache relists the same way).
-    /// `from` is the cache's RV before it: see [`History::gone_ahead`].
+    /// `from` is the newest RV known issued before it (the cache's, or one seen upstream): see
+    /// [`History::gone_ahead`].
     pub fn rewind(&mut self, list_rv: Rv, from: Rv) {
         self.rewound_from = self.rewound_from.max(from);
         self.events.clear();
@@ -191,11 +192,10 @@ impl History {
         rv >= self.floor && rv <= current && !self.passed_long_ago(rv, now)
     }
 
-    /// Whether `rv`, ahead of the cache's `current`, was issued by a history that is gone (the
-    /// upstream's storage went back past it, `rewind`): the upstream has not issued it again
-    /// yet, so whoever holds it got it before, from the old history. A watch from it would wait
-    /// for a state that never comes (the new history issues that RV for another change) and
-    /// then resume from it: it answers 410 instead, as if compacted, and its client relists.
+    /// Whether `rv`, ahead of the cache's `current`, may have been issued by a history that is
+    /// gone (the upstream's storage went back past it, `rewind`): unless the upstream has
+    /// issued it again (the caller asks it), whoever holds it got it from the old history, and
+    /// a watch from it would wait for a state that never comes, then resume from it.
     pub fn gone_ahead(&self, rv: Rv, current: Rv) -> bool {
         rv > current && rv <= self.rewound_from
     }
@@ -272,6 +272,33 @@ mod tests {
         h.reset(Rv(20));
         assert_eq!(h.floor(), Rv(20));
         assert!(h.is_empty());
+    }
+
+    /// The storage went back from 13 to 8: the floor goes down to 8, and the RVs after it,
+    /// passed again in the new history, expire a window after the new history passed them, not
+    /// after the old one did (the old history's moves past them are forgotten).
+    #[tokio::test(start_paused = true)]
+    async fn a_rewind_lowers_the_floor_and_forgets_the_moves_past_it() {
+        let window = Duration::from_secs(75);
+        let mut h = History::new(100, window);
+        h.reset(Rv(1));
+        for rv in 2..=13 {
+            h.push(Instant::now(), event(rv));
+            h.moved(Instant::now(), Rv(rv));
+        }
+        tokio::time::advance(window / 2).await;
+        h.rewind(Rv(8), Rv(13));
+        assert!(h.is_empty() && h.floor() == Rv(8));
+        assert!(h.gone_ahead(Rv(13), Rv(8)) && !h.gone_ahead(Rv(14), Rv(8)) && !h.gone_ahead(Rv(8), Rv(8)));
+        h.moved(Instant::now(), Rv(8));
+        tokio::time::advance(window / 4).await;
+        h.push(Instant::now(), event(10));
+        h.moved(Instant::now(), Rv(10));
+        tokio::time::advance(window / 2).await;
+        // 3/4 of a window after the rewind, 1/2 after the new history passed 9: covered.
+        assert!(h.covers(Rv(9), Rv(10), Instant::now()));
+        assert_eq!(h.since(Rv(8)).unwrap().len(), 1);
+        assert_eq!(h.since(Rv(7)).unwrap_err().to_string(), "too old resource version: 7 (8)");
     }
 
     #[test]

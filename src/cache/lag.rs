@@ -96,6 +96,11 @@ impl Ahead {
         }
     }
 
+    /// The newest RV seen (0: none).
+    pub fn newest(&self) -> crate::resource::Rv {
+        crate::resource::Rv(self.seen.back().map_or(0, |(rv, _)| *rv))
+    }
+
     /// Forgets every RV seen (the upstream's storage went back: they name nothing now).
     pub fn clear(&mut self) {
         self.seen.clear();

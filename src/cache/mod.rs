@@ -244,13 +244,16 @@ impl Writer {
     /// does when it relists, every watcher ends, and the history's floor goes down to the list
     /// RV (`History::rewind`). Keeping the higher RV would drop every upstream event up to it
     /// as stale — changes lost while the cache claims to be current. A watch from an RV above
-    /// the new one and up to the old one (a client of the gone history resuming) answers 410
-    /// until the upstream issues that RV again (`History::gone_ahead`).
+    /// the new one and up to the old one (a client of the gone history resuming) is checked
+    /// against the upstream first (`Reader::gone_ahead`, `server::serve`).
     pub fn replace(&mut self, objects: Vec<Object>, list_rv: Rv) {
         self.pages = pages::Pages::of(objects.iter());
         self.shared.pinned.store(0, Ordering::Relaxed);
         let now = Instant::now();
         let next = store::filled(objects);
+        // The newest upstream RV seen ahead of the cache (a probe's): if the storage went back,
+        // RVs up to it may be held by clients too (before the state lock: see `upstream_at`).
+        let seen_ahead = self.shared.ahead.lock().newest();
         let mut st = self.shared.state.lock();
         let went_back = list_rv < st.rv;
         if went_back {
@@ -279,7 +282,7 @@ impl Writer {
             );
         }
         st.store = next;
-        let from = st.rv;
+        let from = st.rv.max(seen_ahead);
         st.rv = list_rv;
         // After the watchers were ended: a BOOKMARK that reads this RV finds its queue closed.
         self.shared.dispatched.store(st.rv.0, Ordering::Release);
@@ -615,6 +618,21 @@ impl Reader {
         let mut ahead = self.shared.ahead.lock();
         ahead.reached(p.rv);
         Some(ahead.since().map_or(Duration::ZERO, |t| Instant::now().saturating_duration_since(t)))
+    }
+
+    /// Whether a watch from `rv` may be a client of a history the upstream went back from:
+    /// `rv` is above the cache's RV and at most the newest RV known issued before the storage
+    /// went back (`History::gone_ahead`). The caller asks the upstream whether it issued `rv`
+    /// again; if not, the watch answers 410 (its client relists) rather than wait for the new
+    /// history to reach `rv` and then resume from it.
+    pub fn gone_ahead(&self, rv: Rv) -> bool {
+        let st = self.shared.state.lock();
+        st.history.gone_ahead(rv, st.rv)
+    }
+
+    /// The 410 a watch from `rv` gets when it is of a gone history (`gone_ahead`).
+    pub fn gone(&self, rv: Rv) -> Error {
+        Error::TooOldResourceVersion { requested: rv, oldest: self.shared.state.lock().history.floor() }
     }
 
     /// Waits until the cache RV is at least `rv` (and the cache is ready), at most `timeout`.

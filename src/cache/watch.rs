@@ -108,12 +108,6 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         if st.watchers.is_closed() {
             return Err(Error::ServiceUnavailable("the server is shutting down".into()));
         }
-        // Not a Most Recent watch's RV: the upstream gave that one just now.
-        if let WatchStart::After(rv) = req.start {
-            if st.history.gone_ahead(rv, st.rv) {
-                return Err(Error::TooOldResourceVersion { requested: rv, oldest: st.history.floor() });
-            }
-        }
         let start = match req.start {
             WatchStart::MostRecent(rv) if rv < st.history.floor() => WatchStart::Now,
             WatchStart::MostRecent(rv) => WatchStart::After(rv),

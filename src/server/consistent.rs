@@ -29,6 +29,8 @@
 //!   never goes upstream.
 //!
 //! Reads are shared through [`Flights`]: a request only shares a read sent after it arrived.
+//! Each reads the cache's RV before it is sent: an answer below it is an upstream whose storage
+//! went back (etcd restored without a revision bump), and has the cache relisted.
 //! Used by `server::serve`; with `flights`, the only place in `server` that asks the upstream
 //! on its own behalf.
 
@@ -117,14 +119,25 @@ impl Prober {
     }
 
     /// A revision the upstream issued after `arrived` (a coalesced `LIST ?limit=1`).
+    ///
+    /// The cache's RV is read before the probe is sent: the upstream's answer is at least every
+    /// RV it issued before, unless its storage went back (etcd restored without
+    /// `--bump-revision`); then the cache is relisted (as by the consistency check), never
+    /// proven fresh by an RV below its own.
     pub async fn fresh_rv(&self, arrived: Instant) -> Result<Rv, String> {
         let upstream = self.upstream.clone();
-        let kind = self.reader.kind().clone();
+        let reader = self.reader.clone();
         let fetch = move || {
-            let (upstream, kind) = (upstream.clone(), kind.clone());
+            let (upstream, reader) = (upstream.clone(), reader.clone());
             async move {
-                match tokio::time::timeout(READ_TIMEOUT, upstream.list_page(&kind, 1, None, None)).await {
-                    Ok(r) => r.map(|p| p.rv).map_err(|e| e.to_string()),
+                let before = reader.progress().rv;
+                match tokio::time::timeout(READ_TIMEOUT, upstream.list_page(reader.kind(), 1, None, None))
+                    .await
+                {
+                    Ok(r) => {
+                        let rv = r.map(|p| p.rv).map_err(|e| e.to_string())?;
+                        not_behind(&reader, before, rv).map(|()| rv)
+                    }
                     Err(_) => Err("probe timed out".to_owned()),
                 }
             }
@@ -135,13 +148,19 @@ impl Prober {
     /// What the upstream has now (sent after `arrived`) in `sel`'s first `limit` items, metadata
     /// only: keys and resourceVersions, to compare with the cache.
     pub async fn metadata(&self, sel: Selection, limit: Option<u32>, arrived: Instant) -> MetadataResult {
-        let (upstream, kind) = (self.upstream.clone(), self.reader.kind().clone());
+        let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
         let key = (sel.clone(), limit);
         let fetch = move || {
-            let (upstream, kind, sel) = (upstream.clone(), kind.clone(), sel.clone());
+            let (upstream, reader, sel) = (upstream.clone(), reader.clone(), sel.clone());
             async move {
-                match tokio::time::timeout(READ_TIMEOUT, upstream.list_metadata(&kind, &sel, limit)).await {
-                    Ok(r) => r.map(Arc::new).map_err(|e| e.to_string()),
+                let before = reader.progress().rv;
+                match tokio::time::timeout(READ_TIMEOUT, upstream.list_metadata(reader.kind(), &sel, limit))
+                    .await
+                {
+                    Ok(r) => {
+                        let page = r.map_err(|e| e.to_string())?;
+                        not_behind(&reader, before, page.rv).map(|()| Arc::new(page))
+                    }
                     Err(_) => Err("metadata list timed out".to_owned()),
                 }
             }
@@ -176,6 +195,7 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
     let mut token: Option<String> = None;
     let mut rv = None;
     let mut items = Vec::new();
+    let before = reader.progress().rv;
     loop {
         let page = upstream
             .list_selected(kind, sel, INITIAL_PAGE, token.as_deref())
@@ -183,6 +203,7 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
             .map_err(|e| e.to_string())?;
         let list_rv = *rv.get_or_insert(page.rv);
         if token.is_none() {
+            not_behind(reader, before, list_rv)?;
             let p = reader.progress();
             if p.ready && p.rv >= list_rv {
                 return Ok(Initial::Cache);
@@ -203,6 +224,24 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
     }
     items.sort_by(|a, b| a.header.key.cmp(&b.header.key));
     Ok(Initial::Listed { rv: rv.unwrap_or_default(), items: Arc::new(items) })
+}
+
+/// A consistent read sent after the cache's RV was read as `before` answered at `upstream`: at
+/// least every RV the upstream issued before it, unless its storage went back (etcd restored
+/// without `--bump-revision`). Then the cache is relisted, as by the consistency check
+/// (`Writer::replace` takes the lower RV), and the read proves nothing: `Err`, the request is
+/// forwarded.
+fn not_behind(reader: &Reader, before: Rv, upstream: Rv) -> Result<(), String> {
+    if upstream >= before {
+        return Ok(());
+    }
+    let resource = reader.kind().group_resource();
+    tracing::warn!(resource, cache = %before, upstream = %upstream, "consistent read: the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
+    reader.request_relist(
+        before,
+        format!("the upstream is at resourceVersion {upstream}, below the cache's {before}: its storage went back; relisting"),
+    );
+    Err(format!("the upstream is at {upstream}, below the cache's {before}"))
 }
 
 #[cfg(test)]

@@ -310,7 +310,21 @@ async fn serve_inner(
                 Ok(Outcome::Forward(ForwardReason::MostRecent))
             }
         },
-        Plan::WatchAfter { rv } => watch(reader, req, opts, WatchStart::After(*rv)),
+        Plan::WatchAfter { rv } => {
+            // Above the cache's RV, after the upstream's storage went back past `rv`: of the
+            // gone history unless the upstream issued it again (a probe sent after arrival).
+            if reader.gone_ahead(*rv) {
+                match src.prober.fresh_rv(arrived).await {
+                    Ok(r) if r < *rv => return Ok(error_event_stream(&reader.gone(*rv), req.repr)),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
+                        return Ok(Outcome::Forward(ForwardReason::NotFresh));
+                    }
+                }
+            }
+            watch(reader, req, opts, WatchStart::After(*rv))
+        }
         Plan::WatchNow => watch(reader, req, opts, WatchStart::Now),
         Plan::WatchList { min_rv } => {
             if let Some(rv) = min_rv {

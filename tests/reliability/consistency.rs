@@ -239,22 +239,34 @@ async fn a_check_whose_rv_was_compacted_retries_once_at_the_current_rv() {
     proxy.shutdown().await;
 }
 
-/// etcd restored from a backup without `--bump-revision` (`SimHandle::restore`): the upstream
-/// comes back at an RV below the cache's and issues the RVs after it again, for other changes.
-/// The proxy's upstream watch from its RV is accepted and waits for an RV the upstream has not
-/// reached (as the apiserver's does): the cache would stand still, serving the gone state as
-/// current. The check sees the upstream behind, the cache is relisted at the upstream's RV,
-/// the changes after it reach the cache, and a client that lists and watches through the
-/// proxy (its re-watch from an RV of the gone history is 410) ends at the truth.
-#[tokio::test]
-async fn an_upstream_restored_without_a_revision_bump_is_caught_and_followed() {
-    let period = Duration::from_secs(1);
+/// A proxy in front of the sim whose etcd is then restored from a backup without
+/// `--bump-revision` (`SimHandle::restore`): the upstream comes back at an RV below the cache's
+/// and issues the RVs after it again, for other changes. The proxy's upstream watch from its
+/// RV is accepted and waits for an RV the upstream has not reached (as the apiserver's does),
+/// so the cache would stand still, serving the gone state as current.
+struct Restored {
+    sim: kube_watchcache_sim::SimHandle,
+    proxy: app::Running,
+    reader: kube_watchcache::cache::Reader,
+    client: HttpClient,
+    state: Arc<Mutex<BTreeMap<String, u64>>>,
+    informer: tokio::task::JoinHandle<()>,
+    /// The RV of the last change the restore lost (the cache had reached it).
+    gone: u64,
+    /// The first change after the restore (an RV the gone history used).
+    first: u64,
+}
+
+fn cm(name: &str, v: &str) -> Value {
+    json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}})
+}
+
+async fn restored(period: Duration) -> Restored {
     let sim =
         Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
             .await
             .expect("sim starts");
     let _ = sim.sim.create("namespaces", "", json!({"metadata":{"name":"w"}}));
-    let cm = |name: &str, v: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}});
     for n in ["a", "b", "c"] {
         sim.sim.create("configmaps", "w", cm(n, "0")).expect("create");
     }
@@ -264,11 +276,13 @@ async fn an_upstream_restored_without_a_revision_bump_is_caught_and_followed() {
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     let (client, reader) = (client(), proxy.readers()[0].clone());
     let state = Arc::new(Mutex::new(BTreeMap::new()));
-    let task = tokio::spawn(informer(format!("http://{}", proxy.addr), state.clone()));
+    let informer = tokio::spawn(informer(format!("http://{}", proxy.addr), state.clone()));
 
-    // The backup, then changes it does not hold.
+    // The backup, then changes it does not hold, seen by the cache and the client.
     let backup = sim.sim.current_rv();
-    sim.sim.update("configmaps", "w", cm("a", "lost")).expect("update");
+    for i in 0..5 {
+        sim.sim.update("configmaps", "w", cm("a", &format!("lost-{i}"))).expect("update");
+    }
     sim.sim.create("configmaps", "w", cm("d", "lost")).expect("create");
     let gone = rv_of(&sim.sim.delete("configmaps", "w", "b").expect("delete"));
     reader.wait_for(Rv(gone), Duration::from_secs(5)).await.expect("the cache saw them");
@@ -282,26 +296,89 @@ async fn an_upstream_restored_without_a_revision_bump_is_caught_and_followed() {
     // The new history: fewer changes than were lost, so the upstream stays below the cache.
     let first = rv_of(&sim.sim.update("configmaps", "w", cm("c", "new")).expect("update"));
     assert_eq!(first, backup.0 + 1, "an RV the gone history used");
-    let deadline = Instant::now() + period.mul_f64(1.1) + Duration::from_secs(5);
-    while reader.get("w", "c").is_none_or(|o| o.header.rv.0 != first) {
-        assert!(Instant::now() < deadline, "the cache follows the restored upstream");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(reader.get("w", "d").is_none() && reader.get("w", "b").is_some(), "the state of the backup");
-    let behind = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"upstream_behind\"}";
-    assert!(metric(&client, proxy.addr, behind).await >= 1, "caught by the check");
-    let second = rv_of(&sim.sim.update("configmaps", "w", cm("a", "new")).expect("update"));
-    assert!(second < gone, "still below the RVs the gone history reached");
-    reader.wait_for(Rv(second), Duration::from_secs(5)).await.expect("the next change is applied");
+    Restored { sim, proxy, reader, client, state, informer, gone, first }
+}
 
-    let list = send(&client, http::Method::GET, &format!("http://{}{CMS}", sim.addr), None, &[]).await;
-    let truth = names_rvs(&list.json());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while *state.lock() != truth {
-        assert!(Instant::now() < deadline, "client at the truth: {:?} vs {truth:?}", state.lock());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+impl Restored {
+    /// Until the cache holds the first change after the restore and the backup's state.
+    async fn followed(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.reader.get("w", "c").is_none_or(|o| o.header.rv.0 != self.first) {
+            assert!(Instant::now() < deadline, "the cache follows the restored upstream");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            self.reader.get("w", "d").is_none() && self.reader.get("w", "b").is_some(),
+            "the state of the backup"
+        );
     }
-    task.abort();
-    proxy.shutdown().await;
-    sim.shutdown().await;
+
+    /// The client ends at the upstream's state (its re-watch from an RV of the gone history
+    /// answered 410, it relisted).
+    async fn client_at_the_truth(&self) {
+        let url = format!("http://{}{CMS}", self.sim.addr);
+        let truth = names_rvs(&send(&self.client, http::Method::GET, &url, None, &[]).await.json());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while *self.state.lock() != truth {
+            assert!(Instant::now() < deadline, "client at the truth: {:?} vs {truth:?}", self.state.lock());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn end(self) {
+        self.informer.abort();
+        self.proxy.shutdown().await;
+        self.sim.shutdown().await;
+    }
+}
+
+/// The check sees the upstream behind (`upstream_behind`), the cache is relisted at the
+/// upstream's RV, the changes after it reach the cache, a watch from an RV of the gone history
+/// the upstream has not issued again is 410 and one it has issued again is served, and a
+/// client that lists and watches through the proxy ends at the truth.
+#[tokio::test]
+async fn an_upstream_restored_without_a_revision_bump_is_caught_and_followed() {
+    let period = Duration::from_secs(1);
+    let t = restored(period).await;
+    t.followed(period.mul_f64(1.1) + Duration::from_secs(9)).await;
+    let behind = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"upstream_behind\"}";
+    assert!(metric(&t.client, t.proxy.addr, behind).await >= 1, "caught by the check");
+    let second = rv_of(&t.sim.sim.update("configmaps", "w", cm("a", "new")).expect("update"));
+    assert!(second < t.gone, "still below the RVs the gone history reached");
+    t.reader.wait_for(Rv(second), Duration::from_secs(5)).await.expect("the next change is applied");
+    t.client_at_the_truth().await;
+
+    // Another resource moves the upstream's revision, not this cache's: a watch from that RV
+    // (one a client may get from a forwarded LIST) is of the new history and is served.
+    let other = rv_of(&t.sim.sim.create("namespaces", "", json!({"metadata":{"name":"x"}})).expect("create"));
+    assert!(other < t.gone && other > t.reader.progress().rv.0);
+    let base = format!("http://{}", t.proxy.addr);
+    let mut w = open_watch(&t.client, &format!("{base}{CMS}?watch=1&resourceVersion={other}")).await;
+    assert_eq!(w.status, 200);
+    let third = rv_of(&t.sim.sim.update("configmaps", "w", cm("c", "third")).expect("update"));
+    let e = w.next(Duration::from_secs(5)).await.expect("an event");
+    assert_eq!((e["type"].as_str(), rv_of(&e["object"])), (Some("MODIFIED"), third), "{e}");
+    // One the upstream has not issued again: 410, naming the new floor.
+    let ahead = t.gone;
+    let mut w = open_watch(&t.client, &format!("{base}{CMS}?watch=1&resourceVersion={ahead}")).await;
+    let e = w.next(Duration::from_secs(5)).await.expect("an event");
+    assert_eq!(e["type"], "ERROR", "{e}");
+    assert_eq!(e["object"]["code"], 410, "{e}");
+    t.end().await;
+}
+
+/// With the periodic check off, a Most Recent LIST's probe (a consistent read sent after the
+/// cache's RV was read) finds the upstream below the cache and has it relisted; the LIST is
+/// forwarded meanwhile, never proven fresh by an RV below the cache's.
+#[tokio::test]
+async fn an_upstream_restored_without_a_revision_bump_is_caught_by_a_consistent_read() {
+    let t = restored(Duration::ZERO).await;
+    let url = format!("http://{}{CMS}", t.proxy.addr);
+    let r = send(&t.client, http::Method::GET, &url, None, &[]).await;
+    assert_eq!(r.status, 200);
+    let listed: u64 = r.json()["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(listed < t.gone, "the upstream's answer, not the gone state's RV: {listed}");
+    t.followed(Duration::from_secs(10)).await;
+    t.client_at_the_truth().await;
+    t.end().await;
 }
