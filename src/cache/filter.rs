@@ -90,6 +90,26 @@ impl Filter {
         })
     }
 
+    /// Whether this watcher receives anything for `ev` ([`Filter::frame_for`] is not `None`),
+    /// without making a frame.
+    pub fn concerns(&self, ev: &Event) -> bool {
+        if self.is_everything() {
+            return true;
+        }
+        let (cur, prev) = self.sides(ev);
+        cur || prev
+    }
+
+    /// Whether the object after `ev` (none for a DELETED) and the one before it match.
+    fn sides(&self, ev: &Event) -> (bool, bool) {
+        let cur = ev.kind != EventType::Deleted && self.matches(&ev.object);
+        let prev = match ev.kind {
+            EventType::Deleted => self.matches(ev.prev.as_deref().unwrap_or(&ev.object)),
+            _ => ev.prev.as_deref().is_some_and(|p| self.matches(p)),
+        };
+        (cur, prev)
+    }
+
     /// The frame this watcher receives for `ev`, `None` if the event does not concern it, or
     /// [`NoExactEncoding`] if it is asked for in protobuf and has no exact encoding.
     pub fn frame_for(&self, ev: &Event, lazy: &LazyFrames) -> Result<Option<Bytes>, NoExactEncoding> {
@@ -98,11 +118,7 @@ impl Filter {
         if self.is_everything() {
             return framed(ev.frame_as(repr));
         }
-        let cur = ev.kind != EventType::Deleted && self.matches(&ev.object);
-        let prev = match ev.kind {
-            EventType::Deleted => self.matches(ev.prev.as_deref().unwrap_or(&ev.object)),
-            _ => ev.prev.as_deref().is_some_and(|p| self.matches(p)),
-        };
+        let (cur, prev) = self.sides(ev);
         match (cur, prev, ev.kind) {
             (true, true, _) | (true, false, EventType::Added) => framed(ev.frame_as(repr)),
             (true, false, _) => framed(lazy.added(ev, repr)),

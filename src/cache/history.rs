@@ -40,6 +40,9 @@ pub struct History {
     moves: VecDeque<(Instant, Rv)>,
     /// Every RV below this was passed more than `max_age` ago (from moves dropped by `expire`).
     passed_below: Rv,
+    /// How many times the window restarted (`reset`, `rewind`): a replay reading the history
+    /// in steps (`cache::watch`) stops when it changed, its events gone.
+    generation: u64,
     /// The newest RV known issued before the upstream's storage last went back (`rewind`; 0:
     /// never): an RV above the cache's and up to this one may be of the history that is gone.
     rewound_from: Rv,
@@ -55,6 +58,7 @@ impl History {
             max_age,
             moves: VecDeque::new(),
             passed_below: Rv(0),
+            generation: 0,
             rewound_from: Rv(0),
         }
     }
@@ -101,6 +105,7 @@ impl History {
     /// Starts a new window at a relist: everything up to `list_rv` is in the store, nothing
     /// before it can be replayed.
     pub fn reset(&mut self, list_rv: Rv) {
+        self.generation += 1;
         self.events.clear();
         self.floor = self.floor.max(list_rv);
     }
@@ -114,6 +119,7 @@ impl History {
     /// [`History::gone_ahead`].
     pub fn rewind(&mut self, list_rv: Rv, from: Rv) {
         self.rewound_from = self.rewound_from.max(from);
+        self.generation += 1;
         self.events.clear();
         self.floor = list_rv;
         self.moves.retain(|(_, rv)| *rv <= list_rv);
@@ -165,6 +171,11 @@ impl History {
         if let Some((_, e)) = self.events.pop_front() {
             self.floor = self.floor.max(e.rv);
         }
+    }
+
+    /// Changes at every relist (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The oldest RV a watch may start from.

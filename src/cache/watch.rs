@@ -65,13 +65,20 @@ pub struct WatchRequest {
 /// The queue capacity an idle watch may keep; a larger one (a replay's) is freed once drained.
 const PENDING_KEPT: usize = 16;
 
+/// History events a replay takes at a time (under the cache lock), as its client reads.
+const REPLAY_STEP: usize = 128;
+
 /// A running watch.
 pub struct Watch {
     shared: Arc<Shared>,
     id: Option<WatcherId>,
     rx: mpsc::Receiver<Delivery>,
-    /// Frames ready to go out before anything else (replay, drained events, bookmarks).
+    /// Frames ready to go out before anything else (a replay's step, drained events,
+    /// bookmarks).
     pending: VecDeque<Bytes>,
+    /// The history events still to replay, read [`REPLAY_STEP`] at a time as the client
+    /// reads; sent before any live event.
+    replay: Option<Replay>,
     /// Objects still to send as synthetic ADDED events; dropped (with its buffer: 8 bytes per
     /// object of a watch-list) once sent, not kept for the life of the watch, and at the
     /// deadline if never sent ([`Unsent`]).
@@ -99,7 +106,6 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
     let repr = req.filter.repr;
     let filter = Arc::new(req.filter);
     let queue = shared.opts.watcher_queue;
-    let mut pending = VecDeque::new();
     let mut initial = Vec::new();
     let mut end_bookmark = None;
     let last_rv;
@@ -115,32 +121,46 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         };
         match start {
             WatchStart::After(rv) => {
-                let replay = st.history.since(rv)?;
-                let mut filtered = 0;
-                for ev in &replay {
-                    // A replayed event without an exact protobuf encoding: the apiserver serves it.
-                    match filter.frame_for(ev, &LazyFrames::default()).map_err(|_| Error::NoExactEncoding)? {
-                        Some(f) => pending.push_back(f),
-                        None => filtered += u64::from(filter.shard_excludes(ev)),
-                    }
+                if rv < st.history.floor() {
+                    return Err(Error::TooOldResourceVersion { requested: rv, oldest: st.history.floor() });
                 }
-                st.watchers.add_shard_filtered(filtered);
-                last_rv = replay.last().map(|e| e.rv).unwrap_or(rv);
-                let min_rv = last_rv.max(rv);
-                let (id, rx) = st.watchers.add(filter.clone(), min_rv, queue);
+                // A replayed event without an exact protobuf encoding: the apiserver serves it
+                // (made now, once per event version, kept with the event for the replay).
+                if repr.is_proto()
+                    && st
+                        .history
+                        .newer_than(rv)
+                        .any(|ev| filter.frame_for(ev, &LazyFrames::default()).is_err())
+                {
+                    return Err(Error::NoExactEncoding);
+                }
+                // Replayed in steps as the client reads (`Replay`), not queued whole: a client
+                // that never reads holds a step, not a copy of the history's frames (32 bytes
+                // each, and every frame the history lets go of meanwhile).
+                last_rv = st.history.newer_than(rv).next_back().map_or(rv, |e| e.rv);
+                // Only a replay with something for this watcher is kept: a relist at the cache's
+                // RV keeps a watch that got every event up to it, which one still replaying has
+                // not (`Step::Lost`).
+                let replay = if st.history.newer_than(rv).any(|ev| filter.concerns(ev)) {
+                    Some(Replay {
+                        after: rv,
+                        through: last_rv,
+                        generation: st.history.generation(),
+                        filter: filter.clone(),
+                    })
+                } else {
+                    if filter.shard.is_some() {
+                        let n = st.history.newer_than(rv).filter(|ev| filter.shard_excludes(ev)).count();
+                        st.watchers.add_shard_filtered(n as u64);
+                    }
+                    None
+                };
+                let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
                 drop(st);
-                return Ok(finish(
-                    shared,
-                    id,
-                    rx,
-                    pending,
-                    Vec::new(),
-                    None,
-                    last_rv,
-                    req.bookmarks,
-                    repr,
-                    req.deadline,
-                ));
+                let mut watch =
+                    finish(shared, id, rx, Vec::new(), None, last_rv, req.bookmarks, repr, req.deadline);
+                watch.replay = replay;
+                return Ok(watch);
             }
             WatchStart::Now | WatchStart::MostRecent(_) => {
                 last_rv = st.rv;
@@ -167,7 +187,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
         drop(st);
-        Ok(finish(shared, id, rx, pending, initial, end_bookmark, last_rv, req.bookmarks, repr, req.deadline))
+        Ok(finish(shared, id, rx, initial, end_bookmark, last_rv, req.bookmarks, repr, req.deadline))
     }
 }
 
@@ -176,7 +196,6 @@ fn finish(
     shared: Arc<Shared>,
     id: WatcherId,
     rx: mpsc::Receiver<Delivery>,
-    pending: VecDeque<Bytes>,
     initial: Vec<Arc<Object>>,
     end_bookmark: Option<Rv>,
     last_rv: Rv,
@@ -192,7 +211,8 @@ fn finish(
         shared,
         id: Some(id),
         rx,
-        pending,
+        pending: VecDeque::new(),
+        replay: None,
         initial: (!initial.is_empty()).then(|| Unsent::new(initial, deadline)),
         end_bookmark,
         last_rv,
@@ -203,6 +223,63 @@ fn finish(
         deadline_timer: None,
         bookmark_timer: None,
         done: false,
+    }
+}
+
+/// The history events a watch from an RV still has to replay: those in `(after, through]`,
+/// `through` being the newest when the watch started (live events after it come through the
+/// watcher's queue). Read a step at a time under the cache lock; if the history let go of the
+/// next one meanwhile (evicted for its window, count or `--cache-memory-limit`, or a relist),
+/// the watch ends after what it sent, as the apiserver's does when its watch cache's buffer
+/// moved past a watcher's interval: its client re-watches from its last RV (410, relist).
+struct Replay {
+    after: Rv,
+    through: Rv,
+    generation: u64,
+    filter: Arc<Filter>,
+}
+
+/// What a replay step did.
+enum Step {
+    /// Frames queued (or events skipped); more to come.
+    More,
+    /// The last event up to `through` is queued.
+    Done,
+    /// The next event is gone from the history: the watch ends.
+    Lost,
+}
+
+impl Replay {
+    /// Queues the frames of the next [`REPLAY_STEP`] events into `pending`.
+    fn step(&mut self, shared: &Shared, pending: &mut VecDeque<Bytes>) -> Step {
+        let mut st = shared.state.lock();
+        if st.history.generation() != self.generation || self.after < st.history.floor() {
+            return Step::Lost;
+        }
+        let (mut taken, mut filtered) = (0, 0);
+        let mut lost = false;
+        for ev in st.history.newer_than(self.after) {
+            if ev.rv > self.through || taken == REPLAY_STEP {
+                break;
+            }
+            match self.filter.frame_for(ev, &LazyFrames::default()) {
+                Ok(Some(f)) => pending.push_back(f),
+                Ok(None) => filtered += u64::from(self.filter.shard_excludes(ev)),
+                // Checked at the start: never for an event still in the history.
+                Err(_) => {
+                    lost = true;
+                    break;
+                }
+            }
+            self.after = ev.rv;
+            taken += 1;
+        }
+        st.watchers.add_shard_filtered(filtered);
+        match () {
+            _ if lost => Step::Lost,
+            _ if self.after >= self.through || taken < REPLAY_STEP => Step::Done,
+            _ => Step::More,
+        }
     }
 }
 
@@ -277,6 +354,18 @@ impl Watch {
             }
             if let Some(f) = self.pending.pop_front() {
                 return Poll::Ready(Some(f));
+            }
+            if let Some(replay) = self.replay.as_mut() {
+                match replay.step(&self.shared, &mut self.pending) {
+                    Step::More => {}
+                    Step::Done => self.replay = None,
+                    Step::Lost => {
+                        self.replay = None;
+                        self.done = true;
+                        return Poll::Ready(None);
+                    }
+                }
+                continue;
             }
             if self.pending.capacity() > PENDING_KEPT {
                 // A drained replay: its buffer goes, a bookmark or two fit in a new one.
@@ -547,11 +636,113 @@ mod tests {
             w.apply(EventType::Modified, named(&w, &format!("o{i}"), 11 + i)).unwrap().finish().await;
         }
         let mut replay = r.watch(req(WatchStart::After(Rv(10)))).unwrap();
-        assert!(replay.pending.capacity() >= 50, "the replay is queued");
+        assert!(replay.pending.is_empty() && replay.replay.is_some(), "replayed as it is read");
         for _ in 0..50 {
             assert!(replay.next().await.is_some());
         }
         let _ = futures_util::poll!(std::pin::pin!(replay.next()));
         assert!(replay.pending.capacity() <= PENDING_KEPT, "the drained replay's queue is freed");
+    }
+
+    /// The RVs of what a watch sends until it ends (`None`, then `true`), `n` frames came, or
+    /// nothing came for 5 s.
+    async fn rvs(watch: &mut Watch, n: usize) -> (Vec<u64>, bool) {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next());
+            let Ok(next) = next.await else { return (out, false) };
+            match next {
+                Some(f) => {
+                    let v: serde_json::Value = serde_json::from_slice(&f).unwrap();
+                    out.push(v["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap());
+                }
+                None => return (out, true),
+            }
+        }
+        (out, false)
+    }
+
+    /// A watch from an old RV whose client does not read holds one replay step, not the
+    /// history's frames; read, it gets every event in order, then the live ones.
+    #[tokio::test]
+    async fn a_replay_is_taken_a_step_at_a_time_as_it_is_read() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(vec![named(&w, "o", 5)], Rv(10));
+        for rv in 11..=1010 {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let start = WatchStart::After(Rv(10));
+        let mut watch =
+            r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline }).unwrap();
+        assert!(watch.pending.is_empty(), "nothing queued before it is read");
+        assert_eq!(rvs(&mut watch, 1).await.0, [11]);
+        assert_eq!(watch.pending.len(), REPLAY_STEP - 1, "one step queued");
+        w.apply(EventType::Modified, named(&w, "o", 1011)).unwrap().finish().await;
+        let (got, ended) = rvs(&mut watch, 1000).await;
+        assert!(!ended);
+        assert_eq!(got, (12..=1011).collect::<Vec<_>>());
+    }
+
+    /// The history lets go of events the replay has not reached (its count): the watch ends
+    /// after what it sent — every event up to there, in order, nothing after a gap — as the
+    /// apiserver's watcher does when its buffer moves past it; its client re-watches (410).
+    #[tokio::test]
+    async fn a_replay_overtaken_by_the_history_ends_after_what_it_sent() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let opts = CacheOptions { history_max_events: 300, watcher_queue: 10_000, ..Default::default() };
+        let (mut w, r) = new(kind, opts);
+        w.replace(vec![named(&w, "o", 5)], Rv(10));
+        for rv in 11..=310 {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let start = WatchStart::After(Rv(10));
+        let mut watch =
+            r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline }).unwrap();
+        assert_eq!(rvs(&mut watch, 10).await.0, (11..=20).collect::<Vec<_>>());
+        for rv in 311..=700 {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        let (got, ended) = rvs(&mut watch, 10_000).await;
+        assert!(ended, "the watch ends");
+        assert_eq!(
+            got,
+            (21..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(),
+            "the step it had, nothing after"
+        );
+        let e = r.watch(WatchRequest {
+            filter: Filter::default(),
+            start: WatchStart::After(Rv(138)),
+            bookmarks: false,
+            deadline,
+        });
+        assert!(e.is_err(), "its re-watch is 410");
+    }
+
+    /// The upstream's storage went back while a replay was under way: the watch ends (its
+    /// watcher ended at the relist) and sends nothing of the new history, though the history's
+    /// floor is now below where the replay stood.
+    #[tokio::test]
+    async fn a_replay_under_way_at_a_rewind_sends_nothing_of_the_new_history() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(vec![named(&w, "o", 5)], Rv(10));
+        for rv in 11..=400 {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let start = WatchStart::After(Rv(10));
+        let mut watch =
+            r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline }).unwrap();
+        assert_eq!(rvs(&mut watch, 1).await.0, [11]);
+        w.replace(vec![named(&w, "o", 12)], Rv(12));
+        for rv in 13..=300 {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        let (got, ended) = rvs(&mut watch, 10_000).await;
+        assert!(ended);
+        assert_eq!(got, (12..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(), "its step, then the end");
     }
 }
