@@ -10,6 +10,7 @@ mod budget;
 mod dispatch;
 mod filter;
 mod history;
+mod initial;
 mod lag;
 mod list;
 mod memory;

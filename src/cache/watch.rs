@@ -14,12 +14,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 use tokio::time::{Instant, Sleep};
 
 use super::filter::{Filter, LazyFrames};
+use super::initial::{Initial, Unsent};
 use super::watchers::{Delivery, WatcherId};
 use super::{Reader, Shared};
 use crate::error::Error;
@@ -106,7 +105,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
     let repr = req.filter.repr;
     let filter = Arc::new(req.filter);
     let queue = shared.opts.watcher_queue;
-    let mut initial = Vec::new();
+    let mut initial = None;
     let mut end_bookmark = None;
     let last_rv;
     {
@@ -158,7 +157,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
                 drop(st);
                 let mut watch =
-                    finish(shared, id, rx, Vec::new(), None, last_rv, req.bookmarks, repr, req.deadline);
+                    finish(shared, id, rx, None, None, last_rv, req.bookmarks, repr, req.deadline);
                 watch.replay = replay;
                 return Ok(watch);
             }
@@ -167,14 +166,14 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             }
             WatchStart::Listed { rv, items } if rv > st.rv => {
                 last_rv = rv;
-                initial = items.iter().filter(|o| filter.matches(o)).cloned().collect();
+                initial = Some(Initial::listed(items, filter.clone()));
                 if req.bookmarks {
                     end_bookmark = Some(rv);
                 }
             }
             WatchStart::InitialEvents | WatchStart::Listed { .. } => {
                 last_rv = st.rv;
-                initial = collect(&st.store, &filter, shared.kind.namespaced);
+                initial = Some(Initial::of_store(&st.store, filter.clone(), shared.kind.namespaced));
                 if req.bookmarks {
                     end_bookmark = Some(st.rv);
                 }
@@ -182,7 +181,8 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         }
         // In protobuf, every initial object must have its exact encoding (made now, once per
         // object version), or the apiserver serves the watch.
-        if repr.is_proto() && !initial.iter().all(|o| o.proto_message_as(repr).is_some()) {
+        if repr.is_proto() && !initial.as_ref().is_none_or(|i| i.all(|o| o.proto_message_as(repr).is_some()))
+        {
             return Err(Error::NoExactEncoding);
         }
         let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
@@ -196,7 +196,7 @@ fn finish(
     shared: Arc<Shared>,
     id: WatcherId,
     rx: mpsc::Receiver<Delivery>,
-    initial: Vec<Arc<Object>>,
+    initial: Option<Initial>,
     end_bookmark: Option<Rv>,
     last_rv: Rv,
     bookmarks: bool,
@@ -213,7 +213,7 @@ fn finish(
         rx,
         pending: VecDeque::new(),
         replay: None,
-        initial: (!initial.is_empty()).then(|| Unsent::new(initial, deadline)),
+        initial: initial.map(|i| Unsent::new(i, deadline)),
         end_bookmark,
         last_rv,
         bookmarks,
@@ -280,54 +280,6 @@ impl Replay {
             _ if self.after >= self.through || taken < REPLAY_STEP => Step::Done,
             _ => Step::More,
         }
-    }
-}
-
-/// A watch's initial objects not sent yet. hyper polls a body only when its stream has window,
-/// so a client that never reads (HTTP/2, no window, its PINGs answered) would keep them — 8
-/// bytes per object per watch, and every version the store has replaced since — until its
-/// connection ends. A timer lets go of them at the watch's deadline; the watch, if polled
-/// again, then ends without its end-of-initial-events bookmark (never claiming a state it did
-/// not send). The timer goes with the watch.
-struct Unsent {
-    objects: Arc<Mutex<Option<std::vec::IntoIter<Arc<Object>>>>>,
-    timer: Option<AbortHandle>,
-}
-
-impl Unsent {
-    fn new(objects: Vec<Arc<Object>>, deadline: Instant) -> Unsent {
-        let objects = Arc::new(Mutex::new(Some(objects.into_iter())));
-        // A watch made outside a runtime (tests) has no timer: the deadline then only ends it.
-        let timer = tokio::runtime::Handle::try_current().ok().map(|rt| {
-            let slot = objects.clone();
-            rt.spawn(async move {
-                tokio::time::sleep_until(deadline).await;
-                let gone = slot.lock().take();
-                drop(gone);
-            })
-            .abort_handle()
-        });
-        Unsent { objects, timer }
-    }
-}
-
-impl Drop for Unsent {
-    fn drop(&mut self) {
-        if let Some(t) = self.timer.take() {
-            t.abort();
-        }
-    }
-}
-
-/// The selected objects of the current state in key order (narrowed to the namespace).
-fn collect(store: &super::Store, filter: &Filter, namespaced: bool) -> Vec<Arc<Object>> {
-    match (&filter.namespace, namespaced) {
-        (Some(ns), true) => {
-            let lo = crate::resource::ObjectKey::from(format!("{ns}/"));
-            let hi = crate::resource::ObjectKey::from(format!("{ns}0"));
-            store.range(lo..hi).filter(|(_, o)| filter.matches(o)).map(|(_, o)| o.clone()).collect()
-        }
-        _ => store.values().filter(|o| filter.matches(o)).cloned().collect(),
     }
 }
 
@@ -586,16 +538,15 @@ mod tests {
     }
 
     /// A watch's initial objects that a client never takes (hyper never polls the body again)
-    /// are let go at the deadline, not when the connection ends; polled after that, the watch
-    /// ends without claiming the initial state complete.
+    /// are let go at the deadline, not when the connection ends: its snapshot of the store,
+    /// which holds every version the store replaced since; polled after that, the watch ends
+    /// without claiming the initial state complete.
     #[tokio::test(start_paused = true)]
     async fn unsent_initial_objects_are_let_go_at_the_deadline() {
         let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
         let (mut w, r) = new(kind, CacheOptions::default());
         let objects: Vec<Object> = (0..100).map(|i| named(&w, &format!("o{i}"), 5)).collect();
         w.replace(objects, Rv(10));
-        let held = || Arc::strong_count(&r.get("a", "o50").unwrap()) - 1;
-        let before = held();
         let deadline = Instant::now() + std::time::Duration::from_secs(300);
         let req = WatchRequest {
             filter: Filter::default(),
@@ -604,13 +555,69 @@ mod tests {
             deadline,
         };
         let mut list = r.watch(req).unwrap();
-        assert_eq!(held(), before + 1, "the watch holds the object until it is sent");
         assert!(list.next().await.is_some(), "one initial event taken, then the client stops");
+        let old = r.get("a", "o50").unwrap();
+        w.apply(EventType::Modified, named(&w, "o50", 11)).unwrap().finish().await;
+        let held = || Arc::strong_count(&old);
+        let before = held();
         tokio::time::sleep(std::time::Duration::from_secs(299)).await;
-        assert_eq!(held(), before + 1);
+        assert_eq!(held(), before);
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        assert_eq!(held(), before, "let go at the deadline, the body never polled");
+        // The step it had taken (o0 to o255) and its snapshot of the store.
+        assert_eq!(held(), before - 2, "let go at the deadline, the body never polled");
         assert!(list.next().await.is_none(), "over: no end-of-initial-events bookmark");
+    }
+
+    /// A watch-list sends the state it started at, in key order, selected by its namespace and
+    /// labels, whatever the store does meanwhile; one from an upstream LIST shares its objects
+    /// (no copy per watch). Either takes a step of objects at a time.
+    #[tokio::test]
+    async fn a_watch_list_sends_its_starting_state_a_step_at_a_time() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        let obj = |w: &crate::cache::Writer, ns: &str, i: usize, rv: u64| {
+            let json = format!(
+                r#"{{"metadata":{{"name":"o{i:04}","namespace":"{ns}","resourceVersion":"{rv}","labels":{{"even":"{}"}}}}}}"#,
+                i.is_multiple_of(2)
+            );
+            w.parse(Bytes::from(json)).unwrap()
+        };
+        let mut objects: Vec<Object> = (0..1000).map(|i| obj(&w, "a", i, 5)).collect();
+        objects.extend((0..10).map(|i| obj(&w, "b", i, 5)));
+        w.replace(objects, Rv(10));
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let labels = crate::selector::LabelSelector::parse("even=true").unwrap();
+        let filter = Filter::new(Some("a".into()), None, labels, Default::default());
+        let start = WatchStart::InitialEvents;
+        let mut list =
+            r.watch(WatchRequest { filter: filter.clone(), start, bookmarks: false, deadline }).unwrap();
+        let name = |f: &Bytes| -> String {
+            let v: serde_json::Value = serde_json::from_slice(f).unwrap();
+            v["object"]["metadata"]["name"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(name(&list.next().await.unwrap()), "o0000");
+        // The store changes under it: deleted, added, relabelled; the watch-list's state stays.
+        w.apply(EventType::Deleted, obj(&w, "a", 2, 11)).unwrap().finish().await;
+        w.apply(EventType::Added, obj(&w, "a", 1000, 12)).unwrap().finish().await;
+        let mut sent = vec!["o0000".to_owned()];
+        for _ in 0..499 {
+            sent.push(name(&list.next().await.unwrap()));
+        }
+        assert_eq!(sent, (0..1000).step_by(2).map(|i| format!("o{i:04}")).collect::<Vec<_>>());
+        let after: Vec<String> =
+            [list.next().await.unwrap(), list.next().await.unwrap()].iter().map(name).collect();
+        assert_eq!(after, ["o0002", "o1000"], "then the live events");
+
+        let items: Vec<Arc<Object>> = (0..600).map(|i| Arc::new(obj(&w, "a", i, 20))).collect();
+        let items = Arc::new(items);
+        let start = WatchStart::Listed { rv: Rv(20), items: items.clone() };
+        let mut listed = r.watch(WatchRequest { filter, start, bookmarks: false, deadline }).unwrap();
+        assert_eq!(Arc::strong_count(&items), 2, "shared, not copied: the test's and the watch's");
+        let mut got = Vec::new();
+        for _ in 0..300 {
+            got.push(name(&listed.next().await.unwrap()));
+        }
+        assert_eq!(got, (0..600).step_by(2).map(|i| format!("o{i:04}")).collect::<Vec<_>>());
     }
 
     /// A watch-list's initial objects and a replay's queue are freed once sent, not kept for
