@@ -26,7 +26,14 @@ pub struct Request {
 impl Reader {
     /// Asks the reflector for a relist, the cache having been found wrong at `at`, and marks
     /// the cache not ready until it is done.
+    ///
+    /// A request for an RV above the cache's is stale and dropped: the cache has been relisted
+    /// below it since (the upstream's storage went back, and two reads found it at once).
     pub fn request_relist(&self, at: Rv, reason: String) {
+        if at > self.shared.state.lock().rv {
+            tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted below it since");
+            return;
+        }
         self.shared.progress.send_modify(|p| {
             if p.ready {
                 p.since = tokio::time::Instant::now();
@@ -61,16 +68,30 @@ impl Writer {
     /// until the upstream moves past it (`Writer::replace`).
     pub fn distrust_through(&self, at: Rv) {
         let mut st = self.shared.state.lock();
+        // Found wrong at an RV above the cache's: relisted below it since (the upstream's
+        // storage went back), nothing it served there is in the new history.
+        if at > st.rv {
+            return;
+        }
         let through = at.max(st.rv);
         st.history.reset(Rv(through.0.saturating_add(1)));
     }
 
     /// Resolves when a relist was asked for (where the cache was found wrong, and why),
-    /// consuming the request.
+    /// consuming the request. One for an RV above the cache's is dropped: asked for before a
+    /// relist below it landed (the upstream's storage went back, found by two reads at once),
+    /// it would distrust every RV up to the gone one and leave the cache unready until the
+    /// upstream passed it.
     pub async fn relist_requested(&self) -> (Rv, String) {
         loop {
-            if let Some(r) = self.shared.relist.reason.lock().take() {
-                return r;
+            let request = self.shared.relist.reason.lock().take();
+            if let Some((at, why)) = request {
+                if at <= self.shared.state.lock().rv {
+                    return (at, why);
+                }
+                tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted below it since");
+                self.relist_done();
+                continue;
             }
             self.shared.relist.wake.notified().await;
         }

@@ -343,6 +343,35 @@ async fn a_relist_below_the_cache_rv_takes_the_list_rv_and_ends_every_watch() {
     assert!(!r.gone_ahead(Rv(14)));
 }
 
+/// Two reads found the upstream behind at once (a Most Recent LIST's probe and its metadata
+/// proof, both before the relist landed): the second request, for the gone RV, must not make a
+/// second relist distrust every RV up to it — the cache would stay unready until the upstream
+/// passed the old RV (seen against kube-apiserver 1.28.7). Nor is one made afterwards kept.
+#[tokio::test(start_paused = true)]
+async fn a_relist_request_for_a_gone_rv_is_dropped() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    r.request_relist(Rv(12), "behind".into());
+    let (at, _) = w.relist_requested().await;
+    w.set_not_ready(Some("behind".into()));
+    w.distrust_through(at);
+    r.request_relist(Rv(12), "behind, again".into());
+    w.replace(vec![obj(&w, "a", "x", 5, "a")], Rv(8));
+    assert!(r.progress().ready);
+    r.request_relist(Rv(12), "behind, late".into());
+    assert!(r.progress().ready, "a request for an RV above the cache's is dropped");
+    let pending = tokio::time::timeout(Duration::from_secs(60), w.relist_requested()).await;
+    assert!(pending.is_err(), "no relist for the gone RV: {pending:?}");
+    assert!(r.relist_reason().is_none());
+    // Distrusting a gone RV is a no-op too.
+    w.distrust_through(Rv(12));
+    w.apply(EventType::Modified, obj(&w, "a", "x", 9, "a")).unwrap();
+    assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(8)), false)).is_ok());
+    // A request at or below the cache's RV still stands.
+    r.request_relist(Rv(9), "inconsistent".into());
+    assert_eq!(w.relist_requested().await.0, Rv(9));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watcher_ended_at_a_relist_gets_no_bookmark_at_the_list_rv() {
     let (mut w, r) = setup();
