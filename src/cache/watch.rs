@@ -24,7 +24,7 @@ use super::{Reader, Shared};
 use crate::error::Error;
 use crate::metadata_only::{self, Repr};
 use crate::proto::ProtoType;
-use crate::resource::{frame_event, frame_object, EventType, Object, ResourceKind, Rv};
+use crate::resource::{frame_event, frame_object, Event, EventType, Object, ResourceKind, Rv};
 
 /// Where a watch starts.
 #[derive(Clone, Debug)]
@@ -66,6 +66,8 @@ const PENDING_KEPT: usize = 16;
 
 /// History events a replay takes at a time (under the cache lock), as its client reads.
 const REPLAY_STEP: usize = 128;
+/// At most about this many bytes of a replay's frames are queued at a time.
+const REPLAY_STEP_BYTES: usize = 256 * 1024;
 
 /// A running watch.
 pub struct Watch {
@@ -141,12 +143,17 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 // RV keeps a watch that got every event up to it, which one still replaying has
                 // not (`Step::Lost`).
                 let replay = if st.history.newer_than(rv).any(|ev| filter.concerns(ev)) {
-                    Some(Replay {
+                    let mut replay = Replay {
                         after: rv,
                         through: last_rv,
                         generation: st.history.generation(),
                         filter: filter.clone(),
-                    })
+                        taken: VecDeque::new(),
+                    };
+                    // The first step is taken with the request: a watch from the floor of a
+                    // busy history is not overtaken before its client reads.
+                    replay.fetch(&st.history);
+                    Some(replay)
                 } else {
                     if filter.shard.is_some() {
                         let n = st.history.newer_than(rv).filter(|ev| filter.shard_excludes(ev)).count();
@@ -154,7 +161,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                     }
                     None
                 };
-                let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
+                let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue, replay.is_some());
                 drop(st);
                 let mut watch =
                     finish(shared, id, rx, None, None, last_rv, req.bookmarks, repr, req.deadline);
@@ -185,7 +192,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         {
             return Err(Error::NoExactEncoding);
         }
-        let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue);
+        let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue, false);
         drop(st);
         Ok(finish(shared, id, rx, initial, end_bookmark, last_rv, req.bookmarks, repr, req.deadline))
     }
@@ -237,6 +244,8 @@ struct Replay {
     through: Rv,
     generation: u64,
     filter: Arc<Filter>,
+    /// Events taken from the history (under the cache lock), not framed yet: a step's.
+    taken: VecDeque<Arc<Event>>,
 }
 
 /// What a replay step did.
@@ -250,35 +259,47 @@ enum Step {
 }
 
 impl Replay {
-    /// Queues the frames of the next [`REPLAY_STEP`] events into `pending`.
+    /// Takes the next [`REPLAY_STEP`] events after `after` (up to `through`) from `history`,
+    /// under the cache lock; `false` when the next one is gone (evicted, or a relist).
+    fn fetch(&mut self, history: &super::History) -> bool {
+        if history.generation() != self.generation || self.after < history.floor() {
+            return false;
+        }
+        let through = self.through;
+        self.taken.extend(
+            history.newer_than(self.after).take_while(|e| e.rv <= through).take(REPLAY_STEP).cloned(),
+        );
+        true
+    }
+
+    /// Frames taken events into `pending`, outside the cache lock, up to [`REPLAY_STEP_BYTES`]
+    /// (a selector's transition frames are copies of their own); fetches a step first when
+    /// none is left.
     fn step(&mut self, shared: &Shared, pending: &mut VecDeque<Bytes>) -> Step {
-        let mut st = shared.state.lock();
-        if st.history.generation() != self.generation || self.after < st.history.floor() {
+        if self.taken.is_empty() && self.after < self.through && !self.fetch(&shared.state.lock().history) {
             return Step::Lost;
         }
-        let (mut taken, mut filtered) = (0, 0);
-        let mut lost = false;
-        for ev in st.history.newer_than(self.after) {
-            if ev.rv > self.through || taken == REPLAY_STEP {
-                break;
-            }
-            match self.filter.frame_for(ev, &LazyFrames::default()) {
-                Ok(Some(f)) => pending.push_back(f),
-                Ok(None) => filtered += u64::from(self.filter.shard_excludes(ev)),
-                // Checked at the start: never for an event still in the history.
-                Err(_) => {
-                    lost = true;
-                    break;
+        let (mut bytes, mut filtered) = (0, 0);
+        while bytes < REPLAY_STEP_BYTES {
+            let Some(ev) = self.taken.pop_front() else { break };
+            match self.filter.frame_for(&ev, &LazyFrames::default()) {
+                Ok(Some(f)) => {
+                    bytes += f.len();
+                    pending.push_back(f);
                 }
+                Ok(None) => filtered += u64::from(self.filter.shard_excludes(&ev)),
+                // Checked at the start: never for an event of the history.
+                Err(_) => return Step::Lost,
             }
             self.after = ev.rv;
-            taken += 1;
         }
-        st.watchers.add_shard_filtered(filtered);
-        match () {
-            _ if lost => Step::Lost,
-            _ if self.after >= self.through || taken < REPLAY_STEP => Step::Done,
-            _ => Step::More,
+        if filtered > 0 {
+            shared.state.lock().watchers.add_shard_filtered(filtered);
+        }
+        if self.taken.is_empty() && self.after >= self.through {
+            Step::Done
+        } else {
+            Step::More
         }
     }
 }
@@ -310,7 +331,12 @@ impl Watch {
             if let Some(replay) = self.replay.as_mut() {
                 match replay.step(&self.shared, &mut self.pending) {
                     Step::More => {}
-                    Step::Done => self.replay = None,
+                    Step::Done => {
+                        self.replay = None;
+                        if let Some(id) = &self.id {
+                            self.shared.state.lock().watchers.replayed(id);
+                        }
+                    }
                     Step::Lost => {
                         self.replay = None;
                         self.done = true;
@@ -751,5 +777,45 @@ mod tests {
         let (got, ended) = rvs(&mut watch, 10_000).await;
         assert!(ended);
         assert_eq!(got, (12..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(), "its step, then the end");
+    }
+
+    /// A watch from the floor of a full history whose next event comes before its client reads
+    /// (evicting the oldest): its first step was taken with the request, so it is not ended
+    /// with nothing sent (review finding); a relist at the cache's RV while it replays ends it
+    /// and counts it (it has not got every event up to there).
+    #[tokio::test]
+    async fn a_replay_keeps_its_first_step_and_a_relist_ends_it_under_way() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let opts = CacheOptions { history_max_events: 300, watcher_queue: 10_000, ..Default::default() };
+        let (mut w, r) = new(kind, opts);
+        w.replace(vec![named(&w, "o", 5)], Rv(10));
+        for rv in 11..=310 {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let req = |rv| WatchRequest {
+            filter: Filter::default(),
+            start: WatchStart::After(Rv(rv)),
+            bookmarks: false,
+            deadline,
+        };
+        let mut from_floor = r.watch(req(10)).unwrap();
+        w.apply(EventType::Modified, named(&w, "o", 311)).unwrap().finish().await;
+        let (got, ended) = rvs(&mut from_floor, REPLAY_STEP).await;
+        assert!(!ended);
+        assert_eq!(got, (11..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(), "its first step");
+
+        let mut under_way = r.watch(req(170)).unwrap();
+        assert_eq!(rvs(&mut under_way, 1).await.0, [171]);
+        let mut done = r.watch(req(305)).unwrap();
+        assert_eq!(rvs(&mut done, 6).await.0, (306..=311).collect::<Vec<_>>());
+        let _ = futures_util::poll!(std::pin::pin!(done.next()));
+        // A relist at the cache's RV that changes nothing: the watch whose replay is done stays.
+        w.replace(vec![named(&w, "o", 311)], Rv(311));
+        assert_eq!(r.watcher_stats().ended_at_relist, 2, "the two still replaying");
+        let (got, ended) = rvs(&mut under_way, 10_000).await;
+        assert!(ended && got.len() < REPLAY_STEP, "its step, then the end: {got:?}");
+        w.apply(EventType::Modified, named(&w, "o", 312)).unwrap().finish().await;
+        assert_eq!(rvs(&mut done, 1).await.0, [312]);
     }
 }

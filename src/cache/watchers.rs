@@ -37,6 +37,9 @@ struct Entry {
     /// Events with RV ≤ this are skipped (a watch from a future RV waits for it silently).
     min_rv: Rv,
     tx: mpsc::Sender<Delivery>,
+    /// Its replay of the history up to `min_rv` is still under way (`cache::watch::Replay`):
+    /// it has not got every event up to there, so a relist never keeps it.
+    replaying: bool,
 }
 
 /// The index a watcher is registered under.
@@ -188,12 +191,13 @@ impl Watchers {
         filter: Arc<Filter>,
         min_rv: Rv,
         queue: usize,
+        replaying: bool,
     ) -> (WatcherId, mpsc::Receiver<Delivery>) {
         let (tx, rx) = mpsc::channel(queue.max(1));
         self.next_id += 1;
         let id = self.next_id;
         let slot = slot_of(&filter);
-        let entry = Entry { filter, min_rv, tx };
+        let entry = Entry { filter, min_rv, tx, replaying };
         match &slot {
             Slot::All => {
                 self.all.insert(id, entry);
@@ -203,6 +207,17 @@ impl Watchers {
             }
         }
         (WatcherId { id, slot }, rx)
+    }
+
+    /// The watcher's replay is done: it has every event up to its `min_rv`.
+    pub fn replayed(&mut self, w: &WatcherId) {
+        let entry = match &w.slot {
+            Slot::All => self.all.get_mut(&w.id),
+            s => self.indexed.get_mut(s).and_then(|m| m.get_mut(&w.id)),
+        };
+        if let Some(e) = entry {
+            e.replaying = false;
+        }
     }
 
     /// Unregisters a watcher; its stream ends after what is queued. Returns whether it was
@@ -340,7 +355,7 @@ impl Watchers {
             } else {
                 list_rv == cache_rv && !diff.iter().any(|d| d.concerns(&e.filter))
             };
-            stays && !went_back && !e.tx.is_closed()
+            stays && !went_back && !e.replaying && !e.tx.is_closed()
         };
         let before = self.len();
         if !self.all.is_empty() {
