@@ -300,12 +300,39 @@ async fn step(
                 WatchEnd::Failed(r, e) => {
                     failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
                     backoff.wait().await;
+                    if went_back(upstream, writer, opts, resource).await {
+                        metrics.reflector_error(resource, "upstream_behind");
+                        return State::Empty;
+                    }
                     State::Synced { rv }
                 }
             }
         }
     }
 }
+
+/// Before re-watching after a failed watch (a connection lost: an apiserver restart, which
+/// an etcd restore needs), whether the upstream's storage went back: a consistent one-item
+/// LIST below the cache's RV. Its watch from the cache's RV would be accepted and wait,
+/// silently, until the upstream issued that RV again; the cache relists instead
+/// (`Writer::replace` takes the lower RV). An upstream that cannot answer within
+/// [`PROBE_TIMEOUT`] (or the watch's idle timeout, if shorter; a partitioned connection never
+/// answers): re-watch as before.
+async fn went_back(upstream: &Upstream, writer: &Writer, opts: &ReflectorOptions, resource: &str) -> bool {
+    let before = writer.progress_rv();
+    let wait = opts.watch_idle_timeout.min(PROBE_TIMEOUT);
+    let probe = tokio::time::timeout(wait, upstream.list_page(writer.kind(), 1, None, None));
+    match probe.await {
+        Ok(Ok(page)) if page.rv < before => {
+            tracing::warn!(resource, cache = %before, upstream = %page.rv, "the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The longest the probe before a re-watch may delay it.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a full list came to.
 enum Listed {

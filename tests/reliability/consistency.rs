@@ -382,3 +382,16 @@ async fn an_upstream_restored_without_a_revision_bump_is_caught_by_a_consistent_
     t.client_at_the_truth().await;
     t.end().await;
 }
+
+/// With the periodic check off and no Most Recent read: the restore restarted the apiserver,
+/// the proxy's upstream watch failed, and before re-watching the reflector asked the upstream
+/// its RV (below the cache's): the cache follows the new history with nothing else asking.
+#[tokio::test]
+async fn an_upstream_restored_without_a_revision_bump_is_caught_when_the_watch_reconnects() {
+    let t = restored(Duration::ZERO).await;
+    t.followed(Duration::from_secs(10)).await;
+    let errors = "watchcache_reflector_errors_total{reason=\"upstream_behind\",resource=\"configmaps\"}";
+    assert_eq!(metric(&t.client, t.proxy.addr, errors).await, 1);
+    t.client_at_the_truth().await;
+    t.end().await;
+}
