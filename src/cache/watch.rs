@@ -695,20 +695,33 @@ mod tests {
         (out, false)
     }
 
+    /// A cache listed at 10 with one object, then modified at every RV in `11..=through`.
+    async fn modified_through(
+        opts: CacheOptions,
+        through: u64,
+    ) -> (crate::cache::Writer, crate::cache::Reader) {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, opts);
+        w.replace(vec![named(&w, "o", 5)], Rv(10));
+        for rv in 11..=through {
+            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
+        }
+        (w, r)
+    }
+
+    /// A watch of everything from `rv`.
+    fn watch_from(r: &crate::cache::Reader, rv: u64) -> Result<Watch, Error> {
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        let start = WatchStart::After(Rv(rv));
+        r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline })
+    }
+
     /// A watch from an old RV whose client does not read holds one replay step, not the
     /// history's frames; read, it gets every event in order, then the live ones.
     #[tokio::test]
     async fn a_replay_is_taken_a_step_at_a_time_as_it_is_read() {
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-        let (mut w, r) = new(kind, CacheOptions::default());
-        w.replace(vec![named(&w, "o", 5)], Rv(10));
-        for rv in 11..=1010 {
-            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
-        }
-        let deadline = Instant::now() + std::time::Duration::from_secs(300);
-        let start = WatchStart::After(Rv(10));
-        let mut watch =
-            r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline }).unwrap();
+        let (mut w, r) = modified_through(CacheOptions::default(), 1010).await;
+        let mut watch = watch_from(&r, 10).unwrap();
         assert!(watch.pending.is_empty(), "nothing queued before it is read");
         assert_eq!(rvs(&mut watch, 1).await.0, [11]);
         assert_eq!(watch.pending.len(), REPLAY_STEP - 1, "one step queued");
@@ -723,17 +736,9 @@ mod tests {
     /// apiserver's watcher does when its buffer moves past it; its client re-watches (410).
     #[tokio::test]
     async fn a_replay_overtaken_by_the_history_ends_after_what_it_sent() {
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
         let opts = CacheOptions { history_max_events: 300, watcher_queue: 10_000, ..Default::default() };
-        let (mut w, r) = new(kind, opts);
-        w.replace(vec![named(&w, "o", 5)], Rv(10));
-        for rv in 11..=310 {
-            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
-        }
-        let deadline = Instant::now() + std::time::Duration::from_secs(300);
-        let start = WatchStart::After(Rv(10));
-        let mut watch =
-            r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline }).unwrap();
+        let (mut w, r) = modified_through(opts, 310).await;
+        let mut watch = watch_from(&r, 10).unwrap();
         assert_eq!(rvs(&mut watch, 10).await.0, (11..=20).collect::<Vec<_>>());
         for rv in 311..=700 {
             w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
@@ -745,13 +750,7 @@ mod tests {
             (21..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(),
             "the step it had, nothing after"
         );
-        let e = r.watch(WatchRequest {
-            filter: Filter::default(),
-            start: WatchStart::After(Rv(138)),
-            bookmarks: false,
-            deadline,
-        });
-        assert!(e.is_err(), "its re-watch is 410");
+        assert!(watch_from(&r, 138).is_err(), "its re-watch is 410");
     }
 
     /// The upstream's storage went back while a replay was under way: the watch ends (its
@@ -759,16 +758,8 @@ mod tests {
     /// floor is now below where the replay stood.
     #[tokio::test]
     async fn a_replay_under_way_at_a_rewind_sends_nothing_of_the_new_history() {
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-        let (mut w, r) = new(kind, CacheOptions::default());
-        w.replace(vec![named(&w, "o", 5)], Rv(10));
-        for rv in 11..=400 {
-            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
-        }
-        let deadline = Instant::now() + std::time::Duration::from_secs(300);
-        let start = WatchStart::After(Rv(10));
-        let mut watch =
-            r.watch(WatchRequest { filter: Filter::default(), start, bookmarks: false, deadline }).unwrap();
+        let (mut w, r) = modified_through(CacheOptions::default(), 400).await;
+        let mut watch = watch_from(&r, 10).unwrap();
         assert_eq!(rvs(&mut watch, 1).await.0, [11]);
         w.replace(vec![named(&w, "o", 12)], Rv(12));
         for rv in 13..=300 {
@@ -785,29 +776,17 @@ mod tests {
     /// and counts it (it has not got every event up to there).
     #[tokio::test]
     async fn a_replay_keeps_its_first_step_and_a_relist_ends_it_under_way() {
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
         let opts = CacheOptions { history_max_events: 300, watcher_queue: 10_000, ..Default::default() };
-        let (mut w, r) = new(kind, opts);
-        w.replace(vec![named(&w, "o", 5)], Rv(10));
-        for rv in 11..=310 {
-            w.apply(EventType::Modified, named(&w, "o", rv)).unwrap().finish().await;
-        }
-        let deadline = Instant::now() + std::time::Duration::from_secs(300);
-        let req = |rv| WatchRequest {
-            filter: Filter::default(),
-            start: WatchStart::After(Rv(rv)),
-            bookmarks: false,
-            deadline,
-        };
-        let mut from_floor = r.watch(req(10)).unwrap();
+        let (mut w, r) = modified_through(opts, 310).await;
+        let mut from_floor = watch_from(&r, 10).unwrap();
         w.apply(EventType::Modified, named(&w, "o", 311)).unwrap().finish().await;
         let (got, ended) = rvs(&mut from_floor, REPLAY_STEP).await;
         assert!(!ended);
         assert_eq!(got, (11..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(), "its first step");
 
-        let mut under_way = r.watch(req(170)).unwrap();
+        let mut under_way = watch_from(&r, 170).unwrap();
         assert_eq!(rvs(&mut under_way, 1).await.0, [171]);
-        let mut done = r.watch(req(305)).unwrap();
+        let mut done = watch_from(&r, 305).unwrap();
         assert_eq!(rvs(&mut done, 6).await.0, (306..=311).collect::<Vec<_>>());
         let _ = futures_util::poll!(std::pin::pin!(done.next()));
         // A relist at the cache's RV that changes nothing: the watch whose replay is done stays.

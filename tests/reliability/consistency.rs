@@ -79,19 +79,7 @@ async fn informer(base: String, state: Arc<Mutex<BTreeMap<String, u64>>>) {
 #[tokio::test]
 async fn a_dropped_event_is_caught_within_one_period_and_clients_end_at_the_truth() {
     let period = Duration::from_secs(2);
-    let sim =
-        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
-            .await
-            .expect("sim starts");
-    let _ = sim.sim.create("namespaces", "", json!({"metadata":{"name":"w"}}));
-    let cm = |name: &str, v: &str| json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}});
-    for n in ["a", "b", "c"] {
-        sim.sim.create("configmaps", "w", cm(n, "0")).expect("create");
-    }
-    let mut args = serve_args(sim.addr, &["configmaps"]);
-    args.consistency_check_period = period;
-    let proxy = app::start(&args).await.expect("proxy starts");
-    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let (sim, proxy) = proxied(period).await;
     let (client, reader) = (client(), proxy.readers()[0].clone());
     let base = format!("http://{}", proxy.addr);
     let state = Arc::new(Mutex::new(BTreeMap::new()));
@@ -261,7 +249,9 @@ fn cm(name: &str, v: &str) -> Value {
     json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":name,"namespace":"w"},"data":{"k":v}})
 }
 
-async fn restored(period: Duration) -> Restored {
+/// The sim with ConfigMaps a, b and c in namespace w, and a proxy in front of it, ready,
+/// checking itself every `period`.
+async fn proxied(period: Duration) -> (kube_watchcache_sim::SimHandle, app::Running) {
     let sim =
         Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
             .await
@@ -274,6 +264,11 @@ async fn restored(period: Duration) -> Restored {
     args.consistency_check_period = period;
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    (sim, proxy)
+}
+
+async fn restored(period: Duration) -> Restored {
+    let (sim, proxy) = proxied(period).await;
     let (client, reader) = (client(), proxy.readers()[0].clone());
     let state = Arc::new(Mutex::new(BTreeMap::new()));
     let informer = tokio::spawn(informer(format!("http://{}", proxy.addr), state.clone()));
@@ -341,8 +336,14 @@ async fn an_upstream_restored_without_a_revision_bump_is_caught_and_followed() {
     let period = Duration::from_secs(1);
     let t = restored(period).await;
     t.followed(period.mul_f64(1.1) + Duration::from_secs(9)).await;
-    let behind = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"upstream_behind\"}";
-    assert!(metric(&t.client, t.proxy.addr, behind).await >= 1, "caught by the check");
+    // Caught by the check or, first, by the reflector's probe before its re-watch (the restore
+    // restarted the upstream); the check's own finding is `a_check_finds_an_upstream_behind_the_cache`.
+    let by_check = "watchcache_consistency_checks_total{resource=\"configmaps\",result=\"upstream_behind\"}";
+    let by_reflector =
+        "watchcache_reflector_errors_total{reason=\"upstream_behind\",resource=\"configmaps\"}";
+    let caught =
+        metric(&t.client, t.proxy.addr, by_check).await + metric(&t.client, t.proxy.addr, by_reflector).await;
+    assert!(caught >= 1, "caught");
     let second = rv_of(&t.sim.sim.update("configmaps", "w", cm("a", "new")).expect("update"));
     assert!(second < t.gone, "still below the RVs the gone history reached");
     t.reader.wait_for(Rv(second), Duration::from_secs(5)).await.expect("the next change is applied");
@@ -394,4 +395,31 @@ async fn an_upstream_restored_without_a_revision_bump_is_caught_when_the_watch_r
     assert_eq!(metric(&t.client, t.proxy.addr, errors).await, 1);
     t.client_at_the_truth().await;
     t.end().await;
+}
+
+/// The check itself, on a cache whose RV the upstream has not reached (its storage went back):
+/// `Behind`, with both RVs, before any comparison.
+#[tokio::test]
+async fn a_check_finds_an_upstream_behind_the_cache() {
+    use kube_watchcache::cache::{new, CacheOptions};
+    use kube_watchcache::consistency::{check, Outcome};
+    use kube_watchcache::resource::ResourceKind;
+    use kube_watchcache::upstream::{Upstream, UpstreamOptions};
+
+    let (sim, _proxy) = proxied(Duration::ZERO).await;
+    let upstream_rv = sim.sim.current_rv();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (mut w, reader) = new(kind, CacheOptions::default());
+    let ahead = Rv(upstream_rv.0 + 1000);
+    w.replace(Vec::new(), ahead);
+    let upstream = Upstream::new(&UpstreamOptions {
+        upstream: Some(format!("http://{}", sim.addr)),
+        ..Default::default()
+    })
+    .expect("upstream");
+    match check(&upstream, &reader).await {
+        Outcome::Behind { cache, upstream } => assert_eq!((cache, upstream), (ahead, upstream_rv)),
+        other => panic!("expected the upstream behind, got {other:?}"),
+    }
+    assert_eq!(Outcome::Behind { cache: ahead, upstream: upstream_rv }.as_str(), "upstream_behind");
 }
