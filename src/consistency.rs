@@ -161,12 +161,7 @@ pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -
                     "inconsistent with the upstream at resourceVersion {rv}: {differing} keys differ; relisting"
                 ));
             }
-            Outcome::Behind { cache, upstream } => {
-                tracing::warn!(resource, cache = %cache, upstream = %upstream, "consistency check: the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
-                r.request_relist(cache, format!(
-                    "the upstream is at resourceVersion {upstream}, below the cache's {cache}: its storage went back; relisting"
-                ));
-            }
+            Outcome::Behind { cache, upstream } => r.upstream_went_back(cache, upstream, "consistency check"),
             Outcome::Skipped => {}
             Outcome::Failed(e) => {
                 ok = false;

@@ -324,7 +324,7 @@ async fn went_back(upstream: &Upstream, writer: &Writer, opts: &ReflectorOptions
     let probe = tokio::time::timeout(wait, upstream.list_page(writer.kind(), 1, None, None));
     match probe.await {
         Ok(Ok(page)) if page.rv < before => {
-            tracing::warn!(resource, cache = %before, upstream = %page.rv, "the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
+            crate::cache::warn_went_back(resource, before, page.rv, "re-watch probe");
             true
         }
         _ => false,

@@ -37,6 +37,7 @@ pub use lag::DeliveryLag;
 pub use list::{ListBody, Page};
 pub use memory::{Budget, ListAccount, Usage};
 pub use persist::{Persisted, RestoreError};
+pub use relist::warn_went_back;
 pub use store::Store;
 pub use watch::{Watch, WatchRequest, WatchStart};
 

@@ -3,8 +3,9 @@
 //! once (its reads are forwarded, `/readyz` names the reason), and the reflector, woken, lists
 //! again; the relist rules apply (every watch that started before the list ends).
 //!
-//! [`Reader::request_relist`] is called by `consistency`; [`Writer::relist_requested`] is awaited by
-//! `reflector` beside its upstream watch.
+//! [`Reader::request_relist`] is called by `consistency`, and [`Reader::upstream_went_back`] by
+//! it and `server::consistent` (an upstream found behind the cache); [`Writer::relist_requested`]
+//! is awaited by `reflector` beside its upstream watch.
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -21,6 +22,12 @@ pub struct Request {
     /// Kept until the relist is in, for `/readyz?verbose`.
     shown: Mutex<Option<String>>,
     wake: Notify,
+}
+
+/// The one warning every finder of an upstream behind the cache logs (the consistency check, a
+/// consistent read, the reflector's probe before a re-watch).
+pub fn warn_went_back(resource: &str, cache: Rv, upstream: Rv, by: &'static str) {
+    tracing::warn!(resource, cache = %cache, upstream = %upstream, by, "the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
 }
 
 impl Reader {
@@ -44,6 +51,17 @@ impl Reader {
         *self.shared.relist.shown.lock() = Some(reason.clone());
         *self.shared.relist.reason.lock() = Some((at, reason));
         self.shared.relist.wake.notify_one();
+    }
+
+    /// The upstream answered a read sent after the cache was at `cache` with `upstream`, below
+    /// it: its storage went back (etcd restored without `--bump-revision`). Logged (`by`: who
+    /// found it) and the cache relisted; `Writer::replace` then takes the lower RV.
+    pub fn upstream_went_back(&self, cache: Rv, upstream: Rv, by: &'static str) {
+        warn_went_back(&self.shared.kind.group_resource(), cache, upstream, by);
+        self.request_relist(
+            cache,
+            format!("the upstream is at resourceVersion {upstream}, below the cache's {cache}: its storage went back; relisting"),
+        );
     }
 
     /// Why a relist was asked for, until it is in (`/readyz?verbose`).

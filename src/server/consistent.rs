@@ -235,12 +235,7 @@ fn not_behind(reader: &Reader, before: Rv, upstream: Rv) -> Result<(), String> {
     if upstream >= before {
         return Ok(());
     }
-    let resource = reader.kind().group_resource();
-    tracing::warn!(resource, cache = %before, upstream = %upstream, "consistent read: the upstream is at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); relisting");
-    reader.request_relist(
-        before,
-        format!("the upstream is at resourceVersion {upstream}, below the cache's {before}: its storage went back; relisting"),
-    );
+    reader.upstream_went_back(before, upstream, "consistent read");
     Err(format!("the upstream is at {upstream}, below the cache's {before}"))
 }
 
