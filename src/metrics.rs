@@ -116,6 +116,7 @@ pub struct Metrics {
     offered: IntCounterVec,
     watch_shards: IntGaugeVec,
     shard_filtered: IntCounterVec,
+    replays_overtaken: IntCounterVec,
     drop_managed_fields: IntCounterVec,
     protobuf_encodings: IntCounterVec,
     ready: IntGaugeVec,
@@ -289,6 +290,12 @@ impl Metrics {
                 &r,
                 "watchcache_watch_filtered_events_total",
                 "Events a sharded watch did not get because the object is outside its shard.",
+                &["resource"],
+            ),
+            replays_overtaken: counter(
+                &r,
+                "watchcache_watch_replays_overtaken_total",
+                "Watches ended because the history let go of events their replay had yet to send.",
                 &["resource"],
             ),
             drop_managed_fields: counter(
@@ -505,6 +512,7 @@ impl Metrics {
             &self.ended_at_relist,
             &self.offered,
             &self.shard_filtered,
+            &self.replays_overtaken,
         ] {
             c.with_label_values(&[resource]);
         }
@@ -677,6 +685,7 @@ impl Metrics {
             advance(&self.dispatched.with_label_values(&l), w.delivered);
             self.watch_shards.with_label_values(&l).set(w.sharded as i64);
             advance(&self.shard_filtered.with_label_values(&l), w.shard_filtered);
+            advance(&self.replays_overtaken.with_label_values(&l), w.replays_overtaken);
             for (how, n) in crate::proto::ENCODINGS.iter().zip(r.proto_type().encodings()) {
                 advance(&self.protobuf_encodings.with_label_values(&[gr.as_str(), how]), n);
             }

@@ -505,6 +505,9 @@ pub struct WatcherStats {
     pub sharded: usize,
     /// Events sharded watchers did not get because the object is outside their shard.
     pub shard_filtered: u64,
+    /// Watches ended because the history let go of events their replay had yet to send (the
+    /// client re-watches from its last RV: 410 and a relist).
+    pub replays_overtaken: u64,
 }
 
 /// The history of one resource now.
@@ -570,6 +573,7 @@ impl Reader {
             delivered: st.watchers.delivered(),
             sharded: st.watchers.sharded(),
             shard_filtered: st.watchers.shard_filtered(),
+            replays_overtaken: st.watchers.replays_overtaken(),
         }
     }
 

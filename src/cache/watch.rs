@@ -340,6 +340,11 @@ impl Watch {
                     Step::Lost => {
                         self.replay = None;
                         self.done = true;
+                        // Its watcher goes now (not when the body is dropped), counted unless a
+                        // relist ended it already.
+                        if let Some(id) = self.id.take() {
+                            self.shared.state.lock().watchers.overtaken(&id);
+                        }
                         return Poll::Ready(None);
                     }
                 }
@@ -751,6 +756,8 @@ mod tests {
             "the step it had, nothing after"
         );
         assert!(watch_from(&r, 138).is_err(), "its re-watch is 410");
+        let stats = r.watcher_stats();
+        assert_eq!((stats.replays_overtaken, stats.live), (1, 0), "counted, its watcher gone");
     }
 
     /// The upstream's storage went back while a replay was under way: the watch ends (its
@@ -768,6 +775,12 @@ mod tests {
         let (got, ended) = rvs(&mut watch, 10_000).await;
         assert!(ended);
         assert_eq!(got, (12..(11 + REPLAY_STEP as u64)).collect::<Vec<_>>(), "its step, then the end");
+        let stats = r.watcher_stats();
+        assert_eq!(
+            (stats.ended_at_relist, stats.replays_overtaken),
+            (1, 0),
+            "ended by the relist, counted once"
+        );
     }
 
     /// A watch from the floor of a full history whose next event comes before its client reads

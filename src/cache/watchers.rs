@@ -143,6 +143,8 @@ pub struct Watchers {
     terminated: u64,
     /// Watchers ended by a relist (`end_at_relist`).
     ended_at_relist: u64,
+    /// Watches ended because the history let go of events their replay had yet to send.
+    overtaken: u64,
     /// No watcher may be added any more (`close`).
     closed: bool,
     /// How many (event, watcher) pairs were examined: the fan-out cost.
@@ -234,6 +236,19 @@ impl Watchers {
                 found
             }
         }
+    }
+
+    /// Removes the watcher of a watch whose replay the history overtook (`cache::watch`), counted
+    /// unless it was gone already (a relist ended it: counted there).
+    pub fn overtaken(&mut self, w: &WatcherId) {
+        if self.remove(w) {
+            self.overtaken += 1;
+        }
+    }
+
+    /// Watches ended because the history overtook their replay.
+    pub fn replays_overtaken(&self) -> u64 {
+        self.overtaken
     }
 
     /// Closes watchers that could not keep up (counted in `terminated`).
