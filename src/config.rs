@@ -380,8 +380,10 @@ pub struct SecurityArgs {
     /// --max-requests-inflight, at least 1). 0 = no per-user share.
     #[arg(long)]
     pub max_requests_inflight_per_user: Option<usize>,
-    /// A non-long-running response whose client takes nothing of it for this long frees its
-    /// in-flight permit and is cut, before --request-timeout. 0 = only at --request-timeout.
+    /// A response whose client takes nothing of it for this long is cut and what it holds let
+    /// go: a non-long-running one frees its in-flight permit before --request-timeout; a watch
+    /// (served or forwarded) its source. A watch with nothing to send is never cut. 0 = never
+    /// (non-long-running: only at --request-timeout).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub write_stall_timeout: Duration,
     /// Watches served from the cache at once per user; 429 past it. 0 = unlimited.

@@ -5,6 +5,8 @@
 //! - in flight: a user holding connections whose large answers it does not read gets its share
 //!   of `--max-requests-inflight` (429 past it) while another user is served, and the share
 //!   comes back at `--write-stall-timeout`, well before `--request-timeout`;
+//! - watches: a cached watch whose client takes nothing of it is cut at the same timeout, and
+//!   what it holds (a watch-list's snapshot, its watcher) let go; an idle one is kept;
 //! - SubjectAccessReviews: GETs of many distinct names make at most the user's burst of reviews
 //!   (`--authorization-review-burst`), then 429, while another user is served;
 //! - HTTP/2 streams reset after the proxy accepted them (their review sent) count against the
@@ -38,7 +40,7 @@ fn script() -> AuthScript {
     AuthScript::default()
         .token("mallory-token", ScriptUser::new("mallory", &[]))
         .token("alice-token", ScriptUser::new("alice", &[]))
-        .rule(Rule::user("mallory", &["get", "list"], "", &["configmaps"]))
+        .rule(Rule::user("mallory", &["get", "list", "watch"], "", &["configmaps"]))
         .rule(Rule::user("alice", &["get", "list"], "", &["configmaps"]))
 }
 
@@ -193,6 +195,54 @@ async fn indented_answers_nobody_reads_hold_their_permits() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(unsent);
+    conn.abort();
+    env.proxy.shutdown().await;
+}
+
+/// Mallory opens a watch-list of the ConfigMaps (served from the cache: its initial objects
+/// from a snapshot of the store) on an HTTP/2 connection that grants her streams no window, so
+/// nothing of it is ever sent. Before, hyper kept the body (the watcher, the snapshot and every
+/// version the store replaced since, a full queue once the cache closed it for being slow)
+/// until the connection ended. Now it is cut at --write-stall-timeout like a forwarded watch,
+/// and what it held let go; her idle watch (nothing to send) is not cut and still gets events.
+#[tokio::test]
+async fn cached_watches_nobody_reads_are_let_go_at_the_write_stall_timeout() {
+    let stall = Duration::from_secs(2);
+    let env = start(50, |a| a.security.write_stall_timeout = stall).await;
+    let reader = env.proxy.readers().into_iter().find(|r| r.kind().resource == "configmaps").unwrap();
+    let live = || reader.watcher_stats().live;
+    let auth = [("authorization", "Bearer mallory-token")];
+    let rv = reader.progress().rv.0;
+    let url =
+        format!("http://{}/api/v1/namespaces/big/configmaps?watch=true&resourceVersion={rv}", env.proxy.addr);
+    let mut idle = common::open_watch_with(&env.client, &url, &auth).await;
+    assert_eq!(idle.status, StatusCode::OK);
+
+    let tcp = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let path = "/api/v1/namespaces/big/configmaps?watch=true&sendInitialEvents=true\
+                &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+    send.ready().await.unwrap();
+    let unread = send.send_request(h2_get(path, "mallory-token")).await.unwrap();
+    assert_eq!(unread.status(), StatusCode::OK);
+    assert_eq!(live(), 2, "both watches served from the cache");
+    let t0 = Instant::now();
+    while live() > 1 {
+        assert!(t0.elapsed() < stall * 4, "let go within a few stall timeouts: {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The idle watch was opened first: it has waited longer than the stall, and is kept.
+    assert!(t0.elapsed() >= stall / 2, "not before the stall: {:?}", t0.elapsed());
+    let obj = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"late"},"data":{"k":"v"}});
+    env.sim.sim.create("configmaps", "big", obj).unwrap();
+    let ev = idle.next(Duration::from_secs(10)).await.expect("the idle watch gets the event");
+    assert_eq!(ev["object"]["metadata"]["name"], "late");
+    drop(unread);
     conn.abort();
     env.proxy.shutdown().await;
 }

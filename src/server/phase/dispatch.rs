@@ -28,8 +28,8 @@ pub struct Dispatch {
     pub serve: Arc<ServeOptions>,
     /// Request-header authentication headers dropped from what is forwarded.
     pub trusted_headers: Arc<TrustedHeaders>,
-    /// A forwarded long-running answer (a watch, a followed log) its caller took nothing of for
-    /// this long is cut (`--write-stall-timeout`; zero: never).
+    /// A long-running answer (a watch, served or forwarded; a followed log) its caller took
+    /// nothing of for this long is cut (`--write-stall-timeout`; zero: never).
     pub write_stall_timeout: Duration,
     pub recorder: Recorder,
 }
@@ -95,6 +95,11 @@ impl Dispatch {
                 match serve::serve(&cr, src, &self.serve, arrived).await {
                     serve::Outcome::Response(mut resp) => {
                         self.recorder.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
+                        if verb == "watch" && resp.status() == http::StatusCode::OK {
+                            // What an unread cached watch holds (a watch-list's snapshot, a
+                            // replay's step, a full queue of frames) goes at the stall cut too.
+                            resp = stall_cut(resp, self.write_stall_timeout);
+                        }
                         if cr.repr.is_lean() {
                             self.recorder.0.drop_managed_fields(&gr, true);
                         }
@@ -140,12 +145,16 @@ impl Dispatch {
     }
 }
 
-/// A forwarded long-running answer is cut once its caller has taken nothing of it for `stall`:
-/// what the upstream sends it waits in the proxy's connection to the upstream (up to a stream's
-/// window, 1 MiB) while the caller does not read — 1 000 watches of a caller that never reads
-/// would hold a gigabyte. The upstream's watch, and the cache's slow-watcher cut, end a watch
-/// that cannot keep up too; the client watches again from its last resourceVersion. A watch
-/// with nothing to send is never cut (it waits for the upstream, not for the caller).
+/// A long-running answer is cut once its caller has taken nothing of it for `stall`, and what
+/// it holds let go. Forwarded: what the upstream sends it waits in the proxy's connection to
+/// the upstream (up to a stream's window, 1 MiB) while the caller does not read — 1 000 watches
+/// of a caller that never reads would hold a gigabyte. Served from the cache: a watch-list's
+/// snapshot of the store (which keeps every version the store replaced since), a replay's step,
+/// and the queue of a watcher the cache closed for being too slow (1 000 frames, kept past the
+/// history's) — all of it until the connection ended, as hyper polls a body only when it can
+/// send. The upstream's watch, and the cache's slow-watcher cut, end a watch that cannot keep up
+/// too; the client watches again from its last resourceVersion. A watch with nothing to send
+/// is never cut (it waits for its source, not for the caller).
 fn stall_cut(resp: Resp, stall: Duration) -> Resp {
     if stall.is_zero() {
         return resp;
