@@ -17,6 +17,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -174,14 +175,29 @@ impl Limits {
         self.users.lock().get(user).copied().unwrap_or(0)
     }
 
-    /// A slot for one more watch of `user`, or 429. The slot is freed when the guard drops.
-    pub fn watch_slot(&self, user: &str) -> Result<WatchGuard, Response<Body>> {
-        take_slot(&self.watches, user, self.opts.max_watches_per_user).ok_or_else(too_many)
+    /// A slot for one more watch of `user` from the client host `addr`, or 429. The slot is
+    /// freed when the guard drops.
+    ///
+    /// Counted per user *and* client address: a DaemonSet's pods on every node share one
+    /// service account (kube-proxy's 2–3 watches a node, a CNI agent's ~10), so a limit per
+    /// user alone refused them past a few hundred nodes — for good, as watches stay open —
+    /// while one client host still cannot hold more than the limit under one identity.
+    pub fn watch_slot(&self, user: &str, addr: Option<IpAddr>) -> Result<WatchGuard, Response<Body>> {
+        take_slot(&self.watches, &watch_key(user, addr), self.opts.max_watches_per_user).ok_or_else(too_many)
     }
 
-    /// Open watches of `user` (for tests and metrics).
+    /// Open watches of `user`, from every address (for tests and diagnostics).
     pub fn watches_of(&self, user: &str) -> usize {
-        self.watches.lock().get(user).copied().unwrap_or(0)
+        let m = self.watches.lock();
+        m.iter().filter(|(k, _)| k.split_once(' ').is_some_and(|(_, u)| u == user)).map(|(_, n)| *n).sum()
+    }
+}
+
+/// The watch slots' key: the address, which holds no space, then the user (any text).
+fn watch_key(user: &str, addr: Option<IpAddr>) -> String {
+    match addr {
+        Some(a) => format!("{} {user}", a.to_canonical()),
+        None => format!("- {user}"),
     }
 }
 
@@ -465,13 +481,22 @@ mod tests {
         assert_eq!(r.headers()["retry-after"], "1");
         drop(p);
         assert!(l.admit().is_ok());
-        let a = l.watch_slot("u").unwrap();
-        let _b = l.watch_slot("u").unwrap();
-        assert!(l.watch_slot("u").is_err());
-        assert!(l.watch_slot("v").is_ok());
+        let (one, two): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let a = l.watch_slot("u", Some(one)).unwrap();
+        let _b = l.watch_slot("u", Some(one)).unwrap();
+        assert!(l.watch_slot("u", Some(one)).is_err());
+        // The same address in IPv6 form (a dual-stack listener) is the same client host.
+        assert!(l.watch_slot("u", Some("::ffff:10.0.0.1".parse().unwrap())).is_err());
+        assert!(l.watch_slot("v", Some(one)).is_ok(), "another user");
+        let _c = l.watch_slot("u", Some(two)).unwrap();
+        assert!(l.watch_slot("u", None).is_ok(), "no address: slots of their own");
+        assert_eq!(l.watches_of("u"), 3, "open ones, every address");
         drop(a);
-        assert_eq!(l.watches_of("u"), 1);
-        assert!(l.watch_slot("u").is_ok());
+        assert_eq!(l.watches_of("u"), 2);
+        assert!(l.watch_slot("u", Some(one)).is_ok());
+        // A user whose name holds spaces or looks like an address is still only itself.
+        let _d = l.watch_slot("10.0.0.1 u", Some(two)).unwrap();
+        assert_eq!((l.watches_of("u"), l.watches_of("10.0.0.1 u")), (2, 1));
     }
 
     fn one_permit() -> Limits {

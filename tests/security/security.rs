@@ -506,6 +506,7 @@ async fn authenticated_mode_never_lends_the_proxys_token() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// At most `--max-watches-per-user` watches per user and client host (429 past it).
 #[tokio::test]
 async fn watches_per_user_are_limited() {
     let env = start_with(|s| s.max_watches_per_user = 2).await;
@@ -525,6 +526,29 @@ async fn watches_per_user_are_limited() {
     let w3 = watch(env.client.clone(), url.clone()).await;
     assert_eq!(w3.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(w3.headers()["retry-after"], "1");
+    // The same user from another client host (a DaemonSet's pod on another node, under the
+    // same service account) has slots of its own, and as many.
+    let other = |i: usize| async move {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let tcp = sock.connect(env.proxy.addr).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(tcp);
+        let (mut send, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await.unwrap();
+        tokio::spawn(conn);
+        let req = Request::get(format!("/api/v1/namespaces/ns-a/configmaps?watch=1&resourceVersion=0&i={i}"))
+            .header("host", "localhost")
+            .header("authorization", "Bearer alice-token")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), send.send_request(req)).await.unwrap().unwrap()
+    };
+    let (o1, o2, o3) = (other(1).await, other(2).await, other(3).await);
+    assert_eq!(
+        (o1.status(), o2.status(), o3.status()),
+        (StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS),
+        "127.0.0.2's own two"
+    );
+    drop((o1, o2, o3));
     // At the limit, a malformed watch is still the apiserver's own refusal (it holds no slot).
     let bad = watch(env.client.clone(), format!("{url}&resourceVersionMatch=Exact")).await;
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);

@@ -1,5 +1,6 @@
-//! Phase 10: a per-user slot for each watch, served or forwarded (`--max-watches-per-user`),
-//! held until the watch's body ends; 429 past the limit. Needs users: none with `--auth=none`.
+//! Phase 10: a slot for each watch, served or forwarded, per user and client address
+//! (`--max-watches-per-user`), held until the watch's body ends; 429 past the limit. Needs
+//! users: none with `--auth=none`.
 
 use std::sync::Arc;
 
@@ -21,7 +22,8 @@ impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
         let refused = matches!(ctx.and_then(|c| c.classified.as_ref()), Some(Classified::Refuse { .. }));
         let slot = match ctx.map(|c| (&c.info, &c.caller)) {
             Some((Some(info), Some(caller))) if !refused && self.per_user && info.verb == "watch" => {
-                match self.limits.watch_slot(&caller.effective.name) {
+                let addr = req.extensions().get::<crate::server::proxy::PeerAddr>().map(|p| p.0.ip());
+                match self.limits.watch_slot(&caller.effective.name, addr) {
                     Ok(s) => Some(s),
                     Err(resp) => return self.recorder.refused(resp, "watch", "", arrived(&req)),
                 }
