@@ -36,6 +36,25 @@ pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(backlog())
 }
 
+/// TCP keepalive probes on an accepted connection, as kube-apiserver sets them on its own
+/// (`tcpKeepAliveListener`, k8s.io/apiserver `secure_serving.go`: every 3 minutes after 3 idle
+/// minutes): a client that vanished (a node powered off, a partition) holding an HTTP/1.1
+/// watch with nothing to send is found, and its connection closed, instead of holding its
+/// watcher and slot until the watch's deadline. HTTP/2 connections are pinged too (`conn`).
+/// Best effort: a socket that refuses is served without.
+fn keepalive(stream: &tokio::net::TcpStream) {
+    use rustix::net::sockopt;
+    let set = sockopt::set_socket_keepalive(stream, true)
+        .and_then(|()| sockopt::set_tcp_keepidle(stream, KEEPALIVE_PERIOD))
+        .and_then(|()| sockopt::set_tcp_keepintvl(stream, KEEPALIVE_PERIOD));
+    if let Err(e) = set {
+        tracing::debug!(error = %e, "TCP keepalive not set on an accepted connection");
+    }
+}
+
+/// kube-apiserver's `defaultKeepAlivePeriod`.
+const KEEPALIVE_PERIOD: Duration = Duration::from_secs(180);
+
 /// `net.core.somaxconn` (4 096 on recent kernels; the kernel caps a larger request at it), or
 /// 4 096 where it cannot be read.
 fn backlog() -> u32 {
@@ -77,6 +96,7 @@ pub async fn run(
             _ = until_true(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
+        keepalive(&stream);
         let (server, builders, stop, live) =
             (server.clone(), builders.clone(), shutdown.clone(), live.clone());
         match &acceptor {

@@ -2,7 +2,8 @@
 //! silent connection `--read-header-timeout` after its accept, an HTTP/1.1 keep-alive or HTTP/2
 //! connection with nothing in flight after `--idle-timeout`. (Before, a silent HTTP/1.1
 //! connection and an idle HTTP/2 one were still open after 100 s.) That an open watch keeps its
-//! connection is checked with paused time in `server::conn`.
+//! connection is checked with paused time in `server::conn`. Accepted connections have TCP
+//! keepalive on, as kube-apiserver's do.
 
 use crate::common;
 
@@ -109,5 +110,46 @@ async fn a_trickled_first_head_is_closed_at_the_read_header_timeout() {
     let closed_at = closed_at.expect("closed before the head was complete");
     assert!(closed_at >= Duration::from_secs(1), "not before the timeout: {closed_at:?}");
     assert!(closed_at < Duration::from_secs(3), "at the timeout, not at --idle-timeout: {closed_at:?}");
+    proxy.shutdown().await;
+}
+
+/// The proxy's end of an accepted connection has TCP keepalive on, every 3 minutes as
+/// kube-apiserver's listener sets it: a client that vanished while holding an HTTP/1.1 watch
+/// with nothing to send is found by the kernel, not kept until the watch's deadline. Read from
+/// the kernel (`/proc/net/tcp`: the proxy's socket runs its keepalive timer, `tr` 2, due in
+/// about 180 s), so it fails if the accepted socket is left without.
+#[tokio::test]
+async fn accepted_connections_have_tcp_keepalive() {
+    let Ok(_) = std::fs::metadata("/proc/net/tcp") else {
+        eprintln!("skipped: no /proc/net/tcp here");
+        return;
+    };
+    let sim = Sim::start(SimOptions { objects: 0, ..Default::default() }).await.expect("sim");
+    let proxy = app::start(&common::serve_args(sim.addr, &["configmaps"])).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+    // A watch with nothing to send: the connection stays open and idle.
+    c.write_all(b"GET /api/v1/configmaps?watch=1&resourceVersion=0 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(BOUND, c.read(&mut buf)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let (server, client) = (proxy.addr.port(), c.local_addr().unwrap().port());
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    // `sl local rem st tx:rx tr:when …`, addresses as `HEXIP:HEXPORT`.
+    let port = |a: &str| u16::from_str_radix(a.rsplit(':').next().unwrap(), 16).unwrap();
+    let line = tcp
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| port(f[1]) == server && port(f[2]) == client)
+        .expect("the proxy's end of the connection");
+    let (timer, when) = line[5].split_once(':').unwrap();
+    let when = u64::from_str_radix(when, 16).unwrap();
+    assert_eq!(timer, "02", "the keepalive timer runs: {line:?}");
+    // In clock ticks (USER_HZ, 100 a second): about 180 s from now.
+    assert!((170 * 100..=180 * 100).contains(&when), "due in ~180 s: {when} ticks");
+    drop(c);
     proxy.shutdown().await;
 }
