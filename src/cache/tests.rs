@@ -645,6 +645,69 @@ async fn a_pod_moving_between_nodes_reaches_both_kubelets_and_its_namespace() {
     assert_eq!(st.watchers.offered(), 3, "the two kubelets and the namespace's watcher, not the other");
 }
 
+/// Watches of one object by name (a kubelet's Secrets and ConfigMaps, its own Node) get its
+/// every event, created, changed and deleted, and are never offered another object's — the
+/// others' events in the namespace cost them nothing, however many kubelets watch there.
+#[tokio::test]
+async fn watchers_of_one_object_are_found_by_its_key() {
+    let (mut w, r) = setup();
+    let cms = cms();
+    let watch = |r: &Reader, ns: Option<&str>, fields: &str, kind: &ResourceKind| {
+        let f = Filter::new(
+            ns.map(str::to_owned),
+            None,
+            LabelSelector::default(),
+            FieldSelector::parse(fields, kind).unwrap(),
+        );
+        r.watch(req(f, WatchStart::Now, false)).unwrap()
+    };
+    let mut named: Vec<Watch> = (0..50).map(|_| watch(&r, Some("b"), "metadata.name=y", &cms)).collect();
+    let mut everywhere = watch(&r, None, "metadata.name=y", &cms);
+    let offered = r.shared.state.lock().watchers.offered();
+    for (i, name) in ["x", "z", "w"].iter().enumerate() {
+        w.apply(EventType::Added, obj(&w, "b", name, 20 + i as u64, "a")).unwrap();
+    }
+    w.apply(EventType::Added, obj(&w, "b", "y", 30, "a")).unwrap();
+    w.apply(EventType::Modified, obj(&w, "b", "y", 31, "a")).unwrap();
+    w.apply(EventType::Deleted, obj(&w, "b", "y", 32, "a")).unwrap();
+    let want: Vec<(String, String, String)> = [("ADDED", "30"), ("MODIFIED", "31"), ("DELETED", "32")]
+        .map(|(t, rv)| (t.into(), "y".into(), rv.into()))
+        .into();
+    for watch in named.iter_mut().chain(std::iter::once(&mut everywhere)) {
+        assert_eq!(take(watch, 3).await, want);
+        assert!(tokio::time::timeout(Duration::from_millis(20), watch.next()).await.is_err(), "nothing else");
+    }
+    // The 50 were offered y's three events only; the one of every namespace all six.
+    assert_eq!(r.shared.state.lock().watchers.offered() - offered, 50 * 3 + 6);
+
+    // A cluster-scoped resource: a kubelet's own Node.
+    let nodes = ResourceKind::new("", "v1", "nodes", "Node", false, true);
+    let (mut w, r) = new(nodes.clone(), CacheOptions::default());
+    w.replace(vec![], Rv(10));
+    let node = |w: &Writer, name: &str, rv: u64| {
+        let json = format!(
+            r#"{{"kind":"Node","apiVersion":"v1","metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}"#
+        );
+        w.parse(Bytes::from(json)).unwrap()
+    };
+    let mut own: Vec<Watch> =
+        (1..=20).map(|i| watch(&r, None, &format!("metadata.name=n{i}"), &nodes)).collect();
+    for i in 1..=20 {
+        w.apply(EventType::Added, node(&w, &format!("n{i}"), 10 + i)).unwrap();
+    }
+    for (i, watch) in own.iter_mut().enumerate() {
+        assert_eq!(
+            take(watch, 1).await,
+            vec![("ADDED".into(), format!("n{}", i + 1), format!("{}", 11 + i))]
+        );
+    }
+    assert_eq!(
+        r.shared.state.lock().watchers.offered(),
+        20,
+        "each Node's event offered to its kubelet alone"
+    );
+}
+
 /// A change that keeps an object's uid, labels and fields shares its key (and strings) with the
 /// version before; one that changes them keys the store by its own, so the tree never keeps an
 /// older version's strings alive once that version has left the history. A warm restart's

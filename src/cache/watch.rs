@@ -161,7 +161,8 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                     }
                     None
                 };
-                let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue, replay.is_some());
+                let (id, rx) =
+                    st.watchers.add(filter.clone(), shared.kind.namespaced, last_rv, queue, replay.is_some());
                 drop(st);
                 let mut watch =
                     finish(shared, id, rx, None, None, last_rv, req.bookmarks, repr, req.deadline);
@@ -192,7 +193,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         {
             return Err(Error::NoExactEncoding);
         }
-        let (id, rx) = st.watchers.add(filter.clone(), last_rv, queue, false);
+        let (id, rx) = st.watchers.add(filter.clone(), shared.kind.namespaced, last_rv, queue, false);
         drop(st);
         Ok(finish(shared, id, rx, initial, end_bookmark, last_rv, req.bookmarks, repr, req.deadline))
     }

@@ -4,8 +4,10 @@
 //! Owned by the cache state and only touched under its lock: the writer dispatches while it
 //! applies an event, and `Reader::watch` registers a watcher in the same critical section in
 //! which it reads the history, so a watcher sees every event exactly once. Watchers are found
-//! by namespace, and pod watchers with an exact `spec.nodeName=X` selector (kubelets) by node,
-//! so an event costs O(interested watchers + unindexed cluster-wide watchers).
+//! by namespace, pod watchers with an exact `spec.nodeName=X` selector (kubelets) by node, and
+//! watchers of one object (`metadata.name`: a kubelet's Node, the Secrets and ConfigMaps its
+//! pods mount) by the object's key, so an event costs O(interested watchers + unindexed
+//! cluster-wide watchers).
 //! Sends never block: a watcher whose queue is full is handed back to the writer as
 //! [`Blocked`] (`cache::dispatch` gives it the shared time budget outside the lock); a dropped
 //! watcher's stream ends after what it already has, like the apiserver's terminated slow
@@ -51,6 +53,10 @@ pub(crate) enum Slot {
     Namespace(String),
     /// Pod events whose current or previous `spec.nodeName` is this node.
     Node(String),
+    /// Events of the one object with this key (`namespace/name`, or `name` when cluster-scoped):
+    /// a watch of a single object by `metadata.name` (a kubelet's Node, the Secrets and
+    /// ConfigMaps its pods mount; the apiserver indexes them so too).
+    Object(String),
 }
 
 /// An indexed slot an event concerns, borrowed from its object's header (`slots_of`): found in
@@ -59,11 +65,12 @@ pub(crate) enum Slot {
 enum SlotRef<'a> {
     Namespace(&'a str),
     Node(&'a str),
+    Object(&'a str),
 }
 
 /// What a slot is, owned or borrowed: the index's keys (`Slot`) are looked up by either.
 trait SlotParts {
-    /// The slot's kind (0 all, 1 namespace, 2 node) and its value.
+    /// The slot's kind (0 all, 1 namespace, 2 node, 3 object) and its value.
     fn parts(&self) -> (u8, &str);
 }
 
@@ -73,6 +80,7 @@ impl SlotParts for Slot {
             Slot::All => (0, ""),
             Slot::Namespace(ns) => (1, ns),
             Slot::Node(node) => (2, node),
+            Slot::Object(key) => (3, key),
         }
     }
 }
@@ -82,6 +90,7 @@ impl SlotParts for SlotRef<'_> {
         match self {
             SlotRef::Namespace(ns) => (1, ns),
             SlotRef::Node(node) => (2, node),
+            SlotRef::Object(key) => (3, key),
         }
     }
 }
@@ -91,6 +100,7 @@ impl SlotRef<'_> {
         match self {
             SlotRef::Namespace(ns) => Slot::Namespace(ns.to_owned()),
             SlotRef::Node(node) => Slot::Node(node.to_owned()),
+            SlotRef::Object(key) => Slot::Object(key.to_owned()),
         }
     }
 }
@@ -131,13 +141,14 @@ impl<'a> std::borrow::Borrow<dyn SlotParts + 'a> for Slot {
     }
 }
 
-/// Registry of live watchers, indexed by namespace and by pods' `spec.nodeName`.
+/// Registry of live watchers, indexed by namespace, by pods' `spec.nodeName` and by object.
 #[derive(Default)]
 pub struct Watchers {
     next_id: u64,
     /// Watchers of every namespace (cluster-wide requests, cluster-scoped resources).
     all: HashMap<u64, Entry>,
-    /// Watchers of one namespace, or of one node: only these are offered its events.
+    /// Watchers of one namespace, of one node or of one object: only these are offered its
+    /// events.
     indexed: HashMap<Slot, HashMap<u64, Entry>>,
     /// Watchers dropped because their queue was full.
     terminated: u64,
@@ -172,11 +183,20 @@ pub struct WatcherId {
     pub(crate) slot: Slot,
 }
 
-/// Where a watcher with this filter is registered. Empty values are not indexed: events are
-/// offered to the namespace and node slots of their non-empty values only, so a watcher of
-/// `spec.nodeName=` (unscheduled pods) or `metadata.namespace=` (cluster-scoped objects) is
-/// offered every event and its filter decides.
-fn slot_of(filter: &Filter) -> Slot {
+/// Where a watcher with this filter is registered (`namespaced`: the resource's objects live
+/// in namespaces). Empty values are not indexed: events are offered to the namespace and node
+/// slots of their non-empty values only, so a watcher of `spec.nodeName=` (unscheduled pods)
+/// or `metadata.namespace=` (cluster-scoped objects) is offered every event and its filter
+/// decides. A watch of one name is of one object, found by its key — unless it names no
+/// namespace of a namespaced resource (the name in every namespace): then by the rest.
+fn slot_of(filter: &Filter, namespaced: bool) -> Slot {
+    if let Some(name) = filter.name.as_deref().filter(|n| !n.is_empty()) {
+        match filter.namespace.as_deref() {
+            Some(ns) if namespaced && !ns.is_empty() => return Slot::Object(format!("{ns}/{name}")),
+            None if !namespaced => return Slot::Object(name.to_owned()),
+            _ => {}
+        }
+    }
     if let Some(node) = filter.fields.exact("spec.nodeName").filter(|n| !n.is_empty()) {
         return Slot::Node(node.to_owned());
     }
@@ -191,6 +211,7 @@ impl Watchers {
     pub fn add(
         &mut self,
         filter: Arc<Filter>,
+        namespaced: bool,
         min_rv: Rv,
         queue: usize,
         replaying: bool,
@@ -198,7 +219,7 @@ impl Watchers {
         let (tx, rx) = mpsc::channel(queue.max(1));
         self.next_id += 1;
         let id = self.next_id;
-        let slot = slot_of(&filter);
+        let slot = slot_of(&filter, namespaced);
         let entry = Entry { filter, min_rv, tx, replaying };
         match &slot {
             Slot::All => {
@@ -439,13 +460,13 @@ impl Difference {
     }
 }
 
-/// The indexed slots an event concerns: its namespace, and the node of its current and
-/// previous state (a pod moving onto a node is ADDED for that node's watchers, one leaving it
-/// DELETED). Each slot once, borrowed from the objects' headers: at most four for the two
-/// objects (an object and its previous state, or a relist's two states of one object), so none
-/// is ever left out.
+/// The indexed slots an event concerns: its namespace, the node of its current and previous
+/// state (a pod moving onto a node is ADDED for that node's watchers, one leaving it DELETED),
+/// and the object (its key, the same in both states). Each slot once, borrowed from the
+/// objects' headers: at most five for the two objects (an object and its previous state, or a
+/// relist's two states of one object), so none is ever left out.
 fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> impl Iterator<Item = SlotRef<'a>> {
-    let mut slots: [Option<SlotRef<'a>>; 4] = [None; 4];
+    let mut slots: [Option<SlotRef<'a>>; 5] = [None; 5];
     let mut n = 0;
     let mut add = |s: SlotRef<'a>| {
         if n < slots.len() && !slots[..n].contains(&Some(s)) {
@@ -461,6 +482,7 @@ fn slots_of<'a>(objs: impl Iterator<Item = &'a Object>) -> impl Iterator<Item = 
         if let Some(node) = h.fields().get("spec.nodeName").filter(|n| !n.is_empty()) {
             add(SlotRef::Node(node));
         }
+        add(SlotRef::Object(h.key.as_str()));
     }
     slots.into_iter().flatten()
 }
@@ -543,5 +565,29 @@ mod tests {
         assert_eq!(get(SlotRef::Namespace("")), None);
         assert_eq!(SlotRef::Node("a").to_slot(), Slot::Node("a".into()));
         assert_ne!(Slot::Node("a".into()), Slot::Namespace("a".into()));
+        assert_ne!(Slot::Object("a".into()), Slot::Namespace("a".into()));
+        assert_eq!(SlotRef::Object("ns/a").to_slot(), Slot::Object("ns/a".into()));
+    }
+
+    /// Watches of one object are registered under its key, except a namespaced resource's name
+    /// in every namespace; the node and namespace slots are as before.
+    #[test]
+    fn a_watch_of_one_name_is_indexed_by_the_objects_key() {
+        use crate::selector::{FieldSelector, LabelSelector};
+        let pods = crate::resource::ResourceKind::new("", "v1", "pods", "Pod", true, true);
+        let f = |ns: Option<&str>, fields: &str| {
+            let fields = FieldSelector::parse(fields, &pods).unwrap();
+            Filter::new(ns.map(str::to_owned), None, LabelSelector::default(), fields)
+        };
+        assert_eq!(slot_of(&f(Some("ns"), "metadata.name=a"), true), Slot::Object("ns/a".into()));
+        assert_eq!(slot_of(&f(None, "metadata.name=n1"), false), Slot::Object("n1".into()));
+        assert_eq!(slot_of(&f(None, "metadata.name=a"), true), Slot::All, "in every namespace");
+        assert_eq!(slot_of(&f(Some("ns"), "metadata.name="), true), Slot::Namespace("ns".into()));
+        assert_eq!(slot_of(&f(Some("ns"), "metadata.name!=a"), true), Slot::Namespace("ns".into()));
+        assert_eq!(
+            slot_of(&f(None, "metadata.namespace=ns,metadata.name=a"), true),
+            Slot::Object("ns/a".into())
+        );
+        assert_eq!(slot_of(&f(Some("ns"), "spec.nodeName=n1"), true), Slot::Node("n1".into()));
     }
 }

@@ -382,7 +382,9 @@ async fn a_stalled_watch_client_is_closed_and_never_delays_the_others() {
     };
     let mut last = rv0;
     for i in 0..n {
-        let e = healthy.next(Duration::from_secs(20)).await.unwrap_or_else(|| panic!("event {i} arrived"));
+        let e = healthy.next(Duration::from_secs(20)).await.unwrap_or_else(|| {
+            panic!("event {i} arrived: {:?} relists {:?}", reader.watcher_stats(), reader.progress())
+        });
         let rv = rv_of(&e["object"]);
         assert!(rv > last, "in order, no duplicates");
         last = rv;
