@@ -8,7 +8,10 @@
 //!   each event is transcoded once (its object version is new) and framed once for all of them;
 //! - `kubelet_status/N`, `kubelet_status_protobuf/N`: kubelets again, each event also changing
 //!   the pod's status near its end (a container's `restartCount`), as a kubelet's own status
-//!   writes do, rather than only its `resourceVersion`.
+//!   writes do, rather than only its `resourceVersion`;
+//! - `one_object/N`: N watches of one object each (`metadata.name` in its namespace, as a
+//!   kubelet watches its Node and the Secrets its pods mount), pod i's by watcher i: found by
+//!   the object's key, ~constant in N (they were offered every event of their namespace).
 //!
 //! Only the applies are timed (`iter_custom`); the objects are prepared before and the
 //! watchers' queues drained after each chunk, so no watcher is closed for being slow (checked).
@@ -45,6 +48,8 @@ enum Shape {
     All,
     /// `spec.nodeName=node-i` for watcher i (one per node).
     Kubelet,
+    /// Pod i's namespace and name for watcher i.
+    Object,
 }
 
 struct Fixture {
@@ -72,7 +77,7 @@ impl Fixture {
             ..Default::default()
         };
         let (writer, reader) = support::filled_cache(pods, nodes, opts);
-        let pool =
+        let pool: Vec<Object> =
             (0..pods).map(|i| support::pod(&PodSpec { i, rv: i as u64 + 1, nodes, generation: 0 })).collect();
         let rt = support::runtime();
         let kind = support::pods();
@@ -85,6 +90,11 @@ impl Fixture {
                         Ok(f) => Filter::new(None, None, LabelSelector::default(), f),
                         Err(e) => panic!("{e}"),
                     },
+                    Shape::Object => {
+                        let h = &pool[i % pool.len()].header;
+                        let (ns, name) = (h.namespace().to_owned(), h.name().to_owned());
+                        Filter::new(Some(ns), Some(name), LabelSelector::default(), FieldSelector::default())
+                    }
                 }
                 .with_repr(repr);
                 let req = WatchRequest { filter, start: WatchStart::Now, bookmarks: false, deadline };
@@ -125,7 +135,7 @@ impl Fixture {
                     Change::Status => restarted(&self.writer, &obj, self.next_rv),
                 });
                 self.next_rv += 1;
-                touched.push(i % self.nodes);
+                touched.push(if self.shape == Shape::Object { i } else { i % self.nodes });
             }
             let start = Instant::now();
             for obj in batch {
@@ -146,7 +156,7 @@ impl Fixture {
             Shape::All => self.watches.iter_mut().for_each(|w| {
                 support::drain(w);
             }),
-            Shape::Kubelet => {
+            Shape::Kubelet | Shape::Object => {
                 for &n in touched_nodes {
                     if let Some(w) = self.watches.get_mut(n) {
                         support::drain(w);
@@ -207,6 +217,15 @@ fn fanout(c: &mut Criterion) {
     }
     for (repr, suffix) in [(Repr::Full, ""), (Repr::FullProto, "_protobuf")] {
         bench_kubelets(&mut g, sizes[0], repr, Change::Status, &format!("_status{suffix}"));
+    }
+    for &n in &sizes {
+        let mut f = Fixture::new(Shape::Object, n, Repr::Full, Change::Rv);
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new("one_object", n), &n, |b, _| b.iter_custom(|iters| f.run(iters)));
+        f.check();
+        let offered = f.reader.watcher_stats().offered;
+        let events = f.next_rv - f.pool.len() as u64 - 1;
+        assert!(offered <= events, "watches of one object examined {offered} times for {events} events");
     }
     g.finish();
 }
