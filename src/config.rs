@@ -353,8 +353,8 @@ pub struct SecurityArgs {
     /// Longest bearer token in bytes; a longer one gets 401 without a TokenReview.
     #[arg(long, default_value_t = 16 * 1024)]
     pub authentication_token_max_length: usize,
-    /// SubjectAccessReviews sent upstream per second per user (decisions not cached yet);
-    /// past it that user gets 429. 0 = unbounded.
+    /// SubjectAccessReviews sent upstream per second per user and client address (decisions
+    /// not cached yet); past it that user gets 429 there. 0 = unbounded.
     #[arg(long, default_value_t = 20.0)]
     pub authorization_review_qps: f64,
     /// SubjectAccessReviews a user may send at once above the rate.

@@ -183,7 +183,7 @@ impl Limits {
     /// user alone refused them past a few hundred nodes — for good, as watches stay open —
     /// while one client host still cannot hold more than the limit under one identity.
     pub fn watch_slot(&self, user: &str, addr: Option<IpAddr>) -> Result<WatchGuard, Response<Body>> {
-        take_slot(&self.watches, &watch_key(user, addr), self.opts.max_watches_per_user).ok_or_else(too_many)
+        take_slot(&self.watches, &user_at(user, addr), self.opts.max_watches_per_user).ok_or_else(too_many)
     }
 
     /// Open watches of `user`, from every address (for tests and diagnostics).
@@ -193,9 +193,14 @@ impl Limits {
     }
 }
 
-/// The watch slots' key: the address, which holds no space, then the user (any text).
-fn watch_key(user: &str, addr: Option<IpAddr>) -> String {
-    match addr {
+/// The key of what is counted per user *and* client address (`--max-watches-per-user`,
+/// `--authorization-review-qps`): the address, which holds no space, then the user (any text).
+/// A DaemonSet's pods share one service account across the nodes (kube-proxy, CNI and log
+/// agents), so a count per user alone held them all to one node's share; one client host
+/// still gets no more than the bound under one identity. The whole address, IPv6 too:
+/// hostNetwork pods on nodes of one /64 subnet are still many hosts.
+pub fn user_at(user: &str, source: Option<IpAddr>) -> String {
+    match source {
         Some(a) => format!("{} {user}", a.to_canonical()),
         None => format!("- {user}"),
     }

@@ -285,6 +285,48 @@ async fn gets_of_many_names_make_at_most_the_users_burst_of_reviews() {
     env.proxy.shutdown().await;
 }
 
+/// The review budget is per user and client address: a DaemonSet's pods on every node share
+/// one service account (and each pod's token carries its own pod name, so each asks its own
+/// reviews), and were held to one node's budget. Another address has a burst of its own; the
+/// first is still spent. (A refill every 1 000 s: nothing comes back during the test.)
+#[tokio::test]
+async fn the_review_budget_is_per_user_and_client_address() {
+    let env = start(0, |a| {
+        a.security.authorization_review_qps = 0.001;
+        a.security.authorization_review_burst = 3;
+    })
+    .await;
+    let path = |i: usize| format!("/api/v1/namespaces/big/configmaps/n-{i}?resourceVersion=0");
+    let mut codes = Vec::new();
+    for i in 0..5 {
+        codes.push(get_from("127.0.0.1", &env, &path(i), "alice-token").await);
+    }
+    let (nf, tm) = (StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(codes, [nf, nf, nf, tm, tm], "the burst, then 429");
+    assert_eq!(get_from("127.0.0.2", &env, &path(10), "alice-token").await, nf, "a burst of its own");
+    assert_eq!(get_from("127.0.0.2", &env, &path(4), "alice-token").await, nf);
+    assert_eq!(get_from("127.0.0.1", &env, &path(11), "alice-token").await, tm, "the first still spent");
+    assert_eq!(get_from("127.0.0.1", &env, &path(4), "alice-token").await, nf, "a decision made is shared");
+    assert_eq!(env.access_reviews(), 5);
+    env.proxy.shutdown().await;
+}
+
+/// A GET over HTTP/1.1 from the local address `from` (any 127.x: another client host).
+async fn get_from(from: &str, env: &Env, path: &str, token: &str) -> StatusCode {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let tcp = sock.connect(env.proxy.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header("host", "localhost")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Empty::new())
+        .unwrap();
+    send.send_request(req).await.unwrap().status()
+}
+
 /// An h2c connection (prior knowledge) on the plain listener.
 async fn h2c(
     env: &Env,

@@ -9,6 +9,7 @@
 //! Called by `auth::Auth::authorize` for every read served from the cache, `/metrics`, and the
 //! `impersonate` checks.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,7 +128,7 @@ pub struct Authorizer {
     metrics: Arc<Metrics>,
     opts: AuthzOptions,
     cache: TtlCache<Key, Decision>,
-    /// Reviews per user name.
+    /// Reviews per user name and client address (`rate::user_at`).
     users: Buckets<String>,
 }
 
@@ -138,16 +139,18 @@ impl Authorizer {
         Authorizer { upstream, metrics, opts, cache, users }
     }
 
-    /// The (cached) decision for `user` doing `attrs`. An unreachable upstream, or the user's
-    /// review rate bound, is an error and is not cached.
+    /// The (cached) decision for `user` doing `attrs`, asked from `source`. An unreachable
+    /// upstream, or the review rate bound of the user at that address, is an error and is not
+    /// cached.
     pub async fn check(
         &self,
         user: &Arc<UserInfo>,
         attrs: &Attributes,
+        source: Option<IpAddr>,
     ) -> Result<(Decision, Lookup), CheckError> {
         self.cache
             .get_or_fetch(Key::new(user, attrs), || async {
-                if !self.users.take(&user.name) {
+                if !self.users.take(&crate::server::limits::user_at(&user.name, source)) {
                     return Err(CheckError::Limited);
                 }
                 let body = Bytes::from(review_body(user, attrs).to_string());

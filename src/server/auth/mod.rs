@@ -14,7 +14,7 @@
 //! | `authz` | SubjectAccessReview + cache, [`Attributes`] |
 //! | `impersonate` | `Impersonate-*` headers |
 //! | `cache` | the bounded, coalescing TTL cache both use |
-//! | `rate` | token buckets: review rates per source, per user |
+//! | `rate` | token buckets: review rates per source, per user and address |
 //! | `status` | 401 / 403 bodies |
 
 pub mod authn;
@@ -133,6 +133,7 @@ impl Auth {
         &self,
         mut caller: Caller,
         headers: &HeaderMap,
+        source: Option<std::net::IpAddr>,
     ) -> Result<Caller, Response<Body>> {
         let wanted = match impersonate::parse(headers) {
             Ok(None) => return Ok(caller),
@@ -140,7 +141,7 @@ impl Auth {
             Err(e) => return Err(body::error(Error::Internal(e))),
         };
         for a in impersonate::checks(&wanted) {
-            self.authorize(&caller.user, &a).await?;
+            self.authorize(&caller.user, &a, source).await?;
         }
         tracing::debug!(user = %caller.user.name, as_user = %wanted.user, "impersonating");
         caller.effective = Arc::new(impersonate::user(&wanted));
@@ -148,9 +149,15 @@ impl Auth {
         Ok(caller)
     }
 
-    /// Allows `user` to do `attrs`, or answers 403 (500 when the upstream cannot decide).
-    pub async fn authorize(&self, user: &Arc<UserInfo>, attrs: &Attributes) -> Result<(), Response<Body>> {
-        let check = self.authz.check(user, attrs).await;
+    /// Allows `user` (asking from `source`) to do `attrs`, or answers 403 (500 when the
+    /// upstream cannot decide; 429 past the reviews allowed to the user at that address).
+    pub async fn authorize(
+        &self,
+        user: &Arc<UserInfo>,
+        attrs: &Attributes,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<(), Response<Body>> {
+        let check = self.authz.check(user, attrs, source).await;
         self.metrics.auth_cache(Review::Access, matches!(check, Ok((_, cache::Lookup::Hit))));
         match check {
             Ok((d, how)) => {
@@ -164,7 +171,7 @@ impl Auth {
             }
             Err(authz::CheckError::Limited) => {
                 tracing::warn!(user = %user.name,
-                    "SubjectAccessReview rate limit of the user reached (--authorization-review-qps); answering 429");
+                    source = ?source, "SubjectAccessReview rate limit of the user at its address reached (--authorization-review-qps); answering 429");
                 Err(super::limits::too_many())
             }
             Err(e) => {

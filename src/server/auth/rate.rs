@@ -2,8 +2,9 @@
 //! per source address) so that one caller cannot spend what every caller needs.
 //!
 //! Used by `auth::authn` (TokenReviews: one bucket for all, one per source address),
-//! `auth::authz` (SubjectAccessReviews per user) and `server::conn` (HTTP/2 streams reset by
-//! the client after they were accepted, per connection).
+//! `auth::authz` (SubjectAccessReviews per user and address, keyed by `server::limits::user_at`)
+//! and `server::conn` (HTTP/2 streams reset by the client after they were accepted, per
+//! connection).
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -29,7 +29,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
         let caller = match &self.auth {
             None => Caller::trusted(),
             Some(auth) => match auth.authenticate(&req, proxy::source(&req)).await {
-                Ok(c) => match auth.impersonate(c, req.headers()).await {
+                Ok(c) => match auth.impersonate(c, req.headers(), proxy::source(&req)).await {
                     Ok(c) => c,
                     Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
                 },
@@ -45,7 +45,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
                     path: Some(health::METRICS_PATH.into()),
                     ..Attributes::default()
                 };
-                if let Err(resp) = auth.authorize(&caller.effective, &a).await {
+                if let Err(resp) = auth.authorize(&caller.effective, &a, proxy::source(&req)).await {
                     return resp;
                 }
             }
