@@ -324,7 +324,8 @@ impl<G: Unpin> HttpBody for Guarded<G> {
 pub struct InFlight {
     inner: Shared,
     ticket: Ticket,
-    deadline: std::pin::Pin<Box<Sleep>>,
+    /// `None`: no deadline of the proxy's own (a long-running answer: [`InFlight::stall_only`]).
+    deadline: Option<std::pin::Pin<Box<Sleep>>>,
     watchdog: AbortHandle,
     done: bool,
 }
@@ -334,11 +335,26 @@ type Shared = Arc<Mutex<Option<Body>>>;
 
 impl InFlight {
     pub fn wrap(resp: Response<Body>, ticket: Ticket, deadline: Instant, stall: Duration) -> Response<Body> {
+        Self::make(resp, ticket, Some(deadline), stall)
+    }
+
+    /// A long-running answer (a watch): no deadline of the proxy's own and no permit, only the
+    /// write-stall cut (`stall`, non-zero).
+    pub fn stall_only(resp: Response<Body>, stall: Duration) -> Response<Body> {
+        Self::make(resp, Ticket::unlimited(), None, stall)
+    }
+
+    fn make(
+        resp: Response<Body>,
+        ticket: Ticket,
+        deadline: Option<Instant>,
+        stall: Duration,
+    ) -> Response<Body> {
         ticket.0.lock().owed_since = Some(Instant::now());
         let (parts, inner) = resp.into_parts();
         let inner: Shared = Arc::new(Mutex::new(Some(inner)));
         let watchdog = tokio::spawn(watch(ticket.clone(), inner.clone(), deadline, stall)).abort_handle();
-        let deadline = Box::pin(tokio::time::sleep_until(deadline));
+        let deadline = deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
         let body = InFlight { inner, ticket, deadline, watchdog, done: false };
         Response::from_parts(parts, http_body_util::BodyExt::boxed_unsync(body))
     }
@@ -350,9 +366,9 @@ impl InFlight {
     }
 }
 
-/// Frees `ticket` at `deadline`, or when its body has waited `stall` (non-zero) for the client,
-/// and then lets go of the body's source (`inner`).
-async fn watch(ticket: Ticket, inner: Shared, deadline: Instant, stall: Duration) {
+/// Frees `ticket` at `deadline` (if any), or when its body has waited `stall` (non-zero) for
+/// the client, and then lets go of the body's source (`inner`).
+async fn watch(ticket: Ticket, inner: Shared, deadline: Option<Instant>, stall: Duration) {
     loop {
         let now = Instant::now();
         let next = {
@@ -361,17 +377,20 @@ async fn watch(ticket: Ticket, inner: Shared, deadline: Instant, stall: Duration
                 return;
             }
             let stalled = h.owed_since.map(|t| t + stall).filter(|_| !stall.is_zero());
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 None
             } else if stalled.is_some_and(|at| now >= at) {
                 h.cut = true;
                 tracing::debug!(waited = ?stall, "the client took nothing of a response: in-flight permit freed, body cut");
                 None
             } else if stall.is_zero() {
-                Some(deadline)
+                // Neither a deadline nor a stall cut: nothing to watch for.
+                let Some(d) = deadline else { return };
+                Some(d)
             } else {
                 // Not owed yet: look again a stall later (it may be owed by then).
-                Some(stalled.unwrap_or(now + stall).min(deadline))
+                let at = stalled.unwrap_or(now + stall);
+                Some(deadline.map_or(at, |d| at.min(d)))
             }
         };
         match next {
@@ -409,7 +428,11 @@ impl HttpBody for InFlight {
             self.finish();
             return Poll::Ready(Some(Err("the client took nothing of the response for too long".into())));
         }
-        if self.deadline.is_elapsed() || self.deadline.as_mut().poll(cx).is_ready() {
+        let past_deadline = match self.deadline.as_mut() {
+            Some(d) => d.is_elapsed() || d.as_mut().poll(cx).is_ready(),
+            None => false,
+        };
+        if past_deadline {
             self.finish();
             tracing::debug!("response body cut at the request timeout");
             return Poll::Ready(Some(Err("the request timeout expired while sending the response".into())));

@@ -159,9 +159,8 @@ fn stall_cut(resp: Resp, stall: Duration) -> Resp {
     if stall.is_zero() {
         return resp;
     }
-    // No deadline of the proxy's own: the upstream ends the watch at its timeout.
-    let never = tokio::time::Instant::now() + Duration::from_secs(10 * 365 * 24 * 3600);
-    limits::InFlight::wrap(resp, limits::Ticket::unlimited(), never, stall)
+    // No deadline of the proxy's own: the upstream (or the cache) ends the watch at its timeout.
+    limits::InFlight::stall_only(resp, stall)
 }
 
 #[cfg(test)]
