@@ -255,8 +255,10 @@ enum Step {
     More,
     /// The last event up to `through` is queued.
     Done,
-    /// The next event is gone from the history: the watch ends.
-    Lost,
+    /// The next event is gone from the history: the watch ends. `relisted`: the history
+    /// restarted (a relist, or one about to be: `distrust_through`; the cache dropped), rather
+    /// than let go of its oldest events.
+    Lost { relisted: bool },
 }
 
 impl Replay {
@@ -277,8 +279,11 @@ impl Replay {
     /// (a selector's transition frames are copies of their own); fetches a step first when
     /// none is left.
     fn step(&mut self, shared: &Shared, pending: &mut VecDeque<Bytes>) -> Step {
-        if self.taken.is_empty() && self.after < self.through && !self.fetch(&shared.state.lock().history) {
-            return Step::Lost;
+        if self.taken.is_empty() && self.after < self.through {
+            let st = shared.state.lock();
+            if !self.fetch(&st.history) {
+                return Step::Lost { relisted: st.history.generation() != self.generation };
+            }
         }
         let (mut bytes, mut filtered) = (0, 0);
         while bytes < REPLAY_STEP_BYTES {
@@ -290,7 +295,7 @@ impl Replay {
                 }
                 Ok(None) => filtered += u64::from(self.filter.shard_excludes(&ev)),
                 // Checked at the start: never for an event of the history.
-                Err(_) => return Step::Lost,
+                Err(_) => return Step::Lost { relisted: false },
             }
             self.after = ev.rv;
         }
@@ -338,13 +343,18 @@ impl Watch {
                             self.shared.state.lock().watchers.replayed(id);
                         }
                     }
-                    Step::Lost => {
+                    Step::Lost { relisted } => {
                         self.replay = None;
                         self.done = true;
-                        // Its watcher goes now (not when the body is dropped), counted unless a
-                        // relist ended it already.
+                        // Its watcher goes now (not when the body is dropped), counted once: as
+                        // ended by the relist (unless the relist ended it already) or overtaken.
                         if let Some(id) = self.id.take() {
-                            self.shared.state.lock().watchers.overtaken(&id);
+                            let w = &mut self.shared.state.lock().watchers;
+                            if relisted {
+                                w.ended_by_relist(&id);
+                            } else {
+                                w.overtaken(&id);
+                            }
                         }
                         return Poll::Ready(None);
                     }
@@ -782,6 +792,20 @@ mod tests {
             (1, 0),
             "ended by the relist, counted once"
         );
+    }
+
+    /// The cache found wrong mid-replay (`distrust_through`, before the reflector relists): the
+    /// replay ends there, counted as ended by the relist, not as overtaken (review finding).
+    #[tokio::test]
+    async fn a_replay_ended_by_a_distrusted_history_counts_as_ended_by_the_relist() {
+        let (w, r) = modified_through(CacheOptions::default(), 400).await;
+        let mut watch = watch_from(&r, 10).unwrap();
+        assert_eq!(rvs(&mut watch, 1).await.0, [11]);
+        w.distrust_through(Rv(400));
+        let (got, ended) = rvs(&mut watch, 10_000).await;
+        assert!(ended && got.len() < REPLAY_STEP, "its step, then the end: {got:?}");
+        let stats = r.watcher_stats();
+        assert_eq!((stats.ended_at_relist, stats.replays_overtaken, stats.live), (1, 0, 0));
     }
 
     /// A watch from the floor of a full history whose next event comes before its client reads

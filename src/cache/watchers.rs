@@ -267,6 +267,14 @@ impl Watchers {
         }
     }
 
+    /// Removes the watcher of a watch whose replay a relist (or the history's restart before one)
+    /// ended, counted with those `end_at_relist` ends, unless that ended it already.
+    pub fn ended_by_relist(&mut self, w: &WatcherId) {
+        if self.remove(w) {
+            self.ended_at_relist += 1;
+        }
+    }
+
     /// Watches ended because the history overtook their replay.
     pub fn replays_overtaken(&self) -> u64 {
         self.overtaken

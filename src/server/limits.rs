@@ -178,10 +178,7 @@ impl Limits {
     /// A slot for one more watch of `user` from the client host `addr`, or 429. The slot is
     /// freed when the guard drops.
     ///
-    /// Counted per user *and* client address: a DaemonSet's pods on every node share one
-    /// service account (kube-proxy's 2–3 watches a node, a CNI agent's ~10), so a limit per
-    /// user alone refused them past a few hundred nodes — for good, as watches stay open —
-    /// while one client host still cannot hold more than the limit under one identity.
+    /// Counted per user *and* client address ([`user_at`]).
     pub fn watch_slot(&self, user: &str, addr: Option<IpAddr>) -> Result<WatchGuard, Response<Body>> {
         take_slot(&self.watches, &user_at(user, addr), self.opts.max_watches_per_user).ok_or_else(too_many)
     }
@@ -196,9 +193,13 @@ impl Limits {
 /// The key of what is counted per user *and* client address (`--max-watches-per-user`,
 /// `--authorization-review-qps`): the address, which holds no space, then the user (any text).
 /// A DaemonSet's pods share one service account across the nodes (kube-proxy, CNI and log
-/// agents), so a count per user alone held them all to one node's share; one client host
-/// still gets no more than the bound under one identity. The whole address, IPv6 too:
-/// hostNetwork pods on nodes of one /64 subnet are still many hosts.
+/// agents), so a count per user alone held them all to one node's share (kube-proxy's 2–3
+/// watches a node were refused, for good, past a few hundred nodes). One client *address*
+/// gets no more than the bound under one identity; an identity used from many addresses (a
+/// token copied into many pods, a host that binds many addresses: the loopback's 127/8, an
+/// IPv6 prefix) gets the bound at each. The whole address, IPv6 too: hostNetwork pods on nodes
+/// of one /64 subnet are many hosts. Behind a load balancer that hides client addresses every
+/// client has the balancer's, and the bound is per user again.
 pub fn user_at(user: &str, source: Option<IpAddr>) -> String {
     match source {
         Some(a) => format!("{} {user}", a.to_canonical()),

@@ -135,7 +135,11 @@ pub struct Authorizer {
 impl Authorizer {
     pub fn new(upstream: Upstream, opts: AuthzOptions, metrics: Arc<Metrics>) -> Authorizer {
         let cache = TtlCache::new(opts.capacity);
-        let users = Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst });
+        // Per user and client address: a DaemonSet's pods under one service account on 5 000
+        // nodes are 5 000 keys for each such account; kept well past a large cluster's (~100 B
+        // each), so a start storm does not keep forgetting (and refilling) them.
+        let users =
+            Buckets::with_capacity(Rate { qps: opts.review_qps, burst: opts.review_burst }, REVIEW_KEYS);
         Authorizer { upstream, metrics, opts, cache, users }
     }
 
@@ -165,6 +169,9 @@ impl Authorizer {
             .await
     }
 }
+
+/// (user, client address) review budgets remembered at once.
+const REVIEW_KEYS: usize = 200_000;
 
 /// The SubjectAccessReview request body.
 pub fn review_body(user: &UserInfo, a: &Attributes) -> Value {

@@ -13,8 +13,8 @@ use std::net::IpAddr;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// Keys a [`Buckets`] remembers before it forgets those with a full bucket (which behave as
-/// new ones would), then, if still too many, the rest.
+/// Keys a [`Buckets`] remembers by default before it forgets those with a full bucket (which
+/// behave as new ones would), then, if still too many, the rest.
 const MAX_KEYS: usize = 10_000;
 
 /// `qps` tokens a second, at most `burst` saved; `qps <= 0` is unbounded.
@@ -79,11 +79,18 @@ impl Bucket {
 pub struct Buckets<K> {
     rate: Rate,
     map: Mutex<HashMap<K, (f64, Instant)>>,
+    max_keys: usize,
 }
 
 impl<K: Hash + Eq + Clone> Buckets<K> {
     pub fn new(rate: Rate) -> Buckets<K> {
-        Buckets { rate, map: Mutex::default() }
+        Self::with_capacity(rate, MAX_KEYS)
+    }
+
+    /// Remembering up to `max_keys` keys: more than there will be callers at once, or the
+    /// buckets are forgotten (and refilled) while in use.
+    pub fn with_capacity(rate: Rate, max_keys: usize) -> Buckets<K> {
+        Buckets { rate, map: Mutex::default(), max_keys: max_keys.max(1) }
     }
 
     /// Takes a token from `key`'s bucket; `false` when it has none.
@@ -93,10 +100,10 @@ impl<K: Hash + Eq + Clone> Buckets<K> {
         }
         let now = Instant::now();
         let mut m = self.map.lock();
-        if !m.contains_key(key) && m.len() >= MAX_KEYS {
+        if !m.contains_key(key) && m.len() >= self.max_keys {
             let full = self.rate.burst();
             m.retain(|_, st| self.rate.refill(*st, now) < full);
-            if m.len() >= MAX_KEYS {
+            if m.len() >= self.max_keys {
                 m.clear();
             }
         }
