@@ -105,6 +105,7 @@ pub struct Metrics {
     request_duration: HistogramVec,
     in_flight: IntGauge,
     forwarded: IntCounterVec,
+    write_stall_cuts: IntCounterVec,
     events: IntCounterVec,
     dispatched: IntCounterVec,
     relists: IntCounterVec,
@@ -234,6 +235,12 @@ impl Metrics {
                 "watchcache_forwarded_requests_total",
                 "Requests forwarded upstream, by reason.",
                 &["reason"],
+            ),
+            write_stall_cuts: counter(
+                &r,
+                "watchcache_write_stall_cuts_total",
+                "Responses cut because their client took nothing of them for --write-stall-timeout, by kind.",
+                &["kind"],
             ),
             events: counter(
                 &r,
@@ -616,6 +623,12 @@ impl Metrics {
 
     pub fn forwarded(&self, reason: &str) {
         self.forwarded.with_label_values(&[reason]).inc();
+    }
+
+    /// The counter of write-stall cuts of `kind` (`response`: non-long-running; `watch`: a
+    /// long-running answer, served or forwarded), for `limits::InFlight` to count them.
+    pub fn write_stall_cuts(&self, kind: &str) -> prometheus::IntCounter {
+        self.write_stall_cuts.with_label_values(&[kind])
     }
 
     pub fn event(&self, resource: &str) {

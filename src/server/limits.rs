@@ -25,6 +25,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use parking_lot::Mutex;
+use prometheus::IntCounter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, Sleep};
@@ -335,14 +336,21 @@ pub struct InFlight {
 type Shared = Arc<Mutex<Option<Body>>>;
 
 impl InFlight {
-    pub fn wrap(resp: Response<Body>, ticket: Ticket, deadline: Instant, stall: Duration) -> Response<Body> {
-        Self::make(resp, ticket, Some(deadline), stall)
+    /// `cuts` counts the write-stall cuts (`watchcache_write_stall_cuts_total`).
+    pub fn wrap(
+        resp: Response<Body>,
+        ticket: Ticket,
+        deadline: Instant,
+        stall: Duration,
+        cuts: IntCounter,
+    ) -> Response<Body> {
+        Self::make(resp, ticket, Some(deadline), stall, cuts)
     }
 
     /// A long-running answer (a watch): no deadline of the proxy's own and no permit, only the
     /// write-stall cut (`stall`, non-zero).
-    pub fn stall_only(resp: Response<Body>, stall: Duration) -> Response<Body> {
-        Self::make(resp, Ticket::unlimited(), None, stall)
+    pub fn stall_only(resp: Response<Body>, stall: Duration, cuts: IntCounter) -> Response<Body> {
+        Self::make(resp, Ticket::unlimited(), None, stall, cuts)
     }
 
     fn make(
@@ -350,11 +358,13 @@ impl InFlight {
         ticket: Ticket,
         deadline: Option<Instant>,
         stall: Duration,
+        cuts: IntCounter,
     ) -> Response<Body> {
         ticket.0.lock().owed_since = Some(Instant::now());
         let (parts, inner) = resp.into_parts();
         let inner: Shared = Arc::new(Mutex::new(Some(inner)));
-        let watchdog = tokio::spawn(watch(ticket.clone(), inner.clone(), deadline, stall)).abort_handle();
+        let watchdog =
+            tokio::spawn(watch(ticket.clone(), inner.clone(), deadline, stall, cuts)).abort_handle();
         let deadline = deadline.map(|d| Box::pin(tokio::time::sleep_until(d)));
         let body = InFlight { inner, ticket, deadline, watchdog, done: false };
         Response::from_parts(parts, http_body_util::BodyExt::boxed_unsync(body))
@@ -369,7 +379,7 @@ impl InFlight {
 
 /// Frees `ticket` at `deadline` (if any), or when its body has waited `stall` (non-zero) for
 /// the client, and then lets go of the body's source (`inner`).
-async fn watch(ticket: Ticket, inner: Shared, deadline: Option<Instant>, stall: Duration) {
+async fn watch(ticket: Ticket, inner: Shared, deadline: Option<Instant>, stall: Duration, cuts: IntCounter) {
     loop {
         let now = Instant::now();
         let next = {
@@ -382,6 +392,7 @@ async fn watch(ticket: Ticket, inner: Shared, deadline: Option<Instant>, stall: 
                 None
             } else if stalled.is_some_and(|at| now >= at) {
                 h.cut = true;
+                cuts.inc();
                 tracing::debug!(waited = ?stall, "the client took nothing of a response: in-flight permit freed, body cut");
                 None
             } else if stall.is_zero() {
@@ -552,6 +563,7 @@ mod tests {
             l.admit().unwrap(),
             Instant::now() + Duration::from_secs(60),
             Duration::ZERO,
+            cuts(),
         );
         assert_eq!(l.admit().unwrap_err().status(), 429, "headers sent, body still running");
         let mut body = resp.into_body();
@@ -568,6 +580,7 @@ mod tests {
             l.admit().unwrap(),
             Instant::now() + Duration::from_secs(60),
             Duration::ZERO,
+            cuts(),
         );
         assert!(l.admit().is_err());
         drop(resp);
@@ -584,6 +597,7 @@ mod tests {
             l.admit().unwrap(),
             Instant::now() + Duration::from_secs(60),
             Duration::ZERO,
+            cuts(),
         );
         tokio::time::sleep(Duration::from_secs(59)).await;
         assert!(l.admit().is_err());
@@ -619,6 +633,11 @@ mod tests {
         assert_eq!((l.in_flight(), l.in_flight_of("alice")), (2, 1), "permit and share go together");
     }
 
+    /// A counter of write-stall cuts of a test's own.
+    fn cuts() -> IntCounter {
+        IntCounter::new("cuts", "write-stall cuts").unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_body_the_client_takes_nothing_of_frees_its_ticket_at_the_stall_timeout() {
         use http_body_util::BodyExt;
@@ -632,7 +651,8 @@ mod tests {
         let ticket = l.admit().unwrap();
         l.share(&ticket, "alice").unwrap();
         let (tx, resp) = streaming();
-        let mut body = InFlight::wrap(resp, ticket, deadline, stall).into_body();
+        let counted = cuts();
+        let mut body = InFlight::wrap(resp, ticket, deadline, stall, counted.clone()).into_body();
         // The source is slow (the body waits for it, not for the client): not a stall.
         assert!(futures_util::FutureExt::now_or_never(body.frame()).is_none(), "waits for its source");
         tokio::time::sleep(Duration::from_secs(50)).await;
@@ -652,6 +672,7 @@ mod tests {
         // The client never asks again (hyper keeps the body while the stream lives): what it
         // had to send is let go all the same.
         assert!(tx.is_closed(), "the source let go at the cut, unpolled");
+        assert_eq!(counted.get(), 1, "the cut is counted");
         assert!(!http_body::Body::is_end_stream(&body), "not a complete-looking end");
         assert!(body.frame().await.unwrap().is_err(), "and the body is cut");
     }

@@ -42,6 +42,7 @@ fn script() -> AuthScript {
         .token("alice-token", ScriptUser::new("alice", &[]))
         .rule(Rule::user("mallory", &["get", "list", "watch"], "", &["configmaps"]))
         .rule(Rule::user("alice", &["get", "list"], "", &["configmaps"]))
+        .rule(Rule::paths("alice", &["get"], &["/watchcache/metrics"]))
 }
 
 async fn start(objects: usize, edit: impl FnOnce(&mut ServeArgs)) -> Env {
@@ -238,6 +239,11 @@ async fn cached_watches_nobody_reads_are_let_go_at_the_write_stall_timeout() {
     }
     // The idle watch was opened first: it has waited longer than the stall, and is kept.
     assert!(t0.elapsed() >= stall / 2, "not before the stall: {:?}", t0.elapsed());
+    let url = format!("http://{}/watchcache/metrics", env.proxy.addr);
+    let auth = [("authorization", "Bearer alice-token")];
+    let metrics = common::send(&env.client, Method::GET, &url, None, &auth).await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(text.contains("watchcache_write_stall_cuts_total{kind=\"watch\"} 1\n"), "counted: {text}");
     let obj = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"late"},"data":{"k":"v"}});
     env.sim.sim.create("configmaps", "big", obj).unwrap();
     let ev = idle.next(Duration::from_secs(10)).await.expect("the idle watch gets the event");

@@ -42,7 +42,11 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
             // The ticket stays taken until the body has been sent (or the deadline, or the
             // client stopped taking it).
-            Ok(resp) => limits::InFlight::wrap(resp, ticket, deadline, self.limits.opts.write_stall_timeout),
+            Ok(resp) => {
+                let (stall, cuts) =
+                    (self.limits.opts.write_stall_timeout, self.recorder.0.write_stall_cuts("response"));
+                limits::InFlight::wrap(resp, ticket, deadline, stall, cuts)
+            }
             Err(_) => self.recorder.refused(limits::timed_out(), &verb, "", arrived),
         }
     }

@@ -98,7 +98,11 @@ impl Dispatch {
                         if verb == "watch" && resp.status() == http::StatusCode::OK {
                             // What an unread cached watch holds (a watch-list's snapshot, a
                             // replay's step, a full queue of frames) goes at the stall cut too.
-                            resp = stall_cut(resp, self.write_stall_timeout);
+                            resp = stall_cut(
+                                resp,
+                                self.write_stall_timeout,
+                                self.recorder.0.write_stall_cuts("watch"),
+                            );
                         }
                         if cr.repr.is_lean() {
                             self.recorder.0.drop_managed_fields(&gr, true);
@@ -131,7 +135,7 @@ impl Dispatch {
         tracing::debug!(method = %req.method(), path = %req.uri().path(), reason = reason.as_str(), "forward upstream");
         let mut resp = proxy::forward(&self.upstream, req, caller, &self.trusted_headers).await;
         if f.long_running && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-            resp = stall_cut(resp, self.write_stall_timeout);
+            resp = stall_cut(resp, self.write_stall_timeout, self.recorder.0.write_stall_cuts("watch"));
         }
         resp.extensions_mut().insert(FromUpstream);
         self.recorder.record(
@@ -155,12 +159,12 @@ impl Dispatch {
 /// send. The upstream's watch, and the cache's slow-watcher cut, end a watch that cannot keep up
 /// too; the client watches again from its last resourceVersion. A watch with nothing to send
 /// is never cut (it waits for its source, not for the caller).
-fn stall_cut(resp: Resp, stall: Duration) -> Resp {
+fn stall_cut(resp: Resp, stall: Duration, cuts: prometheus::IntCounter) -> Resp {
     if stall.is_zero() {
         return resp;
     }
     // No deadline of the proxy's own: the upstream (or the cache) ends the watch at its timeout.
-    limits::InFlight::stall_only(resp, stall)
+    limits::InFlight::stall_only(resp, stall, cuts)
 }
 
 #[cfg(test)]
@@ -204,7 +208,8 @@ mod tests {
     async fn a_forwarded_watch_nobody_reads_is_let_go_at_the_write_stall_timeout() {
         use http_body_util::BodyExt;
         let (tx, upstream) = streaming();
-        let mut cut = stall_cut(upstream, Duration::from_secs(10)).into_body();
+        let counted = prometheus::IntCounter::new("cuts", "write-stall cuts").unwrap();
+        let mut cut = stall_cut(upstream, Duration::from_secs(10), counted.clone()).into_body();
         // An idle watch: the body waits for its upstream, for as long as it takes.
         assert!(futures_util::FutureExt::now_or_never(cut.frame()).is_none());
         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -216,13 +221,15 @@ mod tests {
         assert!(!tx.is_closed());
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(tx.is_closed(), "the upstream's stream let go, the body never polled");
+        assert_eq!(counted.get(), 1, "counted once");
         assert!(cut.frame().await.unwrap().is_err(), "cut, not ended");
         // Zero: never cut.
         let (tx, upstream) = streaming();
-        let mut kept = stall_cut(upstream, Duration::ZERO).into_body();
+        let mut kept = stall_cut(upstream, Duration::ZERO, counted.clone()).into_body();
         tx.send(bytes::Bytes::from_static(b"x")).await.unwrap();
         assert!(kept.frame().await.unwrap().is_ok());
         tokio::time::sleep(Duration::from_secs(3600)).await;
         assert!(!tx.is_closed());
+        assert_eq!(counted.get(), 1, "never cut, never counted");
     }
 }
