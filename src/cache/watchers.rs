@@ -190,10 +190,11 @@ pub struct WatcherId {
 /// decides. A watch of one name is of one object, found by its key — unless it names no
 /// namespace of a namespaced resource (the name in every namespace): then by the rest.
 fn slot_of(filter: &Filter, namespaced: bool) -> Slot {
+    let object_key = |ns: &str, name: &str| crate::resource::ObjectKey::new(ns, name).as_str().to_owned();
     if let Some(name) = filter.name.as_deref().filter(|n| !n.is_empty()) {
         match filter.namespace.as_deref() {
-            Some(ns) if namespaced && !ns.is_empty() => return Slot::Object(format!("{ns}/{name}")),
-            None if !namespaced => return Slot::Object(name.to_owned()),
+            Some(ns) if namespaced && !ns.is_empty() => return Slot::Object(object_key(ns, name)),
+            None if !namespaced => return Slot::Object(object_key("", name)),
             _ => {}
         }
     }

@@ -346,3 +346,10 @@ pub fn without_managed_fields(mut v: Value) -> Value {
     }
     v
 }
+
+/// A TCP connection to `addr` from the local address `from` (any 127.x: another client host).
+pub async fn connect_from(from: &str, addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    sock.connect(addr).await.unwrap()
+}

@@ -165,13 +165,7 @@ async fn indented_answers_nobody_reads_hold_their_permits() {
         a.security.write_stall_timeout = stall;
     })
     .await;
-    let tcp = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(0)
-        .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
+    let (mut send, conn) = h2_without_window(&env).await;
     let path = "/api/v1/namespaces/big/configmaps/cm-0000?resourceVersion=0&pretty=true";
     let mut unsent = Vec::new();
     for _ in 0..2 {
@@ -219,13 +213,7 @@ async fn cached_watches_nobody_reads_are_let_go_at_the_write_stall_timeout() {
     let mut idle = common::open_watch_with(&env.client, &url, &auth).await;
     assert_eq!(idle.status, StatusCode::OK);
 
-    let tcp = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(0)
-        .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
+    let (mut send, conn) = h2_without_window(&env).await;
     let path = "/api/v1/namespaces/big/configmaps?watch=true&sendInitialEvents=true\
                 &resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
     send.ready().await.unwrap();
@@ -319,9 +307,7 @@ async fn the_review_budget_is_per_user_and_client_address() {
 
 /// A GET over HTTP/1.1 from the local address `from` (any 127.x: another client host).
 async fn get_from(from: &str, env: &Env, path: &str, token: &str) -> StatusCode {
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
-    let tcp = sock.connect(env.proxy.addr).await.unwrap();
+    let tcp = common::connect_from(from, env.proxy.addr).await;
     let (mut send, conn) =
         hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await.unwrap();
     tokio::spawn(conn);
@@ -331,6 +317,20 @@ async fn get_from(from: &str, env: &Env, path: &str, token: &str) -> StatusCode 
         .body(Empty::new())
         .unwrap();
     send.send_request(req).await.unwrap().status()
+}
+
+/// An h2c connection that grants its streams no window: nothing of an answer is ever sent.
+async fn h2_without_window(
+    env: &Env,
+) -> (hyper::client::conn::http2::SendRequest<Empty<Bytes>>, tokio::task::JoinHandle<Result<(), hyper::Error>>)
+{
+    let tcp = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    (send, tokio::spawn(conn))
 }
 
 /// An h2c connection (prior knowledge) on the plain listener.

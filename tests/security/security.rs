@@ -529,10 +529,7 @@ async fn watches_per_user_are_limited() {
     // The same user from another client host (a DaemonSet's pod on another node, under the
     // same service account) has slots of its own, and as many.
     let other = |i: usize| async move {
-        let sock = tokio::net::TcpSocket::new_v4().unwrap();
-        sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        let tcp = sock.connect(env.proxy.addr).await.unwrap();
-        let io = hyper_util::rt::TokioIo::new(tcp);
+        let io = hyper_util::rt::TokioIo::new(common::connect_from("127.0.0.2", env.proxy.addr).await);
         let (mut send, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await.unwrap();
         tokio::spawn(conn);
         let req = Request::get(format!("/api/v1/namespaces/ns-a/configmaps?watch=1&resourceVersion=0&i={i}"))
