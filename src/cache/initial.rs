@@ -1,7 +1,6 @@
 //! A watch-list's initial objects (its synthetic ADDED events), taken a step at a time as its
-//! client reads: from an O(1) snapshot of the store (`imbl`), or from the upstream LIST a flight
-//! of watch-lists shares — never copied per watch (that was 8 bytes per object per watch, held
-//! by a client that never reads). [`Unsent`] lets go of what is left at the watch's deadline.
+//! client reads: from an O(1) snapshot of the store (`imbl`) — never copied per watch (that
+//! was 8 bytes per object per watch, held by a client that never reads). [`Unsent`] lets go of what is left at the watch's deadline.
 //!
 //! Made by `cache::watch::start`, read by `Watch::poll_next`.
 
@@ -20,13 +19,14 @@ use crate::resource::{Object, ObjectKey};
 /// Objects looked at per step (matching or not): the work of one poll stays bounded.
 const STEP: usize = 256;
 
-/// Where the objects come from.
-enum Source {
-    /// The cache's state when the watch started, keys in `[lo, hi)` (the watch's namespace),
-    /// from after `after`.
-    Store { snapshot: Store, after: Option<ObjectKey>, lo: Option<ObjectKey>, hi: Option<ObjectKey> },
-    /// An upstream LIST's objects in key order, from index `next`.
-    Listed { items: Arc<Vec<Arc<Object>>>, next: usize },
+/// Where the objects come from: a state of the store (the cache's when the watch started, or
+/// one proven to be the upstream's at a later RV), keys in `[lo, hi)` (the watch's namespace),
+/// from after `after`.
+struct Source {
+    snapshot: Store,
+    after: Option<ObjectKey>,
+    lo: Option<ObjectKey>,
+    hi: Option<ObjectKey>,
 }
 
 /// The initial objects of one watch still to send, in key order, those its filter selects.
@@ -46,31 +46,22 @@ impl Initial {
             }
             _ => (None, None),
         };
-        let source = Source::Store { snapshot: store.clone(), after: None, lo, hi };
+        let source = Source { snapshot: store.clone(), after: None, lo, hi };
         Initial { source, filter, ready: VecDeque::new(), exhausted: false }
     }
 
-    /// The selected objects of an upstream LIST (in key order).
-    pub fn listed(items: Arc<Vec<Arc<Object>>>, filter: Arc<Filter>) -> Initial {
-        Initial {
-            source: Source::Listed { items, next: 0 },
-            filter,
-            ready: VecDeque::new(),
-            exhausted: false,
-        }
+    /// Whether every object still to send satisfies `ok` (the start's protobuf check).
+    pub fn all(&self, ok: impl FnMut(&Object) -> bool) -> bool {
+        self.selected().all(ok)
     }
 
-    /// Whether every object still to send satisfies `ok` (the start's protobuf check).
-    pub fn all(&self, mut ok: impl FnMut(&Object) -> bool) -> bool {
-        let filter = &self.filter;
-        match &self.source {
-            Source::Store { snapshot, lo, hi, .. } => snapshot
-                .range::<_, ObjectKey>(bounds(None, lo, hi))
-                .map(|(_, o)| o)
-                .filter(|o| filter.matches(o))
-                .all(|o| ok(o)),
-            Source::Listed { items, .. } => items.iter().filter(|o| filter.matches(o)).all(|o| ok(o)),
-        }
+    /// The selected objects, in key order (all of them, whatever was sent).
+    pub fn selected(&self) -> impl Iterator<Item = &Object> {
+        let Source { snapshot, lo, hi, .. } = &self.source;
+        snapshot
+            .range::<_, ObjectKey>(bounds(None, lo, hi))
+            .map(|(_, o)| &**o)
+            .filter(|o| self.filter.matches(o))
     }
 
     /// The next object to send; `None` once all are sent.
@@ -85,29 +76,17 @@ impl Initial {
     fn step(&mut self) {
         let (filter, ready) = (&self.filter, &mut self.ready);
         let mut seen = 0;
-        match &mut self.source {
-            Source::Store { snapshot, after, lo, hi } => {
-                let mut last = None;
-                for (k, o) in snapshot.range::<_, ObjectKey>(bounds(after.as_ref(), lo, hi)).take(STEP) {
-                    seen += 1;
-                    last = Some(k);
-                    if filter.matches(o) {
-                        ready.push_back(o.clone());
-                    }
-                }
-                if let Some(k) = last {
-                    *after = Some(k.clone());
-                }
+        let Source { snapshot, after, lo, hi } = &mut self.source;
+        let mut last = None;
+        for (k, o) in snapshot.range::<_, ObjectKey>(bounds(after.as_ref(), lo, hi)).take(STEP) {
+            seen += 1;
+            last = Some(k);
+            if filter.matches(o) {
+                ready.push_back(o.clone());
             }
-            Source::Listed { items, next } => {
-                for o in items.iter().skip(*next).take(STEP) {
-                    seen += 1;
-                    if filter.matches(o) {
-                        ready.push_back(o.clone());
-                    }
-                }
-                *next += seen;
-            }
+        }
+        if let Some(k) = last {
+            *after = Some(k.clone());
         }
         self.exhausted = seen < STEP;
     }

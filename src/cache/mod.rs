@@ -705,6 +705,25 @@ impl Reader {
     pub fn list(&self, snap: &Snapshot, filter: &Filter, page: Option<Page>) -> Option<ListBody> {
         list::render(&self.shared.kind, snap, filter, page)
     }
+
+    /// Whether the objects of `store` that `filter` selects are exactly `versions` (namespace,
+    /// name, RV), in key order: the same objects at the same versions.
+    pub fn selects_exactly<'v>(
+        &self,
+        store: &Store,
+        filter: Filter,
+        versions: impl IntoIterator<Item = (&'v str, &'v str, Rv)>,
+    ) -> bool {
+        let selected = initial::Initial::of_store(store, Arc::new(filter), self.shared.kind.namespaced);
+        let mut mine = selected.selected();
+        for (ns, name, rv) in versions {
+            match mine.next() {
+                Some(o) if o.header.rv == rv && o.header.name() == name && o.header.namespace() == ns => {}
+                _ => return false,
+            }
+        }
+        mine.next().is_none()
+    }
 }
 
 #[cfg(test)]

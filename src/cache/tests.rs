@@ -266,11 +266,10 @@ async fn relist_at_the_cache_rv_keeps_the_watches_no_difference_concerns() {
 async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
     let (mut w, r) = setup();
     // While the cache is at 10, the upstream has moved on: z deleted at 11, x2 and y2 created
-    // at 12 and 13. A watch-list whose initial state an upstream LIST gave at 13, and a watch
-    // from a write's RV (13): neither stream ever held the cache's state at 10.
-    let listed = vec![Arc::new(obj(&w, "a", "x", 5, "b")), Arc::new(obj(&w, "c", "x2", 12, "a"))];
-    let mut wl =
-        r.watch(req(label("a"), WatchStart::Listed { rv: Rv(13), items: Arc::new(listed) }, true)).unwrap();
+    // at 12 and 13. A watch-list whose initial state was proven the upstream's at 13, and a
+    // watch from a write's RV (13): neither stream ever held the cache's state at 10.
+    let snapshot = super::store::filled(vec![obj(&w, "a", "x", 5, "b"), obj(&w, "c", "x2", 12, "a")]);
+    let mut wl = r.watch(req(label("a"), WatchStart::Proven { rv: Rv(13), snapshot }, true)).unwrap();
     let mut from_write = r.watch(req(label("b"), WatchStart::After(Rv(13)), false)).unwrap();
     // A watch from beyond the list RV keeps waiting.
     let mut future = r.watch(req(Filter::default(), WatchStart::After(Rv(30)), false)).unwrap();
@@ -1173,4 +1172,25 @@ fn a_relist_at_the_distrusted_rv_waits_for_the_upstream_to_move() {
     let e = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).err().unwrap();
     assert_eq!(e.to_string(), "too old resource version: 10 (11)");
     assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(13)), false)).is_ok());
+}
+
+/// A watch-list's proof (`server::consistent`): the store's selection must be exactly the
+/// upstream's items, same keys and versions in key order, nothing more or less.
+#[test]
+fn a_selection_is_proven_by_exactly_its_keys_and_versions() {
+    let (_w, r) = setup();
+    let store = r.snapshot().store;
+    let ns = |n: &str| Filter::new(Some(n.into()), None, Default::default(), Default::default());
+    let holds = |f: Filter, v: &[(&str, &str, u64)]| {
+        r.selects_exactly(&store, f, v.iter().map(|(a, b, c)| (*a, *b, Rv(*c))))
+    };
+    // Key order, as etcd's: "a-b/y" before "a/x".
+    assert!(holds(label("a"), &[("a-b", "y", 6), ("a", "x", 5)]));
+    assert!(holds(ns("a"), &[("a", "x", 5)]), "the namespace's own, not a-b's");
+    assert!(holds(label("c"), &[]), "an empty selection");
+    assert!(!holds(label("a"), &[("a-b", "y", 7), ("a", "x", 5)]), "another version");
+    assert!(!holds(label("a"), &[("a", "x", 5)]), "one the upstream lacks");
+    assert!(!holds(label("a"), &[("a-b", "y", 6), ("a", "x", 5), ("b", "w", 8)]), "one the cache lacks");
+    assert!(!holds(label("a"), &[("a", "x", 5), ("a-b", "y", 6)]), "another order");
+    assert!(!holds(label("a"), &[("b", "y", 6), ("a", "x", 5)]), "another namespace");
 }

@@ -20,11 +20,11 @@ use tokio::time::{Instant, Sleep};
 use super::filter::{Filter, LazyFrames};
 use super::initial::{Initial, Unsent};
 use super::watchers::{Delivery, WatcherId};
-use super::{Reader, Shared};
+use super::{Reader, Shared, Store};
 use crate::error::Error;
 use crate::metadata_only::{self, Repr};
 use crate::proto::ProtoType;
-use crate::resource::{frame_event, frame_object, Event, EventType, Object, ResourceKind, Rv};
+use crate::resource::{frame_event, frame_object, Event, EventType, ResourceKind, Rv};
 
 /// Where a watch starts.
 #[derive(Clone, Debug)]
@@ -42,12 +42,12 @@ pub enum WatchStart {
     /// Synthetic ADDED for the current state, then (with bookmarks) the
     /// `k8s.io/initial-events-end` BOOKMARK, then live events (watch-list).
     InitialEvents,
-    /// A watch-list whose initial state the upstream listed at `rv` (the cache had not proven
-    /// that fresh yet): ADDED for `items` (already in key order), the end BOOKMARK at `rv`, then
-    /// live events after `rv`; events ≤ `rv` are skipped and no BOOKMARK goes out until the
-    /// cache passes `rv`. If the cache has reached `rv` by the time the watch registers, this
-    /// is `InitialEvents` from the cache's own (as fresh) state.
-    Listed { rv: Rv, items: Arc<Vec<Arc<Object>>> },
+    /// A watch-list whose initial state is `snapshot`'s selection, proven to be the upstream's
+    /// state at `rv` (ahead of the cache: `server::consistent`): ADDED for it, the end BOOKMARK
+    /// at `rv`, then live events after `rv`; events ≤ `rv` are skipped and no BOOKMARK goes out
+    /// until the cache passes `rv`. If the cache has reached `rv` by the time the watch
+    /// registers, this is `InitialEvents` from the cache's own (as fresh) state.
+    Proven { rv: Rv, snapshot: Store },
 }
 
 /// What a watch asks for.
@@ -172,14 +172,14 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             WatchStart::Now | WatchStart::MostRecent(_) => {
                 last_rv = st.rv;
             }
-            WatchStart::Listed { rv, items } if rv > st.rv => {
+            WatchStart::Proven { rv, snapshot } if rv > st.rv => {
                 last_rv = rv;
-                initial = Some(Initial::listed(items, filter.clone()));
+                initial = Some(Initial::of_store(&snapshot, filter.clone(), shared.kind.namespaced));
                 if req.bookmarks {
                     end_bookmark = Some(rv);
                 }
             }
-            WatchStart::InitialEvents | WatchStart::Listed { .. } => {
+            WatchStart::InitialEvents | WatchStart::Proven { .. } => {
                 last_rv = st.rv;
                 initial = Some(Initial::of_store(&st.store, filter.clone(), shared.kind.namespaced));
                 if req.bookmarks {
@@ -650,11 +650,10 @@ mod tests {
             [list.next().await.unwrap(), list.next().await.unwrap()].iter().map(name).collect();
         assert_eq!(after, ["o0002", "o1000"], "then the live events");
 
-        let items: Vec<Arc<Object>> = (0..600).map(|i| Arc::new(obj(&w, "a", i, 20))).collect();
-        let items = Arc::new(items);
-        let start = WatchStart::Listed { rv: Rv(20), items: items.clone() };
+        // A state proven the upstream's at 20, ahead of the cache: its selection, in key order.
+        let snapshot = super::super::store::filled((0..600).map(|i| obj(&w, "a", i, 20)).collect());
+        let start = WatchStart::Proven { rv: Rv(20), snapshot };
         let mut listed = r.watch(WatchRequest { filter, start, bookmarks: false, deadline }).unwrap();
-        assert_eq!(Arc::strong_count(&items), 2, "shared, not copied: the test's and the watch's");
         let mut got = Vec::new();
         for _ in 0..300 {
             got.push(name(&listed.next().await.unwrap()));

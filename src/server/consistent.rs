@@ -23,10 +23,13 @@
 //!   LIST is forwarded. Objects created and deleted again before R do not matter to a LIST.
 //! - **Initial lists** (watch-list, `sendInitialEvents=true` with RV unset, what client-go ≥
 //!   1.34 informers send): one coalesced, paginated upstream consistent LIST of the watch's own
-//!   namespace and selectors gives the initial state at its RV L; the live stream is the
-//!   cache's, from L (`WatchStart::Listed`). If the cache has already reached L when the first
-//!   page lands, the rest is not fetched and the cache's own state is sent. The long-lived watch
-//!   never goes upstream.
+//!   namespace and selectors, metadata only, at RV L. If the cache has already reached L when
+//!   the first page lands, the rest is not fetched and the cache's own state is sent. Else the
+//!   same proof as above: once the cache's state selects exactly the listed objects at their
+//!   versions (waited for up to [`PROOF_WAIT`] while the cache receives what it lacks), it is
+//!   the state at L, sent from a snapshot, and the live stream is the cache's from L
+//!   (`WatchStart::Proven`); past the wait, forwarded. No object body is read upstream, and
+//!   nothing is copied per start. The long-lived watch never goes upstream.
 //!
 //! Reads are shared through [`Flights`]: a request only shares a read sent after it arrived.
 //! Each reads the cache's RV before it is sent: an answer below it is an upstream whose storage
@@ -41,8 +44,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::flights::Flights;
-use crate::cache::Reader;
-use crate::resource::{Object, Rv};
+use crate::cache::{Filter, Reader, Store};
+use crate::resource::Rv;
 use crate::upstream::{MetadataPage, Selection, Upstream};
 
 /// Proofs of one kind that failed in a row before that kind is thinned out.
@@ -76,21 +79,25 @@ impl Streak {
         }
     }
 }
-/// Page size of initial lists (client-go's pager and the reflector use 500 too).
+/// Page size of initial lists' metadata (client-go's pager and the reflector use 500 too).
 const INITIAL_PAGE: u32 = 500;
 /// An upstream read that takes longer than this is given up (then: forward).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a watch-list's start waits for the cache to hold the state the upstream listed
+/// (the apiserver's own cache waits as long for freshness); past it the watch is forwarded.
+const PROOF_WAIT: Duration = Duration::from_secs(3);
 
 /// A metadata-only upstream page, or why there is none.
 type MetadataResult = Result<Arc<MetadataPage>, String>;
 
-/// The initial state of a watch-list, from one upstream consistent LIST.
-#[derive(Clone, Debug)]
+/// The initial state of a watch-list, proven from one upstream consistent metadata LIST.
+#[derive(Clone)]
 pub enum Initial {
-    /// The cache had reached the list's RV when its first page landed: its own state is fresh.
+    /// The cache had reached the list's RV: its own state is fresh.
     Cache,
-    /// The state at `rv` as the upstream listed it, in key order.
-    Listed { rv: Rv, items: Arc<Vec<Arc<Object>>> },
+    /// `snapshot`'s selection is the upstream's state at `rv` (same objects, same versions),
+    /// the cache being behind `rv`.
+    Proven { rv: Rv, snapshot: Store },
 }
 
 /// The consistent-read machinery of one resource.
@@ -171,16 +178,23 @@ impl Prober {
             .unwrap_or_else(|| Err("metadata list task ended".into()))
     }
 
-    /// The initial state of a watch-list of `sel` that arrived at `arrived`.
-    pub async fn initial(&self, sel: Selection, arrived: Instant) -> Result<Initial, String> {
+    /// The initial state of a watch-list of `sel` (selecting as `filter` does, without a
+    /// shard) that arrived at `arrived`.
+    pub async fn initial(&self, sel: Selection, filter: Filter, arrived: Instant) -> Result<Initial, String> {
         let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
         let key = sel.clone();
         let fetch = move || {
-            let (upstream, reader, sel) = (upstream.clone(), reader.clone(), sel.clone());
+            let (upstream, reader, sel, filter) =
+                (upstream.clone(), reader.clone(), sel.clone(), filter.clone());
             async move {
-                match tokio::time::timeout(READ_TIMEOUT, list_initial(&upstream, &reader, &sel)).await {
-                    Ok(r) => r,
-                    Err(_) => Err("initial list timed out".to_owned()),
+                let listed =
+                    match tokio::time::timeout(READ_TIMEOUT, list_initial(&upstream, &reader, &sel)).await {
+                        Ok(r) => r?,
+                        Err(_) => return Err("initial list timed out".to_owned()),
+                    };
+                match listed {
+                    Listed::Fresh => Ok(Initial::Cache),
+                    Listed::Ahead(meta) => prove(&reader, &filter, &meta).await,
                 }
             }
         };
@@ -188,42 +202,64 @@ impl Prober {
     }
 }
 
-/// Lists `sel` upstream page by page (RV unset: a consistent read), stopping after the first
+/// What the upstream listed for a watch-list.
+enum Listed {
+    /// The cache had reached its RV when the first page landed (the rest was not read).
+    Fresh,
+    /// Every item of the selection, metadata only, at an RV ahead of the cache.
+    Ahead(MetadataPage),
+}
+
+/// Lists `sel` upstream, metadata only (RV unset: a consistent read), stopping after the first
 /// page when the cache has already reached that page's RV.
-async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> Result<Initial, String> {
+async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> Result<Listed, String> {
     let kind = reader.kind();
-    let mut token: Option<String> = None;
-    let mut rv = None;
-    let mut items = Vec::new();
     let before = reader.progress().rv;
+    let first = upstream.list_metadata(kind, sel, Some(INITIAL_PAGE)).await.map_err(|e| e.to_string())?;
+    not_behind(reader, before, first.rv)?;
+    let p = reader.progress();
+    if p.ready && p.rv >= first.rv {
+        return Ok(Listed::Fresh);
+    }
+    let all = upstream.list_metadata_from(kind, sel, None, Some(first)).await.map_err(|e| e.to_string())?;
+    if all.continue_token.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err("the upstream's metadata list did not end".to_owned());
+    }
+    Ok(Listed::Ahead(all))
+}
+
+/// Waits up to [`PROOF_WAIT`] for the cache to reach the list's RV or to select exactly its
+/// objects at their versions: then the state at the list's RV *is* the cache's (an object
+/// changed, added or removed after the cache's RV and up to the list's would show in one or
+/// the other; one created and deleted between them is in neither state), and the watch starts
+/// from it with no object body read upstream. The cache, behind, receives what it lacks within
+/// its stream's delay; one that does not is left to the upstream (forward).
+async fn prove(reader: &Reader, filter: &Filter, meta: &MetadataPage) -> Result<Initial, String> {
+    let mut progress = reader.subscribe();
+    let deadline = Instant::now() + PROOF_WAIT;
     loop {
-        let page = upstream
-            .list_selected(kind, sel, INITIAL_PAGE, token.as_deref())
-            .await
-            .map_err(|e| e.to_string())?;
-        let list_rv = *rv.get_or_insert(page.rv);
-        if token.is_none() {
-            not_behind(reader, before, list_rv)?;
-            let p = reader.progress();
-            if p.ready && p.rv >= list_rv {
+        let ready = progress.borrow_and_update().ready;
+        if ready {
+            let snap = reader.snapshot();
+            if snap.rv >= meta.rv {
                 return Ok(Initial::Cache);
             }
-        }
-        for raw in page.items {
-            match reader.parse(raw) {
-                Ok(o) => items.push(Arc::new(o)),
-                Err(e) => {
-                    tracing::warn!(resource = %kind.group_resource(), error = %e, "skipping an upstream object that cannot be parsed")
-                }
+            let versions = meta.items.iter().map(|(ns, name, rv)| (ns.as_str(), name.as_str(), *rv));
+            if reader.selects_exactly(&snap.store, filter.clone(), versions) {
+                return Ok(Initial::Proven { rv: meta.rv, snapshot: snap.store });
             }
         }
-        match page.continue_token {
-            Some(t) if !t.is_empty() => token = Some(t),
-            _ => break,
+        match tokio::time::timeout_at(deadline, progress.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err("the cache was dropped".to_owned()),
+            Err(_) => {
+                return Err(format!(
+                    "the cache did not hold the upstream's state at {} within {PROOF_WAIT:?}",
+                    meta.rv
+                ))
+            }
         }
     }
-    items.sort_by(|a, b| a.header.key.cmp(&b.header.key));
-    Ok(Initial::Listed { rv: rv.unwrap_or_default(), items: Arc::new(items) })
 }
 
 /// A consistent read sent after the cache's RV was read as `before` answered at `upstream`: at

@@ -300,16 +300,20 @@ async fn serve_inner(
                 Ok(Outcome::Forward(ForwardReason::MostRecent))
             }
         },
-        // Watch-list: the initial state from one upstream consistent LIST (shared), the live
-        // stream from the cache.
-        Plan::WatchMostRecent { initial: true } => match src.prober.initial(selection(req), arrived).await {
-            Ok(Initial::Cache) => watch(reader, req, opts, WatchStart::InitialEvents),
-            Ok(Initial::Listed { rv, items }) => watch(reader, req, opts, WatchStart::Listed { rv, items }),
-            Err(e) => {
-                tracing::debug!(error = %e, "initial list failed; forwarding the watch");
-                Ok(Outcome::Forward(ForwardReason::MostRecent))
+        // Watch-list: the initial state proven by one upstream consistent metadata LIST
+        // (shared), the initial objects and the live stream from the cache.
+        Plan::WatchMostRecent { initial: true } => {
+            match src.prober.initial(selection(req), filter(req, true).with_shard(None), arrived).await {
+                Ok(Initial::Cache) => watch(reader, req, opts, WatchStart::InitialEvents),
+                Ok(Initial::Proven { rv, snapshot }) => {
+                    watch(reader, req, opts, WatchStart::Proven { rv, snapshot })
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "initial list failed; forwarding the watch");
+                    Ok(Outcome::Forward(ForwardReason::MostRecent))
+                }
             }
-        },
+        }
         Plan::WatchAfter { rv } => {
             // Above the cache's RV, after the upstream's storage went back past `rv`: of the
             // gone history unless the upstream issued it again (a probe sent after arrival).

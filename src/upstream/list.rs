@@ -205,10 +205,25 @@ impl Upstream {
         sel: &Selection,
         limit: Option<u32>,
     ) -> Result<MetadataPage, UpstreamError> {
+        self.list_metadata_from(kind, sel, limit, None).await
+    }
+
+    /// [`Upstream::list_metadata`] going on from `first`, what an earlier call of it gave (its
+    /// items kept, the rest read by its continue token at its RV).
+    pub async fn list_metadata_from(
+        &self,
+        kind: &ResourceKind,
+        sel: &Selection,
+        limit: Option<u32>,
+        first: Option<MetadataPage>,
+    ) -> Result<MetadataPage, UpstreamError> {
         let path = kind.collection_path(sel.namespace.as_deref());
         let limit = limit.filter(|&l| l > 0);
-        let mut out: Option<MetadataPage> = None;
-        let mut seen: HashSet<String> = HashSet::new();
+        let mut seen: HashSet<String> = first.iter().filter_map(|p| p.continue_token.clone()).collect();
+        let mut out: Option<MetadataPage> = match first {
+            Some(f) if f.continue_token.as_deref().is_none_or(str::is_empty) => return Ok(f),
+            first => first,
+        };
         loop {
             let fetched = out.as_ref().map_or(0, |p| p.items.len());
             let want = limit.map_or(METADATA_PAGE, |l| (l - fetched as u32).min(METADATA_PAGE));

@@ -210,10 +210,11 @@ async fn every_prefix_resumes_right(
 }
 
 /// Issue 22 §1: while A's upstream watch is stalled at C, a watch-list (RV unset, its initial
-/// state from an upstream LIST at L1 > C) and a watch from a write's RV start ahead of A's
-/// cache; at the relist neither may get a diff computed from C (the sim sends them `DELETED x,
-/// MODIFIED y`, the old proxy `ADDED y, DELETED z` and x forever). Both must end, and resume
-/// right from where they were, here (410, relist) and at the sim.
+/// state proven the upstream's at L1 > C: a write elsewhere moved the revision) and a watch
+/// from a write's RV start ahead of A's cache; at the relist neither may get a diff computed
+/// from C (the sim sends them `DELETED z`, or `DELETED x, MODIFIED y`; the old proxy `ADDED y,
+/// DELETED z` and x forever). Both must end, and resume right from where they were, here (410,
+/// relist) and at the sim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_that_started_ahead_of_the_cache_end_at_the_relist() {
     let env = setup(3).await;
@@ -221,12 +222,12 @@ async fn watches_that_started_ahead_of_the_cache_end_at_the_relist() {
     let z = env.create("z");
     Env::synced(&env.a, z).await;
     env.fault.stall_watches(true);
-    env.delete("z");
-    env.create("x");
-    let y = env.create("y");
-    assert!(Env::cache_rv(&env.a) < y, "A's watch is stalled");
+    let ns = json!({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"elsewhere"}});
+    let elsewhere = rv_of(&env.sim.sim.create("namespaces", "", ns).expect("namespace"));
+    assert!(Env::cache_rv(&env.a) < elsewhere, "A's watch is stalled");
 
-    // A watch-list with RV unset: its initial state comes from an upstream LIST at y.
+    // A watch-list with RV unset: its namespace did not change since C, so A's state there is
+    // the upstream's at the revision its metadata LIST gives (≥ `elsewhere`, ahead of A).
     let url = format!(
         "{}{PATH}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
         Env::base(&env.a)
@@ -244,7 +245,11 @@ async fn watches_that_started_ahead_of_the_cache_end_at_the_relist() {
             other => panic!("initial events of the watch-list: {other:?}"),
         }
     }
-    assert_eq!(wl_start.objects.keys().cloned().collect::<Vec<_>>(), ["t/a", "t/x", "t/y"]);
+    assert_eq!(wl_start.objects.keys().cloned().collect::<Vec<_>>(), ["t/a", "t/z"]);
+    assert!(wl_start.rv >= elsewhere, "the initial state is at {}, ahead of A's cache", wl_start.rv);
+    env.delete("z");
+    env.create("x");
+    let y = env.create("y");
     // A watch from y's write RV; the client's state is the sim's at y.
     let wr_start = env.truth().await;
     assert_eq!(wr_start.rv, y);
@@ -276,6 +281,89 @@ async fn watches_that_started_ahead_of_the_cache_end_at_the_relist() {
         );
     }
     eprintln!("ahead of the cache: {resumes} resumes, all at the truth");
+}
+
+const WATCH_LIST: &str =
+    "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+
+/// Opens a watch-list of A's namespace in a task; it gives the initial state it got.
+fn watch_list_of(env: &Env) -> tokio::task::JoinHandle<Mirror> {
+    let (client, url) = (env.client.clone(), format!("{}{PATH}?{WATCH_LIST}", Env::base(&env.a)));
+    tokio::spawn(async move {
+        let mut s = Stream::open(&client, &url).await;
+        assert_eq!(s.status, 200);
+        let mut m = Mirror::default();
+        loop {
+            match s.next(Duration::from_secs(20)).await {
+                Next::Event(ev) if m.initial(&ev) => return m,
+                Next::Event(_) => {}
+                other => panic!("initial events of the watch-list: {other:?}"),
+            }
+        }
+    })
+}
+
+/// Requests the sim got for A's namespace: metadata-only LISTs, and watches (forwarded).
+fn namespace_requests(env: &Env) -> (usize, usize) {
+    let metadata = env.sim.sim.request_count(|r| {
+        r.path == PATH
+            && r.headers
+                .get("accept")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("PartialObjectMetadataList"))
+    });
+    let watches = env.sim.sim.request_count(|r| r.path == PATH && r.query.contains("watch=true"));
+    (metadata, watches)
+}
+
+/// Waits (up to 20 s) until `cond` holds.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < end, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A watch-list (RV unset) is proven by a metadata-only upstream LIST, then served from the
+/// cache: while A's stream is held back, A's state lacks an object the LIST names, and the
+/// watch waits for A to receive it (no object body read upstream, no watch forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_list_waits_for_the_cache_to_hold_the_listed_state() {
+    let env = setup(3).await;
+    let a = env.create("a");
+    Env::synced(&env.a, a).await;
+    env.fault.stall_watches(true);
+    let b = env.create("b");
+    let opened = watch_list_of(&env);
+    until("the metadata LIST", || namespace_requests(&env).0 == 1).await;
+    env.fault.stall_watches(false);
+    let m = opened.await.expect("watch-list");
+    assert_eq!(m.objects.keys().cloned().collect::<Vec<_>>(), ["t/a", "t/b"]);
+    assert!(m.anomalies.is_empty() && m.rv >= b, "{m:?}");
+    assert_eq!(namespace_requests(&env), (1, 0), "one metadata LIST, the watch served by A");
+    let all = env.sim.sim.request_count(|r| r.path == PATH);
+    assert_eq!(all, 1, "nothing else asked upstream: no object body listed");
+}
+
+/// One A cannot prove within 3 s (its stream stays held back) is forwarded, and gets the
+/// upstream's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_list_the_cache_cannot_prove_is_forwarded() {
+    let env = setup(3).await;
+    let a = env.create("a");
+    Env::synced(&env.a, a).await;
+    env.fault.stall_watches(true);
+    let b = env.create("b");
+    let started = Instant::now();
+    let opened = watch_list_of(&env);
+    until("the forwarded watch", || namespace_requests(&env).1 == 1).await;
+    assert!(started.elapsed() >= Duration::from_secs(3), "forwarded after {:?}", started.elapsed());
+    assert_eq!(namespace_requests(&env).0, 1, "after its metadata LIST");
+    env.fault.stall_watches(false);
+    let m = opened.await.expect("watch-list");
+    assert_eq!(m.objects.keys().cloned().collect::<Vec<_>>(), ["t/a", "t/b"]);
+    assert!(m.anomalies.is_empty() && m.rv >= b, "{m:?}");
 }
 
 /// Issue 22 §2: a client of A resuming from an RV it got during A's relist must not lose the

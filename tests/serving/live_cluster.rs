@@ -175,8 +175,10 @@ async fn watch_list_rv_unset_under_lease_churn_is_served_by_the_cache() {
         rvs.push(rv);
     }
     assert!(saw_update, "the live update arrived");
-    // Exactly one upstream LIST of the watch's own selection, and no upstream watch at all.
+    // Exactly one upstream LIST of the watch's own selection, metadata only (the cache's
+    // objects proven to be the upstream's state), and no upstream watch at all.
     assert_eq!(upstream(&env, path, "limit=500"), 1, "one initial list");
+    assert_eq!(metadata_lists(&env, path), 1, "no object body read upstream");
     assert_eq!(upstream(&env, path, "watch"), 0, "the watch was never forwarded");
     assert_eq!(upstream(&env, "/api/v1/configmaps", "watch"), watches_before, "only the reflector's watch");
 }
