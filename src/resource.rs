@@ -288,13 +288,13 @@ struct RawObject<'a> {
     #[serde(borrow, default)]
     status: Option<RawFields<'a>>,
     #[serde(borrow, default, rename = "type")]
-    type_: Option<Cow<'a, str>>,
+    type_: Option<Scalar<'a>>,
     #[serde(borrow, default, rename = "involvedObject")]
     involved_object: Option<RawFields<'a>>,
     #[serde(borrow, default)]
-    reason: Option<Cow<'a, str>>,
+    reason: Option<Scalar<'a>>,
     #[serde(borrow, default, rename = "reportingComponent")]
-    reporting_component: Option<Cow<'a, str>>,
+    reporting_component: Option<Scalar<'a>>,
     #[serde(borrow, default)]
     source: Option<RawFields<'a>>,
 }
@@ -315,7 +315,10 @@ struct RawMeta<'a> {
 
 /// A flat bag of the scalar members of `spec`, `status`, `involvedObject` or `source`, borrowed
 /// from the input where possible (strings without escapes); other members are skipped. Only
-/// the selectable ones are rendered, by [`RawFields::get`].
+/// the selectable ones are rendered, by [`RawFields::get`]. Any other value (a custom
+/// resource's schema may make `status` a string, `spec` a list) is an empty bag: only
+/// built-in kinds select by these, and the object must parse whatever its schema (an object
+/// that does not is an event lost).
 #[derive(Default)]
 struct RawFields<'a>(Vec<(Cow<'a, str>, Scalar<'a>)>);
 
@@ -349,6 +352,25 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawFields<'a> {
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
                 Ok(RawFields::default())
             }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(RawFields::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(RawFields::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(RawFields::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(RawFields::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(RawFields::default())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(RawFields::default())
+            }
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
@@ -366,6 +388,14 @@ enum Scalar<'a> {
 }
 
 impl Scalar<'_> {
+    /// A string's text (a built-in kind's `type`, `reason`, `reportingComponent` are strings).
+    fn text(&self) -> Option<String> {
+        match self {
+            Scalar::Str(s) => Some(s.to_string()),
+            _ => None,
+        }
+    }
+
     fn render(&self) -> String {
         match self {
             Scalar::None => String::new(),
@@ -438,9 +468,9 @@ impl Object {
                 Some(("status", f)) => raw.status.as_ref().and_then(|s| s.get(f)),
                 Some(("involvedObject", f)) => raw.involved_object.as_ref().and_then(|s| s.get(f)),
                 _ => match label {
-                    "type" => raw.type_.as_deref().map(str::to_owned),
-                    "reason" => raw.reason.as_deref().map(str::to_owned),
-                    "reportingComponent" => raw.reporting_component.as_deref().map(str::to_owned),
+                    "type" => raw.type_.as_ref().and_then(Scalar::text),
+                    "reason" => raw.reason.as_ref().and_then(Scalar::text),
+                    "reportingComponent" => raw.reporting_component.as_ref().and_then(Scalar::text),
                     "source" => raw.source.as_ref().and_then(|s| s.get("component")),
                     _ => None,
                 },
@@ -1218,6 +1248,34 @@ mod tests {
         let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
         assert_eq!(o.item_chunks().concat(), raw.to_vec());
         assert_eq!(o.typed_bytes().as_ref(), &raw[..]);
+    }
+
+    /// A custom resource's schema may make its top-level `type`, `reason`, `status`, `spec`…
+    /// anything: the object parses whatever they are (one that did not was an event lost, and
+    /// a deleted object kept), and a built-in kind selects only by their string values.
+    #[test]
+    fn members_a_field_selector_reads_parse_whatever_their_json() {
+        let k = ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false);
+        for odd in [
+            r#""type":3,"reason":["r"],"reportingComponent":{"a":1}"#,
+            r#""status":"Ready","spec":["x",{"y":1}],"source":7,"involvedObject":true"#,
+            r#""spec":1.5,"status":false,"type":null,"involvedObject":"o","source":[]"#,
+        ] {
+            let raw = format!(
+                r#"{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"name":"w","namespace":"ns","resourceVersion":"9","labels":{{"a":"b"}}}},{odd}}}"#
+            );
+            let o = Object::parse(&k, &typing(&k), Bytes::from(raw.clone()))
+                .unwrap_or_else(|e| panic!("{odd}: {e}"));
+            assert_eq!((o.header.key.as_str(), o.header.rv), ("ns/w", Rv(9)));
+            assert_eq!(o.header.labels().get("a"), Some("b"));
+            assert_eq!(o.typed_bytes().as_ref(), raw.as_bytes());
+        }
+        // A built-in kind's selectable member that is not a string selects as absent.
+        let events = ResourceKind::new("", "v1", "events", "Event", true, true);
+        let raw = br#"{"metadata":{"name":"e","namespace":"ns","resourceVersion":"4"},"type":1,"reason":"Started","involvedObject":"x"}"#;
+        let o = Object::parse(&events, &typing(&events), Bytes::from_static(raw)).unwrap();
+        assert_eq!(o.header.fields().get("reason"), Some("Started"));
+        assert_eq!(o.header.fields().get("type"), Some(""));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use kube_watchcache::app;
 use kube_watchcache_sim::{Sim, SimOptions};
-use serde_json::json;
+use serde_json::{json, Value};
 
 async fn status(client: &HttpClient, url: &str) -> (u16, String) {
     let r = send(client, http::Method::GET, url, None, &[]).await;
@@ -337,4 +337,34 @@ async fn a_watch_ended_by_shutdown_leaves_its_connection_closing() {
     assert!(after.is_empty(), "answered after the watch ended: {}", String::from_utf8_lossy(&after));
     shutdown.await.expect("shutdown");
     sim.shutdown().await;
+}
+
+/// A custom resource whose schema lets `type`, `status` or `spec` be anything (here `type`
+/// turns from a string into a number, `status` into a string): every change and its deletion
+/// reach the cache's watchers, and no ghost stays (a field-selector member that was not an
+/// object or a string made the whole object unparsable: its events were skipped).
+#[tokio::test]
+async fn a_custom_resource_of_any_shape_is_followed_to_its_deletion() {
+    let env = start().await;
+    env.ns("w");
+    let w = |v: Value| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w1", "namespace": "w"}, "type": v, "status": {"ok": true}});
+    let created = env.sim.sim.create("example.com/widgets", "w", w(json!("a"))).expect("create widget");
+    env.cache_synced_to("widgets", rv_of(&created)).await;
+    let path = "/apis/example.com/v1/namespaces/w/widgets";
+    let mut watch = open_watch(
+        &env.client,
+        &env.proxy_url(&format!("{path}?watch=1&resourceVersion={}", rv_of(&created))),
+    )
+    .await;
+    let mut odd = w(json!(3));
+    odd["status"] = json!("Ready");
+    odd["metadata"]["resourceVersion"] = json!(rv_of(&created).to_string());
+    let updated = env.sim.sim.update("example.com/widgets", "w", odd).expect("update widget");
+    let deleted = rv_of(&env.sim.sim.delete("example.com/widgets", "w", "w1").expect("delete widget"));
+    let got = watch.take(2, Duration::from_secs(10)).await;
+    assert_eq!(got, [("MODIFIED".into(), "w1".into()), ("DELETED".into(), "w1".into())]);
+    env.cache_synced_to("widgets", deleted).await;
+    let r = env.get(&format!("{path}/w1?resourceVersion=0")).await;
+    assert_eq!(r.status, 404, "no ghost: {}", String::from_utf8_lossy(&r.body));
+    assert!(rv_of(&updated) < deleted);
 }
