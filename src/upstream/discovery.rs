@@ -304,7 +304,7 @@ impl<'a> Round<'a> {
         excluded: &(dyn Fn(&str, &str) -> bool + Sync),
         known: &[ResourceKind],
     ) -> Result<Everything, UpstreamError> {
-        let aggregated = self.up.aggregated().await;
+        let aggregated = self.up.aggregated().await?;
         let mut gvs: Vec<(String, String)> = vec![(String::new(), "v1".to_owned())];
         let groups = self.groups().await?;
         for g in &groups.groups {
@@ -392,21 +392,25 @@ impl Upstream {
     }
 
     /// The group/versions served by aggregated API servers (APIServices with a `service`),
-    /// from `apiregistration.k8s.io`. Empty when that cannot be read (logged): then nothing
-    /// is known to be aggregated, and an aggregated resource that can be listed and watched
-    /// would be cached through the apiserver's proxying.
-    async fn aggregated(&self) -> std::collections::HashSet<(String, String)> {
+    /// from `apiregistration.k8s.io`. Empty when the proxy may not read them or the upstream
+    /// has none (403, 404; logged): then nothing is known to be aggregated, and an aggregated
+    /// resource that can be listed and watched would be cached through the apiserver's
+    /// proxying. Any other failure (a 5xx, a 429, a timeout) fails the round, which changes
+    /// nothing: a passing failure must not let the round cache an aggregated resource, whose
+    /// server may filter what each requester sees.
+    async fn aggregated(&self) -> Result<std::collections::HashSet<(String, String)>, UpstreamError> {
         match self.get_doc::<ApiServiceList>("/apis/apiregistration.k8s.io/v1/apiservices").await {
-            Ok(l) => l
+            Ok(l) => Ok(l
                 .items
                 .into_iter()
                 .filter(|a| a.spec.service.as_ref().is_some_and(|s| !s.is_null()))
                 .map(|a| (a.spec.group, a.spec.version))
-                .collect(),
-            Err(e) => {
+                .collect()),
+            Err(e @ UpstreamError::Status { code: 403 | 404, .. }) => {
                 tracing::warn!(error = %e, "cannot list APIServices: aggregated APIs cannot be told apart (grant list on apiregistration.k8s.io/apiservices)");
-                Default::default()
+                Ok(Default::default())
             }
+            Err(e) => Err(e),
         }
     }
 

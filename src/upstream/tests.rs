@@ -413,6 +413,34 @@ async fn wildcard_discovery_finds_everything_cacheable_and_says_what_it_skips() 
     assert_eq!(lists, ["/api/v1/nodes?limit=1"]);
 }
 
+/// An APIService list that fails in passing (500, 429) fails the round, which changes nothing:
+/// it never lets the aggregated `samples` be cached as if nothing were aggregated. One the
+/// proxy may not read (403) is a standing state: warned, and nothing is known aggregated.
+#[tokio::test]
+async fn a_round_that_cannot_read_the_apiservices_in_passing_caches_nothing() {
+    for (code, fails) in [
+        (StatusCode::INTERNAL_SERVER_ERROR, true),
+        (StatusCode::TOO_MANY_REQUESTS, true),
+        (StatusCode::FORBIDDEN, false),
+    ] {
+        let (addr, _) = fake_apiserver(false, move |s: &Seen| match s.uri.as_str() {
+            "/apis/apiregistration.k8s.io/v1/apiservices" => (code, FORBIDDEN.into()),
+            _ => wildcard_route(s),
+        })
+        .await;
+        let up = plain_upstream(addr, None);
+        let none = |_: &str, _: &str| false;
+        match Round::new(&up).everything(&none, &[]).await {
+            Err(e) => assert!(fails, "{code}: {e}"),
+            Ok(all) => {
+                assert!(!fails, "{code}: a round went on");
+                let aggregated = all.skipped.iter().any(|s| s.reason == SkipReason::Aggregated);
+                assert!(!aggregated, "{code}: nothing is known aggregated: {:?}", all.skipped);
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_named_resource_the_proxy_may_not_list_cannot_be_cached() {
     let (addr, _) = fake_apiserver(false, wildcard_route).await;
