@@ -46,7 +46,8 @@ pub enum Outcome {
     /// Same keys and RVs at `rv`.
     Consistent { rv: Rv, keys: usize },
     /// `differing` keys are missing on one side or at another RV.
-    Inconsistent { rv: Rv, differing: usize },
+    /// `lists`: the full lists the cache had installed when its state was read.
+    Inconsistent { rv: Rv, differing: usize, lists: u64 },
     /// The upstream is at `upstream`, below the cache's `cache`: its storage went back.
     Behind { cache: Rv, upstream: Rv },
     /// The cache is not ready (syncing, relisting): nothing to compare.
@@ -106,6 +107,7 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
         if !reader.progress().ready {
             return Outcome::Skipped;
         }
+        let lists = reader.lists();
         let snap = reader.snapshot();
         // Dropped for --cache-memory-limit: the snapshot may be of the emptied cache.
         if reader.released() {
@@ -138,7 +140,7 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
         if digest(&mine) == digest(&up) {
             return Outcome::Consistent { rv: snap.rv, keys: mine.len() };
         }
-        return Outcome::Inconsistent { rv: snap.rv, differing: differing(&mine, &up) };
+        return Outcome::Inconsistent { rv: snap.rv, differing: differing(&mine, &up), lists };
     }
 }
 
@@ -154,10 +156,10 @@ pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -
                 metrics.consistency_differences(&resource, 0);
                 tracing::debug!(resource, rv = %rv, keys, "consistency check: the cache matches the upstream");
             }
-            Outcome::Inconsistent { rv, differing } => {
+            Outcome::Inconsistent { rv, differing, lists } => {
                 metrics.consistency_differences(&resource, differing);
                 tracing::warn!(resource, rv = %rv, differing, "consistency check: the cache differs from the upstream at the same resourceVersion; forwarding its reads until a relist rebuilds it");
-                r.request_relist(rv, format!(
+                r.request_relist(rv, lists, format!(
                     "inconsistent with the upstream at resourceVersion {rv}: {differing} keys differ; relisting"
                 ));
             }

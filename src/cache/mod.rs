@@ -102,6 +102,9 @@ struct State {
     rv: Rv,
     history: History,
     watchers: Watchers,
+    /// Full lists installed so far (`Writer::replace`): a finding made before the last one is
+    /// of a state that is gone (`relist.rs`).
+    lists: u64,
 }
 
 struct Shared {
@@ -169,6 +172,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
             rv: Rv(0),
             history: History::new(opts.history_max_events, opts.history_window),
             watchers: Watchers::default(),
+            lists: 0,
         }),
         opts,
         progress: tx,
@@ -284,6 +288,7 @@ impl Writer {
             );
         }
         st.store = next;
+        st.lists += 1;
         let from = st.rv.max(seen_ahead);
         st.rv = list_rv;
         // After the watchers were ended: a BOOKMARK that reads this RV finds its queue closed.
@@ -352,7 +357,7 @@ impl Writer {
         let arrived_ns = self.shared.stamp(now);
         st.watchers
             .dispatch(&Dispatched { event, lazy: LazyFrames::default(), arrived_ns }, Some(&mut blocked));
-        self.publish(rv, true, None);
+        self.advance(rv);
         drop(st);
         self.proven();
         self.shared.ahead.lock().reached(rv);
@@ -417,7 +422,7 @@ impl Writer {
             st.history.moved(now, rv);
             st.history.expire(now);
             self.shared.dispatched.store(rv.0, Ordering::Release);
-            self.publish(rv, true, None);
+            self.advance(rv);
             drop(st);
             self.shared.ahead.lock().reached(rv);
         } else {
@@ -446,6 +451,16 @@ impl Writer {
     /// would never see an event (a tier above would wait on it for its whole timeout).
     pub fn close_watchers(&mut self) {
         self.shared.state.lock().watchers.close();
+    }
+
+    /// The cache reached `rv` (an event, a bookmark): ready, unless it is known wrong and a
+    /// relist is pending (`relist.rs`; its reads stay forwarded until the relist is in).
+    fn advance(&self, rv: Rv) {
+        if self.relist_pending() {
+            self.shared.progress.send_modify(|p| p.rv = rv);
+        } else {
+            self.publish(rv, true, None);
+        }
     }
 
     fn publish(&self, rv: Rv, ready: bool, last_error: Option<String>) {

@@ -7,6 +7,8 @@
 //! it and `server::consistent` (an upstream found behind the cache); [`Writer::relist_requested`]
 //! is awaited by `reflector` beside its upstream watch.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -17,10 +19,13 @@ use crate::resource::Rv;
 #[derive(Default)]
 pub struct Request {
     /// Taken by the reflector when it acts on it: the RV at which the cache was found wrong,
-    /// and why.
-    reason: Mutex<Option<(Rv, String)>>,
+    /// the number of full lists it had installed then, and why.
+    reason: Mutex<Option<(Rv, u64, String)>>,
     /// Kept until the relist is in, for `/readyz?verbose`.
     shown: Mutex<Option<String>>,
+    /// Set from the request until the relist is in: events and bookmarks applied meanwhile
+    /// move the cache's RV but do not make it ready again (it is known wrong).
+    pending: AtomicBool,
     wake: Notify,
 }
 
@@ -31,16 +36,28 @@ pub fn warn_went_back(resource: &str, cache: Rv, upstream: Rv, by: &'static str)
 }
 
 impl Reader {
-    /// Asks the reflector for a relist, the cache having been found wrong at `at`, and marks
-    /// the cache not ready until it is done.
+    /// The number of full lists the cache has installed: a finding about its state is made
+    /// after reading it, and handed to [`Reader::request_relist`].
+    pub fn lists(&self) -> u64 {
+        self.shared.state.lock().lists
+    }
+
+    /// Asks the reflector for a relist, the cache having been found wrong at `at` with
+    /// `lists` full lists installed ([`Reader::lists`], read before the state the finding is
+    /// about), and marks the cache not ready until it is done.
     ///
-    /// A request for an RV above the cache's is stale and dropped: the cache has been relisted
-    /// below it since (the upstream's storage went back, and two reads found it at once).
-    pub fn request_relist(&self, at: Rv, reason: String) {
-        if at > self.shared.state.lock().rv {
-            tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted below it since");
+    /// A stale request is dropped: one for an RV above the cache's (the cache has been relisted
+    /// below it since: the upstream's storage went back, and two reads found it at once), and
+    /// one made before a full list landed (the state found wrong is gone; distrusting the new
+    /// one would end every watch started from it and relist again for nothing).
+    pub fn request_relist(&self, at: Rv, lists: u64, reason: String) {
+        let st = self.shared.state.lock();
+        if at > st.rv || st.lists != lists {
+            drop(st);
+            tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted since");
             return;
         }
+        drop(st);
         self.shared.progress.send_modify(|p| {
             if p.ready {
                 p.since = tokio::time::Instant::now();
@@ -48,8 +65,9 @@ impl Reader {
             p.ready = false;
             p.last_error = Some(reason.clone());
         });
+        self.shared.relist.pending.store(true, Ordering::Release);
         *self.shared.relist.shown.lock() = Some(reason.clone());
-        *self.shared.relist.reason.lock() = Some((at, reason));
+        *self.shared.relist.reason.lock() = Some((at, lists, reason));
         self.shared.relist.wake.notify_one();
     }
 
@@ -60,6 +78,7 @@ impl Reader {
         warn_went_back(&self.shared.kind.group_resource(), cache, upstream, by);
         self.request_relist(
             cache,
+            self.lists(),
             format!("the upstream is at resourceVersion {upstream}, below the cache's {cache}: its storage went back; relisting"),
         );
     }
@@ -74,6 +93,13 @@ impl Writer {
     /// A full list is in: an asked-for relist is done (`/readyz?verbose` no longer names it).
     pub fn relist_done(&self) {
         self.shared.relist.shown.lock().take();
+        self.shared.relist.pending.store(false, Ordering::Release);
+    }
+
+    /// Whether a relist was asked for and is not in yet (`Writer::apply` and
+    /// `Writer::bookmark` then leave the cache not ready).
+    pub(super) fn relist_pending(&self) -> bool {
+        self.shared.relist.pending.load(Ordering::Acquire)
     }
 
     /// The cache was found wrong at `at` (the reflector, before it relists, the cache not
@@ -96,18 +122,20 @@ impl Writer {
     }
 
     /// Resolves when a relist was asked for (where the cache was found wrong, and why),
-    /// consuming the request. One for an RV above the cache's is dropped: asked for before a
-    /// relist below it landed (the upstream's storage went back, found by two reads at once),
-    /// it would distrust every RV up to the gone one and leave the cache unready until the
-    /// upstream passed it.
+    /// consuming the request. A stale one is dropped: one for an RV above the cache's (asked
+    /// for before a relist below it landed: the upstream's storage went back, found by two
+    /// reads at once; it would distrust every RV up to the gone one and leave the cache unready
+    /// until the upstream passed it), and one made before a full list that landed since.
     pub async fn relist_requested(&self) -> (Rv, String) {
         loop {
             let request = self.shared.relist.reason.lock().take();
-            if let Some((at, why)) = request {
-                if at <= self.shared.state.lock().rv {
+            if let Some((at, lists, why)) = request {
+                let st = self.shared.state.lock();
+                if at <= st.rv && st.lists == lists {
                     return (at, why);
                 }
-                tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted below it since");
+                drop(st);
+                tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted since");
                 self.relist_done();
                 continue;
             }

@@ -350,14 +350,14 @@ async fn a_relist_below_the_cache_rv_takes_the_list_rv_and_ends_every_watch() {
 async fn a_relist_request_for_a_gone_rv_is_dropped() {
     let (mut w, r) = setup();
     w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
-    r.request_relist(Rv(12), "behind".into());
+    r.request_relist(Rv(12), r.lists(), "behind".into());
     let (at, _) = w.relist_requested().await;
     w.set_not_ready(Some("behind".into()));
     w.distrust_through(at);
-    r.request_relist(Rv(12), "behind, again".into());
+    r.request_relist(Rv(12), r.lists(), "behind, again".into());
     w.replace(vec![obj(&w, "a", "x", 5, "a")], Rv(8));
     assert!(r.progress().ready);
-    r.request_relist(Rv(12), "behind, late".into());
+    r.request_relist(Rv(12), r.lists(), "behind, late".into());
     assert!(r.progress().ready, "a request for an RV above the cache's is dropped");
     let pending = tokio::time::timeout(Duration::from_secs(60), w.relist_requested()).await;
     assert!(pending.is_err(), "no relist for the gone RV: {pending:?}");
@@ -367,8 +367,41 @@ async fn a_relist_request_for_a_gone_rv_is_dropped() {
     w.apply(EventType::Modified, obj(&w, "a", "x", 9, "a")).unwrap();
     assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(8)), false)).is_ok());
     // A request at or below the cache's RV still stands.
-    r.request_relist(Rv(9), "inconsistent".into());
+    r.request_relist(Rv(9), r.lists(), "inconsistent".into());
     assert_eq!(w.relist_requested().await.0, Rv(9));
+}
+
+/// A finding made before a full list landed is of a state that is gone: the consistency check
+/// read the cache at 11, a relist (a 410) landed at 20 meanwhile, then the check reported the
+/// old state inconsistent. Acted on, it would distrust every RV up to 20 — every watch started
+/// from the new list ending, every client relisting again — for nothing.
+#[tokio::test(start_paused = true)]
+async fn a_relist_request_made_before_a_relist_landed_is_dropped() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
+    let found_at = r.lists();
+    w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
+    let mut from_20 = r.watch(req(Filter::default(), WatchStart::After(Rv(20)), false)).unwrap();
+    // Reported after the relist: dropped at once, the cache stays ready.
+    r.request_relist(Rv(11), found_at, "inconsistent at 11".into());
+    assert!(r.progress().ready && r.relist_reason().is_none());
+    // Reported before it, taken by the reflector after: dropped then.
+    let found_at = r.lists();
+    r.request_relist(Rv(20), found_at, "inconsistent at 20".into());
+    assert!(!r.progress().ready);
+    w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
+    let pending = tokio::time::timeout(Duration::from_secs(60), w.relist_requested()).await;
+    assert!(pending.is_err(), "no relist for a state that is gone: {pending:?}");
+    assert!(r.progress().ready);
+    w.apply(EventType::Modified, obj(&w, "a", "x", 21, "a")).unwrap();
+    assert_eq!(take(&mut from_20, 1).await, vec![("MODIFIED".into(), "x".into(), "21".into())]);
+    // One made after the last list stands, and events applied before the reflector takes it
+    // do not make the cache (known wrong) ready again.
+    r.request_relist(Rv(21), r.lists(), "inconsistent at 21".into());
+    w.apply(EventType::Modified, obj(&w, "a", "x", 22, "a")).unwrap();
+    w.bookmark(Rv(23));
+    assert_eq!((r.progress().ready, r.progress().rv), (false, Rv(23)));
+    assert_eq!(w.relist_requested().await.0, Rv(21));
 }
 
 #[tokio::test(start_paused = true)]
