@@ -360,6 +360,19 @@ pub fn is_long_running(info: &RequestInfo, query: Option<&str>) -> bool {
     }
 }
 
+/// Whether a long-running request starts with a read before it streams: a watch with its
+/// `resourceVersion` unset (its first value, empty or absent), whose start asks the upstream
+/// (a probe, or a watch-list's metadata LIST; `server::consistent`). `admit` holds an in-flight
+/// permit for that start, as API Priority and Fairness holds a watch's seat until the watch is
+/// initialized.
+pub fn starts_with_a_read(info: &RequestInfo, query: Option<&str>) -> bool {
+    info.verb == "watch"
+        && info.is_resource_request
+        && form_urlencoded::parse(query.unwrap_or("").trim_start_matches('?').as_bytes())
+            .find(|(k, _)| k == "resourceVersion")
+            .is_none_or(|(_, v)| v.is_empty())
+}
+
 /// Splits an API path into its resource parts (Kubernetes' RequestInfoFactory rules).
 /// `None` for non-resource paths.
 pub fn parse_path(path: &str) -> Option<ResourcePath> {

@@ -274,7 +274,7 @@ impl Ticket {
     }
 
     /// Frees the permit and the share.
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         let mut h = self.0.lock();
         h.released = true;
         h.permit.take();

@@ -106,11 +106,21 @@ async fn the_in_flight_permit_lasts_until_the_body_ends_and_only_real_long_runne
     // … what the request is does: watches (served and forwarded) and a followed log.
     for path in [
         "/api/v1/namespaces/big/configmaps?watch=1&resourceVersion=0&fieldSelector=metadata.name%3Dcm-0001",
-        "/api/v1/namespaces/big/secrets?watch=true",
+        "/api/v1/namespaces/big/secrets?watch=true&resourceVersion=0",
         "/api/v1/namespaces/big/pods/p/log?follow=true",
     ] {
         let resp = env.headers_only(path, &[]).await;
         assert_eq!(resp.status(), StatusCode::OK, "{path}");
+    }
+    // A watch whose RV is unset starts with a read upstream (a watch-list's metadata LIST, a
+    // probe): its start needs a permit, as API Priority and Fairness charges a watch's
+    // initialization; its stream does not.
+    for path in [
+        "/api/v1/namespaces/big/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan",
+        "/api/v1/namespaces/big/secrets?watch=true",
+    ] {
+        let r = env.get(path, &[]).await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{path}");
     }
 
     // Reading the LIST to its end frees the permit.
@@ -118,6 +128,11 @@ async fn the_in_flight_permit_lasts_until_the_body_ends_and_only_real_long_runne
         tokio::time::timeout(Duration::from_secs(30), big.into_body().collect()).await.unwrap().unwrap();
     assert!(body.to_bytes().len() > 24_000_000);
     assert_eq!(env.get(small, &[]).await.status, StatusCode::OK);
+    let watch_list = env
+        .headers_only("/api/v1/namespaces/big/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", &[])
+        .await;
+    assert_eq!(watch_list.status(), StatusCode::OK);
+    assert_eq!(env.get(small, &[]).await.status, StatusCode::OK, "a started watch holds no permit");
 }
 
 /// Watches count against the caller's limit whether the cache serves them or not.

@@ -1,5 +1,6 @@
 //! Phase 4: the request's `RequestInfo` (into the extensions), then the in-flight limit and the
-//! request timeout for what is not long-running; the request's `limits::Ticket` goes into the
+//! request timeout for what is not long-running (and the limit alone for the start of a watch
+//! that begins with a read upstream, until its stream begins); the request's `limits::Ticket` goes into the
 //! extensions too (`authenticate` adds its caller's share). Before authentication, as in the apiserver's
 //! handler chain (`WithMaxInFlightLimit` is outside `WithAuthentication`): whether a request is
 //! long-running needs its `RequestInfo` only, and unauthenticated callers must not be able to
@@ -27,9 +28,10 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         let arrived = arrived(&req);
         let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
         let long_running = classify::is_long_running(&info, req.uri().query());
+        let starts_with_a_read = long_running && classify::starts_with_a_read(&info, req.uri().query());
         let verb = info.verb.clone();
         context_mut(&mut req).info = Some(info);
-        if long_running {
+        if long_running && !starts_with_a_read {
             return pass(next, req).await;
         }
         let ticket = match self.limits.admit() {
@@ -38,6 +40,14 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         };
         // `authenticate` adds the caller's share to the ticket.
         req.extensions_mut().insert(ticket.clone());
+        if starts_with_a_read {
+            // Held while the watch starts (its read upstream, made as the proxy), let go when
+            // its stream begins: a caller cannot have more such reads in the air than its
+            // in-flight share, whatever its watch slots.
+            let resp = pass(next, req).await;
+            ticket.release();
+            return resp;
+        }
         let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
             // The ticket stays taken until the body has been sent (or the deadline, or the
@@ -71,16 +81,31 @@ mod tests {
             ("list", "pods", "a")
         );
         // The answer holds the one permit until its body is dropped: a second request is 429,
-        // a watch is not counted.
+        // a watch from an RV is not counted; one whose RV is unset starts with a read upstream
+        // and needs a permit to start.
         let (again, reached) = run_seen(s.clone(), request("/api/v1/pods")).await;
         assert_eq!(again.status(), 429);
         assert!(reached.is_none());
-        let (watch, reached) = run_seen(s.clone(), request("/api/v1/pods?watch=1")).await;
+        let (watch, reached) = run_seen(s.clone(), request("/api/v1/pods?watch=1&resourceVersion=7")).await;
         assert_eq!(watch.status(), 200);
         assert!(reached.is_some());
+        let (watch_list, reached) =
+            run_seen(s.clone(), request("/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersion="))
+                .await;
+        assert_eq!(watch_list.status(), 429);
+        assert!(reached.is_none());
         drop(resp);
-        let (after, _) = run_seen(s, request("/api/v1/pods")).await;
+        let (after, _) = run_seen(s.clone(), request("/api/v1/pods")).await;
         assert_eq!(after.status(), 200, "the permit came back with the body");
+        drop(after);
+        // A watch's start holds the permit only until its stream begins.
+        let (watch_list, reached) =
+            run_seen(s.clone(), request("/api/v1/pods?watch=1&sendInitialEvents=true")).await;
+        assert_eq!(watch_list.status(), 200);
+        assert!(reached.is_some());
+        let (after, _) = run_seen(s, request("/api/v1/pods")).await;
+        assert_eq!(after.status(), 200, "the streaming watch holds no permit");
+        drop(watch_list);
     }
 
     /// Why admit is not tower's `ConcurrencyLimit` and `Timeout` (the README's claim, checked):
