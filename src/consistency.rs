@@ -107,7 +107,6 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
         if !reader.progress().ready {
             return Outcome::Skipped;
         }
-        let lists = reader.lists();
         let snap = reader.snapshot();
         // Dropped for --cache-memory-limit: the snapshot may be of the emptied cache.
         if reader.released() {
@@ -140,7 +139,7 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
         if digest(&mine) == digest(&up) {
             return Outcome::Consistent { rv: snap.rv, keys: mine.len() };
         }
-        return Outcome::Inconsistent { rv: snap.rv, differing: differing(&mine, &up), lists };
+        return Outcome::Inconsistent { rv: snap.rv, differing: differing(&mine, &up), lists: snap.lists };
     }
 }
 

@@ -249,7 +249,6 @@ async fn step(
                 State::Empty
             }
             Ok(Listed::Installed(rv)) => {
-                writer.relist_done();
                 metrics.relist(resource);
                 backoff.reset();
                 State::Synced { rv }

@@ -311,6 +311,7 @@ impl Writer {
             format!("relisted at {rv}, an RV the cache was found wrong at; waiting for the upstream to move past it")
         });
         self.publish(rv, trusted, why);
+        self.relist_done();
         drop(st);
         self.proven();
         let mut ahead = self.shared.ahead.lock();
@@ -538,10 +539,13 @@ pub struct HistoryStats {
 }
 
 /// A consistent view of the objects at one RV.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Snapshot {
     pub store: Store,
     pub rv: Rv,
+    /// Full lists the cache had installed ([`Reader::lists`]): a finding about this state is
+    /// handed on with it (`Reader::request_relist`).
+    pub lists: u64,
 }
 
 impl Reader {
@@ -670,7 +674,7 @@ impl Reader {
     /// The current state.
     pub fn snapshot(&self) -> Snapshot {
         let st = self.shared.state.lock();
-        Snapshot { store: st.store.clone(), rv: st.rv }
+        Snapshot { store: st.store.clone(), rv: st.rv, lists: st.lists }
     }
 
     /// The state at exactly `rv`, rebuilt from the store and the history, or `None` when `rv`
@@ -681,7 +685,7 @@ impl Reader {
         if !st.history.covers(rv, st.rv, Instant::now()) {
             return None;
         }
-        let mut store = st.store.clone();
+        let (mut store, lists) = (st.store.clone(), st.lists);
         let undo: Vec<Arc<Event>> = st.history.newer_than(rv).cloned().collect();
         drop(st);
         for ev in undo.iter().rev() {
@@ -695,7 +699,7 @@ impl Reader {
                 }
             }
         }
-        Some(Snapshot { store, rv })
+        Some(Snapshot { store, rv, lists })
     }
 
     /// One object of the current state.

@@ -51,13 +51,14 @@ impl Reader {
     /// one made before a full list landed (the state found wrong is gone; distrusting the new
     /// one would end every watch started from it and relist again for nothing).
     pub fn request_relist(&self, at: Rv, lists: u64, reason: String) {
+        // Under the state lock: a list (`Writer::replace`, which clears the request) and an
+        // event (`Writer::advance`, which reads it) come wholly before or after.
         let st = self.shared.state.lock();
         if at > st.rv || st.lists != lists {
             drop(st);
             tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted since");
             return;
         }
-        drop(st);
         self.shared.progress.send_modify(|p| {
             if p.ready {
                 p.since = tokio::time::Instant::now();
@@ -68,6 +69,7 @@ impl Reader {
         self.shared.relist.pending.store(true, Ordering::Release);
         *self.shared.relist.shown.lock() = Some(reason.clone());
         *self.shared.relist.reason.lock() = Some((at, lists, reason));
+        drop(st);
         self.shared.relist.wake.notify_one();
     }
 
@@ -90,8 +92,10 @@ impl Reader {
 }
 
 impl Writer {
-    /// A full list is in: an asked-for relist is done (`/readyz?verbose` no longer names it).
-    pub fn relist_done(&self) {
+    /// A full list is in (`Writer::replace`, under the state lock): a request made before it is
+    /// of a state that is gone, and dropped; `/readyz?verbose` no longer names it.
+    pub(super) fn relist_done(&self) {
+        self.shared.relist.reason.lock().take();
         self.shared.relist.shown.lock().take();
         self.shared.relist.pending.store(false, Ordering::Release);
     }
@@ -136,7 +140,6 @@ impl Writer {
                 }
                 drop(st);
                 tracing::debug!(resource = %self.shared.kind.group_resource(), at = %at, "relist request dropped: the cache was relisted since");
-                self.relist_done();
                 continue;
             }
             self.shared.relist.wake.notified().await;

@@ -262,13 +262,32 @@ async fn relist_at_the_cache_rv_keeps_the_watches_no_difference_concerns() {
     assert_eq!(take(&mut app_b, 1).await, vec![("MODIFIED".into(), "z".into(), "13".into())], "no BOOKMARK");
 }
 
+/// A state proven the upstream's at 13 while the cache was at 10, whose watch registers only
+/// after a relist landed below 13 (the upstream's storage went back): its snapshot and 13 are
+/// of the gone history, so the watch starts from the cache's own state and RV (the events the
+/// upstream issues again up to 13 reach it).
+#[tokio::test]
+async fn a_proven_start_after_a_relist_is_the_caches_own_state() {
+    let (mut w, r) = setup();
+    let store = super::store::filled(vec![obj(&w, "a", "x", 5, "a"), obj(&w, "c", "gone", 12, "a")]);
+    let snapshot = Snapshot { store, rv: Rv(10), lists: r.lists() };
+    w.replace(vec![obj(&w, "a", "x", 5, "a"), obj(&w, "a", "y", 9, "a")], Rv(9));
+    let mut wl = r.watch(req(label("a"), WatchStart::Proven { rv: Rv(13), snapshot }, true)).unwrap();
+    w.apply(EventType::Added, obj(&w, "a", "z", 11, "a")).unwrap();
+    let got = take(&mut wl, 4).await;
+    let names: Vec<(&str, &str)> = got.iter().map(|e| (e.0.as_str(), e.1.as_str())).collect();
+    assert_eq!(names, [("ADDED", "x"), ("ADDED", "y"), ("BOOKMARK", ""), ("ADDED", "z")], "{got:?}");
+    assert_eq!(got[2].2, "9", "the end bookmark at the cache's RV");
+}
+
 #[tokio::test]
 async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
     let (mut w, r) = setup();
     // While the cache is at 10, the upstream has moved on: z deleted at 11, x2 and y2 created
     // at 12 and 13. A watch-list whose initial state was proven the upstream's at 13, and a
     // watch from a write's RV (13): neither stream ever held the cache's state at 10.
-    let snapshot = super::store::filled(vec![obj(&w, "a", "x", 5, "b"), obj(&w, "c", "x2", 12, "a")]);
+    let store = super::store::filled(vec![obj(&w, "a", "x", 5, "b"), obj(&w, "c", "x2", 12, "a")]);
+    let snapshot = Snapshot { store, rv: Rv(10), lists: r.lists() };
     let mut wl = r.watch(req(label("a"), WatchStart::Proven { rv: Rv(13), snapshot }, true)).unwrap();
     let mut from_write = r.watch(req(label("b"), WatchStart::After(Rv(13)), false)).unwrap();
     // A watch from beyond the list RV keeps waiting.

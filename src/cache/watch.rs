@@ -20,7 +20,7 @@ use tokio::time::{Instant, Sleep};
 use super::filter::{Filter, LazyFrames};
 use super::initial::{Initial, Unsent};
 use super::watchers::{Delivery, WatcherId};
-use super::{Reader, Shared, Store};
+use super::{Reader, Shared, Snapshot};
 use crate::error::Error;
 use crate::metadata_only::{self, Repr};
 use crate::proto::ProtoType;
@@ -46,8 +46,9 @@ pub enum WatchStart {
     /// state at `rv` (ahead of the cache: `server::consistent`): ADDED for it, the end BOOKMARK
     /// at `rv`, then live events after `rv`; events ≤ `rv` are skipped and no BOOKMARK goes out
     /// until the cache passes `rv`. If the cache has reached `rv` by the time the watch
-    /// registers, this is `InitialEvents` from the cache's own (as fresh) state.
-    Proven { rv: Rv, snapshot: Store },
+    /// registers, or a full list has landed since the snapshot (the upstream relisted below
+    /// `rv`: its storage went back), this is `InitialEvents` from the cache's own state.
+    Proven { rv: Rv, snapshot: Snapshot },
 }
 
 /// What a watch asks for.
@@ -172,9 +173,9 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             WatchStart::Now | WatchStart::MostRecent(_) => {
                 last_rv = st.rv;
             }
-            WatchStart::Proven { rv, snapshot } if rv > st.rv => {
+            WatchStart::Proven { rv, snapshot } if rv > st.rv && snapshot.lists == st.lists => {
                 last_rv = rv;
-                initial = Some(Initial::of_store(&snapshot, filter.clone(), shared.kind.namespaced));
+                initial = Some(Initial::of_store(&snapshot.store, filter.clone(), shared.kind.namespaced));
                 if req.bookmarks {
                     end_bookmark = Some(rv);
                 }
@@ -651,7 +652,8 @@ mod tests {
         assert_eq!(after, ["o0002", "o1000"], "then the live events");
 
         // A state proven the upstream's at 20, ahead of the cache: its selection, in key order.
-        let snapshot = super::super::store::filled((0..600).map(|i| obj(&w, "a", i, 20)).collect());
+        let store = super::super::store::filled((0..600).map(|i| obj(&w, "a", i, 20)).collect());
+        let snapshot = crate::cache::Snapshot { store, rv: Rv(12), lists: r.lists() };
         let start = WatchStart::Proven { rv: Rv(20), snapshot };
         let mut listed = r.watch(WatchRequest { filter, start, bookmarks: false, deadline }).unwrap();
         let mut got = Vec::new();

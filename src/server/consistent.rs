@@ -44,7 +44,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::flights::Flights;
-use crate::cache::{Filter, Reader, Store};
+use crate::cache::{Filter, Reader, Snapshot};
 use crate::resource::Rv;
 use crate::upstream::{MetadataPage, Selection, Upstream};
 
@@ -97,7 +97,7 @@ pub enum Initial {
     Cache,
     /// `snapshot`'s selection is the upstream's state at `rv` (same objects, same versions),
     /// the cache being behind `rv`.
-    Proven { rv: Rv, snapshot: Store },
+    Proven { rv: Rv, snapshot: Snapshot },
 }
 
 /// The consistent-read machinery of one resource.
@@ -246,7 +246,7 @@ async fn prove(reader: &Reader, filter: &Filter, meta: &MetadataPage) -> Result<
             }
             let versions = meta.items.iter().map(|(ns, name, rv)| (ns.as_str(), name.as_str(), *rv));
             if reader.selects_exactly(&snap.store, filter.clone(), versions) {
-                return Ok(Initial::Proven { rv: meta.rv, snapshot: snap.store });
+                return Ok(Initial::Proven { rv: meta.rv, snapshot: snap });
             }
         }
         match tokio::time::timeout_at(deadline, progress.changed()).await {
