@@ -69,6 +69,8 @@ pub struct Limits {
     permits: usize,
     /// In-flight requests per user.
     users: Counts,
+    /// Starts of watches whose RV is unset per user and client address ([`user_at`]).
+    starts: Counts,
     watches: Counts,
 }
 
@@ -124,6 +126,7 @@ impl Limits {
             in_flight: Arc::new(Semaphore::new(permits)),
             permits,
             users: Arc::default(),
+            starts: Arc::default(),
             watches: Arc::default(),
             opts,
         }
@@ -159,10 +162,26 @@ impl Limits {
     /// Adds a slot of `user`'s in-flight share to `ticket`, or 429 when the user holds all of
     /// theirs.
     pub fn share(&self, ticket: &Ticket, user: &str) -> Result<(), Response<Body>> {
+        self.share_of(&self.users, ticket, user)
+    }
+
+    /// The same for the start of a watch whose RV is unset (its read upstream, `admit`), per
+    /// user and client address as the watch slots are: a DaemonSet's pods share one service
+    /// account across the nodes, and a relist wave starts all their watch-lists at once.
+    pub fn share_start(
+        &self,
+        ticket: &Ticket,
+        user: &str,
+        source: Option<IpAddr>,
+    ) -> Result<(), Response<Body>> {
+        self.share_of(&self.starts, ticket, &user_at(user, source))
+    }
+
+    fn share_of(&self, counts: &Counts, ticket: &Ticket, user: &str) -> Result<(), Response<Body>> {
         if self.opts.max_in_flight_per_user == 0 {
             return Ok(());
         }
-        let slot = take_slot(&self.users, user, self.opts.max_in_flight_per_user).ok_or_else(too_many)?;
+        let slot = take_slot(counts, user, self.opts.max_in_flight_per_user).ok_or_else(too_many)?;
         let mut hold = ticket.0.lock();
         // Already freed (stalled or past its deadline): the slot goes back at once.
         if !hold.released {
@@ -631,6 +650,26 @@ mod tests {
         assert_eq!((l.in_flight(), l.in_flight_of("alice")), (3, 2));
         a1.release();
         assert_eq!((l.in_flight(), l.in_flight_of("alice")), (2, 1), "permit and share go together");
+    }
+
+    /// A watch's start takes a share per user and client address (a DaemonSet's service
+    /// account starts watches from every node at once), apart from the user's other requests.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_start_takes_a_share_per_user_and_address() {
+        let l = Limits::new(LimitOptions {
+            max_in_flight: 8,
+            max_in_flight_per_user: 1,
+            ..LimitOptions::default()
+        });
+        let (one, two): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (a, b, c, d) = (l.admit().unwrap(), l.admit().unwrap(), l.admit().unwrap(), l.admit().unwrap());
+        assert!(l.share_start(&a, "kube-proxy", Some(one)).is_ok());
+        assert!(l.share_start(&b, "kube-proxy", Some(one)).is_err(), "one address: the user's share");
+        assert!(l.share_start(&c, "kube-proxy", Some(two)).is_ok(), "another node: a share of its own");
+        assert!(l.share(&d, "kube-proxy").is_ok(), "the user's other requests: their own share");
+        a.release();
+        let e = l.admit().unwrap();
+        assert!(l.share_start(&e, "kube-proxy", Some(one)).is_ok(), "given back with the ticket");
     }
 
     /// A counter of write-stall cuts of a test's own.

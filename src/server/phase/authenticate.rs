@@ -54,7 +54,15 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
         // A slot of the caller's share on the ticket `admit` took (what is not long-running
         // has one). Per-user limits need users: none with `--auth=none`.
         if let (Some(ticket), Some(_)) = (req.extensions().get::<Ticket>(), &self.auth) {
-            if let Err(resp) = self.limits.share(ticket, &caller.effective.name) {
+            // A watch's start (`admit`): per user and client address, as its watch slot.
+            let watch = super::context(&req).and_then(|c| c.info.as_ref()).is_some_and(|i| i.verb == "watch");
+            let shared = if watch {
+                let source = req.extensions().get::<proxy::PeerAddr>().map(|p| p.0.ip());
+                self.limits.share_start(ticket, &caller.effective.name, source)
+            } else {
+                self.limits.share(ticket, &caller.effective.name)
+            };
+            if let Err(resp) = shared {
                 return self.recorder.refused(resp, "reject", "", arrived);
             }
         }
