@@ -105,6 +105,9 @@ struct State {
     /// Full lists installed so far (`Writer::replace`): a finding made before the last one is
     /// of a state that is gone (`relist.rs`).
     lists: u64,
+    /// Lists installed below the cache's RV (the upstream's storage went back): an RV ahead of
+    /// the cache seen before the last one is of a history that is gone (`cache::watch`).
+    histories: u64,
 }
 
 struct Shared {
@@ -173,6 +176,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
             history: History::new(opts.history_max_events, opts.history_window),
             watchers: Watchers::default(),
             lists: 0,
+            histories: 0,
         }),
         opts,
         progress: tx,
@@ -289,6 +293,7 @@ impl Writer {
         }
         st.store = next;
         st.lists += 1;
+        st.histories += u64::from(went_back);
         let from = st.rv.max(seen_ahead);
         st.rv = list_rv;
         // After the watchers were ended: a BOOKMARK that reads this RV finds its queue closed.
@@ -546,6 +551,8 @@ pub struct Snapshot {
     /// Full lists the cache had installed ([`Reader::lists`]): a finding about this state is
     /// handed on with it (`Reader::request_relist`).
     pub lists: u64,
+    /// Lists it had installed below its RV (the upstream's storage went back).
+    pub histories: u64,
 }
 
 impl Reader {
@@ -674,7 +681,7 @@ impl Reader {
     /// The current state.
     pub fn snapshot(&self) -> Snapshot {
         let st = self.shared.state.lock();
-        Snapshot { store: st.store.clone(), rv: st.rv, lists: st.lists }
+        Snapshot { store: st.store.clone(), rv: st.rv, lists: st.lists, histories: st.histories }
     }
 
     /// The state at exactly `rv`, rebuilt from the store and the history, or `None` when `rv`
@@ -685,7 +692,7 @@ impl Reader {
         if !st.history.covers(rv, st.rv, Instant::now()) {
             return None;
         }
-        let (mut store, lists) = (st.store.clone(), st.lists);
+        let (mut store, lists, histories) = (st.store.clone(), st.lists, st.histories);
         let undo: Vec<Arc<Event>> = st.history.newer_than(rv).cloned().collect();
         drop(st);
         for ev in undo.iter().rev() {
@@ -699,7 +706,7 @@ impl Reader {
                 }
             }
         }
-        Some(Snapshot { store, rv, lists })
+        Some(Snapshot { store, rv, lists, histories })
     }
 
     /// One object of the current state.

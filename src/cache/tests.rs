@@ -270,7 +270,7 @@ async fn relist_at_the_cache_rv_keeps_the_watches_no_difference_concerns() {
 async fn a_proven_start_after_a_relist_is_the_caches_own_state() {
     let (mut w, r) = setup();
     let store = super::store::filled(vec![obj(&w, "a", "x", 5, "a"), obj(&w, "c", "gone", 12, "a")]);
-    let snapshot = Snapshot { store, rv: Rv(10), lists: r.lists() };
+    let snapshot = Snapshot { store, rv: Rv(10), lists: r.lists(), histories: 0 };
     w.replace(vec![obj(&w, "a", "x", 5, "a"), obj(&w, "a", "y", 9, "a")], Rv(9));
     let mut wl = r.watch(req(label("a"), WatchStart::Proven { rv: Rv(13), snapshot }, true)).unwrap();
     w.apply(EventType::Added, obj(&w, "a", "z", 11, "a")).unwrap();
@@ -280,6 +280,21 @@ async fn a_proven_start_after_a_relist_is_the_caches_own_state() {
     assert_eq!(got[2].2, "9", "the end bookmark at the cache's RV");
 }
 
+/// A relist in the same history (a 410, its list at 11) landing between the proof at 13 and
+/// the watch's start changes nothing: the snapshot is still the state at 13 (a review: taking
+/// the cache's state at 11 would have told the client it had synced below what was proven).
+#[tokio::test]
+async fn a_proven_start_after_a_relist_ahead_keeps_its_proven_state() {
+    let (mut w, r) = setup();
+    let snap = r.snapshot();
+    w.replace(vec![obj(&w, "a", "x", 5, "a"), obj(&w, "a", "n", 11, "a")], Rv(11));
+    let mut wl = r.watch(req(label("a"), WatchStart::Proven { rv: Rv(13), snapshot: snap }, true)).unwrap();
+    let got = take(&mut wl, 3).await;
+    let names: Vec<(&str, &str, &str)> =
+        got.iter().map(|e| (e.0.as_str(), e.1.as_str(), e.2.as_str())).collect();
+    assert_eq!(names, [("ADDED", "y", "6"), ("ADDED", "x", "5"), ("BOOKMARK", "", "13")], "{got:?}");
+}
+
 #[tokio::test]
 async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
     let (mut w, r) = setup();
@@ -287,7 +302,7 @@ async fn relist_ends_watchers_that_started_ahead_of_the_cache() {
     // at 12 and 13. A watch-list whose initial state was proven the upstream's at 13, and a
     // watch from a write's RV (13): neither stream ever held the cache's state at 10.
     let store = super::store::filled(vec![obj(&w, "a", "x", 5, "b"), obj(&w, "c", "x2", 12, "a")]);
-    let snapshot = Snapshot { store, rv: Rv(10), lists: r.lists() };
+    let snapshot = Snapshot { store, rv: Rv(10), lists: r.lists(), histories: 0 };
     let mut wl = r.watch(req(label("a"), WatchStart::Proven { rv: Rv(13), snapshot }, true)).unwrap();
     let mut from_write = r.watch(req(label("b"), WatchStart::After(Rv(13)), false)).unwrap();
     // A watch from beyond the list RV keeps waiting.

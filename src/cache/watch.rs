@@ -46,8 +46,10 @@ pub enum WatchStart {
     /// state at `rv` (ahead of the cache: `server::consistent`): ADDED for it, the end BOOKMARK
     /// at `rv`, then live events after `rv`; events ≤ `rv` are skipped and no BOOKMARK goes out
     /// until the cache passes `rv`. If the cache has reached `rv` by the time the watch
-    /// registers, or a full list has landed since the snapshot (the upstream relisted below
-    /// `rv`: its storage went back), this is `InitialEvents` from the cache's own state.
+    /// registers, or a list below the cache's RV has landed since the snapshot (the upstream's
+    /// storage went back: `rv` is of a history that is gone), this is `InitialEvents` from the
+    /// cache's own state. A relist in the same history does not matter: the snapshot is still
+    /// the state at `rv`, and the watch registers after it.
     Proven { rv: Rv, snapshot: Snapshot },
 }
 
@@ -173,7 +175,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             WatchStart::Now | WatchStart::MostRecent(_) => {
                 last_rv = st.rv;
             }
-            WatchStart::Proven { rv, snapshot } if rv > st.rv && snapshot.lists == st.lists => {
+            WatchStart::Proven { rv, snapshot } if rv > st.rv && snapshot.histories == st.histories => {
                 last_rv = rv;
                 initial = Some(Initial::of_store(&snapshot.store, filter.clone(), shared.kind.namespaced));
                 if req.bookmarks {
@@ -653,7 +655,7 @@ mod tests {
 
         // A state proven the upstream's at 20, ahead of the cache: its selection, in key order.
         let store = super::super::store::filled((0..600).map(|i| obj(&w, "a", i, 20)).collect());
-        let snapshot = crate::cache::Snapshot { store, rv: Rv(12), lists: r.lists() };
+        let snapshot = crate::cache::Snapshot { store, rv: Rv(12), lists: r.lists(), histories: 0 };
         let start = WatchStart::Proven { rv: Rv(20), snapshot };
         let mut listed = r.watch(WatchRequest { filter, start, bookmarks: false, deadline }).unwrap();
         let mut got = Vec::new();
