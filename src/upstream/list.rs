@@ -288,23 +288,6 @@ impl Upstream {
         MetadataPage::parse(&body)
     }
 
-    /// One consistent LIST page of a selection with the proxy's own credentials.
-    pub async fn list_selected(
-        &self,
-        kind: &ResourceKind,
-        sel: &Selection,
-        limit: u32,
-        continue_token: Option<&str>,
-    ) -> Result<ListPage, UpstreamError> {
-        let path = format!(
-            "{}?{}",
-            kind.collection_path(sel.namespace.as_deref()),
-            selected_query(Some(limit), continue_token, sel)
-        );
-        let body = self.inner.request_bytes(Method::GET, &path, None).await?;
-        ListPage::parse(&body)
-    }
-
     /// One LIST page with the proxy's own credentials:
     /// `GET <collection>?limit=<limit>[&continue=<c>][&resourceVersion=<rv>]`.
     pub async fn list_page(

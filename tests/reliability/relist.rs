@@ -325,16 +325,21 @@ async fn until(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
+/// A synced to `a`, then its upstream watch held back while `b` is created: b's RV.
+async fn b_held_back(env: &Env) -> u64 {
+    let a = env.create("a");
+    Env::synced(&env.a, a).await;
+    env.fault.stall_watches(true);
+    env.create("b")
+}
+
 /// A watch-list (RV unset) is proven by a metadata-only upstream LIST, then served from the
 /// cache: while A's stream is held back, A's state lacks an object the LIST names, and the
 /// watch waits for A to receive it (no object body read upstream, no watch forwarded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_list_waits_for_the_cache_to_hold_the_listed_state() {
     let env = setup(3).await;
-    let a = env.create("a");
-    Env::synced(&env.a, a).await;
-    env.fault.stall_watches(true);
-    let b = env.create("b");
+    let b = b_held_back(&env).await;
     let opened = watch_list_of(&env);
     until("the metadata LIST", || namespace_requests(&env).0 == 1).await;
     env.fault.stall_watches(false);
@@ -351,10 +356,7 @@ async fn a_watch_list_waits_for_the_cache_to_hold_the_listed_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_list_the_cache_cannot_prove_is_forwarded() {
     let env = setup(3).await;
-    let a = env.create("a");
-    Env::synced(&env.a, a).await;
-    env.fault.stall_watches(true);
-    let b = env.create("b");
+    let b = b_held_back(&env).await;
     let started = Instant::now();
     let opened = watch_list_of(&env);
     until("the forwarded watch", || namespace_requests(&env).1 == 1).await;
