@@ -128,6 +128,11 @@ pub enum Error {
     /// the request goes upstream instead (`server::serve`).
     #[error("no exact protobuf encoding")]
     NoExactEncoding,
+    /// The cache cannot hold the upstream's state (an object it cannot parse,
+    /// `cache::unparsable`): never sent to a client, the request goes upstream instead
+    /// (`server::serve`).
+    #[error("the cache cannot parse an object of this resource")]
+    Unparsable,
 }
 
 /// `configmaps` or `widgets.example.com`.
@@ -285,7 +290,7 @@ impl Error {
             ),
             Error::InternalRaw(_) => (500, "", None, None),
             Error::Internal(_) => (500, "InternalError", None, None),
-            Error::ServiceUnavailable(_) => (503, "ServiceUnavailable", None, None),
+            Error::ServiceUnavailable(_) | Error::Unparsable => (503, "ServiceUnavailable", None, None),
             Error::NotAcceptable(_) => (406, "NotAcceptable", Some(Details::default()), None),
             Error::MediaTypesNotAccepted(_) | Error::TransformNotAcceptable(_) | Error::NoExactEncoding => {
                 (406, "NotAcceptable", None, None)

@@ -417,7 +417,7 @@ impl Metrics {
             unparseable: counter(
                 &r,
                 "watchcache_unparseable_objects_total",
-                "Upstream objects (list items, watch events) that could not be parsed and were skipped.",
+                "Upstream objects (list items, watch events) that could not be parsed: each ends the cache's watches and forwards its requests until a full list parses whole.",
                 &["resource"],
             ),
             cached_resources: register(

@@ -32,6 +32,10 @@ pub struct ReflectorOptions {
     pub on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// After an object that cannot be parsed (`cache::unparsable`), the wait (times a random
+    /// factor in [1, 2)) before the next full list, which brings the cache back only if every
+    /// object of it parses.
+    pub unparsable_retry: Duration,
 }
 
 impl Default for ReflectorOptions {
@@ -43,6 +47,7 @@ impl Default for ReflectorOptions {
             on_not_found: None,
             backoff_initial: Duration::from_millis(800),
             backoff_max: Duration::from_secs(30),
+            unparsable_retry: Duration::from_secs(60),
         }
     }
 }
@@ -66,6 +71,9 @@ enum WatchEnd {
     /// The consistency check found the cache different from the upstream: relist (the cache
     /// stays not ready, its reads forwarded, until the list is in).
     Inconsistent(Rv, String),
+    /// An event's object cannot be parsed (the parse error): the cache is unservable until a
+    /// full list parses whole.
+    Unparsable(String),
 }
 
 /// What failed: the LIST or the WATCH, and how. Its metric reason (`list_unreachable`,
@@ -235,7 +243,7 @@ async fn step(
 ) -> State {
     let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
     match state {
-        State::Empty => match list_all(upstream, writer, opts, metrics).await {
+        State::Empty => match list_all(upstream, writer, opts).await {
             Ok(Listed::Refused(bytes)) => {
                 // --cache-memory-limit: the governor makes room or drops this cache (which
                 // stops this reflector); until then, retry with the backoff.
@@ -246,6 +254,10 @@ async fn step(
                     )));
                 }
                 backoff.wait().await;
+                State::Empty
+            }
+            Ok(Listed::Unparsable(e)) => {
+                unparsable(ctx, writer, &e).await;
                 State::Empty
             }
             Ok(Listed::Installed(rv)) => {
@@ -291,6 +303,10 @@ async fn step(
                     writer.distrust_through(at);
                     State::Empty
                 }
+                WatchEnd::Unparsable(e) => {
+                    unparsable(ctx, writer, &e).await;
+                    State::Empty
+                }
                 WatchEnd::Gone => {
                     metrics.reflector_error(resource, "expired");
                     tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
@@ -308,6 +324,20 @@ async fn step(
             }
         }
     }
+}
+
+/// The upstream sent an object the cache cannot parse (`error`): every watch of the cache
+/// ends and its requests are forwarded (`cache::unparsable`); the next full list, after
+/// `unparsable_retry`, brings it back if every object of it parses.
+async fn unparsable(ctx: &Ctx<'_>, writer: &mut Writer, error: &str) {
+    let resource = ctx.resource;
+    ctx.metrics.unparseable(resource);
+    ctx.metrics.reflector_error(resource, "unparsable");
+    let why = format!("an object cannot be parsed ({error}); forwarded until a full list parses whole");
+    let ended = writer.unparsable(why);
+    let retry = ctx.opts.unparsable_retry.mul_f64(1.0 + fastrand::f64());
+    tracing::warn!(resource, error, watches_ended = ended, ?retry, "the upstream sent an object that cannot be parsed: forwarding every request of the resource, listing again later");
+    tokio::time::sleep(retry).await;
 }
 
 /// Before re-watching after a failed watch (a connection lost: an apiserver restart, which
@@ -339,6 +369,8 @@ enum Listed {
     Installed(Rv),
     /// Given up after this many bytes: it would pass `--cache-memory-limit`.
     Refused(u64),
+    /// Not installed: an item cannot be parsed (the parse error).
+    Unparsable(String),
 }
 
 /// Lists every page and installs the result (unless `--cache-memory-limit` refuses it on the
@@ -347,7 +379,6 @@ async fn list_all(
     upstream: &Upstream,
     writer: &mut Writer,
     opts: &ReflectorOptions,
-    metrics: &Metrics,
 ) -> Result<Listed, UpstreamError> {
     let mut items = Vec::new();
     let mut token: Option<String> = None;
@@ -364,11 +395,8 @@ async fn list_all(
                     listed += o.kept_bytes() as u64;
                     items.push(o)
                 }
-                Err(e) => {
-                    let resource = writer.kind().group_resource();
-                    metrics.unparseable(&resource);
-                    tracing::warn!(resource, error = %e, "skipping an object that cannot be parsed")
-                }
+                // A list without it would not be the upstream's state.
+                Err(e) => return Ok(Listed::Unparsable(e.to_string())),
             }
         }
         let whole = expected_whole(account.listed() + listed, items.len(), remaining);
@@ -479,12 +507,8 @@ async fn watch_once(
                         Err(e) => tracing::debug!(resource, error = %e, "ignoring upstream event"),
                     }
                 }
-                // Skipped like an unparseable list item (re-watching would get it again,
-                // forever); counted, and the next event or bookmark moves the RV on.
-                Err(e) => {
-                    metrics.unparseable(resource);
-                    tracing::warn!(resource, error = %e, "skipping an event whose object cannot be parsed");
-                }
+                // Skipped, its event would be lost to every watcher: the cache stops serving.
+                Err(e) => return (WatchEnd::Unparsable(e.to_string()), rv),
             },
             EventType::Bookmark => {
                 if let Ok(b) = serde_json::from_slice::<BookmarkObject>(&ev.object) {

@@ -18,6 +18,7 @@ mod pages;
 mod persist;
 mod relist;
 mod store;
+mod unparsable;
 mod watch;
 mod watchers;
 
@@ -95,6 +96,10 @@ pub struct Progress {
     pub since: Instant,
     /// Why the cache is not ready, appended to the 429 message.
     pub last_error: Option<String>,
+    /// The upstream sent an object the cache cannot parse (`cache::unparsable`): it cannot
+    /// hold the upstream's state, and every request is forwarded until a full list parses
+    /// whole. Never set while `ready`.
+    pub unservable: bool,
 }
 
 struct State {
@@ -108,6 +113,9 @@ struct State {
     /// Lists installed below the cache's RV (the upstream's storage went back): an RV ahead of
     /// the cache seen before the last one is of a history that is gone (`cache::watch`).
     histories: u64,
+    /// An object the upstream sent could not be parsed since the last full list
+    /// (`cache::unparsable`): no watch may start until a list parses whole.
+    unservable: bool,
 }
 
 struct Shared {
@@ -160,8 +168,13 @@ impl Shared {
 
 /// Creates the cache of one resource.
 pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
-    let (tx, _rx) =
-        progress::channel(Progress { rv: Rv(0), ready: false, since: Instant::now(), last_error: None });
+    let (tx, _rx) = progress::channel(Progress {
+        rv: Rv(0),
+        ready: false,
+        since: Instant::now(),
+        last_error: None,
+        unservable: false,
+    });
     let typing = typing(&kind);
     if let Some(minor) = opts.upstream_minor {
         typing.proto.set_upstream_minor(minor);
@@ -177,6 +190,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
             watchers: Watchers::default(),
             lists: 0,
             histories: 0,
+            unservable: false,
         }),
         opts,
         progress: tx,
@@ -293,6 +307,7 @@ impl Writer {
         }
         st.store = next;
         st.lists += 1;
+        st.unservable = false;
         st.histories += u64::from(went_back);
         let from = st.rv.max(seen_ahead);
         st.rv = list_rv;
@@ -316,6 +331,8 @@ impl Writer {
             format!("relisted at {rv}, an RV the cache was found wrong at; waiting for the upstream to move past it")
         });
         self.publish(rv, trusted, why);
+        // Every object of the list parsed (`cache::unparsable`).
+        self.shared.progress.send_if_modified(|p| std::mem::take(&mut p.unservable));
         self.relist_done();
         drop(st);
         self.proven();
@@ -480,6 +497,7 @@ impl Writer {
                 p.last_error = last_error;
             } else {
                 p.last_error = None;
+                p.unservable = false;
             }
         });
     }

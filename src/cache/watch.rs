@@ -118,6 +118,9 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         if st.watchers.is_closed() {
             return Err(Error::ServiceUnavailable("the server is shutting down".into()));
         }
+        if st.unservable {
+            return Err(Error::Unparsable);
+        }
         let start = match req.start {
             WatchStart::MostRecent(rv) if rv < st.history.floor() => WatchStart::Now,
             WatchStart::MostRecent(rv) => WatchStart::After(rv),

@@ -347,6 +347,15 @@ impl Watchers {
         self.indexed.clear();
     }
 
+    /// Ends every watch after what it already has, counted as ended by a relist (its client
+    /// re-watches from its last RV); returns how many (`cache::unparsable`).
+    pub fn end_all(&mut self) -> usize {
+        let ended = self.len();
+        self.clear();
+        self.ended_at_relist += ended as u64;
+        ended
+    }
+
     /// Ends every watch and refuses new ones for good (the cache's writer is gone: a watch
     /// registered now would never get an event, nor be ended).
     pub fn close(&mut self) {

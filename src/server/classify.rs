@@ -74,6 +74,9 @@ pub enum ForwardReason {
     ShardSelector,
     /// A resource `--cache-memory-limit` stopped caching (`memory`; set by `phase::classify`).
     MemoryLimit,
+    /// The resource's cache cannot parse an object the upstream sent (`cache::unparsable`):
+    /// it cannot hold the upstream's state until a full list parses whole.
+    Unparsable,
     /// Selectors heavier than [`MAX_SELECTOR_WEIGHT`]: matching them against every object (and
     /// every event, for a watch) is CPU the apiserver spends under its own fairness, not on one
     /// of the proxy's workers that every other request shares.
@@ -104,6 +107,7 @@ impl ForwardReason {
             ForwardReason::ShardSelector => "shard_selector",
             ForwardReason::MemoryLimit => "memory_limit",
             ForwardReason::LargeSelector => "large_selector",
+            ForwardReason::Unparsable => "unparsable",
         }
     }
 }

@@ -133,6 +133,11 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
             for (gr, _) in &st.dropped {
                 out.push(check(format!("dropped/memory-limit/{gr}"), None));
             }
+            // Caches that cannot parse an object (forwarded, never blocking): passing; the
+            // error is in the log line and the metrics.
+            for (gr, _) in &st.unparsable {
+                out.push(check(format!("forwarded/unparsable/{gr}"), None));
+            }
         }
     }
     out
@@ -220,6 +225,33 @@ pub fn metrics(server: &Server) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache that met an object it cannot parse forwards its requests: it is named to those
+    /// who may see details, and never holds `/readyz` (a bad object would take every replica
+    /// out of service).
+    #[tokio::test]
+    async fn a_cache_that_cannot_parse_an_object_does_not_block_readiness() {
+        use crate::server::phase::testing;
+        let (mut w, r) = testing::configmaps();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let server =
+            Server::new(vec![r], testing::upstream(), Default::default(), metrics, rx, Default::default());
+        let names = || {
+            checks(&server, Endpoint::Readyz, Access::Detailed)
+                .into_iter()
+                .map(|c| (c.name, c.failure.is_some()))
+                .collect::<Vec<_>>()
+        };
+        assert!(names().contains(&("cache/configmaps".into(), false)));
+        w.unparsable("an object cannot be parsed".into());
+        assert_eq!(server.ready(), Ok(()));
+        let after = names();
+        assert!(after.contains(&("forwarded/unparsable/configmaps".into(), false)), "{after:?}");
+        assert!(!after.iter().any(|(n, _)| n == "cache/configmaps"), "{after:?}");
+        w.set_not_ready(Some("relisting".into()));
+        assert!(server.ready().is_ok(), "a failed list meanwhile keeps it forwarded");
+    }
 
     #[test]
     fn detailed_checks_name_every_cache_missing_and_skipped_resource() {

@@ -67,6 +67,9 @@ pub struct Readiness {
     /// What `--cache-memory-limit` stopped caching (never blocks readiness: its requests are
     /// forwarded, answered as they would be without the proxy): (group/resource, why).
     pub dropped: Vec<(String, String)>,
+    /// Caches that cannot parse an object the upstream sent (never blocks readiness: their
+    /// requests are forwarded until a full list parses whole): (group/resource, why).
+    pub unparsable: Vec<(String, String)>,
 }
 
 /// What a server checks; the default (no auth, default limits, no browser guard) is what

@@ -205,6 +205,9 @@ async fn serve_inner(
 ) -> Result<Outcome, Error> {
     let reader = src.reader;
     let progress = reader.progress();
+    if progress.unservable {
+        return Ok(Outcome::Forward(ForwardReason::Unparsable));
+    }
     if !progress.ready {
         return Ok(not_ready(req, &progress));
     }
@@ -407,6 +410,8 @@ fn watch(
         Err(e @ Error::ServiceUnavailable(_)) => Err(e),
         // An object of the replay or of the initial events has no exact protobuf encoding.
         Err(Error::NoExactEncoding) => Ok(Outcome::Forward(ForwardReason::Accept)),
+        // The cache became unservable since its progress was read (`cache::unparsable`).
+        Err(Error::Unparsable) => Ok(Outcome::Forward(ForwardReason::Unparsable)),
         // Cached watches report their other errors (410 too old) as HTTP 200 + one ERROR event.
         Err(e) => Ok(error_event_stream(&e, req.repr)),
     }
@@ -602,6 +607,47 @@ mod tests {
             let got = run(&r, path, q).await;
             assert!(matches!(got, Outcome::Forward(ForwardReason::MemoryLimit)), "{path}?{q}: not forwarded");
         }
+    }
+
+    /// A cache that met an object it cannot parse forwards every read (never its state
+    /// without that object, never a 429), and a watch that read it ready before is forwarded
+    /// when it registers; a list that parses whole serves it again.
+    #[tokio::test]
+    async fn a_cache_that_cannot_parse_an_object_forwards_every_read() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
+        let reads = [
+            ("/api/v1/configmaps", "resourceVersion=0"),
+            ("/api/v1/configmaps", "resourceVersion=7&limit=10"),
+            ("/api/v1/configmaps", "labelSelector=x%3Dy&resourceVersion=0"),
+            ("/api/v1/namespaces/ns/configmaps/a", "resourceVersion=0"),
+            ("/api/v1/configmaps", "watch=1&resourceVersion=7"),
+            ("/api/v1/configmaps", "watch=1&resourceVersion=0"),
+        ];
+        w.unparsable("bad".into());
+        for (path, q) in reads {
+            let got = run(&r, path, q).await;
+            assert!(matches!(got, Outcome::Forward(ForwardReason::Unparsable)), "{path}?{q}: not forwarded");
+        }
+        // The watch itself, past the progress check: refused, so it is forwarded.
+        let req = WatchRequest {
+            filter: Filter::default(),
+            start: WatchStart::Now,
+            bookmarks: false,
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        assert!(matches!(r.watch(req), Err(Error::Unparsable)));
+        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"9"}}"#;
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(9));
+        for (path, q) in reads {
+            let got = run(&r, path, q).await;
+            assert!(
+                !matches!(got, Outcome::Forward(ForwardReason::Unparsable)),
+                "{path}?{q}: still forwarded"
+            );
+        }
+        assert!(matches!(run(&r, reads[0].0, reads[0].1).await, Outcome::Response(_)), "served again");
     }
 
     #[tokio::test]

@@ -92,6 +92,11 @@ impl Server {
         for r in self.readers() {
             let gr = r.kind().group_resource();
             let progress = r.progress();
+            if progress.unservable {
+                // Forwarded, answered as without the proxy: reported, never blocking.
+                st.unparsable.push((gr, progress.last_error.unwrap_or_default()));
+                continue;
+            }
             st.caches.push((gr.clone(), progress.ready));
             if let (false, Some(why)) = (progress.ready, r.relist_reason()) {
                 st.not_ready.push((gr.clone(), why));
@@ -102,6 +107,7 @@ impl Server {
             }
         }
         st.caches.sort();
+        st.unparsable.sort();
         for (name, m) in self.resources.missing() {
             if m.blocks_readiness {
                 st.missing.push((name, m.reason));

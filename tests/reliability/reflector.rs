@@ -75,8 +75,12 @@ async fn answer(script: Arc<Script>, req: Request<Incoming>) -> Result<Response<
     Ok(resp)
 }
 
-#[tokio::test]
-async fn list_watch_rewatch_relist() {
+type Answer = fn(Arc<Script>, Request<Incoming>) -> BoxedAnswer;
+type BoxedAnswer =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
+
+/// Serves `answer` on a local port; returns its address and the script it records into.
+async fn scripted(answer: Answer) -> (std::net::SocketAddr, Arc<Script>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let script = Arc::new(Script { log: Mutex::new(Vec::new()) });
@@ -93,6 +97,12 @@ async fn list_watch_rewatch_relist() {
             });
         }
     });
+    (addr, script)
+}
+
+#[tokio::test]
+async fn list_watch_rewatch_relist() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
 
     let upstream =
         Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
@@ -146,6 +156,107 @@ async fn list_watch_rewatch_relist() {
     assert!(log[2].contains("resourceVersion=15"), "re-watch from the bookmark RV: {log:?}");
     assert!(!log[3].contains("watch"), "relist after 410: {log:?}");
     assert!(log[4].contains("resourceVersion=25"), "watch from the relist RV: {log:?}");
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+/// The upstream of `an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_parses`.
+async fn answer_unparsable(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    let n = {
+        let mut log = script.log.lock();
+        log.push(q.clone());
+        log.len()
+    };
+    // No name: nothing a real apiserver sends, and nothing the cache can key.
+    let nameless = |rv: u64| format!(r#"{{"metadata":{{"namespace":"ns","resourceVersion":"{rv}"}}}}"#);
+    let body = match (n, q.contains("watch=true")) {
+        (1, false) => list(10, &[cm("a", 5), cm("b", 6)]),
+        // A change, one that cannot be parsed, then one more that must not be applied after it.
+        (2, true) => format!(
+            "{{\"type\":\"MODIFIED\",\"object\":{}}}\n{{\"type\":\"MODIFIED\",\"object\":{}}}\n{{\"type\":\"MODIFIED\",\"object\":{}}}\n",
+            typed("a", 11),
+            nameless(12),
+            typed("b", 13)
+        ),
+        // The next list still holds it: the cache stays out of service.
+        (3, false) => list(14, &[cm("a", 11), nameless(12), cm("b", 13)]),
+        // Fixed upstream: the cache serves again.
+        (4, false) => list(20, &[cm("a", 11), cm("b", 13), cm("c", 19)]),
+        _ => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            String::new()
+        }
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    Ok(resp)
+}
+
+/// An object the cache cannot parse is never skipped: every watch ends after what it got
+/// before it (its client re-watches, forwarded), no watch starts, nothing after it is applied,
+/// and the resource is forwarded until a full list parses whole; a list that still holds it
+/// is not installed.
+#[tokio::test]
+async fn an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_parses() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer_unparsable(s, r))).await;
+    let upstream =
+        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
+            .unwrap();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let mut progress = reader.subscribe();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions {
+        backoff_initial: Duration::from_millis(10),
+        unparsable_retry: Duration::from_millis(50),
+        ..Default::default()
+    };
+    let metrics = Arc::new(Metrics::new());
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, metrics.clone(), stop));
+    reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
+    let watch = |start| WatchRequest {
+        filter: Filter::default(),
+        start,
+        bookmarks: false,
+        deadline: tokio::time::Instant::now() + Duration::from_secs(30),
+    };
+    let mut w = reader.watch(watch(WatchStart::After(Rv(10)))).unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), progress.wait_for(|p| p.unservable));
+    let p = first.await.expect("unservable in time").unwrap().clone();
+    assert!(!p.ready, "{p:?}");
+    assert_eq!(p.rv, Rv(11), "nothing after the object that cannot be parsed was applied");
+    assert!(p.last_error.as_deref().is_some_and(|e| e.contains("no metadata.name")), "{p:?}");
+    assert!(
+        matches!(reader.watch(watch(WatchStart::Now)), Err(kube_watchcache::error::Error::Unparsable)),
+        "no watch starts"
+    );
+    let mut got = Vec::new();
+    while let Some(f) = tokio::time::timeout(Duration::from_secs(5), w.next()).await.expect("the watch ends")
+    {
+        let v: serde_json::Value = serde_json::from_slice(&f).unwrap();
+        got.push(format!("{} {}", v["type"].as_str().unwrap(), v["object"]["metadata"]["resourceVersion"]));
+    }
+    assert_eq!(got, ["MODIFIED \"11\""], "the watch ends after what it got before");
+
+    // The list that still holds it is not installed; the one after it is.
+    let back = tokio::time::timeout(Duration::from_secs(10), progress.wait_for(|p| p.ready));
+    let p = back.await.expect("ready again in time").unwrap().clone();
+    assert!(!p.unservable);
+    assert_eq!(p.rv, Rv(20));
+    let log = script.log.lock().clone();
+    assert!(log.len() >= 4 && !log[2].contains("watch") && !log[3].contains("watch"), "{log:?}");
+    let snap = reader.snapshot();
+    assert_eq!(
+        snap.store.keys().map(|k| k.as_str().to_owned()).collect::<Vec<_>>(),
+        ["ns/a", "ns/b", "ns/c"]
+    );
+    assert!(reader.watch(watch(WatchStart::Now)).is_ok(), "watches start again");
+    let text = metrics.render();
+    assert!(text.contains(r#"watchcache_unparseable_objects_total{resource="configmaps"} 2"#), "{text}");
     stop_tx.send(true).unwrap();
     task.await.unwrap();
 }
