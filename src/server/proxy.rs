@@ -91,6 +91,9 @@ pub async fn forward(
     caller: &Caller,
     trusted: &TrustedHeaders,
 ) -> Response<Body> {
+    if upstream.escapes_prefix(req.uri().path()) {
+        return body::error(Error::BadRequest(crate::upstream::PREFIX_ESCAPE.into()));
+    }
     let peer = req.extensions().get::<PeerAddr>().map(|p| p.0);
     trusted.clean(req.headers_mut(), peer);
     let sent = match caller.credential {

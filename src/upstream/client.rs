@@ -93,12 +93,27 @@ impl Inner {
         format!("{} ({}; {})", self.base_url, self.origin, creds)
     }
 
-    /// `base_url` + a path-and-query that starts with `/`.
+    /// `base_url` + a path-and-query that starts with `/`. Never one that could leave the base
+    /// URL's path prefix ([`Inner::escapes_prefix`]).
     pub fn uri(&self, path_and_query: &str) -> Result<Uri, UpstreamError> {
+        let path = path_and_query.split('?').next().unwrap_or_default();
+        if self.escapes_prefix(path) {
+            return Err(UpstreamError::Transport(format!("{path:?}: {PREFIX_ESCAPE}")));
+        }
         let sep = if path_and_query.starts_with('/') { "" } else { "/" };
         format!("{}{sep}{path_and_query}", self.base_url)
             .parse()
             .map_err(|e| UpstreamError::Transport(format!("invalid request path {path_and_query:?}: {e}")))
+    }
+
+    /// Whether `path` (a caller's) has a `.` or `..` segment, also percent-encoded, while the
+    /// base URL has a path prefix (`https://rancher/k8s/clusters/c-1`). A front proxy there that
+    /// normalizes the path would take the request out of the prefix (to another cluster's
+    /// path, or to the front proxy's own API) with the proxy's credentials. Without a prefix
+    /// the path stays the upstream's to read (the apiserver does not normalize it).
+    pub fn escapes_prefix(&self, path: &str) -> bool {
+        let prefixed = self.base_url.split("://").nth(1).is_some_and(|rest| rest.contains('/'));
+        prefixed && has_dot_segment(path)
     }
 
     /// A request with the proxy's own credentials.
@@ -254,6 +269,17 @@ fn connection_window(per_lane: usize) -> u32 {
 /// [`STREAM_WINDOW`]): a response its caller does not read holds its own stream's window and
 /// never stops the others on the connection (hyper's adaptive window sets both to one figure,
 /// so one unread response of 64 KiB stopped every response on the connection).
+/// Why a path with a dot segment is not sent below a path prefix (the 400's message).
+pub const PREFIX_ESCAPE: &str =
+    "a \".\" or \"..\" path segment cannot be sent below the upstream URL's path prefix";
+
+/// Whether `path`, percent-decoded, has a `.` or `..` segment between `/` or `\\` (as a front
+/// proxy that decodes `%2F` or reads backslashes as slashes would see it).
+fn has_dot_segment(path: &str) -> bool {
+    let decoded: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
+    decoded.split(|b| *b == b'/' || *b == b'\\').any(|seg| seg == b"." || seg == b"..")
+}
+
 pub(crate) fn builder(per_lane: usize) -> hyper_util::client::legacy::Builder {
     let mut b = Client::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())
@@ -292,4 +318,21 @@ pub(crate) fn transport(what: &str, e: &(dyn std::error::Error + 'static)) -> Up
 
 fn timeout(what: &str) -> UpstreamError {
     UpstreamError::Transport(format!("{what}: no answer within {}s", REQUEST_TIMEOUT.as_secs()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_dot_segment;
+
+    #[test]
+    fn dot_segments_are_found_however_they_are_written() {
+        for p in
+            ["/..", "/api/../x", "/a/.", "/%2e%2E/x", "/a/cm1%2F..", "/a/cm1%2f%2E", "/a\\..\\b", "/a%5C../b"]
+        {
+            assert!(has_dot_segment(p), "{p}");
+        }
+        for p in ["/", "/api/v1/namespaces/a..b/x", "/a/...", "/a/.b", "/a/%2e%2e%2e", "/a/b."] {
+            assert!(!has_dot_segment(p), "{p}");
+        }
+    }
 }

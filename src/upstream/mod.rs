@@ -55,6 +55,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use auth::Credentials;
+pub use client::PREFIX_ESCAPE;
 pub use config::{resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
@@ -173,6 +174,12 @@ impl Upstream {
     /// The upstream's base URL without a trailing slash, e.g. `https://10.0.0.1:6443`.
     pub fn base_url(&self) -> &str {
         &self.inner.base_url
+    }
+
+    /// Whether a caller's `path` could leave the base URL's path prefix (a `.` or `..`
+    /// segment under a prefix): such a request is never sent (`server::proxy` answers 400).
+    pub fn escapes_prefix(&self, path: &str) -> bool {
+        self.inner.escapes_prefix(path)
     }
 
     /// One line for the startup log: URL, where it came from and the kind of credentials.
