@@ -58,10 +58,7 @@ pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
         // The name is lowercase already (as Go's `strings.ToLower` before unescaping): an
         // escaped capital (`%41`) stays a capital, as in the apiserver.
         if let Some(key) = name.as_str().strip_prefix(EXTRA_PREFIX) {
-            let key = percent_decode_str(key)
-                .decode_utf8()
-                .map_err(|_| "invalid impersonation extra key".to_string())?;
-            w.extra.entry(key.into_owned()).or_default().push(text(v)?);
+            w.extra.entry(unescape_extra_key(key)?).or_default().push(text(v)?);
         }
     }
     if let Some(u) = headers.get(USER) {
@@ -75,6 +72,24 @@ pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
         return Err(format!("requested {:?} without impersonating a user", (&w.groups, &w.uid, &w.extra)));
     }
     Ok(Some(w))
+}
+
+/// The apiserver's `unescapeExtraKey`: `url.PathUnescape`, or the key as it came when an
+/// escape in it is malformed (a `%` not followed by two hex digits), never a partial decoding.
+/// A decoding that is not UTF-8 is refused (Go would keep its bytes; none of them can be
+/// named in a SubjectAccessReview's JSON).
+fn unescape_extra_key(key: &str) -> Result<String, String> {
+    let b = key.as_bytes();
+    let malformed = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%' && !(b.len() > i + 2 && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit())
+    });
+    if malformed {
+        return Ok(key.to_owned());
+    }
+    match percent_decode_str(key).decode_utf8() {
+        Ok(k) => Ok(k.into_owned()),
+        Err(_) => Err("invalid impersonation extra key".to_string()),
+    }
 }
 
 fn attrs(group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> Attributes {
@@ -428,6 +443,15 @@ mod tests {
         let w =
             parse(&h(&[("impersonate-user", "bob"), ("impersonate-extra-%41cme", "x")])).unwrap().unwrap();
         assert_eq!(w.extra.keys().collect::<Vec<_>>(), ["Acme"]);
+        // A malformed escape keeps the whole key as it came (Go's `url.PathUnescape` fails),
+        // never decoded in part.
+        for (raw, want) in [("%41b%zz", "%41b%zz"), ("%41b%4", "%41b%4"), ("a%", "a%"), ("%41b%25", "Ab%")] {
+            let w = parse(&h(&[("impersonate-user", "bob"), (&format!("impersonate-extra-{raw}"), "x")]))
+                .unwrap()
+                .unwrap();
+            assert_eq!(w.extra.keys().collect::<Vec<_>>(), [want], "{raw}");
+        }
+        assert!(parse(&h(&[("impersonate-user", "bob"), ("impersonate-extra-%ff", "x")])).is_err());
         // system:unauthenticated wanted: no system:authenticated added.
         let w = parse(&h(&[("impersonate-user", "bob"), ("impersonate-group", UNAUTHENTICATED)]))
             .unwrap()
