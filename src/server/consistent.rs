@@ -253,7 +253,8 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(500);
 /// Until `deadline`: `Some(None)` once the cache has reached `rv`, `Some(Some(snapshot))` once
 /// `same` holds for a snapshot of it (ready, behind `rv`), `None` past the deadline. `same`
 /// reads the whole selection, so it is asked again only after the cache moved and a pause
-/// that doubles (about ten times in all, however fast events come), never per event.
+/// that doubles (about ten times in all, however fast events come), never per event; a pause
+/// ends as soon as the cache reaches `rv`.
 async fn wait_for_state(
     reader: &Reader,
     rv: Rv,
@@ -275,7 +276,12 @@ async fn wait_for_state(
                     return Some(Some(snap));
                 }
                 drop(snap);
-                tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                // The pause ends early once the cache reaches `rv` (no comparison is needed).
+                let until = deadline.min(Instant::now() + pause);
+                let reached = progress.wait_for(|p| p.ready && p.rv >= rv);
+                if let Ok(Err(_)) = tokio::time::timeout_at(until, reached).await {
+                    return None;
+                }
                 pause = (pause * 2).min(LONGEST_PAUSE);
                 if Instant::now() < deadline {
                     continue;
@@ -353,6 +359,28 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         w.apply(EventType::Modified, cm(&w, "a", 12)).unwrap().finish().await;
         assert!(matches!(reached.await.unwrap(), Some(None)));
+    }
+
+    /// A cache that reaches the RV during a pause between two comparisons ends the wait then,
+    /// not when the pause is over (up to 500 ms later).
+    #[tokio::test(start_paused = true)]
+    async fn reaching_the_rv_ends_a_pause_at_once() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(vec![cm(&w, "a", 5)], Rv(10));
+        let waiter = tokio::spawn(async move {
+            let got = wait_for_state(&r, Rv(12), Instant::now() + PROOF_WAIT, |_| false).await;
+            (got.is_some_and(|s| s.is_none()), Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        w.apply(EventType::Modified, cm(&w, "a", 11)).unwrap().finish().await;
+        // The waiter compares at 11, then pauses 20 ms.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        w.apply(EventType::Modified, cm(&w, "a", 12)).unwrap().finish().await;
+        let applied = Instant::now();
+        let (reached, at) = waiter.await.unwrap();
+        assert!(reached);
+        assert_eq!(at, applied, "the wait ended {:?} after the cache reached the RV", at - applied);
     }
 
     #[test]
