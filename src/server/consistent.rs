@@ -262,7 +262,7 @@ async fn wait_for_state(
     mut same: impl FnMut(&Snapshot) -> bool,
 ) -> Option<Option<Snapshot>> {
     let mut progress = reader.subscribe();
-    let mut compared: Option<Rv> = None;
+    let mut compared: Option<(Rv, u64)> = None;
     let mut pause = FIRST_PAUSE;
     loop {
         if progress.borrow_and_update().ready {
@@ -270,8 +270,9 @@ async fn wait_for_state(
             if snap.rv >= rv {
                 return Some(None);
             }
-            if compared != Some(snap.rv) {
-                compared = Some(snap.rv);
+            // A relist at the same RV is another state: compared again.
+            if compared != Some((snap.rv, snap.lists)) {
+                compared = Some((snap.rv, snap.lists));
                 if same(&snap) {
                     return Some(Some(snap));
                 }
@@ -381,6 +382,22 @@ mod tests {
         let (reached, at) = waiter.await.unwrap();
         assert!(reached);
         assert_eq!(at, applied, "the wait ended {:?} after the cache reached the RV", at - applied);
+    }
+
+    /// A relist that lands at the RV already compared is another state, compared again.
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_at_the_same_rv_is_compared_again() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(vec![cm(&w, "a", 5)], Rv(10));
+        let waiter = tokio::spawn(async move {
+            let holds_b = |s: &Snapshot| s.store.keys().any(|k| k.as_str() == "ns/b");
+            wait_for_state(&r, Rv(20), Instant::now() + PROOF_WAIT, holds_b).await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        w.replace(vec![cm(&w, "a", 5), cm(&w, "b", 7)], Rv(10));
+        let got = waiter.await.unwrap();
+        assert!(matches!(got, Some(Some(ref s)) if s.rv == Rv(10) && s.store.len() == 2));
     }
 
     #[test]
