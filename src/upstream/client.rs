@@ -274,10 +274,14 @@ pub const PREFIX_ESCAPE: &str =
     "a \".\" or \"..\" path segment cannot be sent below the upstream URL's path prefix";
 
 /// Whether `path`, percent-decoded, has a `.` or `..` segment between `/` or `\\` (as a front
-/// proxy that decodes `%2F` or reads backslashes as slashes would see it).
+/// proxy that decodes `%2F` or reads backslashes as slashes would see it), also with path
+/// parameters after a `;` (`..;x`: a dot segment to servers that strip them).
 fn has_dot_segment(path: &str) -> bool {
     let decoded: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
-    decoded.split(|b| *b == b'/' || *b == b'\\').any(|seg| seg == b"." || seg == b"..")
+    decoded.split(|b| *b == b'/' || *b == b'\\').any(|seg| {
+        let seg = seg.split(|b| *b == b';').next().unwrap_or_default();
+        seg == b"." || seg == b".."
+    })
 }
 
 pub(crate) fn builder(per_lane: usize) -> hyper_util::client::legacy::Builder {
@@ -326,12 +330,31 @@ mod tests {
 
     #[test]
     fn dot_segments_are_found_however_they_are_written() {
-        for p in
-            ["/..", "/api/../x", "/a/.", "/%2e%2E/x", "/a/cm1%2F..", "/a/cm1%2f%2E", "/a\\..\\b", "/a%5C../b"]
-        {
+        for p in [
+            "/..",
+            "/api/../x",
+            "/a/.",
+            "/%2e%2E/x",
+            "/a/cm1%2F..",
+            "/a/cm1%2f%2E",
+            "/a\\..\\b",
+            "/a%5C../b",
+            "/api/..;/x",
+            "/a/.;p=1/b",
+            "/a/..%3B/b",
+        ] {
             assert!(has_dot_segment(p), "{p}");
         }
-        for p in ["/", "/api/v1/namespaces/a..b/x", "/a/...", "/a/.b", "/a/%2e%2e%2e", "/a/b."] {
+        for p in [
+            "/",
+            "/api/v1/namespaces/a..b/x",
+            "/a/...",
+            "/a/.b",
+            "/a/%2e%2e%2e",
+            "/a/b.",
+            "/a/;../b",
+            "/a/...;x",
+        ] {
             assert!(!has_dot_segment(p), "{p}");
         }
     }
