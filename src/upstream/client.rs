@@ -265,25 +265,34 @@ fn connection_window(per_lane: usize) -> u32 {
     STREAM_WINDOW.saturating_mul(streams).min((1 << 31) - 1)
 }
 
-/// The client settings. The connection's window is the sum of its streams' (`per_lane` ×
-/// [`STREAM_WINDOW`]): a response its caller does not read holds its own stream's window and
-/// never stops the others on the connection (hyper's adaptive window sets both to one figure,
-/// so one unread response of 64 KiB stopped every response on the connection).
 /// Why a path with a dot segment is not sent below a path prefix (the 400's message).
 pub const PREFIX_ESCAPE: &str =
     "a \".\" or \"..\" path segment cannot be sent below the upstream URL's path prefix";
 
-/// Whether `path`, percent-decoded, has a `.` or `..` segment between `/` or `\\` (as a front
+/// Whether `path`, percent-decoded (again, until nothing changes), has a `.` or `..` segment between `/` or `\\` (as a front
 /// proxy that decodes `%2F` or reads backslashes as slashes would see it), also with path
 /// parameters after a `;` (`..;x`: a dot segment to servers that strip them).
 fn has_dot_segment(path: &str) -> bool {
-    let decoded: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
+    // Decoded until nothing changes (a few rounds at most): two front proxies that each decode
+    // would read `%252e` as `.`.
+    let mut decoded: Vec<u8> = path.as_bytes().to_vec();
+    for _ in 0..4 {
+        let next: Vec<u8> = percent_encoding::percent_decode(&decoded).collect();
+        if next == decoded {
+            break;
+        }
+        decoded = next;
+    }
     decoded.split(|b| *b == b'/' || *b == b'\\').any(|seg| {
         let seg = seg.split(|b| *b == b';').next().unwrap_or_default();
         seg == b"." || seg == b".."
     })
 }
 
+/// The client settings. The connection's window is the sum of its streams' (`per_lane` ×
+/// [`STREAM_WINDOW`]): a response its caller does not read holds its own stream's window and
+/// never stops the others on the connection (hyper's adaptive window sets both to one figure,
+/// so one unread response of 64 KiB stopped every response on the connection).
 pub(crate) fn builder(per_lane: usize) -> hyper_util::client::legacy::Builder {
     let mut b = Client::builder(TokioExecutor::new());
     b.timer(TokioTimer::new())
@@ -342,6 +351,8 @@ mod tests {
             "/api/..;/x",
             "/a/.;p=1/b",
             "/a/..%3B/b",
+            "/a/%252e%252E/b",
+            "/a/%25252e/b",
         ] {
             assert!(has_dot_segment(p), "{p}");
         }
