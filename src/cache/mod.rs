@@ -689,8 +689,11 @@ impl Reader {
     /// On timeout returns the 504 the apiserver gives.
     pub async fn wait_for(&self, rv: Rv, timeout: Duration) -> Result<(), Error> {
         let mut rx = self.shared.progress.subscribe();
-        let res = tokio::time::timeout(timeout, rx.wait_for(|p| p.ready && p.rv >= rv)).await;
+        let res =
+            tokio::time::timeout(timeout, rx.wait_for(|p| (p.ready && p.rv >= rv) || p.unservable)).await;
         match res {
+            // It will not move until a list parses whole (`cache::unparsable`).
+            Ok(Ok(p)) if p.unservable => Err(Error::Unparsable),
             Ok(Ok(_)) => Ok(()),
             _ => Err(Error::TooLargeResourceVersion { requested: rv, current: self.progress().rv }),
         }

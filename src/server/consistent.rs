@@ -265,7 +265,15 @@ async fn wait_for_state(
     let mut compared: Option<(Rv, u64)> = None;
     let mut pause = FIRST_PAUSE;
     loop {
-        if progress.borrow_and_update().ready {
+        let (ready, unservable) = {
+            let p = progress.borrow_and_update();
+            (p.ready, p.unservable)
+        };
+        // It will not move until a list parses whole (`cache::unparsable`): forwarded.
+        if unservable {
+            return None;
+        }
+        if ready {
             let snap = reader.snapshot();
             if snap.rv >= rv {
                 return Some(None);
@@ -279,7 +287,7 @@ async fn wait_for_state(
                 drop(snap);
                 // The pause ends early once the cache reaches `rv` (no comparison is needed).
                 let until = deadline.min(Instant::now() + pause);
-                let reached = progress.wait_for(|p| p.ready && p.rv >= rv);
+                let reached = progress.wait_for(|p| (p.ready && p.rv >= rv) || p.unservable);
                 if let Ok(Err(_)) = tokio::time::timeout_at(until, reached).await {
                     return None;
                 }

@@ -18,7 +18,8 @@
 //! any caller with `--auth=none`) gets one check per cached resource (`cache/<resource>`) and
 //! per resource not cached yet (`resource/<name>`), with the reasons, and passing lines for
 //! what a wildcard skipped (`skipped/<reason>/<name>`) and what `--cache-memory-limit` stopped
-//! caching (`dropped/memory-limit/<resource>`). Per-check paths are not
+//! caching (`dropped/memory-limit/<resource>`) or cannot parse an object of
+//! (`forwarded/unparsable/<resource>`, in place of its `cache/<resource>`). Per-check paths are not
 //! public (as in the apiserver, whose public-info-viewer role covers the root paths only).
 //!
 //! Called by `phase::health`, which decides the access, and `phase::authenticate` (the

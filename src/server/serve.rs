@@ -92,6 +92,11 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
     if src.reader.released() {
         return Outcome::Forward(ForwardReason::MemoryLimit);
     }
+    // Unservable while this request waited (`cache::unparsable`): what it got is an error or a
+    // state the cache no longer stands by; the upstream answers instead.
+    if matches!(served, Err(Error::Unparsable)) || src.reader.progress().unservable {
+        return Outcome::Forward(ForwardReason::Unparsable);
+    }
     match served {
         Ok(s) => s,
         Err(e) => Outcome::Response(body::error_as(e, req.repr.is_proto())),
@@ -648,6 +653,29 @@ mod tests {
             );
         }
         assert!(matches!(run(&r, reads[0].0, reads[0].1).await, Outcome::Response(_)), "served again");
+    }
+
+    /// A read waiting for the cache to reach its RV when the cache meets an object it cannot
+    /// parse is forwarded then, not after its whole wait (the cache will not move).
+    #[tokio::test(start_paused = true)]
+    async fn a_read_waiting_when_the_cache_cannot_parse_an_object_is_forwarded_at_once() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(7));
+        let waiting = tokio::spawn({
+            let r = r.clone();
+            async move {
+                let got =
+                    run(&r, "/api/v1/configmaps", "resourceVersion=9&resourceVersionMatch=NotOlderThan")
+                        .await;
+                (matches!(got, Outcome::Forward(ForwardReason::Unparsable)), Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        w.unparsable("bad".into());
+        let at = Instant::now();
+        let (forwarded, done) = waiting.await.unwrap();
+        assert!(forwarded);
+        assert_eq!(done, at, "forwarded {:?} after the cache became unservable", done - at);
     }
 
     #[tokio::test]

@@ -63,6 +63,18 @@ impl Saver {
             }
             let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
             let resource = kind.group_resource();
+            if r.progress().unservable {
+                // Its last state on disk would come back ready at a restart, as old as the
+                // object it cannot parse (`cache::unparsable`): gone, it starts cold.
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {
+                        tracing::info!(resource, "state file removed: the cache cannot parse an object")
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => tracing::warn!(resource, error = %e, "could not remove a state file"),
+                }
+                continue;
+            }
             // The snapshot is O(1); encoding (the objects' headers and bytes copied into the
             // file's buffer) and writing are done off the runtime's threads.
             let (reader, id) = (r.clone(), identity.clone());
@@ -136,4 +148,43 @@ fn snapshot(r: &Reader, identity: &Identity) -> Option<Saved> {
 /// An object as saved: its header and body shared, not copied.
 fn saved(o: &Object) -> SavedObject {
     SavedObject { header: o.header.clone(), body: o.body.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{self, CacheOptions};
+    use crate::resource::{ResourceKind, Rv};
+    use crate::upstream::UpstreamOptions;
+
+    /// A cache that cannot parse an object leaves no state on disk: its last one would come
+    /// back ready at a restart, as old as that object.
+    #[tokio::test]
+    async fn an_unservable_cache_leaves_no_state_file() {
+        let dir = std::env::temp_dir().join(format!("kwc-save-unservable-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StateOptions {
+            dir: dir.clone(),
+            sync_period: Duration::from_secs(60),
+            resources: crate::wanted::Wanted::parse(&["*".into()]).unwrap(),
+        };
+        let upstream = Upstream::new(&UpstreamOptions {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let id = Identity { server: "http://127.0.0.1:9".into(), cluster_uid: "u".into() };
+        let saver = Saver::new(opts, upstream, Arc::new(Metrics::new()), Some(id));
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = cache::new(kind, CacheOptions::default());
+        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
+        let path = dir.join(file::name_of("", "configmaps"));
+        saver.save_all(std::slice::from_ref(&r)).await;
+        assert!(path.exists(), "a ready cache is saved");
+        w.unparsable("bad".into());
+        saver.save_all(std::slice::from_ref(&r)).await;
+        assert!(!path.exists(), "removed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
