@@ -34,7 +34,7 @@ pub struct ReflectorOptions {
     pub backoff_max: Duration,
     /// After an object that cannot be parsed (`cache::unparsable`), the wait (times a random
     /// factor in [1, 2)) before the next full list, which brings the cache back only if every
-    /// object of it parses.
+    /// object of it parses; it doubles, up to ten times this, while lists keep holding one.
     pub unparsable_retry: Duration,
 }
 
@@ -138,6 +138,9 @@ impl Failure {
 /// logged at warn at most once per [`WARN_EVERY`] (with how many were not logged since).
 struct Failures {
     resource: String,
+    /// The wait before a list after an object that cannot be parsed: `unparsable_retry`,
+    /// doubling up to ten times it while lists keep holding such an object.
+    unparsable_retry: Duration,
     on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>,
     last_warn: Option<tokio::time::Instant>,
     unlogged: u64,
@@ -147,8 +150,14 @@ struct Failures {
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
 impl Failures {
-    fn new(resource: &str, on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>) -> Self {
-        Failures { resource: resource.to_owned(), on_not_found, last_warn: None, unlogged: 0 }
+    fn new(resource: &str, opts: &ReflectorOptions) -> Self {
+        Failures {
+            resource: resource.to_owned(),
+            unparsable_retry: opts.unparsable_retry,
+            on_not_found: opts.on_not_found.clone(),
+            last_warn: None,
+            unlogged: 0,
+        }
     }
 
     fn record(&mut self, metrics: &Metrics, failure: Failure, rv: Rv, what: &str, error: &str) {
@@ -205,7 +214,7 @@ pub async fn run(
 ) {
     let resource = writer.kind().group_resource();
     let mut backoff = Backoff::new(&opts);
-    let mut failures = Failures::new(&resource, opts.on_not_found.clone());
+    let mut failures = Failures::new(&resource, &opts);
     // A cache restored from `--state-dir` resumes the upstream watch from its RV (a 410 there
     // relists as after any watch).
     let mut state = match writer.progress_rv() {
@@ -257,12 +266,13 @@ async fn step(
                 State::Empty
             }
             Ok(Listed::Unparsable(e)) => {
-                unparsable(ctx, writer, &e).await;
+                unparsable(ctx, writer, failures, &e).await;
                 State::Empty
             }
             Ok(Listed::Installed(rv)) => {
                 metrics.relist(resource);
                 backoff.reset();
+                failures.unparsable_retry = opts.unparsable_retry;
                 State::Synced { rv }
             }
             Err(e) => {
@@ -304,7 +314,7 @@ async fn step(
                     State::Empty
                 }
                 WatchEnd::Unparsable(e) => {
-                    unparsable(ctx, writer, &e).await;
+                    unparsable(ctx, writer, failures, &e).await;
                     State::Empty
                 }
                 WatchEnd::Gone => {
@@ -328,14 +338,17 @@ async fn step(
 
 /// The upstream sent an object the cache cannot parse (`error`): every watch of the cache
 /// ends and its requests are forwarded (`cache::unparsable`); the next full list, after
-/// `unparsable_retry`, brings it back if every object of it parses.
-async fn unparsable(ctx: &Ctx<'_>, writer: &mut Writer, error: &str) {
+/// `unparsable_retry` (doubling up to ten times it while lists keep holding such an object),
+/// brings it back if every object of it parses.
+async fn unparsable(ctx: &Ctx<'_>, writer: &mut Writer, failures: &mut Failures, error: &str) {
     let resource = ctx.resource;
     ctx.metrics.unparseable(resource);
     ctx.metrics.reflector_error(resource, "unparsable");
     let why = format!("an object cannot be parsed ({error}); forwarded until a full list parses whole");
     let ended = writer.unparsable(why);
-    let retry = ctx.opts.unparsable_retry.mul_f64(1.0 + fastrand::f64());
+    let step = failures.unparsable_retry;
+    failures.unparsable_retry = (step * 2).min(ctx.opts.unparsable_retry * 10);
+    let retry = step.mul_f64(1.0 + fastrand::f64());
     tracing::warn!(resource, error, watches_ended = ended, ?retry, "the upstream sent an object that cannot be parsed: forwarding every request of the resource, listing again later");
     tokio::time::sleep(retry).await;
 }

@@ -41,6 +41,8 @@ fn list(rv: u64, items: &[String]) -> String {
 /// The scripted upstream: answers each request in turn and records what it was asked.
 struct Script {
     log: Mutex<Vec<String>>,
+    /// When each request came (`answer_unparsable` only).
+    at: Mutex<Vec<std::time::Instant>>,
 }
 
 async fn answer(script: Arc<Script>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
@@ -83,7 +85,7 @@ type BoxedAnswer =
 async fn scripted(answer: Answer) -> (std::net::SocketAddr, Arc<Script>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let script = Arc::new(Script { log: Mutex::new(Vec::new()) });
+    let script = Arc::new(Script { log: Mutex::new(Vec::new()), at: Mutex::new(Vec::new()) });
     let s2 = script.clone();
     tokio::spawn(async move {
         loop {
@@ -169,6 +171,7 @@ async fn answer_unparsable(
     let n = {
         let mut log = script.log.lock();
         log.push(q.clone());
+        script.at.lock().push(std::time::Instant::now());
         log.len()
     };
     // No name: nothing a real apiserver sends, and nothing the cache can key.
@@ -249,6 +252,11 @@ async fn an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_pars
     assert_eq!(p.rv, Rv(20));
     let log = script.log.lock().clone();
     assert!(log.len() >= 4 && !log[2].contains("watch") && !log[3].contains("watch"), "{log:?}");
+    // The wait before each list: 50 ms × [1, 2) after the watch, then doubled after a list
+    // that still held the object.
+    let at = script.at.lock().clone();
+    assert!(at[2] - at[1] >= Duration::from_millis(50), "{:?}", at[2] - at[1]);
+    assert!(at[3] - at[2] >= Duration::from_millis(100), "doubled: {:?}", at[3] - at[2]);
     let snap = reader.snapshot();
     assert_eq!(
         snap.store.keys().map(|k| k.as_str().to_owned()).collect::<Vec<_>>(),
