@@ -346,9 +346,9 @@ async fn unparsable(ctx: &Ctx<'_>, writer: &mut Writer, failures: &mut Failures,
     ctx.metrics.reflector_error(resource, "unparsable");
     let why = format!("an object cannot be parsed ({error}); forwarded until a full list parses whole");
     let ended = writer.unparsable(why);
-    let step = failures.unparsable_retry;
-    failures.unparsable_retry = (step * 2).min(ctx.opts.unparsable_retry * 10);
-    let retry = step.mul_f64(1.0 + fastrand::f64());
+    let (step, most) = (failures.unparsable_retry, ctx.opts.unparsable_retry * 10);
+    failures.unparsable_retry = (step * 2).min(most);
+    let retry = step.mul_f64(1.0 + fastrand::f64()).min(most);
     tracing::warn!(resource, error, watches_ended = ended, ?retry, "the upstream sent an object that cannot be parsed: forwarding every request of the resource, listing again later");
     tokio::time::sleep(retry).await;
 }

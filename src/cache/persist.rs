@@ -40,7 +40,9 @@ impl Reader {
         }
         let st = self.shared.state.lock();
         // Dropped for --cache-memory-limit: the state may be emptied already (never saved so).
-        if st.rv == Rv(0) || self.released() {
+        // Unservable since its progress was read (`cache::unparsable`): its state would come
+        // back ready at a restart.
+        if st.rv == Rv(0) || self.released() || st.unservable {
             return None;
         }
         let mut base = st.store.clone();

@@ -341,6 +341,9 @@ async fn serve_inner(
         Plan::WatchList { min_rv } => {
             if let Some(rv) = min_rv {
                 if let Err(e) = wait_fresh(src, *rv, opts.freshness_wait).await {
+                    if matches!(e, Error::Unparsable) {
+                        return Ok(Outcome::Forward(ForwardReason::Unparsable));
+                    }
                     return Ok(error_event_stream(&e, req.repr));
                 }
             }
