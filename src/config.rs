@@ -386,8 +386,9 @@ pub struct SecurityArgs {
     /// (non-long-running: only at --request-timeout).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub write_stall_timeout: Duration,
-    /// Open watches (served from the cache or forwarded) per user and client address; 429 past
-    /// it. 0 = unlimited.
+    /// Open watches (served from the cache or forwarded) per user and client address, counting
+    /// too followed logs, proxy requests and exec/attach/port-forward sessions; 429 past it.
+    /// 0 = unlimited.
     #[arg(long, default_value_t = 1000)]
     pub max_watches_per_user: usize,
     /// Longest request URL (path and query) in bytes; 414 past it.

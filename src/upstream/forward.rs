@@ -10,7 +10,9 @@
 //! dropped (RFC 9110 §7.6.1) and `Host` becomes the upstream's. Upgrades (`kubectl exec`,
 //! `attach`, `port-forward`: SPDY/3.1 or websocket) go over an HTTP/1.1-only client; on `101`
 //! the two upgraded connections are spliced by a spawned task and the 101 goes back to the
-//! caller. The server must serve its connections with upgrades enabled.
+//! caller. The server must serve its connections with upgrades enabled. What the request
+//! carries as [`HeldWhileUpgraded`] goes with the splice and is dropped when it ends (the
+//! server's per-user slot of a session: an exec session is held open as long as a watch).
 
 use bytes::Bytes;
 use http::header::{HeaderName, AUTHORIZATION, CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
@@ -36,6 +38,11 @@ const HOP_BY_HOP: [&str; 8] = [
     "trailer",
     "transfer-encoding",
 ];
+
+/// Something the caller's request carries (an extension) that must live as long as an upgraded
+/// session: moved into the splice on `101`, dropped with the request otherwise.
+#[derive(Clone)]
+pub struct HeldWhileUpgraded(pub std::sync::Arc<dyn Send + Sync>);
 
 /// The protocols Kubernetes upgrades to: `kubectl exec` / `attach` / `port-forward` speak
 /// SPDY/3.1 or websocket (the `v5.channel.k8s.io`-style subprotocols ride inside websocket's
@@ -125,6 +132,7 @@ impl Upstream {
         let uri = self.forward_uri(req.uri())?;
         let upgrade = upgrade_protocol(req.headers());
         let caller_side = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+        let held = req.extensions_mut().remove::<HeldWhileUpgraded>();
         let (parts, body) = req.into_parts();
         let mut out = Request::new(body);
         *out.method_mut() = parts.method;
@@ -165,7 +173,7 @@ impl Upstream {
             return Ok(passthrough(resp));
         }
         let upstream_side = hyper::upgrade::on(&mut resp);
-        tokio::spawn(splice(caller_side, upstream_side));
+        tokio::spawn(splice(caller_side, upstream_side, held));
         // The 101 keeps its Connection/Upgrade headers: they are what it means.
         Ok(resp.map(|_| Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync()))
     }
@@ -189,8 +197,8 @@ where
 }
 
 /// Copies bytes both ways between the caller's and the upstream's upgraded connections until
-/// either side closes.
-async fn splice(caller: OnUpgrade, upstream: OnUpgrade) {
+/// either side closes; `_held` is dropped then.
+async fn splice(caller: OnUpgrade, upstream: OnUpgrade, _held: Option<HeldWhileUpgraded>) {
     let (caller, upstream) = match tokio::try_join!(caller, upstream) {
         Ok(pair) => pair,
         Err(e) => {

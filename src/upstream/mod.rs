@@ -59,6 +59,8 @@ pub use client::PREFIX_ESCAPE;
 pub use config::{resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
+pub(crate) use forward::upgrade_protocol;
+pub use forward::HeldWhileUpgraded;
 pub use identity::{Identity, IdentitySlot};
 pub use lanes::{Leased, DEFAULT_STREAMS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION};
 pub use list::{ListPage, MetadataPage, Selection};

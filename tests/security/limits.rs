@@ -1,5 +1,5 @@
 //! Limits end to end: which requests hold an in-flight permit and for how long, and which count
-//! as watches against `--max-watches-per-user`. The sim is the upstream, the proxy is real, the
+//! as streams against `--max-watches-per-user` (watches, followed logs, exec sessions). The sim is the upstream, the proxy is real, the
 //! client talks HTTP to it.
 
 use crate::common;
@@ -176,4 +176,101 @@ async fn forwarded_watches_count_against_the_per_user_limit() {
         assert!(tokio::time::Instant::now() < deadline, "the slot of the closed watch is freed");
     }
     drop(w2);
+}
+
+/// Opens an exec session on the proxy as the bearer of `token` and returns the connection
+/// once the `101` is in and one echo went through the splice; the answer's head otherwise.
+async fn exec_session(env: &Env, token: &str) -> Result<tokio::net::TcpStream, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let req = format!(
+        "POST /api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n",
+        env.proxy.addr
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte))
+            .await
+            .expect("answer in time")
+            .unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    if !head.starts_with("HTTP/1.1 101") {
+        return Err(head);
+    }
+    s.write_all(b"ping").await.unwrap();
+    let mut echo = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(&echo, b"ping");
+    Ok(s)
+}
+
+/// Followed logs and exec sessions hold no in-flight permit (they are long-running) but hold a
+/// stream and an upstream connection open as long as a watch: they count against the same
+/// per-user limit, an exec session for as long as it is spliced (not just until its `101`).
+#[tokio::test]
+async fn followed_logs_and_exec_sessions_count_against_the_per_user_limit() {
+    let env = start(|a| {
+        a.security.auth = "upstream".into();
+        a.security.max_watches_per_user = 2;
+    })
+    .await;
+    env.sim.sim.set_auth(
+        AuthScript::default()
+            .token("alice-token", ScriptUser::new("alice", &[]))
+            .token("bob-token", ScriptUser::new("bob", &[])),
+    );
+    env.sim
+        .sim
+        .create("pods", "default", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}))
+        .unwrap();
+    let alice = [("authorization", "Bearer alice-token")];
+    let log = "/api/v1/namespaces/default/pods/p/log?follow=true";
+    let follow = env.headers_only(log, &alice).await;
+    assert_eq!(follow.status(), StatusCode::OK);
+    let session = exec_session(&env, "alice-token").await.expect("a session");
+    // Both slots are taken: one more log, a watch, another session are refused.
+    let refused = exec_session(&env, "alice-token").await.expect_err("no third stream");
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    let r = env.get(log, &alice).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a third stream");
+    let r = env.get("/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=1", &alice).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a watch shares the limit");
+    let r = env.get("/api/v1/namespaces/default/pods/p/log", &alice).await;
+    assert_eq!(r.status, StatusCode::OK, "a log read without follow is short: no slot");
+    // Another user has their own.
+    let bob = env.headers_only(log, &[("authorization", "Bearer bob-token")]).await;
+    assert_eq!(bob.status(), StatusCode::OK);
+    // The log's slot is freed when its stream is dropped: one session more, and no other.
+    drop(follow);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let second = loop {
+        match exec_session(&env, "alice-token").await {
+            Ok(s) => break s,
+            Err(head) => {
+                assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+                assert!(tokio::time::Instant::now() < deadline, "the dropped log frees its slot");
+            }
+        }
+    };
+    let refused = exec_session(&env, "alice-token").await.expect_err("two sessions hold both slots");
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    // A session's slot is freed when the session ends.
+    drop(session);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let w = env.headers_only(log, &alice).await;
+        if w.status() == StatusCode::OK {
+            break;
+        }
+        assert_eq!(w.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(tokio::time::Instant::now() < deadline, "the ended session frees its slot");
+    }
+    drop(second);
 }
