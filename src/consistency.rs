@@ -178,8 +178,22 @@ fn jittered(period: Duration) -> Duration {
     period.mul_f64(1.0 + fastrand::f64() / 10.0)
 }
 
+/// How long the first round after a warm start waits for the caches to be ready, all together.
+const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// Returns once every cache is ready or unservable (it will not be ready for long), or `wait`
+/// has passed — one wait for all, not one per cache: ten caches still syncing do not hold the
+/// first round ten minutes.
+async fn settled(readers: &[Reader], wait: Duration) {
+    let deadline = tokio::time::Instant::now() + wait;
+    for r in readers {
+        let mut rx = r.subscribe();
+        let _ = tokio::time::timeout_at(deadline, rx.wait_for(|p| p.ready || p.unservable)).await;
+    }
+}
+
 /// Checks every `period` (0: never) until `stop`; the first round at once when `now` (after a
-/// warm start, once the caches are ready).
+/// warm start, once the caches are ready or [`READY_WAIT`] has passed).
 pub async fn run(
     upstream: Upstream,
     readers: impl Fn() -> Vec<Reader>,
@@ -192,13 +206,10 @@ pub async fn run(
         return;
     }
     if now {
-        for r in readers() {
-            let mut rx = r.subscribe();
-            let ready = tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|p| p.ready));
-            tokio::select! {
-                _ = ready => {}
-                _ = crate::shutdown::until_true(&mut stop) => return,
-            }
+        let caches = readers();
+        tokio::select! {
+            _ = settled(&caches, READY_WAIT) => {}
+            _ = crate::shutdown::until_true(&mut stop) => return,
         }
     }
     let mut wait = if now { Duration::ZERO } else { jittered(period) };
@@ -236,6 +247,26 @@ mod tests {
         assert_eq!(digest(&a), digest(&a.clone()));
         // The separator keeps ("ab", "c") and ("a", "bc") apart.
         assert_ne!(digest(&keys(&[("ab", "c", 1)])), digest(&keys(&[("a", "bc", 1)])));
+    }
+
+    /// The first round's wait for the caches is one for all: two caches that never become
+    /// ready hold it `READY_WAIT`, not twice that; a ready and an unservable one not at all.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_for_ready_caches_is_one_for_all() {
+        let kind = crate::resource::ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let syncing = || crate::cache::new(kind.clone(), Default::default());
+        let (_w1, a) = syncing();
+        let (_w2, b) = syncing();
+        let start = tokio::time::Instant::now();
+        settled(&[a, b], READY_WAIT).await;
+        assert_eq!(start.elapsed(), READY_WAIT);
+
+        let (_ready, ready) = crate::server::phase::testing::configmaps();
+        let (mut bad, unservable) = syncing();
+        bad.unparsable("an object the cache cannot parse".into());
+        let start = tokio::time::Instant::now();
+        settled(&[ready, unservable], READY_WAIT).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     #[test]
