@@ -58,6 +58,12 @@ enum State {
     Empty,
     /// The cache holds the state at `rv`: watch from there.
     Synced { rv: Rv },
+    /// The cache was restored from `--state-dir` at `rv` and no watch from there has brought
+    /// anything yet: the upstream has not shown that it still has `rv`. Watched as `Synced`,
+    /// but a 410 now means the state is older than the upstream's watch window — from before
+    /// the proxy's downtime, perhaps long before — so the cache is not ready while it relists
+    /// (as at a cold start), rather than serving that state meanwhile.
+    Resuming { rv: Rv },
 }
 
 /// Why a watch ended.
@@ -219,7 +225,7 @@ pub async fn run(
     // relists as after any watch).
     let mut state = match writer.progress_rv() {
         Rv(0) => State::Empty,
-        rv => State::Synced { rv },
+        rv => State::Resuming { rv },
     };
     loop {
         if *stop.borrow() {
@@ -292,7 +298,8 @@ async fn step(
                 State::Empty
             }
         },
-        State::Synced { rv: from } => {
+        State::Synced { rv: from } | State::Resuming { rv: from } => {
+            let resuming = matches!(state, State::Resuming { .. });
             let (end, rv) = watch_once(upstream, writer, opts, metrics, resource, from).await;
             // A watch that delivered something proved the upstream healthy: the next failure
             // starts the backoff over (else each drop of a long-lived connection would wait
@@ -300,10 +307,13 @@ async fn step(
             if rv > from {
                 backoff.reset();
             }
+            // Still resuming a restored state while nothing came.
+            let watching =
+                |rv| if resuming && rv == from { State::Resuming { rv } } else { State::Synced { rv } };
             match end {
                 WatchEnd::Closed => {
                     backoff.reset();
-                    State::Synced { rv }
+                    watching(rv)
                 }
                 WatchEnd::Inconsistent(at, why) => {
                     metrics.reflector_error(resource, "inconsistent");
@@ -320,6 +330,11 @@ async fn step(
                 WatchEnd::Gone => {
                     metrics.reflector_error(resource, "expired");
                     tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
+                    if resuming && rv == from {
+                        writer.set_not_ready(Some(format!(
+                            "restored at resourceVersion {rv}, which the upstream no longer has; relisting"
+                        )));
+                    }
                     State::Empty
                 }
                 WatchEnd::Failed(r, e) => {
@@ -329,7 +344,7 @@ async fn step(
                         metrics.reflector_error(resource, "upstream_behind");
                         return State::Empty;
                     }
-                    State::Synced { rv }
+                    watching(rv)
                 }
             }
         }

@@ -268,3 +268,69 @@ async fn an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_pars
     stop_tx.send(true).unwrap();
     task.await.unwrap();
 }
+
+/// Lets the held list of `answer_restored` go.
+static RELEASE_LIST: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// The upstream of `a_restored_state_the_upstream_no_longer_has_is_not_served_while_it_relists`:
+/// the resumed watch from 10 is answered 410; the list waits for [`RELEASE_LIST`].
+async fn answer_restored(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    script.log.lock().push(q.clone());
+    let body = if q.contains("watch=true") && q.contains("resourceVersion=10&") {
+        r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}
+"#
+        .to_owned()
+    } else if q.contains("watch=true") {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        String::new()
+    } else {
+        RELEASE_LIST.notified().await;
+        list(25, &[cm("c", 22)])
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    Ok(resp)
+}
+
+/// A cache restored from `--state-dir` (ready at its saved RV before any upstream answer) whose
+/// RV the upstream no longer has — the resumed watch gets 410 — holds a state from before the
+/// proxy's downtime: it is not ready while it relists, as at a cold start, instead of serving
+/// that state until the list is in. A cache the reflector itself listed keeps serving through
+/// such a relist (`list_watch_rewatch_relist`): its state is seconds old.
+#[tokio::test]
+async fn a_restored_state_the_upstream_no_longer_has_is_not_served_while_it_relists() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer_restored(s, r))).await;
+    let upstream =
+        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
+            .unwrap();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (mut writer, reader) = cache::new(kind, CacheOptions::default());
+    // What a restore leaves: the cache ready at the saved RV, its reflector to resume from it.
+    writer.replace(Vec::new(), Rv(10));
+    assert!(reader.progress().ready);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+
+    let mut rx = reader.subscribe();
+    let p = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|p| !p.ready))
+        .await
+        .expect("not ready after the 410")
+        .unwrap()
+        .clone();
+    let why = p.last_error.unwrap_or_default();
+    assert!(why.contains("restored at resourceVersion 10, which the upstream no longer has"), "{why}");
+    assert_eq!(p.rv, Rv(10));
+    RELEASE_LIST.notify_one();
+    reader.wait_for(Rv(25), Duration::from_secs(5)).await.expect("ready once relisted");
+    assert!(reader.progress().ready);
+    let log = script.log.lock().clone();
+    assert!(log[0].contains("watch=true") && log[0].contains("resourceVersion=10&"), "{log:?}");
+    assert!(!log[1].contains("watch"), "the relist: {log:?}");
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
