@@ -243,6 +243,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         wanted.clone(),
     );
     let mut warm_start = false;
+    let mut warm_states = None;
     let (caching, saver) = match (state_opts, loaded) {
         (Some(opts), Some(loaded)) => {
             let identity =
@@ -256,6 +257,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             let warm = Arc::new(Warm::new(loaded, &identity, &metrics));
             let saver = Arc::new(Saver::new(opts, upstream.clone(), metrics.clone(), identity.ok()));
             warm_start = !warm.is_empty();
+            warm_states = Some(warm.clone());
             let caching = caching.with_warm(warm);
             let c = caching.clone();
             tokio::spawn(saver.clone().run(move || c.readers(), shutdown_rx.clone()));
@@ -281,6 +283,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let server = Arc::new(Server::new(readers, upstream, serve_opts, metrics, unready_rx, security));
     for (name, kind, _) in discovered.found.into_iter().filter(|f| f.2) {
         caching.spawn_wild(&name, kind, &server.catalog());
+    }
+    // Every cache of the start took its state: what is left is not used later.
+    if let Some(warm) = warm_states {
+        warm.drop_untaken(&caching.metrics);
     }
     server.resources().set_skipped(discovered.skipped);
     if wanted.all {

@@ -76,6 +76,10 @@ pub enum Refusal {
     BadObject(String),
     #[error("the saved history is inconsistent: {0}")]
     Restore(#[from] RestoreError),
+    #[error(
+        "the resource is not cached at start (not served by the upstream now); a cache started later lists"
+    )]
+    NotCached,
 }
 
 impl Refusal {
@@ -90,6 +94,7 @@ impl Refusal {
             Refusal::Unchecked(_) => "unchecked",
             Refusal::UpstreamBehind { .. } => "upstream_behind",
             Refusal::BadObject(_) | Refusal::Restore(_) => "corrupt",
+            Refusal::NotCached => "not_cached",
         }
     }
 }
@@ -107,6 +112,7 @@ pub const LOAD_RESULTS: &[&str] = &[
     "other_version",
     "unchecked",
     "upstream_behind",
+    "not_cached",
 ];
 
 #[derive(serde::Deserialize)]

@@ -103,6 +103,18 @@ impl Warm {
         self.states.lock().remove(&(kind.group.clone(), kind.resource.clone()))
     }
 
+    /// Drops the states no cache took at start (a resource the upstream does not serve now),
+    /// each logged and counted (`not_cached`): a cache started later, once discovery finds
+    /// its resource — seconds or days on — lists rather than restores a state from before the
+    /// downtime, and the states are not held in memory meanwhile.
+    pub fn drop_untaken(&self, metrics: &Metrics) {
+        let rest = std::mem::take(&mut *self.states.lock());
+        for ((group, resource), _) in rest {
+            let name = if group.is_empty() { resource } else { format!("{resource}.{group}") };
+            refused(metrics, &name, &Refusal::NotCached);
+        }
+    }
+
     /// How many states are still waiting for their cache.
     pub fn len(&self) -> usize {
         self.states.lock().len()

@@ -424,3 +424,36 @@ async fn most_recent_reads_after_a_warm_start_see_what_changed_while_the_proxy_w
     b.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A state whose resource is not served at start is dropped (`not_cached`): when discovery
+/// finds the resource later, its cache lists rather than restoring a state from before the
+/// downtime, however long that was.
+#[tokio::test]
+async fn a_state_of_a_resource_not_served_at_start_is_dropped_not_restored_later() {
+    let (sim, dir, client) = (sim().await, temp_dir("later"), client());
+    saved_run(&sim, &dir, 4).await;
+    assert!(state_file(&dir).exists());
+    sim.sim.set_served("configmaps", false).unwrap();
+    let lists = full_lists(&sim);
+    let b = proxy(&args(&sim, &dir, &["configmaps", "secrets"])).await;
+    assert_eq!(metric(&client, &b, "watchcache_state_loads_total{result=\"not_cached\"}").await, 1);
+    sim.sim.set_served("configmaps", true).unwrap();
+    let changed = cm(&sim, "c1", "after");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        if let Some(r) = b.readers().into_iter().find(|r| r.kind().resource == "configmaps") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "configmaps discovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    r.wait_for(Rv(changed), Duration::from_secs(10)).await.expect("synced");
+    assert_eq!(metric(&client, &b, "watchcache_state_loads_total{result=\"restored\"}").await, 0);
+    assert_eq!(full_lists(&sim), lists + 1, "listed, not restored");
+    assert_eq!(
+        items(&get(&client, &b, &format!("{CM}?resourceVersion=0")).await),
+        truth(&client, &sim).await
+    );
+    b.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
