@@ -24,6 +24,9 @@ pub struct Saver {
     upstream: Upstream,
     metrics: Arc<Metrics>,
     identity: Mutex<Option<Identity>>,
+    /// One `save_all` at a time: the periodic one may still be writing when the shutdown's
+    /// starts, and both write the same temporary files.
+    saving: tokio::sync::Mutex<()>,
 }
 
 impl Saver {
@@ -33,7 +36,7 @@ impl Saver {
         metrics: Arc<Metrics>,
         identity: Option<Identity>,
     ) -> Saver {
-        Saver { opts, upstream, metrics, identity: Mutex::new(identity) }
+        Saver { opts, upstream, metrics, identity: Mutex::new(identity), saving: tokio::sync::Mutex::new(()) }
     }
 
     /// Saves every `--state-sync-period` until `stop` turns true.
@@ -53,6 +56,7 @@ impl Saver {
     /// Writes the state of every reader whose resource `--state-resources` allows and that has
     /// something consistent to save (synced, ready).
     pub async fn save_all(&self, readers: &[Reader]) {
+        let _one = self.saving.lock().await;
         let Some(identity) = self.identity().await else { return };
         let started = tokio::time::Instant::now();
         let mut total = 0u64;
@@ -63,13 +67,11 @@ impl Saver {
             }
             let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
             let resource = kind.group_resource();
-            if r.progress().unservable {
-                // Its last state on disk would come back ready at a restart, as old as the
-                // object it cannot parse (`cache::unparsable`): gone, it starts cold.
+            if let Some(why) = discarded(r) {
+                // Its last state on disk would come back ready at a restart: gone, it starts
+                // cold.
                 match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        tracing::info!(resource, "state file removed: the cache cannot parse an object")
-                    }
+                    Ok(()) => tracing::info!(resource, "state file removed: {why}"),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => tracing::warn!(resource, error = %e, "could not remove a state file"),
                 }
@@ -128,6 +130,23 @@ impl Saver {
     }
 }
 
+/// Why the state on disk of `r`'s cache must go, if it must: the cache cannot parse an object
+/// (`cache::unparsable`: the state is as old as that object), or it is not ready after it was
+/// synced — found different from the upstream, the upstream's storage gone back, a restored
+/// state the upstream no longer has — and relisting: what it last saved is known wrong or
+/// from before a downtime, and a crash before the relist lands would bring it back ready. Not
+/// a cache dropped for `--cache-memory-limit` (its state was right; it may be emptied).
+fn discarded(r: &Reader) -> Option<&'static str> {
+    let p = r.progress();
+    if p.unservable {
+        Some("the cache cannot parse an object")
+    } else if !p.ready && p.rv > crate::resource::Rv(0) && !r.released() {
+        Some("the cache is known wrong or stale and relisting")
+    } else {
+        None
+    }
+}
+
 /// The reader's state as a file's contents.
 fn snapshot(r: &Reader, identity: &Identity) -> Option<Saved> {
     let p = r.saved()?;
@@ -157,10 +176,10 @@ mod tests {
     use crate::resource::{ResourceKind, Rv};
     use crate::upstream::UpstreamOptions;
 
-    /// A cache that cannot parse an object leaves no state on disk: its last one would come
-    /// back ready at a restart, as old as that object.
+    /// A cache that cannot parse an object, or is known wrong, leaves no state on disk: its last
+    /// one would come back ready at a restart.
     #[tokio::test]
-    async fn an_unservable_cache_leaves_no_state_file() {
+    async fn an_unservable_or_known_wrong_cache_leaves_no_state_file() {
         let dir = std::env::temp_dir().join(format!("kwc-save-unservable-{}", fastrand::u64(..)));
         std::fs::create_dir_all(&dir).unwrap();
         let opts = StateOptions {
@@ -185,6 +204,21 @@ mod tests {
         w.unparsable("bad".into());
         saver.save_all(std::slice::from_ref(&r)).await;
         assert!(!path.exists(), "removed");
+
+        // Listed again, saved again; then found different from the upstream: not ready while
+        // it relists, and its file goes (a crash before the relist would restore it).
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(8));
+        saver.save_all(std::slice::from_ref(&r)).await;
+        assert!(path.exists(), "saved again once listed");
+        r.request_relist(Rv(8), r.lists(), "inconsistent with the upstream".into());
+        saver.save_all(std::slice::from_ref(&r)).await;
+        assert!(!path.exists(), "a cache known wrong leaves no state");
+        // A cache before its first sync (not ready at RV 0) leaves another's file alone.
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(9));
+        saver.save_all(std::slice::from_ref(&r)).await;
+        let (_w2, syncing) = cache::new(r.kind().clone(), CacheOptions::default());
+        saver.save_all(std::slice::from_ref(&syncing)).await;
+        assert!(path.exists(), "a syncing cache removes nothing");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
