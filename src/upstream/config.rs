@@ -331,9 +331,13 @@ fn apply_flags(r: &mut Resolved, opts: &UpstreamOptions) -> Result<(), ConfigErr
     Ok(())
 }
 
-/// `https://host:port/prefix/` → `https://host:port/prefix`; only http and https.
+/// `https://host:port/prefix/` → `https://host:port/prefix`; only http and https, and no
+/// credentials in it (`user:password@`): the URL is logged, written into `--state-dir` files
+/// as the cluster's identity, and named in errors — never a place for a secret. An error
+/// names the URL with what precedes an `@` hidden.
 pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
-    let bad = |message: &str| ConfigError::InvalidUrl { url: one_line(url), message: message.into() };
+    let shown = hide_userinfo(url);
+    let bad = |message: &str| ConfigError::InvalidUrl { url: one_line(&shown), message: message.into() };
     let uri: http::Uri = url.trim().parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
     let scheme = match uri.scheme_str() {
         Some(s @ ("http" | "https")) => s,
@@ -341,10 +345,24 @@ pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
         None => return Err(bad("expected scheme://host[:port]")),
     };
     let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(bad("credentials in the URL are not supported: give a token or a client certificate"));
+    }
     if uri.query().is_some() {
         return Err(bad("a query is not allowed"));
     }
     Ok(format!("{scheme}://{authority}{}", uri.path().trim_end_matches('/')))
+}
+
+/// `url` with the user information of its authority (before the last `@` of the part after
+/// `://`, up to the first `/`) replaced by `***`.
+fn hide_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
 }
 
 fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, ConfigError> {

@@ -204,6 +204,17 @@ fn upstream_url_without_kubeconfig() {
         let e = Upstream::new(&opts).err().unwrap().to_string();
         assert_eq!(e, format!("invalid upstream URL \"{url}\": {want}"));
     }
+    // Credentials in the URL are refused, and the error does not repeat them.
+    for (url, shown) in [
+        ("https://admin:hunter2@10.0.0.1:6443", "https://***@10.0.0.1:6443"),
+        ("https://tok%40en@10.0.0.1:6443/prefix", "https://***@10.0.0.1:6443/prefix"),
+        ("https://a:b@c@10.0.0.1:6443/x?y=z", "https://***@10.0.0.1:6443/x?y=z"),
+    ] {
+        let opts = UpstreamOptions { upstream: Some(url.into()), ..Default::default() };
+        let e = Upstream::new(&opts).err().unwrap().to_string();
+        assert!(!e.contains("hunter2") && !e.contains("tok%40en") && !e.contains("a:b"), "{e}");
+        assert!(e.starts_with(&format!("invalid upstream URL \"{shown}\": ")), "{e}");
+    }
     let half = UpstreamOptions {
         upstream: Some("http://127.0.0.1:9".into()),
         client_certificate: Some(dir.path().join("c.pem")),
