@@ -21,6 +21,7 @@
 //!   state at R: the cache's bytes are served with list RV R (an RV the upstream issued; a
 //!   continue token at R is served by the upstream, tokens being interchangeable). Otherwise the
 //!   LIST is forwarded. Objects created and deleted again before R do not matter to a LIST.
+//!   At most `MAX_PROOFS_IN_THE_AIR` such reads at once for the whole proxy; past that, forwarded.
 //! - **Initial lists** (watch-list, `sendInitialEvents=true` with RV unset, what client-go ≥
 //!   1.34 informers send): one coalesced, paginated upstream consistent LIST of the watch's own
 //!   namespace and selectors, metadata only, at RV L. If the cache has already reached L when
@@ -86,6 +87,14 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a watch-list's start waits for the cache to hold the state the upstream listed
 /// (the apiserver's own cache waits as long for freshness); past it the watch is forwarded.
 const PROOF_WAIT: Duration = Duration::from_secs(3);
+
+/// Metadata proofs' upstream reads in the air at once, across every resource. The proxy makes
+/// them as itself, in its own API Priority and Fairness flow, which every caller's
+/// TokenReviews and SubjectAccessReviews share too: one caller sending Most Recent LISTs that
+/// share no read (another `limit` each) must not pile them up there. Past it the LIST is
+/// forwarded, under the caller's own identity and flow.
+const MAX_PROOFS_IN_THE_AIR: usize = 64;
+static PROOFS_IN_THE_AIR: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_PROOFS_IN_THE_AIR);
 
 /// A metadata-only upstream page, or why there is none.
 type MetadataResult = Result<Arc<MetadataPage>, String>;
@@ -160,6 +169,9 @@ impl Prober {
         let fetch = move || {
             let (upstream, reader, sel) = (upstream.clone(), reader.clone(), sel.clone());
             async move {
+                let Ok(_one) = PROOFS_IN_THE_AIR.try_acquire() else {
+                    return Err(format!("{MAX_PROOFS_IN_THE_AIR} metadata proofs in the air"));
+                };
                 let before = reader.progress().rv;
                 match tokio::time::timeout(READ_TIMEOUT, upstream.list_metadata(reader.kind(), &sel, limit))
                     .await
@@ -328,6 +340,64 @@ mod tests {
             r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}}}}"#
         );
         w.parse(bytes::Bytes::from(json)).unwrap()
+    }
+
+    /// At most `MAX_PROOFS_IN_THE_AIR` metadata proofs read upstream at once, whatever their
+    /// keys: the next is refused at once (its LIST forwarded), and a slot comes back when a read
+    /// ends (here: its only waiter gave up, which cancels it).
+    #[tokio::test]
+    async fn metadata_proofs_in_the_air_are_bounded_across_keys() {
+        // An upstream that accepts and never answers: every read stays in the air.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
+            upstream: Some(format!("http://{addr}")),
+            ..Default::default()
+        })
+        .unwrap();
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        let prober = Prober::new(upstream, r);
+        let sel =
+            || Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
+        let mut waiting = Vec::new();
+        for limit in 0..MAX_PROOFS_IN_THE_AIR as u32 {
+            let p = prober.clone();
+            waiting
+                .push(tokio::spawn(async move { p.metadata(sel(), Some(limit + 1), Instant::now()).await }));
+        }
+        let until = |f: fn() -> bool| async move {
+            tokio::time::timeout(Duration::from_secs(5), async {
+                while !f() {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .is_ok()
+        };
+        assert!(until(|| PROOFS_IN_THE_AIR.available_permits() == 0).await, "every slot taken");
+        let refused = prober.metadata(sel(), Some(100_000), Instant::now()).await;
+        assert!(refused.is_err_and(|e| e.contains("metadata proofs in the air")));
+        // One waiter gives up: its read is cancelled and its slot comes back.
+        waiting.pop().unwrap().abort();
+        assert!(until(|| PROOFS_IN_THE_AIR.available_permits() == 1).await, "the slot is back");
+        let next = tokio::time::timeout(
+            Duration::from_millis(200),
+            prober.metadata(sel(), Some(100_001), Instant::now()),
+        )
+        .await;
+        assert!(next.is_err(), "in the air, not refused");
+        for t in waiting {
+            t.abort();
+        }
+        held.abort();
     }
 
     /// A proof that does not hold is tried again only after the cache moved and a pause that
