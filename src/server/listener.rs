@@ -188,13 +188,20 @@ where
 async fn sniff(stream: &tokio::net::TcpStream, within: Duration) -> Proto {
     let mut buf = [0u8; 3];
     let peek = async {
+        // `peek` returns at once while the bytes already there stay unread: the pause between
+        // looks doubles (1 ms up to 64 ms), so a peer that sends `P` and nothing more costs a
+        // few hundred wake-ups in 10 s, not ten thousand.
+        let mut pause = Duration::from_millis(1);
         loop {
             match stream.peek(&mut buf).await {
                 Ok(3) => return Some(&buf == b"PRI"),
                 Ok(0) | Err(_) => return None,
                 // A first byte that is not `P` settles it; else wait for the rest.
                 Ok(_) if buf[0] != b'P' => return Some(false),
-                Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                Ok(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(64));
+                }
             }
         }
     };
