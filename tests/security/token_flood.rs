@@ -202,3 +202,48 @@ async fn bearer_with_two_spaces_carries_no_token() {
     assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK, "one space is a token");
     proxy.shutdown().await;
 }
+
+/// Requests with an unknown token wait on its review holding an in-flight permit; concurrent
+/// ones with the same token all wait on that one review. One source piling requests on a slow
+/// review holds at most its seats (`auth::waiting::PER_SOURCE`), not every permit: past them
+/// it gets 429 at once, and a caller whose token is known is still served. Before, 40
+/// requests with one bad token held all 40 permits for the review's whole time.
+#[tokio::test]
+async fn requests_piled_on_one_slow_review_hold_only_their_sources_seats() {
+    use kube_watchcache::server::auth::waiting::PER_SOURCE;
+    let sim = sim().await;
+    let relay = Fault::start(sim.addr).await;
+    let piled = PER_SOURCE + 8;
+    let args = secured(relay.addr, |s| s.max_requests_inflight = piled);
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let other = client_from("127.0.0.2");
+    let alice = || async {
+        let url = format!("http://{}{LIST}", proxy.addr);
+        send(&other, Method::GET, &url, None, &[("authorization", "Bearer alice-token")]).await.status
+    };
+    assert_eq!(alice().await, StatusCode::OK, "alice's token and rights are cached");
+    relay.set_delay(Duration::from_millis(500));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..piled {
+        let (addr, tx) = (proxy.addr, tx.clone());
+        tokio::spawn(async move {
+            let _ = tx.send(get(addr, "bad-and-slow").await);
+        });
+    }
+    let mut codes = Vec::new();
+    for _ in 0..piled - PER_SOURCE {
+        let c =
+            tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("refused at once").unwrap();
+        codes.push(c);
+    }
+    assert!(codes.iter().all(|c| *c == StatusCode::TOO_MANY_REQUESTS), "{codes:?}");
+    assert_eq!(alice().await, StatusCode::OK, "a known caller still finds a permit");
+    for _ in 0..PER_SOURCE {
+        let c = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("reviewed").unwrap();
+        assert_eq!(c, StatusCode::UNAUTHORIZED);
+    }
+    relay.set_delay(Duration::ZERO);
+    assert_eq!(reviews(&sim), 2, "alice's, and one for every request that waited");
+    proxy.shutdown().await;
+}

@@ -6,7 +6,9 @@
 //! caller gets 429 rather than costing the proxy's API Priority and Fairness budget upstream.
 //! Each source address (an IPv6 /64) has its own quarter of that bound, so that a flood of
 //! bad tokens from one place does not take every new valid token's review; a token longer
-//! than `max_token_bytes` is refused without a review (`auth::Auth::authenticate`).
+//! than `max_token_bytes` is refused without a review (`auth::Auth::authenticate`). A request
+//! whose token is not known waits for its review in one of a bounded number of seats
+//! (`waiting`): requests piled on one review cannot hold every in-flight permit.
 //!
 //! Called by `auth::Auth::authenticate`. Tokens never reach logs or metrics.
 
@@ -62,6 +64,9 @@ pub enum ReviewError {
     /// Over `--authentication-token-review-qps`: the caller should retry (429).
     #[error("TokenReview rate limit reached")]
     Limited,
+    /// Every seat of the source, or of the whole, waits on a review already (`waiting`): 429.
+    #[error("too many requests waiting on TokenReviews")]
+    Busy,
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
 }
@@ -78,6 +83,8 @@ pub struct TokenAuthenticator {
     bucket: Bucket,
     /// A share of `bucket` per source address.
     sources: Buckets<IpAddr>,
+    /// Requests waiting on a review, per source and in all.
+    waiting: super::waiting::Waiting,
 }
 
 impl TokenAuthenticator {
@@ -87,7 +94,16 @@ impl TokenAuthenticator {
         let bucket = Bucket::new(opts.review_qps, opts.review_burst);
         let sources =
             Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst }.share(SOURCE_SHARE));
-        TokenAuthenticator { upstream, metrics, opts, cache, rejected, bucket, sources }
+        TokenAuthenticator {
+            upstream,
+            metrics,
+            opts,
+            cache,
+            rejected,
+            bucket,
+            sources,
+            waiting: Default::default(),
+        }
     }
 
     /// The longest token reviewed.
@@ -107,6 +123,13 @@ impl TokenAuthenticator {
         if self.rejected.peek(&key).is_some() {
             return Ok((None, Lookup::Hit));
         }
+        if let Some(user) = self.cache.peek(&key) {
+            return Ok((user, Lookup::Hit));
+        }
+        // A review to send or to wait for: a seat of the source's, held until it is in.
+        let Some(_seat) = self.waiting.take(source.map(rate::source_key)) else {
+            return Err(ReviewError::Busy);
+        };
         self.cache
             .get_or_fetch(key, || async {
                 let source_ok = source.is_none_or(|ip| self.sources.take(&rate::source_key(ip)));

@@ -15,6 +15,7 @@
 //! | `impersonate` | `Impersonate-*` headers |
 //! | `cache` | the bounded, coalescing TTL cache both use |
 //! | `rate` | token buckets: review rates per source, per user and address |
+//! | `waiting` | seats for requests waiting on a TokenReview, per source and in all |
 //! | `status` | 401 / 403 bodies |
 
 pub mod authn;
@@ -25,6 +26,7 @@ pub mod rate;
 pub mod selectors;
 pub mod status;
 pub mod user;
+pub mod waiting;
 pub mod x509;
 
 use std::sync::Arc;
@@ -113,6 +115,10 @@ impl Auth {
                         "TokenReview rate limit reached (--authentication-token-review-qps, or this \
                          source's share of it); answering 429"
                     );
+                    Err(super::limits::too_many())
+                }
+                Err(authn::ReviewError::Busy) => {
+                    tracing::debug!(source = ?source, "too many requests waiting on TokenReviews; answering 429");
                     Err(super::limits::too_many())
                 }
                 Err(e) => {

@@ -1,10 +1,12 @@
 //! Phase 4: the request's `RequestInfo` (into the extensions), then the in-flight limit and the
 //! request timeout for what is not long-running (and the limit alone for the start of a watch
 //! that begins with a read upstream, until its stream begins); the request's `limits::Ticket` goes into the
-//! extensions too (`authenticate` adds its caller's share). Before authentication, as in the apiserver's
-//! handler chain (`WithMaxInFlightLimit` is outside `WithAuthentication`): whether a request is
-//! long-running needs its `RequestInfo` only, and unauthenticated callers must not be able to
-//! make the proxy send unbounded TokenReviews.
+//! extensions too (`authenticate` adds its caller's share). Before authentication, unlike the
+//! apiserver's handler chain (there `WithAuthentication` runs first and `WithMaxInFlightLimit`
+//! after it): whether a request is long-running needs its `RequestInfo` only, and
+//! unauthenticated callers must not be able to make the proxy send unbounded TokenReviews; the
+//! requests waiting on a review hold their permits in a bounded number of seats
+//! (`auth::waiting`), so those of one source cannot hold them all.
 //!
 //! Hand-written rather than tower's `ConcurrencyLimit` / `Timeout`: the permit is held until
 //! the response *body* has been sent (`limits::InFlight`), not until the response future
