@@ -322,6 +322,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             .then_some(args.http2_keepalive_interval),
         h2_keepalive_timeout: args.http2_keepalive_timeout,
         goaway_chance: args.goaway_chance,
+        max_connections: max_connections(args.max_connections),
     };
     let (stop_serving, stop_serving_rx) = watch::channel(false);
     let (told_tx, told) = watch::channel(false);
@@ -427,6 +428,21 @@ fn security(
             &args.requestheader_extra_headers_prefix,
         ),
     })
+}
+
+/// `--max-connections`, or with `0` the open-files limit less a reserve (an eighth of it, 256
+/// to 8 192) for what the proxy opens itself — upstream connections, upgraded sessions'
+/// upstream sides, state files — which a flood of client connections must not leave without
+/// a descriptor.
+fn max_connections(flag: usize) -> usize {
+    if flag > 0 {
+        return flag;
+    }
+    let soft = crate::rlimit::nofile().min(usize::MAX as u64) as usize;
+    let reserve = (soft / 8).clamp(256, 8192);
+    let max = soft.saturating_sub(reserve).max(1);
+    tracing::info!(max, open_files = soft, "client connections bounded by the open-files limit");
+    max
 }
 
 /// Every watch is a socket: start with the soft open-files limit at the hard one.

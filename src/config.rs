@@ -138,6 +138,10 @@ pub struct ServeArgs {
     /// this long is closed (kube-apiserver's IdleTimeout). An open watch keeps it busy.
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
+    /// Client connections open at once; past it new ones wait in the accept queue. 0: the
+    /// open-files limit less a reserve for the proxy's own connections and files.
+    #[arg(long, default_value_t = 0)]
+    pub max_connections: usize,
     /// HTTP/2 connections are pinged this often (0: never)...
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub http2_keepalive_interval: Duration,
@@ -263,6 +267,7 @@ impl ServeArgs {
             ("stateSyncPeriod", d(self.state_sync_period).into()),
             ("stateResources", serde_json::json!(self.state_resources)),
             ("upstreamMaxStreamsPerConnection", u.upstream_max_streams_per_connection.into()),
+            ("maxConnections", self.max_connections.into()),
         ] {
             v[k] = x;
         }

@@ -3,7 +3,8 @@
 //! would cap the proxy near 1 000 watchers).
 //!
 //! Called by `app::raise_open_files` (the serve subcommand, and the sim crate's `kube-watchcache sim`) and by
-//! the harness (`kube-watchcache-bench`'s `procstat`).
+//! the harness (`kube-watchcache-bench`'s `procstat`); [`nofile`] by `app` to bound client
+//! connections below the limit.
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
@@ -22,6 +23,11 @@ pub fn raise_nofile() -> (u64, u64) {
     }
     let now = getrlimit(Resource::Nofile);
     (now.current.unwrap_or(u64::MAX), now.maximum.unwrap_or(u64::MAX))
+}
+
+/// The soft limit on open files now (`u64::MAX` for unlimited).
+pub fn nofile() -> u64 {
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 fn nr_open() -> Option<u64> {

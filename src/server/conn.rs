@@ -89,6 +89,9 @@ pub struct ConnOptions {
     pub h2_keepalive_timeout: Duration,
     /// Probability of a GOAWAY after an HTTP/2 request (0: never; at most 0.02).
     pub goaway_chance: f64,
+    /// Connections open at once (0: unbounded); past it the listener accepts no more until one
+    /// closes (`--max-connections`, resolved by `app`).
+    pub max_connections: usize,
 }
 
 impl Default for ConnOptions {
@@ -99,6 +102,7 @@ impl Default for ConnOptions {
             h2_keepalive_interval: Some(Duration::from_secs(30)),
             h2_keepalive_timeout: Duration::from_secs(20),
             goaway_chance: 0.0,
+            max_connections: 0,
         }
     }
 }

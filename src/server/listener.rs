@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hyper::service::service_fn;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use super::auth::{x509, PeerUser};
 use super::batch;
@@ -83,7 +83,29 @@ pub async fn run(
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let builders = Arc::new(conn::Builders::new(conn_opts));
     let goaway_chance = conn_opts.goaway_chance;
+    let slots = (conn_opts.max_connections > 0).then(|| Arc::new(Semaphore::new(conn_opts.max_connections)));
+    let mut warned: Option<tokio::time::Instant> = None;
     loop {
+        // A slot before the accept: at the bound, new connections wait in the kernel's queue
+        // (and past it are refused there) until one closes; the descriptors left are the
+        // proxy's own (upstream connections, files).
+        let slot = match &slots {
+            Some(s) => {
+                if s.available_permits() == 0 && warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
+                {
+                    tracing::warn!(
+                        max = conn_opts.max_connections,
+                        "client connections at --max-connections; new ones wait"
+                    );
+                    warned = Some(tokio::time::Instant::now());
+                }
+                tokio::select! {
+                    p = s.clone().acquire_owned() => p.ok(),
+                    _ = until_true(&mut shutdown) => break,
+                }
+            }
+            None => None,
+        };
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -102,6 +124,7 @@ pub async fn run(
         match &acceptor {
             None => {
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let activity = conn::Activity::new();
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
@@ -120,6 +143,7 @@ pub async fn run(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     // Boxed: the handshake's state is not kept for the connection's life.
                     let accept =
                         Box::pin(tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)));

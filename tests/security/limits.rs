@@ -274,3 +274,49 @@ async fn followed_logs_and_exec_sessions_count_against_the_per_user_limit() {
     }
     drop(second);
 }
+
+/// Sends a GET on a raw connection and reads its answer's status line (within `within`).
+async fn status_line(s: &mut tokio::net::TcpStream, within: Duration) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while !head.ends_with(b"\r\n") {
+            if s.read_exact(&mut byte).await.is_err() {
+                break;
+            }
+            head.push(byte[0]);
+        }
+    };
+    tokio::time::timeout(within, read).await.ok()?;
+    Some(String::from_utf8_lossy(&head).trim().to_owned())
+}
+
+/// `--max-connections`: past it the proxy accepts no more connections until one closes (they
+/// wait in the kernel's queue), so a flood of connections cannot take the descriptors the
+/// proxy needs for its own upstream connections and files.
+#[tokio::test]
+async fn connections_past_the_bound_wait_until_one_closes() {
+    let env = start(|a| a.max_connections = 2).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+        let line = status_line(&mut s, Duration::from_secs(5)).await.expect("served");
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        held.push(s);
+    }
+    let mut third = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let waiting = tokio::spawn(async move { status_line(&mut third, Duration::from_secs(10)).await });
+    // Not accepted while both are open: nothing answers it (given time it would have had).
+    let early = tokio::time::timeout(Duration::from_millis(300), async {
+        while !waiting.is_finished() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(early.is_err(), "the third connection waits");
+    drop(held.pop());
+    let line = waiting.await.unwrap().expect("served once a slot is free");
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+}
