@@ -45,10 +45,16 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         if starts_with_a_read {
             // Held while the watch starts (its read upstream, made as the proxy), let go when
             // its stream begins: a caller cannot have more such reads in the air than its
-            // in-flight share, whatever its watch slots.
-            let resp = pass(next, req).await;
+            // in-flight share, whatever its watch slots. Not for ever: a start that has not
+            // begun streaming within twice `--request-timeout` (its upstream read hangs; a
+            // cache-served start gives up its own read after one) is answered 504.
+            let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout * 2;
+            let started = tokio::time::timeout_at(deadline, pass(next, req)).await;
             ticket.release();
-            return resp;
+            return match started {
+                Ok(resp) => resp,
+                Err(_) => self.recorder.refused(limits::timed_out(), &verb, "", arrived),
+            };
         }
         let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
@@ -108,6 +114,32 @@ mod tests {
         let (after, _) = run_seen(s, request("/api/v1/pods")).await;
         assert_eq!(after.status(), 200, "the streaming watch holds no permit");
         drop(watch_list);
+    }
+
+    /// The rest of the stack, never answering (an upstream read that hangs).
+    #[derive(Clone)]
+    struct Hangs;
+
+    impl crate::server::phase::Next<String> for Hangs {
+        async fn run(&self, _req: Req<String>) -> Resp {
+            std::future::pending().await
+        }
+    }
+
+    /// A watch's start that holds a permit (RV unset: it reads upstream first) does not hold it
+    /// for ever when that read hangs: 504 after twice the request timeout, the permit back.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_start_that_hangs_gives_its_permit_back() {
+        use std::time::Duration;
+        let opts =
+            LimitOptions { max_in_flight: 1, request_timeout: Duration::from_secs(60), ..Default::default() };
+        let s = Admit { limits: Arc::new(Limits::new(opts)), recorder: Recorder::default() };
+        let started = tokio::time::Instant::now();
+        let resp = s.call(request("/api/v1/pods?watch=1&sendInitialEvents=true"), &Hangs).await;
+        assert_eq!(resp.status(), 504);
+        assert_eq!(started.elapsed(), Duration::from_secs(120));
+        let (after, _) = run_seen(s, request("/api/v1/pods")).await;
+        assert_eq!(after.status(), 200, "the permit came back");
     }
 
     /// Why admit is not tower's `ConcurrencyLimit` and `Timeout` (the README's claim, checked):
