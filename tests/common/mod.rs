@@ -353,3 +353,36 @@ pub async fn connect_from(from: &str, addr: std::net::SocketAddr) -> tokio::net:
     sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
     sock.connect(addr).await.unwrap()
 }
+
+/// Opens an exec session (`POST …/pods/<pod>/exec`, SPDY/3.1 upgrade) on the proxy at `addr`
+/// with `extra` header lines (each ending in `\r\n`), and returns the connection once the `101`
+/// is in and one echo went through the splice (the sim echoes); the answer's head otherwise.
+pub async fn exec_session(addr: SocketAddr, pod: &str, extra: &str) -> Result<tokio::net::TcpStream, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /api/v1/namespaces/{pod}/exec?command=sh&stdin=true HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte))
+            .await
+            .expect("answer in time")
+            .unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    if !head.starts_with("HTTP/1.1 101") {
+        return Err(head);
+    }
+    s.write_all(b"ping").await.unwrap();
+    let mut echo = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(&echo, b"ping");
+    Ok(s)
+}

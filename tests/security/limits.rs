@@ -178,37 +178,10 @@ async fn forwarded_watches_count_against_the_per_user_limit() {
     drop(w2);
 }
 
-/// Opens an exec session on the proxy as the bearer of `token` and returns the connection
-/// once the `101` is in and one echo went through the splice; the answer's head otherwise.
+/// An exec session of pod `default/p` as the bearer of `token` (`common::exec_session`).
 async fn exec_session(env: &Env, token: &str) -> Result<tokio::net::TcpStream, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-    let req = format!(
-        "POST /api/v1/namespaces/default/pods/p/exec?command=sh&stdin=true HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n",
-        env.proxy.addr
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte))
-            .await
-            .expect("answer in time")
-            .unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    if !head.starts_with("HTTP/1.1 101") {
-        return Err(head);
-    }
-    s.write_all(b"ping").await.unwrap();
-    let mut echo = [0u8; 4];
-    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo))
+    common::exec_session(env.proxy.addr, "default/pods/p", &format!("Authorization: Bearer {token}\r\n"))
         .await
-        .expect("echo in time")
-        .unwrap();
-    assert_eq!(&echo, b"ping");
-    Ok(s)
 }
 
 /// Followed logs and exec sessions hold no in-flight permit (they are long-running) but hold a

@@ -140,30 +140,8 @@ async fn upgrades_are_spliced() {
     let env = start_edited(opts, |a| a.security.reject_paths = String::new()).await;
     env.ns("ns");
     env.sim.sim.create("pods", "ns", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})).unwrap();
-    let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-    let req = format!(
-        "POST /api/v1/namespaces/ns/pods/p/exec?command=sh&stdin=true HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n",
-        env.proxy.addr
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut byte))
-            .await
-            .expect("101 in time")
-            .unwrap();
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head);
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    s.write_all(b"ping").await.unwrap();
-    let mut echo = [0u8; 4];
-    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut echo))
-        .await
-        .expect("echo in time")
-        .unwrap();
-    assert_eq!(&echo, b"ping");
+    let s = common::exec_session(env.proxy.addr, "ns/pods/p", "").await;
+    assert!(s.is_ok(), "{:?}", s.err());
 }
 
 /// Issue 21 item 4: headers the upstream may trust from the proxy's connection never pass:
