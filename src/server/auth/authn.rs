@@ -123,12 +123,12 @@ impl TokenAuthenticator {
         if self.rejected.peek(&key).is_some() {
             return Ok((None, Lookup::Hit));
         }
-        if let Some(user) = self.cache.peek(&key) {
-            return Ok((user, Lookup::Hit));
-        }
-        // A review to send or to wait for: a seat of the source's, held until it is in.
-        let Some(_seat) = self.waiting.take(source.map(rate::source_key)) else {
-            return Err(ReviewError::Busy);
+        // A review to send or to wait for (the token not known): a seat of the source's, held
+        // until it is in. A known token takes none (and is looked up below, which keeps it
+        // recently used).
+        let _seat = match self.cache.peek(&key) {
+            Some(_) => None,
+            None => Some(self.waiting.take(source.map(rate::source_key)).ok_or(ReviewError::Busy)?),
         };
         self.cache
             .get_or_fetch(key, || async {
