@@ -83,7 +83,8 @@ pub async fn run(
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let builders = Arc::new(conn::Builders::new(conn_opts));
     let goaway_chance = conn_opts.goaway_chance;
-    let slots = (conn_opts.max_connections > 0).then(|| Arc::new(Semaphore::new(conn_opts.max_connections)));
+    let slots = (conn_opts.max_connections > 0)
+        .then(|| Arc::new(Semaphore::new(conn_opts.max_connections.min(Semaphore::MAX_PERMITS))));
     let mut warned: Option<tokio::time::Instant> = None;
     loop {
         // A slot before the accept: at the bound, new connections wait in the kernel's queue
