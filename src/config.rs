@@ -392,7 +392,7 @@ pub struct SecurityArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub write_stall_timeout: Duration,
     /// Open watches (served from the cache or forwarded) per user and client address, counting
-    /// too followed logs, proxy requests and exec/attach/port-forward sessions; 429 past it.
+    /// too followed logs and exec/attach/port-forward sessions; 429 past it.
     /// 0 = unlimited.
     #[arg(long, default_value_t = 1000)]
     pub max_watches_per_user: usize,
