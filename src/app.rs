@@ -255,9 +255,10 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
                 tracing::warn!(error = %e, "the upstream cluster's identity is unknown: no saved state is used");
             }
             let warm = Arc::new(Warm::new(loaded, &identity, &metrics));
+            let dir = opts.dir.clone();
             let saver = Arc::new(Saver::new(opts, upstream.clone(), metrics.clone(), identity.ok()));
             warm_start = !warm.is_empty();
-            warm_states = Some(warm.clone());
+            warm_states = Some((warm.clone(), dir));
             let caching = caching.with_warm(warm);
             let c = caching.clone();
             tokio::spawn(saver.clone().run(move || c.readers(), shutdown_rx.clone()));
@@ -285,8 +286,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         caching.spawn_wild(&name, kind, &server.catalog());
     }
     // Every cache of the start took its state: what is left is not used later.
-    if let Some(warm) = warm_states {
-        warm.drop_untaken(&caching.metrics);
+    if let Some((warm, dir)) = warm_states {
+        warm.drop_untaken(&caching.metrics, &dir);
     }
     server.resources().set_skipped(discovered.skipped);
     if wanted.all {

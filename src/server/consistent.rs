@@ -83,10 +83,10 @@ impl Streak {
 /// Page size of initial lists' metadata (client-go's pager and the reflector use 500 too).
 const INITIAL_PAGE: u32 = 500;
 /// An upstream read that takes longer than this is given up (then: forward).
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a watch-list's start waits for the cache to hold the state the upstream listed
 /// (the apiserver's own cache waits as long for freshness); past it the watch is forwarded.
-const PROOF_WAIT: Duration = Duration::from_secs(3);
+pub(crate) const PROOF_WAIT: Duration = Duration::from_secs(3);
 
 /// Metadata proofs' upstream reads in the air at once, across every resource. The proxy makes
 /// them as itself, in its own API Priority and Fairness flow, which every caller's

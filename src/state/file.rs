@@ -90,7 +90,10 @@ pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
 pub fn remove(dir: &Path, name: &str) {
     match fs::remove_file(dir.join(name)) {
         Ok(()) => {
-            tracing::info!(file = name, "state file of a resource excluded from --state-resources removed")
+            tracing::info!(
+                file = name,
+                "state file removed: its resource is not written (--state-resources) or not cached"
+            )
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {

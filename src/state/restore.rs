@@ -107,9 +107,12 @@ impl Warm {
     /// each logged and counted (`not_cached`): a cache started later, once discovery finds
     /// its resource — seconds or days on — lists rather than restores a state from before the
     /// downtime, and the states are not held in memory meanwhile.
-    pub fn drop_untaken(&self, metrics: &Metrics) {
+    pub fn drop_untaken(&self, metrics: &Metrics, dir: &std::path::Path) {
         let rest = std::mem::take(&mut *self.states.lock());
         for ((group, resource), _) in rest {
+            // Its file too: the next start would restore it (ready, old) if the resource is
+            // served again by then.
+            file::remove(dir, &file::name_of(&group, &resource));
             let name = if group.is_empty() { resource } else { format!("{resource}.{group}") };
             refused(metrics, &name, &Refusal::NotCached);
         }

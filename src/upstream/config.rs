@@ -355,12 +355,15 @@ pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
 }
 
 /// `url` with the user information of its authority (before the last `@` of the part after
-/// `://`, up to the first `/`) replaced by `***`.
+/// `://`, or of the whole without a scheme, up to the first `/`) replaced by `***`.
 fn hide_userinfo(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        Some(at) => format!("{scheme}***{}", &rest[at..]),
         None => url.to_owned(),
     }
 }

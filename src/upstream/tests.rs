@@ -209,6 +209,7 @@ fn upstream_url_without_kubeconfig() {
         ("https://admin:hunter2@10.0.0.1:6443", "https://***@10.0.0.1:6443"),
         ("https://tok%40en@10.0.0.1:6443/prefix", "https://***@10.0.0.1:6443/prefix"),
         ("https://a:b@c@10.0.0.1:6443/x?y=z", "https://***@10.0.0.1:6443/x?y=z"),
+        ("admin:hunter2@10.0.0.1:6443", "***@10.0.0.1:6443"),
     ] {
         let opts = UpstreamOptions { upstream: Some(url.into()), ..Default::default() };
         let e = Upstream::new(&opts).err().unwrap().to_string();

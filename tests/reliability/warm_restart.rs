@@ -437,6 +437,7 @@ async fn a_state_of_a_resource_not_served_at_start_is_dropped_not_restored_later
     let lists = full_lists(&sim);
     let b = proxy(&args(&sim, &dir, &["configmaps", "secrets"])).await;
     assert_eq!(metric(&client, &b, "watchcache_state_loads_total{result=\"not_cached\"}").await, 1);
+    assert!(!state_file(&dir).exists(), "its file goes too: the next start would restore it");
     sim.sim.set_served("configmaps", true).unwrap();
     let changed = cm(&sim, "c1", "after");
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -46,9 +46,10 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
             // Held while the watch starts (its read upstream, made as the proxy), let go when
             // its stream begins: a caller cannot have more such reads in the air than its
             // in-flight share, whatever its watch slots. Not for ever: a start that has not
-            // begun streaming within twice `--request-timeout` (its upstream read hangs; a
-            // cache-served start gives up its own read after one) is answered 504.
-            let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout * 2;
+            // begun streaming within twice `--request-timeout`, and not before a cache-served
+            // start gives up its own read and proof (then it is forwarded), is answered 504.
+            let own = crate::server::consistent::READ_TIMEOUT + crate::server::consistent::PROOF_WAIT;
+            let deadline = tokio::time::Instant::now() + (self.limits.opts.request_timeout * 2).max(own);
             let started = tokio::time::timeout_at(deadline, pass(next, req)).await;
             ticket.release();
             return match started {
