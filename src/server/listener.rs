@@ -101,7 +101,7 @@ pub async fn run(
                     warned = Some(tokio::time::Instant::now());
                 }
                 tokio::select! {
-                    p = s.clone().acquire_owned() => p.ok(),
+                    p = s.clone().acquire_owned() => p.ok().map(Arc::new),
                     _ = until_true(&mut shutdown) => break,
                 }
             }
@@ -125,12 +125,13 @@ pub async fn run(
         match &acceptor {
             None => {
                 tokio::spawn(async move {
-                    let _slot = slot;
+                    let _slot = slot.clone();
                     let activity = conn::Activity::new();
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
                         sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
-                    let svc = service(server, None, peer, activity.clone(), false, goaway_chance);
+                    let svc =
+                        service(server, None, peer, activity.clone(), false, goaway_chance, slot.clone());
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
                         let conn = builders.serve(io, proto, svc, stop, live, activity);
@@ -144,7 +145,7 @@ pub async fn run(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let _slot = slot;
+                    let _slot = slot.clone();
                     // Boxed: the handshake's state is not kept for the connection's life.
                     let accept =
                         Box::pin(tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)));
@@ -168,7 +169,8 @@ pub async fn run(
                         _ => Proto::Detect,
                     };
                     let activity = conn::Activity::new();
-                    let svc = service(server, peer_user, peer, activity.clone(), v1, goaway_chance);
+                    let svc =
+                        service(server, peer_user, peer, activity.clone(), v1, goaway_chance, slot.clone());
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does
                     // in the clear).
@@ -245,6 +247,7 @@ fn service(
     activity: Arc<conn::Activity>,
     v1_certificate: bool,
     goaway_chance: f64,
+    slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<super::Body>,
@@ -262,6 +265,13 @@ fn service(
             req.extensions_mut().insert(super::auth::VersionOneCertificate);
         }
         req.extensions_mut().insert(super::proxy::PeerAddr(peer));
+        // An upgraded session's sockets outlive hyper's connection task (it ends at the 101):
+        // the connection's slot goes on with the splice.
+        if let Some(slot) =
+            slot.as_ref().filter(|_| crate::upstream::upgrade_protocol(req.headers()).is_some())
+        {
+            crate::upstream::HeldWhileUpgraded::hold(&mut req, slot.clone());
+        }
         // In flight until its response body ends: the connection is not idle meanwhile.
         let busy = activity.begin();
         // An HTTP/2 stream reset before its response is ready counts against the connection.

@@ -12,7 +12,8 @@
 //! the two upgraded connections are spliced by a spawned task and the 101 goes back to the
 //! caller. The server must serve its connections with upgrades enabled. What the request
 //! carries as [`HeldWhileUpgraded`] goes with the splice and is dropped when it ends (the
-//! server's per-user slot of a session: an exec session is held open as long as a watch).
+//! server's per-user slot of a session, and its connection's `--max-connections` slot: an exec
+//! session is held open as long as a watch, and its two sockets outlive hyper's connection).
 
 use bytes::Bytes;
 use http::header::{HeaderName, AUTHORIZATION, CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
@@ -39,10 +40,28 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
 ];
 
-/// Something the caller's request carries (an extension) that must live as long as an upgraded
-/// session: moved into the splice on `101`, dropped with the request otherwise.
-#[derive(Clone)]
-pub struct HeldWhileUpgraded(pub std::sync::Arc<dyn Send + Sync>);
+/// What the caller's request carries (an extension) that must live as long as an upgraded
+/// session: the server's per-user stream slot and its connection slot (`--max-connections`).
+/// Moved into the splice on `101`, dropped with the request otherwise.
+#[derive(Clone, Default)]
+pub struct HeldWhileUpgraded(Vec<std::sync::Arc<dyn Send + Sync>>);
+
+impl HeldWhileUpgraded {
+    /// Adds `what` to those `req` holds while upgraded (beside any added before).
+    pub fn hold<B>(req: &mut Request<B>, what: std::sync::Arc<dyn Send + Sync>) {
+        req.extensions_mut().get_or_insert_default::<HeldWhileUpgraded>().0.push(what);
+    }
+
+    /// How many things are held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// The protocols Kubernetes upgrades to: `kubectl exec` / `attach` / `port-forward` speak
 /// SPDY/3.1 or websocket (the `v5.channel.k8s.io`-style subprotocols ride inside websocket's

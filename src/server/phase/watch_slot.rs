@@ -50,7 +50,7 @@ impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
             _ => None,
         };
         if let Some(s) = &slot {
-            req.extensions_mut().insert(HeldWhileUpgraded(s.clone()));
+            HeldWhileUpgraded::hold(&mut req, s.clone());
         }
         let resp = pass(next, req).await;
         match slot {
