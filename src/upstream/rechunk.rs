@@ -18,11 +18,17 @@ pub const TARGET: usize = 64 * 1024;
 /// Frames a pump may read ahead of the caller's connection.
 const PUMP_FRAMES: usize = 64;
 
+/// Bytes a pump may read ahead of the caller's connection (beside the one frame it holds while
+/// it waits): a client that reads slowly holds this much per forwarded stream, not
+/// [`PUMP_FRAMES`] frames of whatever size the upstream's decoder hands over (an HTTP/1.1
+/// chunk can be hundreds of KiB).
+pub const PUMP_BYTES: usize = 256 * 1024;
+
 /// The boxed error of pumped bodies.
 pub type PumpError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A forwarded body read ahead by a task of its own (at most [`PUMP_FRAMES`] frames), then
-/// re-chunked. hyper's client hands a body over one chunk at a time and decodes the next only
+/// A forwarded body read ahead by a task of its own (at most [`PUMP_FRAMES`] frames and
+/// [`PUMP_BYTES`] bytes), then re-chunked. hyper's client hands a body over one chunk at a time and decodes the next only
 /// when the previous one was taken, so without the pump no two chunks are ever ready together.
 /// The pump ends when the body ends or the caller goes away (at once, even while the upstream
 /// sends nothing).
@@ -33,7 +39,11 @@ where
     B::Error: Into<PumpError> + Send,
 {
     use http_body_util::BodyExt;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, PumpError>>(PUMP_FRAMES);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Result<Frame<Bytes>, PumpError>, u32)>(PUMP_FRAMES);
+    // Bytes in the channel: taken by the pump before it sends a frame, given back when the
+    // frame is taken out.
+    let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(PUMP_BYTES));
+    let room = budget.clone();
     tokio::spawn(async move {
         loop {
             // A caller gone (its body dropped, or cut at the write stall) ends the pump at once,
@@ -47,12 +57,33 @@ where
             let Some(f) = f else { return };
             let f = f.map_err(Into::into).map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())));
             let end = f.is_err();
-            if tx.send(f).await.is_err() || end {
+            let len = f.as_ref().ok().and_then(Frame::data_ref).map_or(0, Bytes::len);
+            // At most the whole budget: a frame larger than it goes alone.
+            let n = len.min(PUMP_BYTES) as u32;
+            if n > 0 {
+                let permit = tokio::select! {
+                    biased;
+                    _ = tx.closed() => return,
+                    p = room.acquire_many(n) => p,
+                };
+                match permit {
+                    Ok(p) => p.forget(),
+                    Err(_) => return,
+                }
+            }
+            if tx.send((f, n)).await.is_err() || end {
                 return;
             }
         }
     });
-    let frames = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let frames = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|f| {
+            f.map(|(f, n)| {
+                budget.add_permits(n as usize);
+                f
+            })
+        })
+    });
     Rechunk::new(http_body_util::StreamBody::new(frames))
 }
 
@@ -277,6 +308,33 @@ mod tests {
         drop(tx);
         assert_eq!(b.frame().await.unwrap().unwrap().into_data().unwrap(), Bytes::from_static(b"three"));
         assert!(b.frame().await.is_none());
+    }
+
+    /// A caller that takes nothing: the pump reads at most its byte budget (and the frame it
+    /// waits with) from the upstream's body, however many frames that is.
+    #[tokio::test(start_paused = true)]
+    async fn the_pump_reads_ahead_at_most_its_byte_budget() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let chunk = 48 * 1024;
+        let read = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = read.clone();
+        let source = stream::iter((0..64).map(move |_| {
+            counted.fetch_add(chunk, Ordering::Relaxed);
+            Ok::<_, Infallible>(Frame::data(Bytes::from(vec![b'x'; chunk])))
+        }));
+        let mut b = pumped(StreamBody::new(source));
+        // Every task idle before the clock moves: the pump has read all it may.
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let ahead = read.load(Ordering::Relaxed);
+        assert!(ahead <= PUMP_BYTES + chunk, "read {ahead} bytes ahead of a caller that took nothing");
+        assert!(ahead >= PUMP_BYTES - chunk, "read ahead only {ahead} bytes");
+        // Taken out, the budget comes back: the rest is read and comes in order, whole.
+        let mut got = 0;
+        while let Some(f) = b.frame().await {
+            got += f.unwrap().into_data().unwrap().len();
+        }
+        assert_eq!(got, 64 * chunk);
+        assert_eq!(read.load(Ordering::Relaxed), 64 * chunk);
     }
 
     fn tokio_stream_from<T: Send + 'static>(
