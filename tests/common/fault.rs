@@ -1,7 +1,8 @@
 //! A TCP fault relay between the proxy and the simulated apiserver, for the reliability tests
 //! (`tests/faults.rs`, `tests/reliability/relist.rs`): on command it drops every open connection, refuses
 //! new ones (upstream down), delays every chunk (slow upstream), stops forwarding on the open
-//! connections without closing them (blackhole, a stalled watch), or answers the next N LISTs of
+//! connections without closing them (blackhole, a stalled watch), holds every chunk until told
+//! (a slow upstream ended by the test), or answers the next N LISTs of
 //! configmaps with HTTP 500, or holds the responses of watch requests (a stalled watch). It speaks bytes, not HTTP, so the proxy's client must use HTTP/1.1
 //! to a plain-http upstream.
 
@@ -39,6 +40,9 @@ pub struct FaultState {
     /// While set, no response bytes of a watch request (`watch=true`) are forwarded: they are
     /// held, as by a stalled TCP connection, until it is cleared (or the connection is cut).
     pub stall_watches: watch::Sender<bool>,
+    /// While set, every chunk, each way, waits until it is cleared (a slow upstream whose
+    /// slowness a test ends when it chooses, not after a time).
+    pub held: watch::Sender<bool>,
 }
 
 pub struct Fault {
@@ -66,6 +70,7 @@ impl Fault {
             heads: AtomicUsize::new(0),
             h2_preface: AtomicBool::new(false),
             stall_watches: watch::channel(false).0,
+            held: watch::channel(false).0,
         });
         let s = st.clone();
         tokio::spawn(async move {
@@ -109,6 +114,11 @@ impl Fault {
         self.st.stall_watches.send_replace(on);
     }
 
+    /// Holds (true) or releases (false) every chunk, each way, on every connection.
+    pub fn hold(&self, on: bool) {
+        self.st.held.send_replace(on);
+    }
+
     pub fn set_delay(&self, d: Duration) {
         self.st.delay_ms.store(d.as_millis() as u64, SeqCst);
     }
@@ -149,6 +159,11 @@ async fn gate(st: &FaultState, id: u64) {
 }
 
 async fn delay(st: &FaultState) {
+    let mut held = st.held.subscribe();
+    if *held.borrow_and_update() {
+        st.delayed_chunks.fetch_add(1, SeqCst);
+        let _ = held.wait_for(|on| !on).await;
+    }
     let ms = st.delay_ms.load(SeqCst);
     if ms > 0 {
         st.delayed_chunks.fetch_add(1, SeqCst);

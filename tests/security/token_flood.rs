@@ -223,7 +223,8 @@ async fn requests_piled_on_one_slow_review_hold_only_their_sources_seats() {
         send(&other, Method::GET, &url, None, &[("authorization", "Bearer alice-token")]).await.status
     };
     assert_eq!(alice().await, StatusCode::OK, "alice's token and rights are cached");
-    relay.set_delay(Duration::from_millis(500));
+    // The review waits until every request has come and been counted: no time window.
+    relay.hold(true);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for _ in 0..piled {
         let (addr, tx) = (proxy.addr, tx.clone());
@@ -239,11 +240,11 @@ async fn requests_piled_on_one_slow_review_hold_only_their_sources_seats() {
     }
     assert!(codes.iter().all(|c| *c == StatusCode::TOO_MANY_REQUESTS), "{codes:?}");
     assert_eq!(alice().await, StatusCode::OK, "a known caller still finds a permit");
+    relay.hold(false);
     for _ in 0..PER_SOURCE {
         let c = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("reviewed").unwrap();
         assert_eq!(c, StatusCode::UNAUTHORIZED);
     }
-    relay.set_delay(Duration::ZERO);
     assert_eq!(reviews(&sim), 2, "alice's, and one for every request that waited");
     proxy.shutdown().await;
 }
