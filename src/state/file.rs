@@ -55,17 +55,65 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Creates `dir` (0700) if needed.
+/// Creates `dir` (0700) if needed; a directory of the proxy's own that others may open (a
+/// mounted one keeps its mode) is made 0700.
 pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     let mut b = fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)
+    b.create(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = fs::metadata(dir)?;
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() == rustix::process::geteuid().as_raw() && mode & 0o077 != 0 {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+            tracing::info!(dir = %dir.display(), mode = format!("{mode:o}"), "--state-dir made 0700");
+        }
+    }
+    Ok(())
 }
 
-/// One state file found: its name, and the open file with its length or why it is unreadable.
-pub type Found = (String, std::io::Result<(File, u64)>);
+/// Why a state file must not be read: it is not the proxy's own (another user's), or users
+/// other than the proxy's may write it (anyone, or a group the proxy is not in; a group it is
+/// in — a pod's `fsGroup` — is its own). Such a file could make the proxy serve objects the
+/// upstream never had.
+pub fn untrusted(meta: &fs::Metadata) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use rustix::process::{getegid, geteuid, getgroups};
+        use std::os::unix::fs::MetadataExt;
+        let mut groups: Vec<u32> = getgroups().unwrap_or_default().iter().map(|g| g.as_raw()).collect();
+        groups.push(getegid().as_raw());
+        untrusted_by((meta.uid(), meta.gid(), meta.mode()), geteuid().as_raw(), &groups)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// [`untrusted`] of a file owned by `(uid, gid)` with `mode`, read by the user `me` in
+/// `groups`.
+fn untrusted_by((uid, gid, mode): (u32, u32, u32), me: u32, groups: &[u32]) -> Option<String> {
+    let mode = mode & 0o7777;
+    if uid != me {
+        Some(format!("not the proxy's own: owned by uid {uid}, the proxy runs as {me}"))
+    } else if mode & 0o002 != 0 {
+        Some(format!("anyone may write it (mode {mode:o})"))
+    } else if mode & 0o020 != 0 && !groups.contains(&gid) {
+        Some(format!("group {gid}, which the proxy is not in, may write it (mode {mode:o})"))
+    } else {
+        None
+    }
+}
+
+/// One state file found: its name, and the open file with its metadata or why it is
+/// unreadable.
+pub type Found = (String, std::io::Result<(File, fs::Metadata)>);
 
 /// The state files in `dir`; temporary files left by a crash are removed, never read.
 pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
@@ -78,7 +126,7 @@ pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
             continue;
         }
         if name.ends_with(".state") {
-            let opened = File::open(entry.path()).and_then(|f| f.metadata().map(|m| (f, m.len())));
+            let opened = File::open(entry.path()).and_then(|f| f.metadata().map(|m| (f, m)));
             out.push((name, opened));
         }
     }
@@ -130,6 +178,41 @@ mod tests {
         assert_eq!(resource_of("apps_a_b.state"), None);
         assert_eq!(resource_of("core_configmaps.state.tmp-1"), None);
         assert!(!temporary(&p).exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A state file is read only if it is the proxy's own and only the proxy (or a group it is
+    /// in) may write it.
+    #[test]
+    fn only_the_proxys_own_files_are_trusted() {
+        let mine = [1000, 2000];
+        assert_eq!(untrusted_by((1000, 1000, 0o100600), 1000, &mine), None);
+        assert_eq!(untrusted_by((1000, 1000, 0o100644), 1000, &mine), None);
+        assert_eq!(untrusted_by((1000, 2000, 0o100660), 1000, &mine), None, "an fsGroup's file");
+        assert!(untrusted_by((1001, 1000, 0o100600), 1000, &mine).unwrap().contains("owned by uid 1001"));
+        assert!(untrusted_by((0, 0, 0o100600), 1000, &mine).is_some(), "root's file is not the proxy's");
+        assert!(untrusted_by((1000, 3000, 0o100620), 1000, &mine).unwrap().contains("group 3000"));
+        assert!(untrusted_by((1000, 1000, 0o100602), 1000, &mine).unwrap().contains("mode 602"));
+    }
+
+    /// A directory of the proxy's own that others may open is made 0700; files in it written
+    /// 0600 are trusted, one made writable by others is not.
+    #[cfg(unix)]
+    #[test]
+    fn an_open_directory_of_its_own_is_closed_and_open_files_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("kwc-state-mode-{}", fastrand::u64(..)));
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        ensure_dir(&dir).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
+        let p = dir.join(name_of("", "configmaps"));
+        write_atomic(&p, b"one").unwrap();
+        let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
+        assert_eq!(untrusted(&opened.unwrap().1), None);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o666)).unwrap();
+        let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
+        assert!(untrusted(&opened.unwrap().1).is_some_and(|why| why.contains("mode 666")));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

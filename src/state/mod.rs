@@ -60,6 +60,8 @@ impl StateOptions {
 pub enum Refusal {
     #[error("unreadable: {0}")]
     Unreadable(String),
+    #[error("not trusted: {0}")]
+    Untrusted(String),
     #[error("{0}")]
     Decode(#[from] DecodeError),
     #[error("the upstream cluster's identity could not be fetched: {0}")]
@@ -87,6 +89,7 @@ impl Refusal {
     pub fn as_str(&self) -> &'static str {
         match self {
             Refusal::Unreadable(_) => "unreadable",
+            Refusal::Untrusted(_) => "untrusted",
             Refusal::Decode(d) => d.as_str(),
             Refusal::IdentityUnknown(_) => "identity_unknown",
             Refusal::OtherCluster { .. } => "other_cluster",
@@ -103,6 +106,7 @@ impl Refusal {
 pub const LOAD_RESULTS: &[&str] = &[
     "restored",
     "unreadable",
+    "untrusted",
     "truncated",
     "corrupt",
     "checksum",

@@ -47,15 +47,20 @@ impl Loaded {
                 continue;
             }
             let state = match opened {
-                Ok((mut f, len)) => {
-                    let t = std::time::Instant::now();
-                    let decoded = decode_from(&mut f, len);
-                    tracing::debug!(file = name, bytes = len, took = ?t.elapsed(), "state file read");
-                    decoded.map_err(|e| match e {
-                        DecodeError::Io(e) => Refusal::Unreadable(e),
-                        e => Refusal::from(e),
-                    })
-                }
+                // Another user's file, or one others may write: not read.
+                Ok((mut f, meta)) => match file::untrusted(&meta) {
+                    Some(why) => Err(Refusal::Untrusted(why)),
+                    None => {
+                        let len = meta.len();
+                        let t = std::time::Instant::now();
+                        let decoded = decode_from(&mut f, len);
+                        tracing::debug!(file = name, bytes = len, took = ?t.elapsed(), "state file read");
+                        decoded.map_err(|e| match e {
+                            DecodeError::Io(e) => Refusal::Unreadable(e),
+                            e => Refusal::from(e),
+                        })
+                    }
+                },
                 Err(e) => Err(Refusal::Unreadable(e.to_string())),
             };
             if let Ok(s) = &state {

@@ -294,6 +294,19 @@ async fn every_state_that_cannot_be_trusted_is_refused_with_its_reason() {
         std::fs::write(state_file(&dir), bytes).unwrap();
         refused(&sim, &dir, reason).await;
     }
+    // A good state in a file others may write, or another user's: not read (whoever could
+    // write it could make the proxy serve objects the upstream never had).
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        std::fs::write(state_file(&dir), &good).unwrap();
+        std::fs::set_permissions(state_file(&dir), std::fs::Permissions::from_mode(0o666)).unwrap();
+        refused(&sim, &dir, "untrusted").await;
+        if std::fs::metadata(&dir).unwrap().uid() == 0 {
+            std::fs::write(state_file(&dir), &good).unwrap();
+            std::os::unix::fs::chown(state_file(&dir), Some(4242), None).unwrap();
+            refused(&sim, &dir, "untrusted").await;
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
