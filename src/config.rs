@@ -213,7 +213,7 @@ impl ServeArgs {
         let u = &self.upstream;
         let s = &self.security;
         let mut v = serde_json::json!({
-            "upstream": u.upstream.as_deref().map(without_userinfo),
+            "upstream": u.upstream.as_deref().map(crate::upstream::hide_userinfo),
             "kubeconfig": p(&u.kubeconfig),
             "context": u.context,
             "tokenFile": p(&u.token_file),
@@ -272,19 +272,6 @@ impl ServeArgs {
             v[k] = x;
         }
         v
-    }
-}
-
-/// A URL without the `user:password@` part of its authority.
-fn without_userinfo(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if scheme.is_empty() {
-        format!("{host}{tail}")
-    } else {
-        format!("{scheme}://{host}{tail}")
     }
 }
 
@@ -688,10 +675,10 @@ mod tests {
         a.upstream.token_file = Some("/var/run/token".into());
         let text = a.effective().to_string();
         assert!(!text.contains("s3cret") && !text.contains("admin"), "{text}");
-        assert!(text.contains(r#""upstream":"https://10.0.0.1:6443/prefix""#), "{text}");
+        assert!(text.contains(r#""upstream":"https://***@10.0.0.1:6443/prefix""#), "{text}");
         assert!(text.contains(r#""tokenFile":"/var/run/token""#), "{text}");
         assert!(text.contains(r#""historyWindow":"75s""#), "{text}");
-        assert_eq!(without_userinfo("http://h:1/a@b"), "http://h:1/a@b");
+        assert_eq!(crate::upstream::hide_userinfo("http://h:1/a@b"), "http://h:1/a@b");
     }
 
     #[test]

@@ -356,7 +356,7 @@ pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
 
 /// `url` with the user information of its authority (before the last `@` of the part after
 /// `://`, or of the whole without a scheme, up to the first `/`) replaced by `***`.
-fn hide_userinfo(url: &str) -> String {
+pub fn hide_userinfo(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),

@@ -56,7 +56,7 @@ use bytes::Bytes;
 
 pub use auth::Credentials;
 pub use client::PREFIX_ESCAPE;
-pub use config::{resolve, Resolved, TlsSettings};
+pub use config::{hide_userinfo, resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
 pub(crate) use forward::upgrade_protocol;
