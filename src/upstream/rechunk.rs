@@ -126,7 +126,9 @@ where
     let mut single = Some(first);
     let mut joined = BytesMut::new();
     let take = |single: Option<Bytes>, joined: BytesMut| single.unwrap_or_else(|| joined.freeze());
-    while single.as_ref().map_or(joined.len(), Bytes::len) < TARGET {
+    // Empty frames count too: endless ones end the gathering.
+    let mut empty = 0;
+    while single.as_ref().map_or(joined.len(), Bytes::len) < TARGET && empty < PUMP_FRAMES {
         let ready = match body.frame().now_or_never() {
             Some(f) => Some(f),
             None => {
@@ -139,6 +141,7 @@ where
             Some(Ok(f)) if f.is_data() => {
                 let d = f.into_data().unwrap_or_default();
                 if d.is_empty() {
+                    empty += 1;
                     continue;
                 }
                 if let Some(s) = single.take() {
