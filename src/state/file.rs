@@ -55,25 +55,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Creates `dir` (0700) if needed; a directory of the proxy's own that others may open (a
-/// mounted one keeps its mode) is made 0700.
+/// Creates `dir` (0700) if needed. An existing directory keeps its mode (a volume's is the
+/// operator's: its setgid bit and group are what an `fsGroup` relies on).
 pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     let mut b = fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(dir)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let meta = fs::metadata(dir)?;
-        let mode = meta.mode() & 0o7777;
-        if meta.uid() == rustix::process::geteuid().as_raw() && mode & 0o077 != 0 {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-            tracing::info!(dir = %dir.display(), mode = format!("{mode:o}"), "--state-dir made 0700");
-        }
-    }
-    Ok(())
+    b.create(dir)
 }
 
 /// Why a state file must not be read: it is not the proxy's own (another user's), or users
@@ -81,6 +70,9 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
 /// in — a pod's `fsGroup` — is its own). Such a file could make the proxy serve objects the
 /// upstream never had.
 pub fn untrusted(meta: &fs::Metadata) -> Option<String> {
+    if !meta.is_file() {
+        return Some("not a regular file".into());
+    }
     #[cfg(unix)]
     {
         use rustix::process::{getegid, geteuid, getgroups};
@@ -126,12 +118,22 @@ pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
             continue;
         }
         if name.ends_with(".state") {
-            let opened = File::open(entry.path()).and_then(|f| f.metadata().map(|m| (f, m)));
+            let opened = open_file(&entry.path()).and_then(|f| f.metadata().map(|m| (f, m)));
             out.push((name, opened));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// Opens a state file to read: not through a symbolic link, and without blocking (a FIFO put in
+/// its place would otherwise hold the start for ever; its metadata then says it is not a file).
+fn open_file(path: &Path) -> std::io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    opts.open(path)
 }
 
 /// Removes the state of a resource that must not be on disk (excluded since it was written).
@@ -195,15 +197,13 @@ mod tests {
         assert!(untrusted_by((1000, 1000, 0o100602), 1000, &mine).unwrap().contains("mode 602"));
     }
 
-    /// A directory of the proxy's own that others may open is made 0700; files in it written
-    /// 0600 are trusted, one made writable by others is not.
+    /// A file written 0600 is trusted; one made writable by others is not, nor a FIFO or a
+    /// symbolic link in a file's place (opened without blocking or following it).
     #[cfg(unix)]
     #[test]
-    fn an_open_directory_of_its_own_is_closed_and_open_files_refused() {
+    fn open_files_fifos_and_links_are_refused() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("kwc-state-mode-{}", fastrand::u64(..)));
-        fs::create_dir(&dir).unwrap();
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
         ensure_dir(&dir).unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
         let p = dir.join(name_of("", "configmaps"));
@@ -213,6 +213,18 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666)).unwrap();
         let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
         assert!(untrusted(&opened.unwrap().1).is_some_and(|why| why.contains("mode 666")));
+        fs::remove_file(&p).unwrap();
+        let fifo = std::process::Command::new("mkfifo").arg(&p).status();
+        if fifo.is_ok_and(|s| s.success()) {
+            let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
+            assert_eq!(untrusted(&opened.unwrap().1).as_deref(), Some("not a regular file"));
+            fs::remove_file(&p).unwrap();
+        }
+        let elsewhere = dir.join("elsewhere");
+        write_atomic(&elsewhere, b"two").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &p).unwrap();
+        let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
+        assert!(opened.is_err(), "a link is not followed");
         fs::remove_dir_all(&dir).unwrap();
     }
 }
