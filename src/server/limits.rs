@@ -85,6 +85,12 @@ fn plain(code: StatusCode, text: &'static str) -> Response<Body> {
     r
 }
 
+/// The listener's `--max-connections` slots, carried by a request that asks to upgrade: an
+/// upgraded session keeps two sockets (the caller's and its own upstream connection) where its
+/// connection holds one slot, so it takes a second (`phase::watch_slot`).
+#[derive(Clone)]
+pub struct ConnectionSlots(pub Arc<Semaphore>);
+
 /// The apiserver's max-in-flight answer.
 pub fn too_many() -> Response<Body> {
     body::error(Error::TooManyRequests {

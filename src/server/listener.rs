@@ -120,8 +120,8 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         keepalive(&stream);
-        let (server, builders, stop, live) =
-            (server.clone(), builders.clone(), shutdown.clone(), live.clone());
+        let (server, builders, stop, live, slots) =
+            (server.clone(), builders.clone(), shutdown.clone(), live.clone(), slots.clone());
         match &acceptor {
             None => {
                 tokio::spawn(async move {
@@ -130,8 +130,15 @@ pub async fn run(
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
                         sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
-                    let svc =
-                        service(server, None, peer, activity.clone(), false, goaway_chance, slot.clone());
+                    let svc = service(
+                        server,
+                        None,
+                        peer,
+                        activity.clone(),
+                        false,
+                        goaway_chance,
+                        slot.clone().zip(slots),
+                    );
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
                         let conn = builders.serve(io, proto, svc, stop, live, activity);
@@ -169,8 +176,15 @@ pub async fn run(
                         _ => Proto::Detect,
                     };
                     let activity = conn::Activity::new();
-                    let svc =
-                        service(server, peer_user, peer, activity.clone(), v1, goaway_chance, slot.clone());
+                    let svc = service(
+                        server,
+                        peer_user,
+                        peer,
+                        activity.clone(),
+                        v1,
+                        goaway_chance,
+                        slot.clone().zip(slots),
+                    );
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does
                     // in the clear).
@@ -247,7 +261,7 @@ fn service(
     activity: Arc<conn::Activity>,
     v1_certificate: bool,
     goaway_chance: f64,
-    slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
+    slot: Option<(Arc<tokio::sync::OwnedSemaphorePermit>, Arc<Semaphore>)>,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = http::Response<super::Body>,
@@ -266,11 +280,13 @@ fn service(
         }
         req.extensions_mut().insert(super::proxy::PeerAddr(peer));
         // An upgraded session's sockets outlive hyper's connection task (it ends at the 101):
-        // the connection's slot goes on with the splice.
-        if let Some(slot) =
+        // the connection's slot goes on with the splice, and the session takes a second for its
+        // upstream connection (`phase::watch_slot`).
+        if let Some((slot, slots)) =
             slot.as_ref().filter(|_| crate::upstream::upgrade_protocol(req.headers()).is_some())
         {
             crate::upstream::HeldWhileUpgraded::hold(&mut req, slot.clone());
+            req.extensions_mut().insert(super::limits::ConnectionSlots(slots.clone()));
         }
         // In flight until its response body ends: the connection is not idle meanwhile.
         let busy = activity.begin();

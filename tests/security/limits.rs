@@ -295,31 +295,44 @@ async fn connections_past_the_bound_wait_until_one_closes() {
 }
 
 /// An exec session's two sockets outlive hyper's connection (its task ends at the 101): the
-/// session keeps its connection's `--max-connections` slot until it ends, so sessions cannot
-/// take descriptors past the bound.
+/// session keeps its connection's `--max-connections` slot until it ends, and takes a second
+/// for its own upstream connection, so sessions cannot take descriptors past the bound.
 #[tokio::test]
-async fn an_upgraded_session_keeps_its_connection_slot() {
-    let env = start(|a| {
-        a.security.auth = "upstream".into();
-        a.max_connections = 1;
-    })
-    .await;
-    env.sim.sim.set_auth(AuthScript::default().token("alice-token", ScriptUser::new("alice", &[])));
-    env.sim
-        .sim
-        .create("pods", "default", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}))
-        .unwrap();
-    let session = exec_session(&env, "alice-token").await.expect("a session");
-    let mut next = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-    let waiting = tokio::spawn(async move { status_line(&mut next, Duration::from_secs(10)).await });
-    let early = tokio::time::timeout(Duration::from_millis(300), async {
-        while !waiting.is_finished() {
-            tokio::task::yield_now().await;
+async fn an_upgraded_session_holds_two_connection_slots_until_it_ends() {
+    // The listener always holds one slot for the connection it waits to accept.
+    for max in [2, 3] {
+        let env = start(|a| {
+            a.security.auth = "upstream".into();
+            a.max_connections = max;
+        })
+        .await;
+        env.sim.sim.set_auth(AuthScript::default().token("alice-token", ScriptUser::new("alice", &[])));
+        env.sim
+            .sim
+            .create("pods", "default", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}))
+            .unwrap();
+        if max == 2 {
+            // Its own slot, and none for the upstream connection.
+            let refused = exec_session(&env, "alice-token").await.expect_err("no second slot");
+            assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+            continue;
         }
-    })
-    .await;
-    assert!(early.is_err(), "the next connection waits while the session is open");
-    drop(session);
-    let line = waiting.await.unwrap().expect("served once the session ended");
-    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        let session = exec_session(&env, "alice-token").await.expect("a session");
+        // The third slot: one more connection, then no more.
+        let mut third = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+        let line = status_line(&mut third, Duration::from_secs(5)).await.expect("served");
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        let mut next = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+        let waiting = tokio::spawn(async move { status_line(&mut next, Duration::from_secs(10)).await });
+        let early = tokio::time::timeout(Duration::from_millis(300), async {
+            while !waiting.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(early.is_err(), "the next connection waits while the session is open");
+        drop(session);
+        let line = waiting.await.unwrap().expect("served once the session ended");
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    }
 }

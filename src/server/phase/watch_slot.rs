@@ -4,7 +4,9 @@
 //! limit. The slot is held until the response body ends, and for an upgrade until its spliced
 //! session ends (`upstream::HeldWhileUpgraded`): such requests hold no in-flight permit
 //! (`classify::is_long_running`), so without this one user could hold any number of upstream
-//! streams and connections open. Needs users: none with `--auth=none`.
+//! streams and connections open. Needs users: none with `--auth=none`. An upgrade also takes a
+//! second `--max-connections` slot for its upstream connection (`limits::ConnectionSlots`,
+//! with or without users).
 
 use std::sync::Arc;
 
@@ -31,6 +33,11 @@ fn holds_a_stream<B>(info: &RequestInfo, req: &Req<B>) -> bool {
         || crate::upstream::upgrade_protocol(req.headers()).is_some()
 }
 
+/// The request's verb, as `classify` found it ("" if not known).
+fn ctx_verb<B>(req: &Req<B>) -> String {
+    context(req).and_then(|c| c.info.as_ref()).map(|i| i.verb.clone()).unwrap_or_default()
+}
+
 impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         // A refused request (bad watch options) is answered at once: it holds no slot.
@@ -51,6 +58,17 @@ impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
         };
         if let Some(s) = &slot {
             HeldWhileUpgraded::hold(&mut req, s.clone());
+        }
+        // The second `--max-connections` slot of an upgrade (its upstream connection): none
+        // left, 429 (the session would take a descriptor past the bound).
+        if let Some(slots) = req.extensions().get::<limits::ConnectionSlots>().filter(|_| !refused) {
+            match slots.0.clone().try_acquire_owned() {
+                Ok(p) => HeldWhileUpgraded::hold(&mut req, Arc::new(p)),
+                Err(_) => {
+                    let verb = ctx_verb(&req);
+                    return self.recorder.refused(limits::too_many(), &verb, "", arrived(&req));
+                }
+            }
         }
         let resp = pass(next, req).await;
         match slot {
