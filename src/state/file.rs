@@ -40,6 +40,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
         let mut f = opts.open(&tmp)?;
+        // A file the next start would refuse (a volume that maps owners or modes: NFS with
+        // root_squash, SMB's file_mode): not written.
+        if let Some(why) = untrusted(&f.metadata()?) {
+            return Err(std::io::Error::other(format!(
+                "the next start would not trust a file written here ({why}): warm restarts cannot work on this volume"
+            )));
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)
@@ -215,11 +222,10 @@ mod tests {
         assert!(untrusted(&opened.unwrap().1).is_some_and(|why| why.contains("mode 666")));
         fs::remove_file(&p).unwrap();
         let fifo = std::process::Command::new("mkfifo").arg(&p).status();
-        if fifo.is_ok_and(|s| s.success()) {
-            let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
-            assert_eq!(untrusted(&opened.unwrap().1).as_deref(), Some("not a regular file"));
-            fs::remove_file(&p).unwrap();
-        }
+        assert!(fifo.is_ok_and(|s| s.success()), "mkfifo (coreutils) makes the FIFO");
+        let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
+        assert_eq!(untrusted(&opened.unwrap().1).as_deref(), Some("not a regular file"));
+        fs::remove_file(&p).unwrap();
         let elsewhere = dir.join("elsewhere");
         write_atomic(&elsewhere, b"two").unwrap();
         std::os::unix::fs::symlink(&elsewhere, &p).unwrap();

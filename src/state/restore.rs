@@ -61,6 +61,11 @@ impl Loaded {
                         })
                     }
                 },
+                // `O_NOFOLLOW` on a symbolic link.
+                #[cfg(unix)]
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    Err(Refusal::Untrusted("a symbolic link, not followed".into()))
+                }
                 Err(e) => Err(Refusal::Unreadable(e.to_string())),
             };
             if let Ok(s) = &state {

@@ -24,9 +24,10 @@ const PUMP_FRAMES: usize = 64;
 /// chunk can be hundreds of KiB).
 pub const PUMP_BYTES: usize = 256 * 1024;
 
-/// The pump joins frames smaller than this with those that follow at once ([`gather`]); larger
-/// ones (an HTTP/2 upstream's 16 KiB DATA frames) go as they are: joining them would copy each
-/// for no fewer writes worth having.
+/// The pump joins frames smaller than this that follow one another at once ([`gather`]);
+/// larger ones (an HTTP/2 upstream's 16 KiB DATA frames) leave the pump as they are: joining
+/// them would copy each for no fewer writes worth having. (The re-chunker on the caller's side
+/// still joins ready frames up to [`TARGET`].)
 const GATHER_BELOW: usize = 8 * 1024;
 
 /// The boxed error of pumped bodies.
@@ -148,6 +149,11 @@ where
                 if d.is_empty() {
                     empty += 1;
                     continue;
+                }
+                // A large frame, or one past the target, goes on by itself, uncopied.
+                let pending = single.as_ref().map_or(joined.len(), Bytes::len);
+                if d.len() >= GATHER_BELOW || pending + d.len() > TARGET {
+                    return (take(single, joined), Some(Some(Ok(Frame::data(d)))));
                 }
                 if let Some(s) = single.take() {
                     joined.reserve(TARGET.max(s.len() + d.len()));
@@ -435,6 +441,37 @@ mod tests {
         );
         let got: Vec<u8> = frames.into_iter().flat_map(|f| f.into_data().unwrap().to_vec()).collect();
         assert_eq!(got, expected);
+    }
+
+    /// Endless empty frames do not hold the pump in its gathering: the data before them goes.
+    #[tokio::test]
+    async fn endless_empty_frames_end_the_gathering() {
+        let first = stream::iter([Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"a")))]);
+        let empties = stream::repeat_with(|| Ok::<_, Infallible>(Frame::data(Bytes::new())));
+        let mut b = pumped(StreamBody::new(futures_util::StreamExt::chain(first, empties)));
+        let f = tokio::time::timeout(std::time::Duration::from_secs(5), b.frame()).await.expect("not held");
+        assert_eq!(f.unwrap().unwrap().into_data().unwrap(), Bytes::from_static(b"a"));
+    }
+
+    /// A frame too large to gather, or one past the target, is handed back, not copied in.
+    #[tokio::test]
+    async fn a_large_frame_is_not_gathered() {
+        let big = Bytes::from(vec![b'x'; GATHER_BELOW]);
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> =
+            vec![Ok(Frame::data(Bytes::from_static(b"b"))), Ok(Frame::data(big.clone()))];
+        let mut body = StreamBody::new(stream::iter(frames));
+        let (joined, past) = gather(&mut body, Bytes::from_static(b"a")).await;
+        assert_eq!(joined, Bytes::from_static(b"ab"));
+        let past = past.flatten().unwrap().unwrap().into_data().unwrap();
+        assert_eq!(past, big);
+        // Small frames past the target: the one that would overflow it is handed back.
+        let small = Bytes::from(vec![b'y'; GATHER_BELOW - 1]);
+        let frames: Vec<Result<Frame<Bytes>, Infallible>> =
+            (0..TARGET / small.len() + 2).map(|_| Ok(Frame::data(small.clone()))).collect();
+        let mut body = StreamBody::new(stream::iter(frames));
+        let (joined, past) = gather(&mut body, small.clone()).await;
+        assert!(joined.len() <= TARGET && joined.len() + small.len() > TARGET, "{}", joined.len());
+        assert_eq!(past.flatten().unwrap().unwrap().into_data().unwrap(), small);
     }
 
     /// Trailers and an error read past joined data still come after it, in order.

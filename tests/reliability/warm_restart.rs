@@ -301,6 +301,13 @@ async fn every_state_that_cannot_be_trusted_is_refused_with_its_reason() {
         std::fs::write(state_file(&dir), &good).unwrap();
         std::fs::set_permissions(state_file(&dir), std::fs::Permissions::from_mode(0o666)).unwrap();
         refused(&sim, &dir, "untrusted").await;
+        // A symbolic link in the file's place (to a good state of the proxy's own): not followed.
+        let elsewhere = dir.with_extension("elsewhere");
+        std::fs::write(&elsewhere, &good).unwrap();
+        std::fs::remove_file(state_file(&dir)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, state_file(&dir)).unwrap();
+        refused(&sim, &dir, "untrusted").await;
+        let _ = std::fs::remove_file(&elsewhere);
         if std::fs::metadata(&dir).unwrap().uid() == 0 {
             std::fs::write(state_file(&dir), &good).unwrap();
             std::os::unix::fs::chown(state_file(&dir), Some(4242), None).unwrap();

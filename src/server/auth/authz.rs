@@ -4,7 +4,8 @@
 //! Reviews sent upstream are bounded per user (a token bucket each, `--authorization-review-qps`
 //! and `--authorization-review-burst`), past which the caller gets 429: one caller asking for
 //! many distinct names cannot make unbounded reviews; and at most [`MAX_REVIEWS_IN_THE_AIR`] are
-//! in the air for all users together (the rest wait for one to end). A decision whose user and attributes
+//! in the air for all users together (the rest wait for one to end, at most [`SEAT_WAIT`], then
+//! 429). A decision whose user and attributes
 //! exceed [`MAX_KEY_BYTES`] is cached under the SHA-256 of its review instead of the whole.
 //!
 //! Called by `auth::Auth::authorize` for every read served from the cache, `/metrics`, and the
@@ -141,6 +142,9 @@ pub struct Authorizer {
 /// queue there ahead of the proxy's own reads. At ~1–2 ms a review, 64 pass 30 000 a second.
 pub const MAX_REVIEWS_IN_THE_AIR: usize = 64;
 
+/// How long a check waits for one of those seats before its caller gets 429.
+pub const SEAT_WAIT: Duration = Duration::from_secs(5);
+
 impl Authorizer {
     pub fn new(upstream: Upstream, opts: AuthzOptions, metrics: Arc<Metrics>) -> Authorizer {
         let cache = TtlCache::new(opts.capacity);
@@ -168,8 +172,11 @@ impl Authorizer {
                     return Err(CheckError::Limited);
                 }
                 let body = Bytes::from(review_body(user, attrs).to_string());
-                // Never closed: the error cannot happen.
-                let _seat = self.in_the_air.acquire().await.map_err(|_| CheckError::Limited)?;
+                // Waited for a short while only: requests queued here hold their in-flight
+                // permits, and a slow upstream must not let them take every permit (429 past it,
+                // as past the user's rate).
+                let seat = tokio::time::timeout(SEAT_WAIT, self.in_the_air.acquire()).await;
+                let Ok(Ok(_seat)) = seat else { return Err(CheckError::Limited) };
                 let started = tokio::time::Instant::now();
                 let answer = self.upstream.post_json(ACCESS_REVIEWS, body).await;
                 self.metrics.review(Review::Access, started.elapsed().as_secs_f64());
@@ -289,6 +296,11 @@ mod tests {
         // One gives up: its seat goes to the one waiting, whose review is sent.
         waiting.pop().unwrap().abort();
         assert!(until(MAX_REVIEWS_IN_THE_AIR + 1, Duration::from_secs(5)).await, "sent once a seat is free");
+        // Every seat taken again: one more waits at most `SEAT_WAIT`, then is refused (429).
+        let late = check(MAX_REVIEWS_IN_THE_AIR + 1);
+        let refused = tokio::time::timeout(SEAT_WAIT * 2, late).await.expect("not held for ever").unwrap();
+        assert!(matches!(refused, Err(CheckError::Limited)), "{refused:?}");
+        assert_eq!(accepted.load(Ordering::SeqCst), MAX_REVIEWS_IN_THE_AIR + 1, "never sent");
         for t in waiting {
             t.abort();
         }
