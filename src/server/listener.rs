@@ -125,7 +125,6 @@ pub async fn run(
         match &acceptor {
             None => {
                 tokio::spawn(async move {
-                    let _slot = slot.clone();
                     let activity = conn::Activity::new();
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
@@ -137,7 +136,8 @@ pub async fn run(
                         activity.clone(),
                         false,
                         goaway_chance,
-                        slot.clone().zip(slots),
+                        // The connection's slot, held by its service until the connection ends.
+                        slot.zip(slots),
                     );
                     if proto == Proto::Http2 {
                         let (io, flusher) = batch::batched(stream);
@@ -152,7 +152,6 @@ pub async fn run(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let _slot = slot.clone();
                     // Boxed: the handshake's state is not kept for the connection's life.
                     let accept =
                         Box::pin(tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)));
@@ -183,7 +182,8 @@ pub async fn run(
                         activity.clone(),
                         v1,
                         goaway_chance,
-                        slot.clone().zip(slots),
+                        // The connection's slot, held by its service until the connection ends.
+                        slot.zip(slots),
                     );
                     // Full TLS records: short tails wait for the end of each poll (`tlsio`), which
                     // also batches an HTTP/2 connection's frames into few writes (as `batch` does

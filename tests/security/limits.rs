@@ -266,6 +266,20 @@ async fn status_line(s: &mut tokio::net::TcpStream, within: Duration) -> Option<
     Some(String::from_utf8_lossy(&head).trim().to_owned())
 }
 
+/// A new connection sending a GET, still unanswered after the time it would have needed (its
+/// status line comes later, from the task); `None` if it was answered.
+async fn waiting_connection(env: &Env) -> Option<tokio::task::JoinHandle<Option<String>>> {
+    let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let waiting = tokio::spawn(async move { status_line(&mut s, Duration::from_secs(10)).await });
+    let early = tokio::time::timeout(Duration::from_millis(300), async {
+        while !waiting.is_finished() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    early.is_err().then_some(waiting)
+}
+
 /// `--max-connections`: past it the proxy accepts no more connections until one closes (they
 /// wait in the kernel's queue), so a flood of connections cannot take the descriptors the
 /// proxy needs for its own upstream connections and files.
@@ -279,16 +293,8 @@ async fn connections_past_the_bound_wait_until_one_closes() {
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
         held.push(s);
     }
-    let mut third = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-    let waiting = tokio::spawn(async move { status_line(&mut third, Duration::from_secs(10)).await });
-    // Not accepted while both are open: nothing answers it (given time it would have had).
-    let early = tokio::time::timeout(Duration::from_millis(300), async {
-        while !waiting.is_finished() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    assert!(early.is_err(), "the third connection waits");
+    // Not accepted while both are open: nothing answers it.
+    let waiting = waiting_connection(&env).await.expect("the third connection waits");
     drop(held.pop());
     let line = waiting.await.unwrap().expect("served once a slot is free");
     assert!(line.starts_with("HTTP/1.1 200"), "{line}");
@@ -322,15 +328,8 @@ async fn an_upgraded_session_holds_two_connection_slots_until_it_ends() {
         let mut third = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
         let line = status_line(&mut third, Duration::from_secs(5)).await.expect("served");
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-        let mut next = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-        let waiting = tokio::spawn(async move { status_line(&mut next, Duration::from_secs(10)).await });
-        let early = tokio::time::timeout(Duration::from_millis(300), async {
-            while !waiting.is_finished() {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await;
-        assert!(early.is_err(), "the next connection waits while the session is open");
+        let waiting =
+            waiting_connection(&env).await.expect("the next connection waits while the session is open");
         drop(session);
         let line = waiting.await.unwrap().expect("served once the session ended");
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
