@@ -115,8 +115,9 @@ where
     f.map_err(Into::into).map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))
 }
 
-/// `first` joined with the data frames that follow it at once (up to about [`TARGET`] bytes),
-/// and the frame read past them if it is not data. "At once": ready now, or after one yield —
+/// `first` joined with the small data frames that follow it at once (up to [`TARGET`] bytes),
+/// and the frame read past them: not data, [`GATHER_BELOW`] or larger, or one that would pass
+/// the target. "At once": ready now, or after one yield —
 /// hyper's HTTP/1.1 client decodes a chunk only when the previous one was taken, in the
 /// connection's own task, which the yield lets run. Before, every chunk (one per item of a
 /// LIST from some upstreams, ~2–4 KB) went through the channel alone and woke the caller's
