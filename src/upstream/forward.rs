@@ -10,7 +10,8 @@
 //! dropped (RFC 9110 §7.6.1) and `Host` becomes the upstream's. Upgrades (`kubectl exec`,
 //! `attach`, `port-forward`: SPDY/3.1 or websocket) go over an HTTP/1.1-only client; on `101`
 //! the two upgraded connections are spliced by a spawned task and the 101 goes back to the
-//! caller. The server must serve its connections with upgrades enabled. What the request
+//! caller (`splice`: ended as well once one side has closed and nothing moves for five
+//! minutes). The server must serve its connections with upgrades enabled. What the request
 //! carries as [`HeldWhileUpgraded`] goes with the splice and is dropped when it ends (the
 //! server's per-user slot of a session, and its connection's `--max-connections` slot: an exec
 //! session is held open as long as a watch, and its two sockets outlive hyper's connection).
@@ -24,6 +25,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::client::transport;
+use super::splice::{Ended, HALF_CLOSED_IDLE};
 use super::{BoxBody, Upstream, UpstreamError};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -215,8 +217,8 @@ where
     Response::from_parts(parts, super::rechunk::pumped(body).boxed_unsync())
 }
 
-/// Copies bytes both ways between the caller's and the upstream's upgraded connections until
-/// either side closes; `_held` is dropped then.
+/// Splices the caller's and the upstream's upgraded connections (`super::splice`); `_held` is
+/// dropped when the session ends.
 async fn splice(caller: OnUpgrade, upstream: OnUpgrade, _held: Option<HeldWhileUpgraded>) {
     let (caller, upstream) = match tokio::try_join!(caller, upstream) {
         Ok(pair) => pair,
@@ -225,11 +227,16 @@ async fn splice(caller: OnUpgrade, upstream: OnUpgrade, _held: Option<HeldWhileU
             return;
         }
     };
-    let mut caller = TokioIo::new(caller);
-    let mut upstream = TokioIo::new(upstream);
-    match tokio::io::copy_bidirectional(&mut caller, &mut upstream).await {
-        Ok((up, down)) => tracing::debug!(bytes_to_upstream = up, bytes_to_caller = down, "upgrade closed"),
-        Err(e) => tracing::debug!("upgraded connection ended: {e}"),
+    let ended = super::splice::splice(TokioIo::new(caller), TokioIo::new(upstream), HALF_CLOSED_IDLE).await;
+    match ended {
+        Ended::Closed { to_upstream, to_caller } => {
+            tracing::debug!(bytes_to_upstream = to_upstream, bytes_to_caller = to_caller, "upgrade closed")
+        }
+        Ended::Failed(e) => tracing::debug!("upgraded connection ended: {e}"),
+        Ended::QuietAfterClose => tracing::debug!(
+            "upgraded connection ended: one side closed and nothing moved for {}s",
+            HALF_CLOSED_IDLE.as_secs()
+        ),
     }
 }
 

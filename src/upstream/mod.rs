@@ -21,6 +21,7 @@
 //! | `list.rs` | [`Upstream::list_page`] and zero-copy [`ListPage`] parsing |
 //! | `watch.rs` | [`Upstream::watch`] and the [`WatchStream`] line splitter |
 //! | `forward.rs` | [`Upstream::forward`]: pass-through without the proxy's credentials, upgrades |
+//! | `splice.rs` | an upgraded session's copy both ways, ended when one side closed and all is quiet |
 //! | `rechunk.rs` | joins a forwarded body's ready small chunks into fewer, larger writes |
 //!
 //! Three clients, one reason each: the *own* client carries the proxy's identity (bearer token,
@@ -40,6 +41,7 @@ mod identity;
 mod lanes;
 mod list;
 mod rechunk;
+mod splice;
 mod tls;
 mod watch;
 
