@@ -5,7 +5,8 @@
 //! and `--authorization-review-burst`), past which the caller gets 429: one caller asking for
 //! many distinct names cannot make unbounded reviews; and at most [`MAX_REVIEWS_IN_THE_AIR`] are
 //! in the air for all users together (the rest wait for one to end, at most [`SEAT_WAIT`], then
-//! 429). A decision whose user and attributes
+//! 429; a freed seat goes round robin to the next user at an address with a check waiting,
+//! `seats::FairSeats`). A decision whose user and attributes
 //! exceed [`MAX_KEY_BYTES`] is cached under the SHA-256 of its review instead of the whole.
 //!
 //! Called by `auth::Auth::authorize` for every read served from the cache, `/metrics`, and the
@@ -20,6 +21,7 @@ use serde_json::{json, Value};
 
 use super::cache::{Lookup, TtlCache};
 use super::rate::{Buckets, Rate};
+use super::seats::FairSeats;
 use super::selectors::{self, Requirement};
 use super::user::UserInfo;
 use crate::metrics::{Metrics, Review};
@@ -133,7 +135,7 @@ pub struct Authorizer {
     /// Reviews per user name and client address (`rate::user_at`).
     users: Buckets<String>,
     /// Reviews in the air for all users together ([`MAX_REVIEWS_IN_THE_AIR`]).
-    in_the_air: tokio::sync::Semaphore,
+    in_the_air: FairSeats,
 }
 
 /// SubjectAccessReviews in the air at once for the whole proxy. They go as the proxy, in its
@@ -153,7 +155,7 @@ impl Authorizer {
         // each), so a start storm does not keep forgetting (and refilling) them.
         let users =
             Buckets::with_capacity(Rate { qps: opts.review_qps, burst: opts.review_burst }, REVIEW_KEYS);
-        let in_the_air = tokio::sync::Semaphore::new(MAX_REVIEWS_IN_THE_AIR);
+        let in_the_air = FairSeats::new(MAX_REVIEWS_IN_THE_AIR);
         Authorizer { upstream, metrics, opts, cache, users, in_the_air }
     }
 
@@ -168,15 +170,17 @@ impl Authorizer {
     ) -> Result<(Decision, Lookup), CheckError> {
         self.cache
             .get_or_fetch(Key::new(user, attrs), || async {
-                if !self.users.take(&crate::server::limits::user_at(&user.name, source)) {
+                let key = crate::server::limits::user_at(&user.name, source);
+                if !self.users.take(&key) {
                     return Err(CheckError::Limited);
                 }
                 let body = Bytes::from(review_body(user, attrs).to_string());
                 // Waited for a short while only: requests queued here hold their in-flight
                 // permits, and a slow upstream must not let them take every permit (429 past it,
                 // as past the user's rate).
-                let seat = tokio::time::timeout(SEAT_WAIT, self.in_the_air.acquire()).await;
-                let Ok(Ok(_seat)) = seat else { return Err(CheckError::Limited) };
+                let Some(_seat) = self.in_the_air.take(&key, SEAT_WAIT).await else {
+                    return Err(CheckError::Limited);
+                };
                 let started = tokio::time::Instant::now();
                 let answer = self.upstream.post_json(ACCESS_REVIEWS, body).await;
                 self.metrics.review(Review::Access, started.elapsed().as_secs_f64());

@@ -15,6 +15,7 @@
 //! | `impersonate` | `Impersonate-*` headers |
 //! | `cache` | the bounded, coalescing TTL cache both use |
 //! | `rate` | token buckets: review rates per source, per user and address |
+//! | `seats` | SubjectAccessReviews' seats in the air, handed round robin between users at addresses |
 //! | `waiting` | seats for requests waiting on a TokenReview, per source and in all |
 //! | `status` | 401 / 403 bodies |
 
@@ -23,6 +24,7 @@ pub mod authz;
 pub mod cache;
 pub mod impersonate;
 pub mod rate;
+pub mod seats;
 pub mod selectors;
 pub mod status;
 pub mod user;
