@@ -8,7 +8,7 @@
 //! default). A session whose two sides are both open is never ended here: an idle interactive
 //! shell is the kubelet's to time out.
 //!
-//! Called by `forward` on a `101`, in its own task.
+//! Called by `forward` when the upstream switches protocols, in its own task.
 
 use std::io;
 use std::pin::Pin;
