@@ -451,6 +451,11 @@ pub fn classify(
         // e.g. /api/v1/namespaces/ns/nodes: let the apiserver answer as it does.
         return Route::Forward(ForwardReason::NotCached);
     }
+    if kind.namespaced && rp.namespace.is_none() && rp.name.is_some() {
+        // `/api/v1/configmaps/a`, `/api/v1/watch/configmaps/a`: the apiserver has no such route
+        // (a namespaced object is named only within its namespace); its own 404.
+        return Route::Forward(ForwardReason::UnusualPath);
+    }
     let Some(negotiated) = accept::negotiate(accept, kind.builtin) else {
         return Route::Forward(ForwardReason::Accept);
     };

@@ -551,6 +551,10 @@ fn unusual_namespaces_and_names_are_the_apiservers_to_answer() {
         ("/api/v1/configmaps/team-a%2Fother-secret", "resourceVersion=0"),
         ("/api/v1/namespaces/team-a/configmaps/a%2Fb", "resourceVersion=0"),
         ("/api/v1/namespaces/team-a/configmaps/a%2fb", "resourceVersion=0"),
+        // A namespaced object named without its namespace: no such route upstream (404).
+        ("/api/v1/configmaps/a", "resourceVersion=0"),
+        ("/api/v1/watch/configmaps/a", "resourceVersion=0"),
+        ("/api/v1/configmaps/a", "watch=1&resourceVersion=0"),
         // Not valid path segment names: the apiserver's 400.
         ("/api/v1/namespaces/ns/configmaps/..", "resourceVersion=0"),
         ("/api/v1/namespaces/ns/configmaps/.", "resourceVersion=0"),
