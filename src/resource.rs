@@ -793,20 +793,20 @@ impl Object {
     }
 
     /// A copy of this object whose `metadata.resourceVersion` says `rv` (for DELETED events made
-    /// from a previous state). Only the first `"resourceVersion":"<old>"` member is rewritten:
-    /// `metadata` precedes every other member that could carry one in apiserver output.
+    /// from a previous state). The member is found by reading the object's top level and its
+    /// `metadata` (a custom resource's members are sorted, so one like `data` may come first and
+    /// hold the same text; an annotation may be named `resourceVersion`).
     pub fn with_rv(&self, rv: Rv) -> Object {
         let mut out = self.clone();
         if rv == self.header.rv {
             return out;
         }
         out.forms = OnceBox::new();
-        let needle = format!("\"resourceVersion\":\"{}\"", self.header.rv);
-        if let Some(pos) = find(&self.body, needle.as_bytes()) {
+        if let Some(at) = metadata_rv_range(&self.body) {
             let mut b = BytesMut::with_capacity(self.body.len() + 8);
-            b.put_slice(&self.body[..pos]);
-            b.put_slice(format!("\"resourceVersion\":\"{rv}\"").as_bytes());
-            b.put_slice(&self.body[pos + needle.len()..]);
+            b.put_slice(&self.body[..at.start]);
+            b.put_slice(format!("\"{rv}\"").as_bytes());
+            b.put_slice(&self.body[at.end..]);
             out.body = b.freeze();
         }
         out.header.rv = rv;
@@ -993,10 +993,6 @@ fn reencode_without_type_meta(bytes: &Bytes) -> Bytes {
     }
 }
 
-fn find(h: &[u8], n: &[u8]) -> Option<usize> {
-    h.windows(n.len()).position(|w| w == n)
-}
-
 fn skip_ws(s: &[u8], mut i: usize) -> usize {
     while i < s.len() && matches!(s[i], b' ' | b'\n' | b'\r' | b'\t') {
         i += 1;
@@ -1170,6 +1166,39 @@ impl Event {
     }
 }
 
+/// Where in `body` (an [`Object`]'s: a whole JSON object, or a built-in's members after its
+/// TypeMeta) the value of `metadata.resourceVersion` is, quotes included.
+fn metadata_rv_range(body: &[u8]) -> Option<std::ops::Range<usize>> {
+    if body.get(skip_ws(body, 0)) == Some(&b'{') {
+        return rv_range_in(body);
+    }
+    let mut whole = Vec::with_capacity(body.len() + 1);
+    whole.push(b'{');
+    whole.extend_from_slice(body);
+    let at = rv_range_in(&whole)?;
+    Some(at.start - 1..at.end - 1)
+}
+
+/// [`metadata_rv_range`] in a whole JSON object.
+fn rv_range_in(body: &[u8]) -> Option<std::ops::Range<usize>> {
+    #[derive(Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        metadata: Option<&'a serde_json::value::RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow, rename = "resourceVersion")]
+        rv: Option<&'a serde_json::value::RawValue>,
+    }
+    let top: Top = serde_json::from_slice(body).ok()?;
+    let meta: Meta = serde_json::from_str(top.metadata?.get()).ok()?;
+    let value = meta.rv?.get();
+    let start = (value.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start + value.len();
+    (end <= body.len() && value.starts_with('"')).then_some(start..end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1298,6 +1327,31 @@ mod tests {
         assert_eq!(d.header.rv, Rv(17));
         let v: serde_json::Value = serde_json::from_slice(&d.typed_bytes()).unwrap();
         assert_eq!(v["metadata"]["resourceVersion"], "17");
+    }
+
+    /// A custom resource's members come sorted (`data` before `metadata`), and an annotation may
+    /// be named `resourceVersion`: only `metadata.resourceVersion` is rewritten.
+    #[test]
+    fn with_rv_rewrites_only_the_metadata_member() {
+        for k in [pods(), ResourceKind::new("example.com", "v1", "widgets", "Widget", true, false)] {
+            with_rv_of_a_sorted_object(&k);
+        }
+    }
+
+    fn with_rv_of_a_sorted_object(k: &ResourceKind) {
+        let k = k.clone();
+        let raw = br#"{"apiVersion":"v1","data":{"resourceVersion":"3"},"kind":"Pod","metadata":{"annotations":{"resourceVersion":"3"},"name":"p1","resourceVersion":"3"},"spec":{"x":"\"resourceVersion\":\"3\""}}"#;
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
+        let d = o.with_rv(Rv(17));
+        let v: serde_json::Value = serde_json::from_slice(&d.typed_bytes()).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "17");
+        assert_eq!(v["data"]["resourceVersion"], "3");
+        assert_eq!(v["metadata"]["annotations"]["resourceVersion"], "3");
+        assert_eq!(v["spec"]["x"], "\"resourceVersion\":\"3\"");
+        let before: serde_json::Value = serde_json::from_slice(&o.typed_bytes()).unwrap();
+        let mut expected = before.clone();
+        expected["metadata"]["resourceVersion"] = "17".into();
+        assert_eq!(v, expected, "nothing else changed");
     }
 
     #[test]
