@@ -133,6 +133,10 @@ pub enum Error {
     /// (`server::serve`).
     #[error("the cache cannot parse an object of this resource")]
     Unparsable,
+    /// The cache was found wrong and a relist is pending (`cache::relist`): never sent to a
+    /// client; `server::serve` answers as for a cache that is not ready.
+    #[error("the cache is relisting")]
+    Relisting,
 }
 
 /// `configmaps` or `widgets.example.com`.
@@ -290,7 +294,9 @@ impl Error {
             ),
             Error::InternalRaw(_) => (500, "", None, None),
             Error::Internal(_) => (500, "InternalError", None, None),
-            Error::ServiceUnavailable(_) | Error::Unparsable => (503, "ServiceUnavailable", None, None),
+            Error::ServiceUnavailable(_) | Error::Unparsable | Error::Relisting => {
+                (503, "ServiceUnavailable", None, None)
+            }
             Error::NotAcceptable(_) => (406, "NotAcceptable", Some(Details::default()), None),
             Error::MediaTypesNotAccepted(_) | Error::TransformNotAcceptable(_) | Error::NoExactEncoding => {
                 (406, "NotAcceptable", None, None)

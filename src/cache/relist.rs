@@ -29,6 +29,14 @@ pub struct Request {
     wake: Notify,
 }
 
+impl Request {
+    /// Whether a relist was asked for and is not in yet (a new watch is refused then:
+    /// `watch::start`).
+    pub(super) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
 /// The one warning every finder of an upstream behind the cache logs (the consistency check, a
 /// consistent read, the reflector's probe before a re-watch).
 pub fn warn_went_back(resource: &str, cache: Rv, upstream: Rv, by: &'static str) {
@@ -103,7 +111,7 @@ impl Writer {
     /// Whether a relist was asked for and is not in yet (`Writer::apply` and
     /// `Writer::bookmark` then leave the cache not ready).
     pub(super) fn relist_pending(&self) -> bool {
-        self.shared.relist.pending.load(Ordering::Acquire)
+        self.shared.relist.pending()
     }
 
     /// The cache was found wrong at `at` (the reflector, before it relists, the cache not

@@ -438,6 +438,26 @@ async fn a_relist_request_made_before_a_relist_landed_is_dropped() {
     assert_eq!(w.relist_requested().await.0, Rv(21));
 }
 
+/// The server saw the cache ready, then (before the watch registered) the consistency check
+/// found it wrong: the watch is refused, not started on the wrong state (its initial events
+/// would hold the ghosts until the relist ends it). Once the relist is in, watches start again.
+#[tokio::test(start_paused = true)]
+async fn a_watch_is_refused_once_the_cache_is_found_wrong() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Added, obj(&w, "a", "ghost", 11, "a")).unwrap();
+    assert!(r.progress().ready);
+    r.request_relist(Rv(11), r.lists(), "inconsistent".into());
+    for start in [WatchStart::InitialEvents, WatchStart::After(Rv(11)), WatchStart::Now] {
+        let refused = r.watch(req(Filter::default(), start.clone(), true));
+        assert!(matches!(refused, Err(Error::Relisting)), "{start:?}: {:?}", refused.map(|_| ()));
+    }
+    let (at, _) = w.relist_requested().await;
+    w.distrust_through(at);
+    w.replace(vec![obj(&w, "a", "x", 12, "a")], Rv(12));
+    let mut watch = r.watch(req(Filter::default(), WatchStart::InitialEvents, false)).unwrap();
+    assert_eq!(take(&mut watch, 1).await, vec![("ADDED".into(), "x".into(), "12".into())]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_watcher_ended_at_a_relist_gets_no_bookmark_at_the_list_rv() {
     let (mut w, r) = setup();

@@ -121,6 +121,11 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         if st.unservable {
             return Err(Error::Unparsable);
         }
+        // Found wrong since the server saw it ready (under this lock: `request_relist`), before
+        // this watch could register: its initial events or replay would be of the wrong state.
+        if shared.relist.pending() {
+            return Err(Error::Relisting);
+        }
         let start = match req.start {
             WatchStart::MostRecent(rv) if rv < st.history.floor() => WatchStart::Now,
             WatchStart::MostRecent(rv) => WatchStart::After(rv),

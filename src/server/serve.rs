@@ -420,6 +420,8 @@ fn watch(
         Err(Error::NoExactEncoding) => Ok(Outcome::Forward(ForwardReason::Accept)),
         // The cache became unservable since its progress was read (`cache::unparsable`).
         Err(Error::Unparsable) => Ok(Outcome::Forward(ForwardReason::Unparsable)),
+        // It was found wrong since then (a relist pending): as for a cache not ready.
+        Err(Error::Relisting) => Ok(not_ready(req, &reader.progress())),
         // Cached watches report their other errors (410 too old) as HTTP 200 + one ERROR event.
         Err(e) => Ok(error_event_stream(&e, req.repr)),
     }
