@@ -261,6 +261,24 @@ async fn a_kubelet_and_kube_proxy_are_served_from_the_cache_as_a_1_34_apiserver_
         st["message"],
         "pods is forbidden: User \"system:node:n1\" cannot list resource \"pods\" in API group \"\" at the cluster scope: can only list/watch pods with spec.nodeName field selector"
     );
+    // Its own name beside another's (terms are ANDed; the Node authorizer allows the request
+    // for the one term naming the node): allowed, and nothing of n2's. `spec.host` is the
+    // apiserver's alias of `spec.nodeName`, which the authorizer does not read as one.
+    for both in ["spec.nodeName%3Dn1%2Cspec.nodeName%3Dn2", "spec.nodeName%3Dn1%2Cspec.host%3Dn2"] {
+        let (s, l) =
+            env.get(&n1, &format!("/api/v1/pods?fieldSelector={both}&resourceVersion=0"), None, true).await;
+        assert_eq!((s, names(&l)), (StatusCode::OK, Vec::<String>::new()), "{both}: {l}");
+        let watch = format!(
+            "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&fieldSelector={both}"
+        );
+        let (s, events) = env.get(&n1, &watch, None, true).await;
+        let types: Vec<&str> =
+            events.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!((s, types), (StatusCode::OK, vec!["BOOKMARK"]), "{both}: {events}");
+    }
+    let (s, _) =
+        env.get(&n1, "/api/v1/pods?fieldSelector=spec.host%3Dn2&resourceVersion=0", None, true).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "the alias alone names no node to the authorizer");
     let (s, st) = env.get(&n1, "/api/v1/namespaces/ns/secrets/s-p2?resourceVersion=0", None, true).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
     assert!(
