@@ -48,10 +48,41 @@ pub struct StateOptions {
 }
 
 impl StateOptions {
-    /// Whether the state of `(group, resource)` may be on disk.
+    /// Whether the state of `(group, resource)` may be on disk. Secrets only when named: a
+    /// wildcard never takes them, whatever its exclusions (`*,-events` writes no Secret).
     pub fn persists(&self, group: &str, resource: &str) -> bool {
         let w = &self.resources;
-        w.names(group, resource) || (w.all && !w.is_excluded(group, resource))
+        let secrets = group.is_empty() && resource == "secrets";
+        w.names(group, resource) || (w.all && !secrets && !w.is_excluded(group, resource))
+    }
+}
+
+#[cfg(test)]
+mod persists_tests {
+    use super::*;
+
+    fn opts(resources: &[&str]) -> StateOptions {
+        let entries: Vec<String> = resources.iter().map(|s| s.to_string()).collect();
+        StateOptions {
+            dir: PathBuf::new(),
+            sync_period: Duration::from_secs(60),
+            resources: Wanted::parse(&entries).unwrap(),
+        }
+    }
+
+    #[test]
+    fn secrets_are_written_only_when_named() {
+        for wildcard in [&["*"][..], &["*", "-events"], &["*", "-secrets"]] {
+            let o = opts(wildcard);
+            assert!(!o.persists("", "secrets"), "{wildcard:?}");
+            assert!(o.persists("", "configmaps"), "{wildcard:?}");
+            // A custom resource called secrets is not the core one.
+            assert!(o.persists("example.com", "secrets"), "{wildcard:?}");
+        }
+        assert!(!opts(&["*", "-events"]).persists("", "events"));
+        assert!(opts(&["configmaps", "secrets"]).persists("", "secrets"));
+        assert!(opts(&["*", "secrets"]).persists("", "secrets"));
+        assert!(!opts(&["configmaps"]).persists("", "secrets"));
     }
 }
 
