@@ -574,7 +574,10 @@ impl Table {
             self.size += len;
 
             // Track the entry
-            self.entries.push_front(entry);
+            // PATCHED (kube-watchcache, vendor/h2/PATCHES.md): the table keeps its own copy
+            // of a pseudo-header's value, not a slice of the buffer its header block was
+            // decoded from (which it would keep alive, whole, for as long as the entry lives).
+            self.entries.push_front(entry.detached());
         }
     }
 

@@ -61,6 +61,21 @@ impl Header<Option<HeaderName>> {
 }
 
 impl Header {
+    /// PATCHED (kube-watchcache, vendor/h2/PATCHES.md): the same header owning its bytes.
+    /// A decoded pseudo-header's value is a slice of the buffer its block was read into;
+    /// fields' names and values are copies already (`HeaderName`, `HeaderValue::from_bytes`).
+    pub fn detached(self) -> Header {
+        use self::Header::*;
+
+        match self {
+            Authority(v) => Authority(BytesStr::from(v.as_str())),
+            Scheme(v) => Scheme(BytesStr::from(v.as_str())),
+            Path(v) => Path(BytesStr::from(v.as_str())),
+            Protocol(v) => Protocol(crate::ext::Protocol::from(v.as_str())),
+            other => other,
+        }
+    }
+
     pub fn new(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
         if name.is_empty() {
             return Err(DecoderError::NeedMore(NeedMore::UnexpectedEndOfStream));
