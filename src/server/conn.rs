@@ -142,9 +142,13 @@ impl Drop for Handling {
     fn drop(&mut self) {
         if let Some(a) = self.0.take() {
             if !a.resets.take() && !a.aborted.swap(true, Ordering::AcqRel) {
-                tracing::warn!(
-                    "closing an HTTP/2 connection: too many streams reset by the client while handled"
-                );
+                static CLOSED: super::warn_gate::WarnGate = super::warn_gate::WarnGate::new();
+                const WHAT: &str =
+                    "closing an HTTP/2 connection: too many streams reset by the client while handled";
+                match CLOSED.pass() {
+                    Some(held) => tracing::warn!(similar_since_last = held, "{WHAT}"),
+                    None => tracing::debug!("{WHAT}"),
+                }
                 a.abort.notify_one();
             }
         }

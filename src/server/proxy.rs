@@ -111,7 +111,13 @@ pub async fn forward(
     match sent {
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),
         Err(e) => {
-            tracing::warn!(error = %e, "forwarding upstream failed");
+            static FAILED: super::warn_gate::WarnGate = super::warn_gate::WarnGate::new();
+            match FAILED.pass() {
+                Some(held) => {
+                    tracing::warn!(error = %e, similar_since_last = held, "forwarding upstream failed")
+                }
+                None => tracing::debug!(error = %e, "forwarding upstream failed"),
+            }
             body::error(Error::ServiceUnavailable(format!(
                 "the upstream apiserver could not be reached: {e}"
             )))

@@ -60,6 +60,9 @@ pub struct Auth {
     metrics: Arc<Metrics>,
     tokens: authn::TokenAuthenticator,
     authz: authz::Authorizer,
+    /// Rate-limited reviews and failed reviews: warned about at most every half minute each.
+    limited_warn: crate::server::warn_gate::WarnGate,
+    failed_warn: crate::server::warn_gate::WarnGate,
 }
 
 impl Auth {
@@ -69,6 +72,8 @@ impl Auth {
             tokens: authn::TokenAuthenticator::new(upstream.clone(), opts.authn, metrics.clone()),
             authz: authz::Authorizer::new(upstream, opts.authz, metrics.clone()),
             metrics,
+            limited_warn: Default::default(),
+            failed_warn: Default::default(),
         }
     }
 
@@ -112,11 +117,12 @@ impl Auth {
                 }
                 Ok((None, _)) => Err(status::unauthorized()),
                 Err(authn::ReviewError::Limited) => {
-                    tracing::warn!(
-                        source = ?source,
-                        "TokenReview rate limit reached (--authentication-token-review-qps, or this \
-                         source's share of it); answering 429"
-                    );
+                    const WHAT: &str = "TokenReview rate limit reached (--authentication-token-review-qps, \
+                                        or this source's share of it); answering 429";
+                    match self.limited_warn.pass() {
+                        Some(held) => tracing::warn!(source = ?source, similar_since_last = held, "{WHAT}"),
+                        None => tracing::debug!(source = ?source, "{WHAT}"),
+                    }
                     Err(super::limits::too_many())
                 }
                 Err(authn::ReviewError::Busy) => {
@@ -124,7 +130,12 @@ impl Auth {
                     Err(super::limits::too_many())
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "TokenReview failed; answering 401");
+                    match self.failed_warn.pass() {
+                        Some(held) => {
+                            tracing::warn!(error = %e, similar_since_last = held, "TokenReview failed; answering 401")
+                        }
+                        None => tracing::debug!(error = %e, "TokenReview failed; answering 401"),
+                    }
                     Err(status::unauthorized())
                 }
             };
