@@ -679,6 +679,16 @@ mod tests {
         assert!(text.contains(r#""tokenFile":"/var/run/token""#), "{text}");
         assert!(text.contains(r#""historyWindow":"75s""#), "{text}");
         assert_eq!(crate::upstream::hide_userinfo("http://h:1/a@b"), "http://h:1/a@b");
+        assert_eq!(crate::upstream::hide_userinfo("https://[::1]:6443/a@b"), "https://[::1]:6443/a@b");
+        // Passwords with characters a URL would not take there are hidden whole.
+        for (url, shown) in [
+            ("https://admin:p#ss@h:6443", "https://***@h:6443"),
+            ("https://admin:p?ss@h", "https://***@h"),
+            ("https://admin:p/ss@h/prefix", "https://***@h/prefix"),
+            ("admin:p/ss@h", "***@h"),
+        ] {
+            assert_eq!(crate::upstream::hide_userinfo(url), shown, "{url}");
+        }
     }
 
     #[test]

@@ -354,17 +354,25 @@ pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
     Ok(format!("{scheme}://{authority}{}", uri.path().trim_end_matches('/')))
 }
 
-/// `url` with the user information of its authority (before the last `@` of the part after
-/// `://`, or of the whole without a scheme, up to the first `/`) replaced by `***`.
+/// `url` with the user information of its authority replaced by `***`: what precedes the last
+/// `@` before the first `/` after `://` (or of the whole without a scheme) — a password with a
+/// `?` or `#` in it is hidden whole — and, when the part before that `/` is not a host or
+/// `host:port` (a password with a `/` in it, `u:p/w@h`), what precedes the last `@` of all.
 pub fn hide_userinfo(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{scheme}***{}", &rest[at..]),
-        None => url.to_owned(),
+    let end = rest.find('/').unwrap_or(rest.len());
+    if let Some(at) = rest[..end].rfind('@') {
+        return format!("{scheme}***{}", &rest[at..]);
+    }
+    let authority = &rest[..end];
+    let port_ok = |p: &str| p.chars().all(|c| c.is_ascii_digit());
+    let host_like = authority.starts_with('[') || authority.rsplit_once(':').is_none_or(|(_, p)| port_ok(p));
+    match rest.rfind('@') {
+        Some(at) if !host_like => format!("{scheme}***{}", &rest[at..]),
+        _ => url.to_owned(),
     }
 }
 
@@ -435,6 +443,11 @@ fn kube_err(e: KubeconfigError, label: &str, context: Option<&str>) -> ConfigErr
             message: format!("cluster \"{c}\" of context \"{}\" not found", context.unwrap_or_default()),
         },
         KubeconfigError::ReadConfig(io, path) => ConfigError::read_file("kubeconfig", &path, io),
+        // Not the parser's text: it quotes values and the lines around (credentials, maybe).
+        KubeconfigError::Parse(e) => ConfigError::Kubeconfig {
+            path: label.into(),
+            message: format!("not valid YAML{}", super::errors::parse_error_at(&e)),
+        },
         other => ConfigError::Kubeconfig { path: label.into(), message: one_line(&other.to_string()) },
     }
 }

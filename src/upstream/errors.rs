@@ -40,3 +40,13 @@ impl ConfigError {
 pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+/// Where a YAML (or JSON) document holding credentials failed to parse — ` at line L, column
+/// C`, or nothing — and not what it says there: the parser's message quotes values and its
+/// snippet shows the lines around, either of which may be a token.
+pub(crate) fn parse_error_at(e: &serde_saphyr::Error) -> String {
+    match e.location() {
+        Some(l) => format!(" at line {}, column {}", l.line(), l.column()),
+        None => String::new(),
+    }
+}

@@ -178,8 +178,9 @@ impl ExecPlugin {
             return Err(format!("{} failed ({}): {}", self.what(), out.status, stderr_tail(&out.stderr)));
         }
         let bad = |m: String| format!("{}: {m}", self.what());
-        let cred: ExecCredential = serde_saphyr::from_slice(&out.stdout)
-            .map_err(|e| bad(format!("output is not an ExecCredential: {e}")))?;
+        let cred: ExecCredential = serde_saphyr::from_slice(&out.stdout).map_err(|e| {
+            bad(format!("output is not an ExecCredential{}", super::errors::parse_error_at(&e)))
+        })?;
         if cred.kind.as_deref() != Some("ExecCredential")
             || cred.api_version.as_deref() != Some(&self.api_version)
         {

@@ -141,6 +141,34 @@ fn a_plugin_that_fails_stops_the_start_with_its_stderr() {
     assert!(e.contains("expected ExecCredential, client.authentication.k8s.io/v1"), "{e}");
 }
 
+/// A plugin's output or a kubeconfig that does not parse is reported by where, never with the
+/// parser's text (it quotes values and shows the lines around: the token beside the mistake).
+#[test]
+fn a_parse_error_never_shows_the_credentials_beside_it() {
+    let dir = TempDir::new();
+    let bad = dir.write(
+        "bad.sh",
+        "#!/bin/sh\nprintf '%s' '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"SEKRIT-tok\",\"expirationTimestamp\":[\"x\"]}}'\n",
+    );
+    std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = resolve_with(&kubeconfig(&dir, &bad.display().to_string(), "", &[]), &env())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("output is not an ExecCredential at line 1"), "{e}");
+    assert!(!e.contains("SEKRIT"), "{e}");
+
+    let yaml =
+        "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: SEKRIT-tok\n    username: [\n";
+    let path = dir.write("broken", yaml);
+    let e = resolve_with(&UpstreamOptions { kubeconfig: Some(path), ..Default::default() }, &env())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not valid YAML at line"), "{e}");
+    assert!(!e.contains("SEKRIT"), "{e}");
+}
+
 /// `expirationTimestamp` is honoured: the plugin is not run again while its token is fresh,
 /// and is run again before the token expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
