@@ -243,9 +243,15 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     roles = {o["metadata"]["name"]: o for o in of_kind(objs, "ClusterRole")}
     bindings = of_kind(objs, "ClusterRoleBinding")
     own = roles.get(full, {"rules": []})
-    got = {r["apiGroups"][0]: r["resources"] for r in own["rules"]}
+    named = [r for r in own["rules"] if r.get("resourceNames")]
+    got = {r["apiGroups"][0]: r["resources"] for r in own["rules"] if not r.get("resourceNames")}
     c("ClusterRole rules follow config.resources (group/resource split)", got == expected_resource_rules(v["config"]["resources"]), f"{got}")
-    c("ClusterRole verbs are get/list/watch only", all(sorted(r["verbs"]) == ["get", "list", "watch"] for r in own["rules"]))
+    c("ClusterRole verbs are get/list/watch only", all(sorted(r["verbs"]) == ["get", "list", "watch"] for r in own["rules"] if not r.get("resourceNames")))
+    # Warm restarts read the kube-system Namespace (the cluster's identity, src/state).
+    wildcard = "*" in v["config"]["resources"]
+    needs_ns = v["state"]["enabled"] and not wildcard and "namespaces" not in v["config"]["resources"]
+    want_named = [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}] if needs_ns else []
+    c("state on with named resources: get of the kube-system Namespace granted, nothing more by name", named == want_named, f"{named}")
     impersonating = [n for n, r in roles.items() if any("impersonate" in x.get("verbs", []) for x in r["rules"])]
     if client_ca:
         imp = roles.get(f"{full}-impersonate", {"rules": []})

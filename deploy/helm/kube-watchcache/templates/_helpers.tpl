@@ -111,5 +111,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   resources: {{ get $byGroup . | toJson }}
   verbs: ["get", "list", "watch"]
 {{- end -}}
+{{- if and .Values.state.enabled (not (has "namespaces" .Values.config.resources)) }}
+{{- /* Warm restarts name the cluster by the kube-system Namespace's uid (src/state):
+       without this a named list without namespaces refuses every state file. */}}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  resourceNames: ["kube-system"]
+  verbs: ["get"]
+{{- end -}}
 {{- end -}}
 {{- end -}}
