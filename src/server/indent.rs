@@ -73,7 +73,7 @@ impl Indenter {
     /// Indents the next piece of the document into `out`.
     pub fn feed(&mut self, src: &[u8], out: &mut Vec<u8>) {
         let limit = out.len() + GROWTH * src.len() + GROWTH_SLACK;
-        let mut newline = |out: &mut Vec<u8>, depth: usize, compact: &mut bool| {
+        let newline = |out: &mut Vec<u8>, depth: usize, compact: &mut bool| {
             if *compact || out.len() + 1 + 2 * depth > limit {
                 *compact = true;
                 return;
