@@ -24,21 +24,30 @@ pub fn resource_of(name: &str) -> Option<(&str, &str)> {
     (!resource.is_empty() && !resource.contains('_')).then_some((group, resource))
 }
 
-/// The temporary name `bytes` are written under before the rename.
+/// The temporary name `bytes` are written under before the rename: a new one each time (the
+/// process id is 1 in every container; two pods may share a `hostPath` during a rollout).
 fn temporary(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!(".tmp-{}", std::process::id()));
+    name.push(format!(".tmp-{}-{:016x}", std::process::id(), fastrand::u64(..)));
     path.with_file_name(name)
 }
+
+/// A leftover temporary file younger than this may be another process's write in progress:
+/// [`open_all`] leaves it.
+pub const LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// Writes `bytes` to `path` atomically (see the module doc).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = temporary(path);
     let written = (|| {
         let mut opts = OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
+        // Created here, never opened if something is in its place (a link, a FIFO).
+        opts.write(true).create_new(true);
         #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        {
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        }
         let mut f = opts.open(&tmp)?;
         // A file the next start would refuse (a volume that maps owners or modes: NFS with
         // root_squash, SMB's file_mode): not written.
@@ -114,14 +123,18 @@ fn untrusted_by((uid, gid, mode): (u32, u32, u32), me: u32, groups: &[u32]) -> O
 /// unreadable.
 pub type Found = (String, std::io::Result<(File, fs::Metadata)>);
 
-/// The state files in `dir`; temporary files left by a crash are removed, never read.
+/// The state files in `dir`; temporary files left by a crash are never read, and removed once
+/// older than [`LEFTOVER_AGE`] (a younger one may be another process's write in progress).
 pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.contains(".state.tmp-") {
-            let _ = fs::remove_file(entry.path());
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+            if age.is_none_or(|a| a >= LEFTOVER_AGE) {
+                let _ = fs::remove_file(entry.path());
+            }
             continue;
         }
         if name.ends_with(".state") {
@@ -176,9 +189,16 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
         }
-        // A crash between the write and the rename leaves a temporary file: never read, removed.
-        fs::write(temporary(&p), b"half").unwrap();
+        // A crash between the write and the rename leaves a temporary file: never read, removed
+        // once older than a write could be (a young one may be another process's, going on).
+        let (old, young) = (temporary(&p), temporary(&p));
+        assert_ne!(old, young, "a new name each time");
+        fs::write(&old, b"half").unwrap();
+        fs::write(&young, b"half").unwrap();
+        let long_ago = std::time::SystemTime::now() - LEFTOVER_AGE - std::time::Duration::from_secs(1);
+        File::options().write(true).open(&old).unwrap().set_modified(long_ago).unwrap();
         let all = open_all(&dir).unwrap();
+        assert!(!old.exists() && young.exists(), "the old one removed, the young one left");
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].0, "core_configmaps.state");
         assert_eq!(resource_of(&all[0].0), Some(("", "configmaps")));
@@ -186,7 +206,6 @@ mod tests {
         assert_eq!(resource_of("x.state"), None);
         assert_eq!(resource_of("apps_a_b.state"), None);
         assert_eq!(resource_of("core_configmaps.state.tmp-1"), None);
-        assert!(!temporary(&p).exists());
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -337,8 +337,12 @@ async fn a_write_interrupted_before_its_rename_leaves_the_previous_state_in_use(
     let rvs = saved_run(&sim, &dir, 3).await;
     let good = std::fs::read(state_file(&dir)).unwrap();
     // Every prefix of a newer file, as a crash would leave it under its temporary name.
+    // (Left by a crash long enough ago: a younger one may be another process's write going on.)
+    let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     for n in [0, 7, good.len() / 2, good.len() - 1] {
-        std::fs::write(dir.join(format!("core_configmaps.state.tmp-{n}")), &good[..n]).unwrap();
+        let tmp = dir.join(format!("core_configmaps.state.tmp-{n}"));
+        std::fs::write(&tmp, &good[..n]).unwrap();
+        std::fs::File::options().write(true).open(&tmp).unwrap().set_modified(long_ago).unwrap();
     }
     let p = proxy(&args(&sim, &dir, &["configmaps"])).await;
     assert_eq!(metric(&client, &p, "watchcache_state_loads_total{result=\"restored\"}").await, 1);
