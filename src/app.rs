@@ -180,11 +180,19 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let wanted = Wanted::parse(&args.resources)?;
     // Saved states are read before the first upstream request.
     let state_opts = state_options(args)?;
+    let memory_limit = match args.cache_memory_limit.resolve() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "--cache-memory-limit: running without a limit");
+            None
+        }
+    };
     let loaded = match &state_opts {
         Some(o) => {
             metrics.state_enabled(state::LOAD_RESULTS);
             let o = o.clone();
-            Some(tokio::task::spawn_blocking(move || Loaded::read(&o)).await.map_err(|e| e.to_string())?)
+            let read = tokio::task::spawn_blocking(move || Loaded::read(&o, memory_limit));
+            Some(read.await.map_err(|e| e.to_string())?)
         }
         None => None,
     };
@@ -215,13 +223,6 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (unready, unready_rx) = watch::channel(false);
-    let memory_limit = match args.cache_memory_limit.resolve() {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "--cache-memory-limit: running without a limit");
-            None
-        }
-    };
     let memory_budget = memory_limit.map(|l| Arc::new(crate::cache::Budget::new(l)));
     let cache_opts = CacheOptions {
         history_window: args.history_window,

@@ -117,6 +117,10 @@ impl Writer {
         self.publish(rv, true, None);
         drop(st);
         self.pages = pages;
+        // As after a full list: the governor measures at once.
+        if let Some(budget) = &self.shared.opts.memory {
+            budget.check.notify_one();
+        }
         Ok(())
     }
 }

@@ -113,6 +113,8 @@ pub enum Refusal {
         "the resource is not cached at start (not served by the upstream now); a cache started later lists"
     )]
     NotCached,
+    #[error("{bytes} bytes of state past --cache-memory-limit ({limit} bytes) with the smaller states; the resource lists")]
+    MemoryLimit { bytes: u64, limit: u64 },
 }
 
 impl Refusal {
@@ -129,6 +131,7 @@ impl Refusal {
             Refusal::UpstreamBehind { .. } => "upstream_behind",
             Refusal::BadObject(_) | Refusal::Restore(_) => "corrupt",
             Refusal::NotCached => "not_cached",
+            Refusal::MemoryLimit { .. } => "memory_limit",
         }
     }
 }
@@ -148,6 +151,7 @@ pub const LOAD_RESULTS: &[&str] = &[
     "unchecked",
     "upstream_behind",
     "not_cached",
+    "memory_limit",
 ];
 
 #[derive(serde::Deserialize)]

@@ -26,8 +26,13 @@ pub struct Loaded {
 
 impl Loaded {
     /// Reads every state file (blocking I/O; before the first upstream request). Files of
-    /// resources `--state-resources` excludes are removed, unread.
-    pub fn read(opts: &StateOptions) -> Loaded {
+    /// resources `--state-resources` excludes are removed, unread. With `--cache-memory-limit`
+    /// (`memory_limit`, bytes), the files are taken smallest first while their sizes together
+    /// stay within it (a state costs about its file's size in memory: the objects' bytes and
+    /// headers, the history); the rest are refused unread (`memory_limit`) and their resources
+    /// list, through the budget like any list. Decoding them all first held every state at
+    /// once, whatever the limit (a limit lowered after an OOM kill, the `emptyDir` kept).
+    pub fn read(opts: &StateOptions, memory_limit: Option<u64>) -> Loaded {
         if let Err(e) = file::ensure_dir(&opts.dir) {
             tracing::warn!(dir = %opts.dir.display(), error = %e, "--state-dir cannot be created");
         }
@@ -38,6 +43,7 @@ impl Loaded {
                 return Loaded { files: Vec::new() };
             }
         };
+        let admitted = admitted(&entries, memory_limit);
         let mut files = Vec::new();
         for (name, opened) in entries {
             // Excluded by its name: removed without being read (its content is checked again
@@ -50,6 +56,9 @@ impl Loaded {
                 // Another user's file, or one others may write: not read.
                 Ok((mut f, meta)) => match file::untrusted(&meta) {
                     Some(why) => Err(Refusal::Untrusted(why)),
+                    None if !admitted.contains(&name) => {
+                        Err(Refusal::MemoryLimit { bytes: meta.len(), limit: memory_limit.unwrap_or(0) })
+                    }
                     None => {
                         let len = meta.len();
                         let t = std::time::Instant::now();
@@ -78,6 +87,24 @@ impl Loaded {
         }
         Loaded { files }
     }
+}
+
+/// The state files (by name) that fit within `limit` together, smallest first (all of them
+/// without a limit).
+fn admitted(entries: &[file::Found], limit: Option<u64>) -> std::collections::HashSet<String> {
+    let mut sized: Vec<(u64, &String)> =
+        entries.iter().filter_map(|(n, o)| o.as_ref().ok().map(|(_, m)| (m.len(), n))).collect();
+    sized.sort();
+    let mut total = 0u64;
+    let mut out = std::collections::HashSet::new();
+    for (len, name) in sized {
+        total = total.saturating_add(len);
+        if limit.is_some_and(|l| total > l) {
+            break;
+        }
+        out.insert(name.clone());
+    }
+    out
 }
 
 /// The loaded states of this cluster, by `group/resource`, each handed out once.
@@ -367,10 +394,52 @@ mod tests {
             sync_period: std::time::Duration::from_secs(60),
             resources: crate::wanted::Wanted::parse(&["*".into(), "-secrets".into()]).unwrap(),
         };
-        let loaded = Loaded::read(&opts);
+        let loaded = Loaded::read(&opts, None);
         assert!(!dir.join("core_secrets.state").exists(), "excluded: removed");
         let names: Vec<_> = loaded.files.iter().map(|(n, s)| (n.as_str(), s.is_err())).collect();
         assert_eq!(names, [("core_configmaps.state", true)], "only the included file was read (and refused)");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// With `--cache-memory-limit`, the states are taken smallest first while they fit
+    /// together; the others are refused unread (their resources list, through the budget).
+    #[test]
+    fn states_past_the_memory_limit_are_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("kwc-restore-limit-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Not state files: read, they would be refused as corrupt, not for the limit.
+        for (name, len) in
+            [("core_pods.state", 5000), ("core_configmaps.state", 1000), ("core_nodes.state", 2000)]
+        {
+            std::fs::write(dir.join(name), vec![b'x'; len]).unwrap();
+        }
+        let opts = StateOptions {
+            dir: dir.clone(),
+            sync_period: std::time::Duration::from_secs(60),
+            resources: crate::wanted::Wanted::parse(&["*".into()]).unwrap(),
+        };
+        let results = |limit| {
+            let loaded = Loaded::read(&opts, limit);
+            let mut r: Vec<(String, &'static str)> = loaded
+                .files
+                .iter()
+                .map(|(n, s)| (n.clone(), s.as_ref().err().map_or("ok", |e| e.as_str())))
+                .collect();
+            r.sort();
+            r
+        };
+        let limited = results(Some(3500));
+        assert_eq!(
+            limited,
+            [
+                ("core_configmaps.state".to_string(), "corrupt"),
+                ("core_nodes.state".to_string(), "corrupt"),
+                ("core_pods.state".to_string(), "memory_limit"),
+            ],
+            "the two smallest fit (and were read), the largest not"
+        );
+        assert!(results(None).iter().all(|(_, r)| *r != "memory_limit"));
+        assert!(results(Some(100)).iter().all(|(_, r)| *r == "memory_limit"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -331,6 +331,37 @@ async fn another_cluster_behind_the_same_url_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A state larger than `--cache-memory-limit` (a limit lowered after an OOM kill, the volume
+/// kept) is refused unread: the resource lists instead, through the budget, and is served.
+#[tokio::test]
+async fn a_state_past_the_memory_limit_is_refused_and_the_resource_lists() {
+    let (sim, dir, client) = (sim().await, temp_dir("limit"), client());
+    let rvs = saved_run(&sim, &dir, 3).await;
+    let size = std::fs::metadata(state_file(&dir)).unwrap().len();
+    let mut a = args(&sim, &dir, &["configmaps"]);
+    a.cache_memory_limit = kube_watchcache::memory::limit::Limit::Bytes(size - 1);
+    // (Not waited ready: a limit this low may drop the cache the list fills; reads then go
+    // upstream.)
+    let p = app::start(&a).await.expect("proxy starts");
+    assert_eq!(metric(&client, &p, "watchcache_state_loads_total{result=\"memory_limit\"}").await, 1);
+    assert_eq!(metric(&client, &p, "watchcache_state_loads_total{result=\"restored\"}").await, 0);
+    // Served (from the list, or forwarded while it is not in or was dropped), never the state.
+    let list = get(&client, &p, &format!("{CM}?limit=500&resourceVersion=0")).await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(3), "{list}");
+    assert!(
+        list["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() >= *rvs.last().unwrap()
+    );
+    p.shutdown().await;
+    // Within the limit, the same state is restored.
+    let mut a = args(&sim, &dir, &["configmaps"]);
+    let size = std::fs::metadata(state_file(&dir)).unwrap().len();
+    a.cache_memory_limit = kube_watchcache::memory::limit::Limit::Bytes(size);
+    let p = proxy(&a).await;
+    assert_eq!(metric(&client, &p, "watchcache_state_loads_total{result=\"restored\"}").await, 1);
+    p.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_write_interrupted_before_its_rename_leaves_the_previous_state_in_use() {
     let (sim, dir, client) = (sim().await, temp_dir("crash"), client());
