@@ -195,6 +195,28 @@ impl Activity {
         }
     }
 
+    /// Since when no request has been in flight (its accept if none ever was); `None` while
+    /// one is (`crowd`).
+    pub fn idle_since(&self) -> Option<Instant> {
+        (self.active.load(Ordering::Acquire) == 0)
+            .then(|| self.born + Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Tells the connection to finish, as `--goaway-chance` does (`crowd`: it gives way to a
+    /// waiting one); false if it was told already.
+    pub fn ask_to_close(&self) -> bool {
+        let first = !self.goaway_sent.swap(true, Ordering::AcqRel);
+        if first {
+            self.goaway.notify_one();
+        }
+        first
+    }
+
+    /// Whether it was told to finish.
+    pub fn asked_to_close(&self) -> bool {
+        self.goaway_sent.load(Ordering::Acquire)
+    }
+
     /// A request started.
     pub fn begin(self: &Arc<Self>) -> Busy {
         self.started.store(true, Ordering::Relaxed);

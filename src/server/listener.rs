@@ -21,6 +21,7 @@ use super::auth::{x509, PeerUser};
 use super::batch;
 use super::coalesce::{Coalesce, FlushAfterPoll};
 use super::conn::{self, Proto};
+use super::crowd::{self, Crowd};
 use super::Server;
 use crate::shutdown::until_true;
 
@@ -86,25 +87,32 @@ pub async fn run(
     let slots = (conn_opts.max_connections > 0)
         .then(|| Arc::new(Semaphore::new(conn_opts.max_connections.min(Semaphore::MAX_PERMITS))));
     let mut warned: Option<tokio::time::Instant> = None;
-    loop {
+    let crowd = Arc::new(Crowd::default());
+    'accept: loop {
         // A slot before the accept: at the bound, new connections wait in the kernel's queue
         // (and past it are refused there) until one closes; the descriptors left are the
-        // proxy's own (upstream connections, files).
+        // proxy's own (upstream connections, files). Meanwhile an idle connection of the source
+        // holding the most gives way (`crowd`), one a second at most.
         let slot = match &slots {
-            Some(s) => {
-                if s.available_permits() == 0 && warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
-                {
-                    tracing::warn!(
-                        max = conn_opts.max_connections,
-                        "client connections at --max-connections; new ones wait"
-                    );
-                    warned = Some(tokio::time::Instant::now());
+            Some(s) => loop {
+                if s.available_permits() == 0 {
+                    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                        tracing::warn!(
+                            max = conn_opts.max_connections,
+                            "client connections at --max-connections; new ones wait, idle ones give way"
+                        );
+                        warned = Some(tokio::time::Instant::now());
+                    }
+                    if crowd.make_room() {
+                        tracing::debug!("an idle connection asked to close, to make room");
+                    }
                 }
                 tokio::select! {
-                    p = s.clone().acquire_owned() => p.ok().map(Arc::new),
-                    _ = until_true(&mut shutdown) => break,
+                    p = s.clone().acquire_owned() => break p.ok().map(Arc::new),
+                    _ = tokio::time::sleep(crowd::MIN_IDLE) => {}
+                    _ = until_true(&mut shutdown) => break 'accept,
                 }
-            }
+            },
             None => None,
         };
         let (stream, peer) = tokio::select! {
@@ -122,10 +130,14 @@ pub async fn run(
         keepalive(&stream);
         let (server, builders, stop, live, slots) =
             (server.clone(), builders.clone(), shutdown.clone(), live.clone(), slots.clone());
+        // Counted only under a bound (`--max-connections`).
+        let crowd = slots.as_ref().map(|_| crowd.clone());
+        let source = Some(super::auth::rate::source_key(peer.ip()));
         match &acceptor {
             None => {
                 tokio::spawn(async move {
                     let activity = conn::Activity::new();
+                    let _member = crowd.map(|c| c.join(source, activity.clone()));
                     // Within the head timeout: a silent connection is closed when it ends.
                     let proto =
                         sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
@@ -175,6 +187,7 @@ pub async fn run(
                         _ => Proto::Detect,
                     };
                     let activity = conn::Activity::new();
+                    let _member = crowd.map(|c| c.join(source, activity.clone()));
                     let svc = service(
                         server,
                         peer_user,

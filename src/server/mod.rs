@@ -30,6 +30,7 @@ pub mod classify;
 pub mod coalesce;
 pub mod conn;
 pub mod consistent;
+pub mod crowd;
 pub mod flights;
 pub mod gzip;
 pub mod health;

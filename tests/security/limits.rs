@@ -266,6 +266,30 @@ async fn status_line(s: &mut tokio::net::TcpStream, within: Duration) -> Option<
     Some(String::from_utf8_lossy(&head).trim().to_owned())
 }
 
+/// A connection with a watch open (a request in flight: it never gives way at the bound), once
+/// its status line is in; `headers` are added to the request.
+async fn held_watch(env: &Env, headers: &str) -> (tokio::net::TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let req = format!(
+        "GET /api/v1/namespaces/default/configmaps?watch=1 HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while !head.ends_with(b"\r\n") {
+            if s.read_exact(&mut byte).await.is_err() {
+                break;
+            }
+            head.push(byte[0]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.expect("the watch's status line");
+    let line = String::from_utf8_lossy(&head).trim().to_owned();
+    (s, line)
+}
+
 /// A new connection sending a GET, still unanswered after the time it would have needed (its
 /// status line comes later, from the task); `None` if it was answered.
 async fn waiting_connection(env: &Env) -> Option<tokio::task::JoinHandle<Option<String>>> {
@@ -286,10 +310,10 @@ async fn waiting_connection(env: &Env) -> Option<tokio::task::JoinHandle<Option<
 #[tokio::test]
 async fn connections_past_the_bound_wait_until_one_closes() {
     let env = start(|a| a.max_connections = 2).await;
+    // Two connections, each with a request in flight: neither gives way.
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-        let line = status_line(&mut s, Duration::from_secs(5)).await.expect("served");
+        let (s, line) = held_watch(&env, "").await;
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
         held.push(s);
     }
@@ -298,6 +322,43 @@ async fn connections_past_the_bound_wait_until_one_closes() {
     drop(held.pop());
     let line = waiting.await.unwrap().expect("served once a slot is free");
     assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+}
+
+/// At the bound, an idle connection (its request answered, the connection kept open — a
+/// `/healthz` a minute keeps it from the idle timeout) gives way to the one waiting: one source
+/// holding every slot with idle connections cannot keep the others out. One with a request in
+/// flight keeps its place.
+#[tokio::test]
+async fn at_the_bound_an_idle_connection_gives_way() {
+    use tokio::io::AsyncReadExt;
+    let env = start(|a| a.max_connections = 2).await;
+    let (mut watching, line) = held_watch(&env, "").await;
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let mut idle = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let line = status_line(&mut idle, Duration::from_secs(5)).await.expect("served");
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    // The newcomer is served within about two seconds (the idle one's `crowd::MIN_IDLE`, then
+    // the listener's next look), not after the 90 s idle timeout.
+    let mut newcomer = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    let line =
+        status_line(&mut newcomer, Duration::from_secs(10)).await.expect("served: the idle one gave way");
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    // The idle one was closed; the watch is still open.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), idle.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the idle connection was closed");
+    // (Its events so far may be read; it must not end.)
+    let mut buf = [0u8; 4096];
+    let ended = tokio::time::timeout(Duration::from_millis(300), async {
+        loop {
+            match watching.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_err(), "the watch's connection stays open");
 }
 
 /// An exec session's two sockets outlive hyper's connection (its task ends at the 101): the
@@ -312,7 +373,14 @@ async fn an_upgraded_session_holds_two_connection_slots_until_it_ends() {
             a.max_connections = max;
         })
         .await;
-        env.sim.sim.set_auth(AuthScript::default().token("alice-token", ScriptUser::new("alice", &[])));
+        env.sim.sim.set_auth(
+            AuthScript::default().token("alice-token", ScriptUser::new("alice", &[])).rule(Rule::user(
+                "alice",
+                &["watch"],
+                "",
+                &["configmaps"],
+            )),
+        );
         env.sim
             .sim
             .create("pods", "default", json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}}))
@@ -324,9 +392,8 @@ async fn an_upgraded_session_holds_two_connection_slots_until_it_ends() {
             continue;
         }
         let session = exec_session(&env, "alice-token").await.expect("a session");
-        // The third slot: one more connection, then no more.
-        let mut third = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
-        let line = status_line(&mut third, Duration::from_secs(5)).await.expect("served");
+        // The third slot: one more connection (busy: an idle one would give way), then no more.
+        let (_third, line) = held_watch(&env, "Authorization: Bearer alice-token\r\n").await;
         assert!(line.starts_with("HTTP/1.1 200"), "{line}");
         let waiting =
             waiting_connection(&env).await.expect("the next connection waits while the session is open");
