@@ -678,14 +678,17 @@ mod tests {
         assert!(text.contains(r#""upstream":"https://***@10.0.0.1:6443/prefix""#), "{text}");
         assert!(text.contains(r#""tokenFile":"/var/run/token""#), "{text}");
         assert!(text.contains(r#""historyWindow":"75s""#), "{text}");
-        assert_eq!(crate::upstream::hide_userinfo("http://h:1/a@b"), "http://h:1/a@b");
-        assert_eq!(crate::upstream::hide_userinfo("https://[::1]:6443/a@b"), "https://[::1]:6443/a@b");
-        // Passwords with characters a URL would not take there are hidden whole.
+        assert_eq!(crate::upstream::hide_userinfo("https://[::1]:6443/a"), "https://[::1]:6443/a");
+        // Passwords with characters a URL would not take there are hidden whole; a path with an
+        // `@` is hidden too (nothing tells it from a password with a `/`).
         for (url, shown) in [
             ("https://admin:p#ss@h:6443", "https://***@h:6443"),
             ("https://admin:p?ss@h", "https://***@h"),
             ("https://admin:p/ss@h/prefix", "https://***@h/prefix"),
+            ("https://u:1234/abc@h", "https://***@h"),
+            ("https://u:/pw@h", "https://***@h"),
             ("admin:p/ss@h", "***@h"),
+            ("http://h:1/a@b", "http://***@b"),
         ] {
             assert_eq!(crate::upstream::hide_userinfo(url), shown, "{url}");
         }

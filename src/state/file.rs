@@ -1,7 +1,8 @@
 //! State files on disk: `DIR/<group or core>_<resource>.state`, written atomically (a
 //! temporary file created 0600, written, fsynced, renamed over the old one, the directory
 //! fsynced) so a crash at any point leaves the old file or the new one, never a mix.
-//! Leftover temporary files (a crash during a write) are never read, and removed at start.
+//! Leftover temporary files (a crash during a write) are never read, and removed at start once
+//! older than [`LEFTOVER_AGE`] (a younger one may be another process's write going on).
 //!
 //! Blocking I/O: called from `spawn_blocking` by `state::save` and `state::restore` (whose
 //! `Loaded::read` decodes the files it opens).

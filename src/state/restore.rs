@@ -43,7 +43,7 @@ impl Loaded {
                 return Loaded { files: Vec::new() };
             }
         };
-        let admitted = admitted(&entries, memory_limit);
+        let admitted = admitted(&entries, opts, memory_limit);
         let mut files = Vec::new();
         for (name, opened) in entries {
             // Excluded by its name: removed without being read (its content is checked again
@@ -90,10 +90,20 @@ impl Loaded {
 }
 
 /// The state files (by name) that fit within `limit` together, smallest first (all of them
-/// without a limit).
-fn admitted(entries: &[file::Found], limit: Option<u64>) -> std::collections::HashSet<String> {
-    let mut sized: Vec<(u64, &String)> =
-        entries.iter().filter_map(|(n, o)| o.as_ref().ok().map(|(_, m)| (m.len(), n))).collect();
+/// without a limit); only those that will be read count (not an excluded resource's, nor an
+/// untrusted one).
+fn admitted(
+    entries: &[file::Found],
+    opts: &StateOptions,
+    limit: Option<u64>,
+) -> std::collections::HashSet<String> {
+    let read = |n: &String, m: &std::fs::Metadata| {
+        resource_of(n).is_none_or(|(g, r)| opts.persists(g, r)) && file::untrusted(m).is_none()
+    };
+    let mut sized: Vec<(u64, &String)> = entries
+        .iter()
+        .filter_map(|(n, o)| o.as_ref().ok().filter(|(_, m)| read(n, m)).map(|(_, m)| (m.len(), n)))
+        .collect();
     sized.sort();
     let mut total = 0u64;
     let mut out = std::collections::HashSet::new();
@@ -419,7 +429,10 @@ mod tests {
             resources: crate::wanted::Wanted::parse(&["*".into()]).unwrap(),
         };
         let results = |limit| {
+            // Smaller than all, but excluded (removed unread): not counted against the limit.
+            std::fs::write(dir.join("core_secrets.state"), vec![b'x'; 600]).unwrap();
             let loaded = Loaded::read(&opts, limit);
+            assert!(!dir.join("core_secrets.state").exists(), "excluded: removed");
             let mut r: Vec<(String, &'static str)> = loaded
                 .files
                 .iter()

@@ -354,25 +354,19 @@ pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
     Ok(format!("{scheme}://{authority}{}", uri.path().trim_end_matches('/')))
 }
 
-/// `url` with the user information of its authority replaced by `***`: what precedes the last
-/// `@` before the first `/` after `://` (or of the whole without a scheme) — a password with a
-/// `?` or `#` in it is hidden whole — and, when the part before that `/` is not a host or
-/// `host:port` (a password with a `/` in it, `u:p/w@h`), what precedes the last `@` of all.
+/// `url` with what precedes its last `@` (after `://`, or of the whole without a scheme)
+/// replaced by `***`. A password may hold a `/`, `?`, `#` or digits after a `:` — none of
+/// which tells it from a host, a port or a path — so any `@` hides all before it: a path
+/// holding one (`http://h:1/a@b` → `http://***@b`) is hidden too, which costs only a log's
+/// detail.
 pub fn hide_userinfo(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    let end = rest.find('/').unwrap_or(rest.len());
-    if let Some(at) = rest[..end].rfind('@') {
-        return format!("{scheme}***{}", &rest[at..]);
-    }
-    let authority = &rest[..end];
-    let port_ok = |p: &str| p.chars().all(|c| c.is_ascii_digit());
-    let host_like = authority.starts_with('[') || authority.rsplit_once(':').is_none_or(|(_, p)| port_ok(p));
     match rest.rfind('@') {
-        Some(at) if !host_like => format!("{scheme}***{}", &rest[at..]),
-        _ => url.to_owned(),
+        Some(at) => format!("{scheme}***{}", &rest[at..]),
+        None => url.to_owned(),
     }
 }
 

@@ -50,11 +50,14 @@ impl FairSeats {
             }
             let (tx, rx) = oneshot::channel();
             let st = &mut *st;
-            let queue = st.queues.entry(key.to_owned()).or_default();
-            queue.retain(|w| !w.is_closed());
-            if queue.is_empty() {
+            // A key has a turn exactly while it has a queue (`release` drops both together), even
+            // one whose waiters all gave up: a key takes no second turn by giving up and
+            // coming back.
+            if !st.queues.contains_key(key) {
                 st.turns.push_back(key.to_owned());
             }
+            let queue = st.queues.entry(key.to_owned()).or_default();
+            queue.retain(|w| !w.is_closed());
             queue.push_back(tx);
             rx
         };
@@ -159,6 +162,27 @@ mod tests {
         assert!(a2.is_finished(), "then a's, in order");
         assert!(!a3.is_finished());
         assert_eq!(seats.free(), 0);
+    }
+
+    /// A caller that gives up its waiting checks and sends new ones keeps one turn, not one
+    /// per time it came back.
+    #[tokio::test(start_paused = true)]
+    async fn giving_up_and_coming_back_takes_no_extra_turn() {
+        let seats = Arc::new(FairSeats::new(1));
+        let held = seats.take("x", LONG).await.unwrap();
+        for _ in 0..5 {
+            assert!(seats.take("a", Duration::from_secs(1)).await.is_none());
+        }
+        let (a, b) = (waiter(&seats, "a"), waiter(&seats, "b"));
+        settle().await;
+        let turns = seats.state.lock().turns.clone();
+        assert_eq!(turns.len(), 2, "one turn each: {turns:?}");
+        drop(held);
+        settle().await;
+        assert!(a.is_finished() && !b.is_finished());
+        drop(a.await.unwrap());
+        settle().await;
+        assert!(b.is_finished());
     }
 
     #[tokio::test(start_paused = true)]
