@@ -9,7 +9,8 @@
 //! request in progress, if one just started).
 //!
 //! Joined by `listener` for each accepted connection; [`Crowd::make_room`] is called by the
-//! listener when it waits for a slot.
+//! listener, at most every [`GIVE_WAY_EVERY`], while it waits for a slot and a connection waits
+//! in the kernel's accept queue.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,8 +24,13 @@ use tokio::time::Instant;
 use super::conn::Activity;
 
 /// The least time a connection has been idle (or open without a request) before it may give
-/// way.
-pub const MIN_IDLE: Duration = Duration::from_secs(1);
+/// way: a client polling every few seconds is not closed under its next request (a request
+/// already on its way when an HTTP/1.1 connection closes fails, unless the client replays it).
+pub const MIN_IDLE: Duration = Duration::from_secs(5);
+
+/// How often, at most, a connection is asked to give way (`listener`, while one waits to be
+/// accepted).
+pub const GIVE_WAY_EVERY: Duration = Duration::from_secs(1);
 
 /// A counted connection: its source and its requests.
 type Counted = (Option<IpAddr>, Arc<Activity>);

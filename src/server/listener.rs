@@ -58,6 +58,14 @@ const KEEPALIVE_PERIOD: Duration = Duration::from_secs(180);
 
 /// `net.core.somaxconn` (4 096 on recent kernels; the kernel caps a larger request at it), or
 /// 4 096 where it cannot be read.
+/// Whether a connection waits in `listener`'s accept queue (a poll that does not wait).
+fn someone_waits(listener: &TcpListener) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(listener, PollFlags::IN)];
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0)
+}
+
 fn backlog() -> u32 {
     std::fs::read_to_string("/proc/sys/net/core/somaxconn")
         .ok()
@@ -91,25 +99,26 @@ pub async fn run(
     'accept: loop {
         // A slot before the accept: at the bound, new connections wait in the kernel's queue
         // (and past it are refused there) until one closes; the descriptors left are the
-        // proxy's own (upstream connections, files). Meanwhile an idle connection of the source
-        // holding the most gives way (`crowd`), one a second at most.
+        // proxy's own (upstream connections, files). Meanwhile, while one waits there, an idle
+        // connection of the source holding the most gives way (`crowd`), one a second at most.
         let slot = match &slots {
             Some(s) => loop {
-                if s.available_permits() == 0 {
-                    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
-                        tracing::warn!(
-                            max = conn_opts.max_connections,
-                            "client connections at --max-connections; new ones wait, idle ones give way"
-                        );
-                        warned = Some(tokio::time::Instant::now());
-                    }
-                    if crowd.make_room() {
-                        tracing::debug!("an idle connection asked to close, to make room");
-                    }
+                if s.available_permits() == 0 && warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
+                {
+                    tracing::warn!(
+                        max = conn_opts.max_connections,
+                        "client connections at --max-connections; new ones wait, idle ones give way"
+                    );
+                    warned = Some(tokio::time::Instant::now());
                 }
                 tokio::select! {
                     p = s.clone().acquire_owned() => break p.ok().map(Arc::new),
-                    _ = tokio::time::sleep(crowd::MIN_IDLE) => {}
+                    // Once a second at most, and only while a connection waits to be accepted.
+                    _ = tokio::time::sleep(crowd::GIVE_WAY_EVERY) => {
+                        if someone_waits(&listener) && crowd.make_room() {
+                            tracing::debug!("an idle connection asked to close: one waits to be accepted");
+                        }
+                    }
                     _ = until_true(&mut shutdown) => break 'accept,
                 }
             },

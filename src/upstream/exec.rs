@@ -235,24 +235,27 @@ impl ClusterInfo {
 /// When a credential obtained at `obtained` should be replaced: a tenth of its lifetime before
 /// it expires, at most a minute before (client-go runs the plugin again only once the
 /// credential has expired or was refused; a proxy renews first so that no request of its own
-/// carries an expired token); never sooner than [`RENEW_FLOOR`] after it was obtained (a
-/// plugin answering an expiry already past — a clock skewed, a cached credential — would
-/// otherwise be run again every second). `None`: never.
+/// carries an expired token). A credential that has expired already when obtained (a clock
+/// skewed, a plugin's stale cache) is replaced [`RENEW_FLOOR`] later, as after a failed run,
+/// not every second. `None`: never.
 pub(crate) fn renew_at(obtained: SystemTime, expiry: Option<SystemTime>) -> Option<SystemTime> {
     let expiry = expiry?;
+    if expiry <= obtained {
+        return Some(obtained + RENEW_FLOOR);
+    }
     let lifetime = expiry.duration_since(obtained).unwrap_or_default();
-    Some((expiry - (lifetime / 10).min(Duration::from_secs(60))).max(obtained + RENEW_FLOOR))
+    Some(expiry - (lifetime / 10).min(Duration::from_secs(60)))
 }
 
-/// See [`renew_at`]: the retry interval of a failed run.
-pub(crate) const RENEW_FLOOR: Duration = super::auth::EXEC_RETRY;
+/// See [`renew_at`]: as long as `auth` waits to retry a failed run.
+pub(crate) const RENEW_FLOOR: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod renew_tests {
     use super::*;
 
     #[test]
-    fn a_credential_is_renewed_before_it_expires_never_sooner_than_the_floor() {
+    fn a_credential_is_renewed_before_it_expires_and_an_expired_one_after_the_floor() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let at = |expiry_in: i64| {
             let expiry = if expiry_in >= 0 {
@@ -264,6 +267,7 @@ mod renew_tests {
         };
         assert_eq!(at(3600), Some(3540), "a minute before, at most");
         assert_eq!(at(100), Some(90), "a tenth of its life before");
+        assert_eq!(at(3), Some(2), "a short-lived one too (2.7 s)");
         assert_eq!(at(0), Some(RENEW_FLOOR.as_secs()), "expiring now: the floor");
         assert_eq!(at(-600), Some(RENEW_FLOOR.as_secs()), "expired already: the floor, not at once");
         assert_eq!(renew_at(t, None), None);
