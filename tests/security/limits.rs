@@ -250,8 +250,13 @@ async fn followed_logs_and_exec_sessions_count_against_the_per_user_limit() {
 
 /// Sends a GET on a raw connection and reads its answer's status line (within `within`).
 async fn status_line(s: &mut tokio::net::TcpStream, within: Duration) -> Option<String> {
+    request_line(s, "GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n", within).await
+}
+
+/// Sends `request` on a raw connection and reads its answer's status line (within `within`).
+async fn request_line(s: &mut tokio::net::TcpStream, request: &str, within: Duration) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    s.write_all(b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     let read = async {
@@ -269,24 +274,11 @@ async fn status_line(s: &mut tokio::net::TcpStream, within: Duration) -> Option<
 /// A connection with a watch open (a request in flight: it never gives way at the bound), once
 /// its status line is in; `headers` are added to the request.
 async fn held_watch(env: &Env, headers: &str) -> (tokio::net::TcpStream, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
     let req = format!(
         "GET /api/v1/namespaces/default/configmaps?watch=1 HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n"
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    let read = async {
-        while !head.ends_with(b"\r\n") {
-            if s.read_exact(&mut byte).await.is_err() {
-                break;
-            }
-            head.push(byte[0]);
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), read).await.expect("the watch's status line");
-    let line = String::from_utf8_lossy(&head).trim().to_owned();
+    let line = request_line(&mut s, &req, Duration::from_secs(5)).await.expect("the watch's status line");
     (s, line)
 }
 
