@@ -1,8 +1,9 @@
 //! The proxy's own credentials at the HTTP layer: a bearer token, a token file re-read every
-//! minute (bound service-account tokens rotate, and kube-client's config loader does not refresh
-//! them), or an exec credential plugin's answer, renewed by a task before it expires (the plugin
-//! itself is `exec.rs`). Client certificates live at the TLS layer (`tls.rs`); one an exec
-//! plugin returns is swapped into the TLS layer's [`IdentitySlot`] when renewed.
+//! minute off the request path (bound service-account tokens rotate, and kube-client's config
+//! loader does not refresh them), or an exec credential plugin's answer, renewed by a task
+//! before it expires (the plugin itself is `exec.rs`). Client certificates live at the TLS
+//! layer (`tls.rs`); one an exec plugin returns is swapped into the TLS layer's
+//! [`IdentitySlot`] when renewed.
 //!
 //! Used by `client.rs` on the proxy's own requests only (forwarded requests never see these),
 //! and by the bench for its clients' bearer token.
@@ -70,37 +71,59 @@ fn bearer(token: &str) -> Result<HeaderValue, String> {
     Ok(h)
 }
 
-/// A token file, read at start (a missing or empty file is a configuration error) and again on
-/// use once [`TOKEN_REFRESH`] has passed. A failed re-read keeps the previous token.
+/// A token file, read at start (a missing or empty file is a configuration error) and again
+/// once [`TOKEN_REFRESH`] has passed. The re-read runs on a blocking thread, one at a time, and
+/// the current token is sent meanwhile: a file on a mount that hangs (NFS) never stalls the
+/// proxy's requests. A failed re-read keeps the previous token.
 pub struct TokenFile {
     path: PathBuf,
-    state: Mutex<Cached>,
+    state: Arc<Mutex<Cached>>,
 }
 
 struct Cached {
     header: HeaderValue,
     read_at: Instant,
+    /// A re-read is running.
+    reading: bool,
 }
 
 impl TokenFile {
     pub fn open(path: &Path) -> Result<TokenFile, ConfigError> {
         let header = read_token(path).map_err(|e| ConfigError::read_file("token file", path, e))?;
-        Ok(TokenFile { path: path.to_owned(), state: Mutex::new(Cached { header, read_at: Instant::now() }) })
+        let cached = Cached { header, read_at: Instant::now(), reading: false };
+        Ok(TokenFile { path: path.to_owned(), state: Arc::new(Mutex::new(cached)) })
     }
 
-    /// The current `Authorization` header, re-reading the file when it is due.
+    /// The current `Authorization` header; starts a re-read of the file when one is due.
     pub fn header(&self) -> HeaderValue {
         let now = Instant::now();
         let mut st = self.state.lock();
-        if now.duration_since(st.read_at) >= TOKEN_REFRESH {
-            // A tiny file, once a minute: reading it inline is cheaper than a task.
-            match read_token(&self.path) {
-                Ok(h) => st.header = h,
-                Err(e) => tracing::warn!(path = %self.path.display(), "keeping the previous token: {e}"),
-            }
+        if !st.reading && now.duration_since(st.read_at) >= TOKEN_REFRESH {
             st.read_at = now;
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    st.reading = true;
+                    let (path, state) = (self.path.clone(), self.state.clone());
+                    drop(rt.spawn_blocking(move || {
+                        let read = read_token(&path);
+                        let mut st = state.lock();
+                        st.reading = false;
+                        keep(&mut st, read, &path);
+                    }));
+                }
+                // Outside a runtime (a tool's one-off request): read here.
+                Err(_) => keep(&mut st, read_token(&self.path), &self.path),
+            }
         }
         st.header.clone()
+    }
+}
+
+/// A re-read's token, or the previous one kept with a warning.
+fn keep(st: &mut Cached, read: Result<HeaderValue, String>, path: &Path) {
+    match read {
+        Ok(h) => st.header = h,
+        Err(e) => tracing::warn!(path = %path.display(), "keeping the previous token: {e}"),
     }
 }
 
@@ -227,12 +250,59 @@ mod tests {
         std::fs::write(&path, "second").unwrap();
         tokio::time::advance(Duration::from_secs(59)).await;
         assert_eq!(f.header(), "Bearer first", "not due yet");
+        assert!(!f.state.lock().reading);
         tokio::time::advance(Duration::from_secs(1)).await;
+        f.header();
+        settled(&f);
         assert_eq!(f.header(), "Bearer second");
 
         std::fs::remove_file(&path).unwrap();
         tokio::time::advance(TOKEN_REFRESH).await;
+        f.header();
+        settled(&f);
         assert_eq!(f.header(), "Bearer second", "a failed re-read keeps the old token");
+    }
+
+    /// Waits (real time, bounded) for a re-read in flight to end.
+    fn settled(f: &TokenFile) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while f.state.lock().reading {
+            assert!(std::time::Instant::now() < deadline, "the re-read never ended");
+            std::thread::yield_now();
+        }
+    }
+
+    /// A token file whose read hangs (a FIFO with no writer stands for a hung NFS mount): the
+    /// proxy's requests keep the current token meanwhile, no second read piles up, and the
+    /// token read once the file answers is used.
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_token_file_never_stalls_a_request() {
+        let dir = TempDir::new();
+        let path = dir.write("token", "first");
+        let f = TokenFile::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let fifo = std::process::Command::new("mkfifo").arg(&path).status();
+        assert!(fifo.is_ok_and(|s| s.success()), "mkfifo (coreutils) makes the FIFO");
+
+        // The writer answers when told, or after 10 s: then a read made inline would have
+        // waited that long and returned the new token below instead of the current one.
+        let (go, told) = std::sync::mpsc::channel::<()>();
+        let p = path.clone();
+        let writer = std::thread::spawn(move || {
+            let _ = told.recv_timeout(Duration::from_secs(10));
+            std::fs::write(p, "third").unwrap();
+        });
+
+        tokio::time::advance(TOKEN_REFRESH).await;
+        assert_eq!(f.header(), "Bearer first", "sent while the file hangs");
+        assert!(f.state.lock().reading, "the re-read runs aside");
+        tokio::time::advance(TOKEN_REFRESH * 3).await;
+        assert_eq!(f.header(), "Bearer first", "one re-read at a time, the request not held");
+
+        go.send(()).unwrap();
+        writer.join().unwrap();
+        settled(&f);
+        assert_eq!(f.header(), "Bearer third");
     }
 
     #[test]
