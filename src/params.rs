@@ -41,7 +41,8 @@ pub struct ListOptions {
     pub resource_version: String,
     /// Raw `resourceVersionMatch` (empty when absent).
     pub resource_version_match: String,
-    pub timeout_seconds: Option<u64>,
+    /// Negative: the watch ends at once (Go's timer of a negative duration).
+    pub timeout_seconds: Option<i64>,
     /// `limit` ≤ 0 means no limit.
     pub limit: i64,
     pub continue_token: String,
@@ -61,9 +62,13 @@ pub fn parse_bool(v: &str) -> bool {
 impl ListOptions {
     /// Decodes a raw query string (`a=b&c=d`, leading `?` or empty pairs ignored). The first
     /// value of a repeated parameter wins, as with Go's `url.Values` conversion.
+    /// Integers that do not parse are the apiserver's 400 (`strconv.ParseInt: parsing "x":
+    /// invalid syntax`), `timeoutSeconds`'s before `limit`'s whatever their order in the query
+    /// (the fields' order in `metav1.ListOptions`), as kube-apiserver 1.28.7 answers.
     pub fn from_query(query: &str) -> Result<ListOptions, Error> {
         let mut o = ListOptions::default();
         let mut seen = std::collections::HashSet::new();
+        let (mut timeout, mut limit) = (Ok(None), Ok(0));
         for (k, v) in form_urlencoded::parse(query.trim_start_matches('?').as_bytes()) {
             if k.is_empty() || !seen.insert(k.clone()) {
                 continue;
@@ -74,8 +79,8 @@ impl ListOptions {
                 "sendInitialEvents" => o.send_initial_events = Some(parse_bool(&v)),
                 "resourceVersion" => o.resource_version = v.into_owned(),
                 "resourceVersionMatch" => o.resource_version_match = v.into_owned(),
-                "timeoutSeconds" => o.timeout_seconds = Some(parse_int("timeoutSeconds", &v)?.max(0) as u64),
-                "limit" => o.limit = parse_int("limit", &v)?,
+                "timeoutSeconds" => timeout = parse_int(&v).map(Some),
+                "limit" => limit = parse_int(&v),
                 "continue" => o.continue_token = v.into_owned(),
                 "labelSelector" => o.label_selector = v.into_owned(),
                 "fieldSelector" => o.field_selector = v.into_owned(),
@@ -83,7 +88,42 @@ impl ListOptions {
                 _ => {}
             }
         }
+        o.timeout_seconds = timeout?;
+        o.limit = limit?;
         Ok(o)
+    }
+
+    /// The options of a GET of one object (`metav1.GetOptions`): its `resourceVersion`, every
+    /// other parameter ignored (`?limit=x` is no error there), and `export`, which the
+    /// apiserver refuses when true (`GetResource`; recorded from kube-apiserver 1.28.7).
+    pub fn for_get(query: &str) -> Result<ListOptions, Error> {
+        let mut o = ListOptions::default();
+        let (mut rv, mut export) = (None, None);
+        for (k, v) in form_urlencoded::parse(query.trim_start_matches('?').as_bytes()) {
+            match k.as_ref() {
+                "resourceVersion" if rv.is_none() => rv = Some(v.into_owned()),
+                "export" if export.is_none() => export = Some(parse_bool(&v)),
+                _ => {}
+            }
+        }
+        if export == Some(true) {
+            return Err(Error::BadRequest(
+                "the export parameter, deprecated since v1.14, is no longer supported".into(),
+            ));
+        }
+        o.resource_version = rv.unwrap_or_default();
+        Ok(o)
+    }
+
+    /// The selectors' syntax, checked where the apiserver's decoding parses them: after the
+    /// integers, the label selector before the field selector, both before the 422 of
+    /// [`ListOptions::validate`] (`fieldSelector=foo&resourceVersionMatch=Exact` is the field
+    /// selector's 400; recorded from kube-apiserver 1.28.7). Whether a field is selectable for
+    /// the resource is the registry's question, asked after validation.
+    pub fn check_selector_syntax(&self) -> Result<(), Error> {
+        crate::selector::LabelSelector::parse(&self.label_selector)?;
+        crate::selector::parse_terms(&self.field_selector)?;
+        Ok(())
     }
 
     /// `SetListOptionsDefaults` with the WatchList gate on (1.34+): a watch with RV unset or
@@ -219,12 +259,14 @@ impl ListOptions {
     }
 }
 
-fn parse_int(name: &str, v: &str) -> Result<i64, Error> {
-    v.parse::<i64>().map_err(|_| {
-        Error::BadRequest(format!(
-            "failed to parse {name}: strconv.ParseInt: parsing {}: invalid syntax",
-            crate::resource::go_quote(v)
-        ))
+/// Go's `strconv.ParseInt(v, 10, 64)`, its error as the apiserver's 400 text.
+fn parse_int(v: &str) -> Result<i64, Error> {
+    v.parse::<i64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => "value out of range",
+            _ => "invalid syntax",
+        };
+        Error::BadRequest(format!("strconv.ParseInt: parsing {}: {why}", crate::resource::go_quote(v)))
     })
 }
 

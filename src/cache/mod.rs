@@ -288,11 +288,14 @@ impl Writer {
                 "the upstream listed at a resourceVersion below the cache's: its storage went back (etcd restored without --bump-revision?); every watch ends and the cache takes the list's resourceVersion, as the apiserver's watch cache does"
             );
         }
+        let cache_rv = st.rv;
+        // A list at the RV the cache had reached, in the same history, that differs from the
+        // cache: the cache was wrong at that RV, whatever found it (a list RV below the cache's
+        // ends every watcher and rewinds; one above it has its own events in between).
+        let events =
+            if list_rv == cache_rv && cache_rv > Rv(0) { diff(&st.store, &next) } else { Vec::new() };
+        let differed = !events.is_empty();
         if !st.watchers.is_empty() {
-            let cache_rv = st.rv;
-            // The differences only matter when the cache had reached the list RV already, in
-            // the same history (a list RV below the cache's ends every watcher).
-            let events = if list_rv == cache_rv { diff(&st.store, &next) } else { Vec::new() };
             let live = st.watchers.len();
             let ended = st.watchers.end_at_relist(&events, cache_rv, list_rv);
             tracing::info!(
@@ -316,6 +319,10 @@ impl Writer {
         let rv = st.rv;
         if went_back {
             st.history.rewind(list_rv, from);
+        } else if differed {
+            // The RV the wrong state was served at answers 410 from now on (as after
+            // `distrust_through`): a client that read it must relist, not resume from it.
+            st.history.reset(Rv(list_rv.0.saturating_add(1)));
         } else {
             st.history.reset(list_rv);
         }

@@ -40,9 +40,10 @@ impl Reader {
         }
         let st = self.shared.state.lock();
         // Dropped for --cache-memory-limit: the state may be emptied already (never saved so).
-        // Unservable since its progress was read (`cache::unparsable`): its state would come
-        // back ready at a restart.
-        if st.rv == Rv(0) || self.released() || st.unservable {
+        // Unservable since its progress was read (`cache::unparsable`), or found wrong since
+        // (`request_relist`, which marks it under this lock): its state would come back ready
+        // at a restart.
+        if st.rv == Rv(0) || self.released() || st.unservable || self.shared.relist.pending() {
             return None;
         }
         let mut base = st.store.clone();

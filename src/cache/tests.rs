@@ -258,8 +258,38 @@ async fn relist_at_the_cache_rv_keeps_the_watches_no_difference_concerns() {
     w.replace(items, Rv(12));
     assert_eq!(drain(&mut all).await, Some(vec![]));
     assert_eq!(r.watcher_stats().live, 1);
+    // The client of the ended watch resumes from 12, where the cache showed it y: refused (the
+    // history starts after 12), so it relists rather than keep y for ever; not ready until
+    // the upstream moves past 12.
+    let e = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).err().unwrap();
+    assert_eq!(e.to_string(), "too old resource version: 12 (13)");
+    assert!(!r.progress().ready);
     w.apply(EventType::Modified, obj(&w, "b", "z", 13, "b")).unwrap();
     assert_eq!(take(&mut app_b, 1).await, vec![("MODIFIED".into(), "z".into(), "13".into())], "no BOOKMARK");
+    assert!(r.progress().ready);
+}
+
+/// The same relist with no watch open (nobody to end): the RV the wrong state was served at
+/// is still refused, and the cache is not ready until the upstream moves past it — a client
+/// that listed y at 12 must not resume from 12 and keep it.
+#[tokio::test]
+async fn a_relist_at_the_cache_rv_that_differs_distrusts_that_rv() {
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    w.replace(vec![obj(&w, "a", "x", 12, "a"), obj(&w, "b", "z", 7, "b")], Rv(12));
+    assert!(!r.progress().ready);
+    let e = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).err().unwrap();
+    assert_eq!(e.to_string(), "too old resource version: 12 (13)");
+    assert!(r.snapshot_at(Rv(12)).is_none());
+    w.bookmark(Rv(13));
+    assert!(r.progress().ready);
+    // The same list again changes nothing: no difference, the cache's RV trusted.
+    let (mut w, r) = setup();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    let same: Vec<Object> = r.snapshot().store.values().map(|o| (**o).clone()).collect();
+    w.replace(same, Rv(12));
+    assert!(r.progress().ready);
+    assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).is_ok());
 }
 
 /// A state proven the upstream's at 13 while the cache was at 10, whose watch registers only

@@ -471,9 +471,9 @@ fn decide(
     query: &str,
     negotiated: Negotiated,
 ) -> Result<Route, Error> {
-    let mut opts = ListOptions::from_query(query)?;
     // `?watch=1` on an object URL is a plain GET; `/watch/` makes anything a watch.
     let is_get = rp.name.is_some() && !rp.watch_prefix;
+    let mut opts = if is_get { ListOptions::for_get(query)? } else { ListOptions::from_query(query)? };
     let is_list = !is_get && !opts.watch && !rp.watch_prefix;
     let Some(repr) = accept::repr_for(negotiated, is_list) else {
         return Ok(Route::Forward(ForwardReason::Accept));
@@ -498,6 +498,8 @@ fn decide(
     }
     opts.watch |= rp.watch_prefix;
     let labels = LabelSelector::parse(&opts.label_selector)?;
+    // Decoding parses the field selector too, before validation (`ListOptions::check_selector_syntax`).
+    crate::selector::parse_terms(&opts.field_selector)?;
     opts.apply_defaults();
     opts.validate()?;
     let fields = match FieldSelector::parse(&opts.field_selector, &kind) {
@@ -507,8 +509,10 @@ fn decide(
         Err(_) if !kind.builtin => return Ok(Route::Forward(ForwardReason::UnknownField)),
         Err(e) => return Err(e),
     };
-    if let (Some(name), Some(sel)) = (&rp.name, fields.exact("metadata.name")) {
-        if name != sel {
+    // A watch of one object: any field selector must require exactly its name (1.36 `get.go`
+    // `ListResource`; `metadata.namespace=ns` or `metadata.name!=a` alone is refused too).
+    if let Some(name) = &rp.name {
+        if !fields.is_empty() && fields.exact("metadata.name") != Some(name.as_str()) {
             return Err(Error::BadRequest("fieldSelector metadata.name doesn't match requested name".into()));
         }
     }

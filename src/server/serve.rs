@@ -400,7 +400,13 @@ fn watch(
     // watch was authorized when it started, and its life is bounded (documented in the README).
     let cap = opts.min_request_timeout.mul_f64(1.0 + fastrand::f64());
     let timeout = match req.opts.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s).min(cap),
+        Some(s) if s > 0 => Duration::from_secs(s.unsigned_abs()).min(cap),
+        // Negative: the apiserver's watch context is already done: 200 and no event, not even
+        // an initial one (recorded from kube-apiserver 1.28.7).
+        Some(s) if s < 0 => {
+            let empty = body::chunks(Vec::new());
+            return Ok(Outcome::Response(response(StatusCode::OK, empty, content_type(req.repr, true))));
+        }
         _ => cap,
     };
     let wr = WatchRequest {
@@ -693,6 +699,27 @@ mod tests {
                 panic!("forwarded")
             };
             assert_eq!(resp.status(), 200, "{t}");
+        }
+    }
+
+    /// A negative `timeoutSeconds` ends the watch at once: 200 and no event, not even the
+    /// initial ones (Go's timer of a negative duration; recorded from kube-apiserver 1.28.7).
+    #[tokio::test(start_paused = true)]
+    async fn a_negative_timeout_ends_the_watch_at_once() {
+        use http_body_util::BodyExt;
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"10"}}"#;
+        let obj = w.parse(bytes::Bytes::from(json)).unwrap();
+        w.replace(vec![obj], Rv(10));
+        for (t, events) in [("-1", false), ("-9223372036854775808", false), ("1", true)] {
+            let q = format!("watch=1&resourceVersion=0&timeoutSeconds={t}");
+            let Outcome::Response(resp) = run(&r, "/api/v1/configmaps", &q).await else {
+                panic!("forwarded")
+            };
+            assert_eq!(resp.status(), 200, "{t}");
+            let body = tokio::time::timeout(Duration::from_secs(60), resp.into_body().collect()).await;
+            let body = body.expect("the watch ended").unwrap().to_bytes();
+            assert_eq!(!body.is_empty(), events, "{t}: {}", String::from_utf8_lossy(&body));
         }
     }
 

@@ -149,7 +149,9 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
     let method = req.method().clone();
     match (method, t.name.is_some()) {
         (Method::GET, _) => {
-            let q = Query::from_query(&raw)?;
+            // A GET of one object decodes GetOptions only (`Query::for_get`).
+            let get = t.name.is_some() && !t.force_watch;
+            let q = if get { Query::for_get(&raw)? } else { Query::from_query(&raw)? };
             let accept = negotiate(req.headers(), sim.store().kinds.kind(t.res).builtin)?;
             if t.force_watch || (q.watch && t.name.is_none()) {
                 watch::handle(sim, t, q, accept).await

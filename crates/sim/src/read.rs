@@ -42,8 +42,9 @@ impl Filter {
         let field = given(&q.field_selector).map(|s| FieldSelector::parse(&s, kind)).transpose()?;
         let mut f = Filter { namespace: t.namespace.clone(), name: t.name.clone(), label, field };
         if let Some(fs) = &f.field {
-            if let (Some(url_name), Some(sel)) = (&t.name, fs.exact("metadata.name")) {
-                if url_name != sel && t.force_watch {
+            // A watch of one object: the selector must require exactly its name (`ListResource`).
+            if let Some(url_name) = &t.name {
+                if t.force_watch && !fs.is_empty() && fs.exact("metadata.name") != Some(url_name.as_str()) {
                     return Err(Error::BadRequest(
                         "fieldSelector metadata.name doesn't match requested name".into(),
                     ));
@@ -118,6 +119,7 @@ enum Source {
 pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(t.res).clone();
+    q.check_selector_syntax()?;
     q.validate()?;
     let filter = Filter::new(&kind, t, q)?;
     let token = q.continue_for_list()?;

@@ -33,7 +33,7 @@ pub async fn handle(
     match (sub, req.method().clone()) {
         ("status", Method::GET) => {
             let accept = negotiate(req.headers(), served.kind.builtin)?;
-            read::get(&sim, &t, &Query::from_query(raw_query)?, accept).await
+            read::get(&sim, &t, &Query::for_get(raw_query)?, accept).await
         }
         ("status", Method::PUT) => write::put(&sim, &t, req).await,
         ("status", Method::PATCH) => write::patch(&sim, &t, req).await,

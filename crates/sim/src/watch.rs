@@ -58,11 +58,14 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
     let typing = sim.store().typing(t.res).clone();
     // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
     let q = watch_query(q);
+    q.check_selector_syntax()?;
     q.validate()?;
     let filter = Filter::new(&kind, &t, &q)?;
     let rv = rv_of(q.rv_for_get_or_watch()?);
     let timeout = match q.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s),
+        Some(s) if s > 0 => Duration::from_secs(s.unsigned_abs()),
+        // Negative: Go's timer fires at once (200, no event).
+        Some(s) if s < 0 => Duration::ZERO,
         // --min-request-timeout (1800 s) × uniform[1, 2).
         _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };

@@ -177,6 +177,29 @@ fn get_plans() {
         plan(&format!("{CMS}/a"), "resourceVersion=0&resourceVersionMatch=Bogus"),
         Plan::Get { min_rv: None }
     );
+    // Parameters GetOptions does not have are not decoded (no 400 for a bad limit), and
+    // `export=true` is refused (recorded from kube-apiserver 1.28.7, `GetResource` in 1.36).
+    let get = format!("{CMS}/a");
+    assert_eq!(plan(&get, "resourceVersion=0&limit=abc&timeoutSeconds=x"), Plan::Get { min_rv: None });
+    assert_eq!(plan(&get, "resourceVersion=0&fieldSelector=foo"), Plan::Get { min_rv: None });
+    assert_eq!(plan(&get, "resourceVersion=0&export=false"), Plan::Get { min_rv: None });
+    for q in [
+        "resourceVersion=0&export=1",
+        "export=&resourceVersion=0",
+        "resourceVersion=0&export=false&export=true",
+    ] {
+        let expected = if q.contains("export=false") { None } else { Some(400) };
+        match route(Method::GET, &get, q, None) {
+            Route::Reject(e) => {
+                assert_eq!(Some(e.to_status().code.as_u16()), expected, "{q}");
+                assert_eq!(
+                    e.to_string(),
+                    "the export parameter, deprecated since v1.14, is no longer supported"
+                );
+            }
+            other => assert!(expected.is_none(), "{q}: {other:?}"),
+        }
+    }
     // Non-numeric RV on GET: the cacher's raw 500.
     let (code, msg) = reject(&format!("{CMS}/a"), "resourceVersion=abc");
     assert_eq!(code, 500);
@@ -251,11 +274,51 @@ fn list_errors_in_the_apiserver_order() {
         reject("/api/v1/configmaps", "fieldSelector=data.x%3D1"),
         (400, r#""data.x" is not a known field selector: only "metadata.name", "metadata.namespace""#.into())
     );
-    // A URL name contradicted by a metadata.name selector (watch of one object).
+    // A watch of one object: a field selector must require exactly its name (recorded from
+    // kube-apiserver 1.28.7: `metadata.namespace=…` or `metadata.name!=…` alone is refused).
+    let one = "/api/v1/watch/namespaces/ns/configmaps/cm-1";
+    for q in [
+        "fieldSelector=metadata.name%3Dcm-2",
+        "fieldSelector=metadata.namespace%3Dns",
+        "fieldSelector=metadata.name!%3Dcm-1",
+        "fieldSelector=metadata.name!%3Dcm-2",
+    ] {
+        assert_eq!(
+            reject(one, q),
+            (400, "fieldSelector metadata.name doesn't match requested name".into()),
+            "{q}"
+        );
+    }
+    for q in [
+        "fieldSelector=",
+        "fieldSelector=metadata.namespace%3Dns,metadata.name%3Dcm-1",
+        "fieldSelector=metadata.name%3D%3Dcm-1",
+    ] {
+        assert!(matches!(route(Method::GET, one, q, None), Route::Cache(_)), "{q}");
+    }
+    // Integers first, `timeoutSeconds` before `limit` whatever the order, Go's texts.
+    assert_eq!(reject(CMS, "limit=x"), (400, r#"strconv.ParseInt: parsing "x": invalid syntax"#.into()));
+    assert_eq!(reject(CMS, "limit="), (400, r#"strconv.ParseInt: parsing "": invalid syntax"#.into()));
     assert_eq!(
-        reject("/api/v1/watch/namespaces/ns/configmaps/cm-1", "fieldSelector=metadata.name%3Dcm-2"),
-        (400, "fieldSelector metadata.name doesn't match requested name".into())
+        reject(CMS, "limit=99999999999999999999"),
+        (400, r#"strconv.ParseInt: parsing "99999999999999999999": value out of range"#.into())
     );
+    assert_eq!(reject(CMS, "limit=x&timeoutSeconds=y").1, r#"strconv.ParseInt: parsing "y": invalid syntax"#);
+    assert_eq!(
+        reject(CMS, "labelSelector=a%20b%20c&limit=x").1,
+        r#"strconv.ParseInt: parsing "x": invalid syntax"#
+    );
+    // Then the label selector, then the field selector's syntax, before validation's 422; a
+    // field the resource does not select is the registry's 400, after it.
+    assert_eq!(
+        reject(CMS, "fieldSelector=foo&labelSelector=a%20b%20c").1,
+        "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"
+    );
+    assert_eq!(
+        reject(CMS, "fieldSelector=foo&resourceVersionMatch=Exact"),
+        (400, "invalid selector: 'foo'; can't understand 'foo'".into())
+    );
+    assert_eq!(reject("/api/v1/configmaps", "fieldSelector=nope%3D1&resourceVersionMatch=Exact").0, 422);
 }
 
 #[test]
