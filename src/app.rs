@@ -89,16 +89,15 @@ impl Running {
         }
         // The reflectors stopped and ended every watch: the caches no longer change.
         if let Some(saver) = &self.saver {
-            saver.save_all(&self.caching.readers()).await;
+            saver.save_all(&self.caching.readers(), &self.caching.dropped_kinds()).await;
         }
         let _ = self.server_task.await;
     }
 
-    /// Waits for SIGTERM or Ctrl-C, then shuts down; a second signal exits at once (status 1,
-    /// like kube-apiserver). One listener serves both waits: a signal that arrives while the
-    /// shutdown starts is not lost between two listeners.
-    pub async fn run_until_signal(self) {
-        let mut signals = Signals::new();
+    /// Waits for SIGTERM or Ctrl-C on `signals`, then shuts down; a second signal exits at
+    /// once (status 1, like kube-apiserver). One listener serves both waits: a signal that
+    /// arrives while the shutdown starts is not lost between two listeners.
+    pub async fn run_until_signal(self, mut signals: Signals) {
         signals.recv().await;
         tracing::info!("shutting down (a second SIGTERM or Ctrl-C exits at once)");
         tokio::select! {
@@ -262,7 +261,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             warm_states = Some((warm.clone(), dir));
             let caching = caching.with_warm(warm);
             let c = caching.clone();
-            tokio::spawn(saver.clone().run(move || c.readers(), shutdown_rx.clone()));
+            tokio::spawn(saver.clone().run(move || (c.readers(), c.dropped_kinds()), shutdown_rx.clone()));
             (caching, Some(saver))
         }
         _ => (caching, None),
@@ -457,8 +456,11 @@ pub fn raise_open_files() {
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %args.effective(), "kube-watchcache serve starting");
     raise_open_files();
+    // Listened to before the start: a SIGTERM that comes while it starts (its "serving" line
+    // already out) is the graceful shutdown's, not the default action's.
+    let signals = Signals::new();
     let running = start(&args).await?;
-    running.run_until_signal().await;
+    running.run_until_signal(signals).await;
     Ok(())
 }
 

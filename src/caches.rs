@@ -247,6 +247,12 @@ impl Caching {
         self.dropped.lock().iter().map(|d| (d.name.clone(), d.bytes)).collect()
     }
 
+    /// The kinds of the caches `--cache-memory-limit` dropped (`state::save` removes their
+    /// files).
+    pub fn dropped_kinds(&self) -> Vec<ResourceKind> {
+        self.dropped.lock().iter().map(|d| d.kind.clone()).collect()
+    }
+
     /// Stops caching `name` for `--cache-memory-limit` (`memory`): its requests are forwarded
     /// (reason `memory_limit`) from now on, its reflector stops and its watches end (clients
     /// re-watch, upstream); its memory goes once the reads in flight on it are answered.

@@ -15,7 +15,7 @@ use super::format::{self, Identity, Saved, SavedObject};
 use super::{file, StateOptions};
 use crate::cache::Reader;
 use crate::metrics::Metrics;
-use crate::resource::Object;
+use crate::resource::{Object, ResourceKind};
 use crate::upstream::Upstream;
 
 /// Writes the state files.
@@ -39,8 +39,13 @@ impl Saver {
         Saver { opts, upstream, metrics, identity: Mutex::new(identity), saving: tokio::sync::Mutex::new(()) }
     }
 
-    /// Saves every `--state-sync-period` until `stop` turns true.
-    pub async fn run(self: Arc<Self>, readers: impl Fn() -> Vec<Reader>, mut stop: watch::Receiver<bool>) {
+    /// Saves every `--state-sync-period` until `stop` turns true; `caches` gives the caches
+    /// running and the kinds of those dropped for `--cache-memory-limit`.
+    pub async fn run(
+        self: Arc<Self>,
+        caches: impl Fn() -> (Vec<Reader>, Vec<ResourceKind>),
+        mut stop: watch::Receiver<bool>,
+    ) {
         if self.opts.sync_period.is_zero() {
             return;
         }
@@ -49,14 +54,21 @@ impl Saver {
                 _ = tokio::time::sleep(self.opts.sync_period) => {}
                 _ = crate::shutdown::until_true(&mut stop) => return,
             }
-            self.save_all(&readers()).await;
+            let (readers, dropped) = caches();
+            self.save_all(&readers, &dropped).await;
         }
     }
 
     /// Writes the state of every reader whose resource `--state-resources` allows and that has
-    /// something consistent to save (synced, ready).
-    pub async fn save_all(&self, readers: &[Reader]) {
+    /// something consistent to save (synced, ready), and removes the files of the caches
+    /// `dropped` for `--cache-memory-limit`: no longer kept up to date, such a file would come
+    /// back ready at a restart, older than `--state-sync-period` promises (by days, perhaps).
+    pub async fn save_all(&self, readers: &[Reader], dropped: &[ResourceKind]) {
         let _one = self.saving.lock().await;
+        for kind in dropped.iter().filter(|k| self.opts.persists(&k.group, &k.resource)) {
+            let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
+            remove(&path, &kind.group_resource(), "the cache was dropped for --cache-memory-limit");
+        }
         let Some(identity) = self.identity().await else { return };
         let started = tokio::time::Instant::now();
         let mut total = 0u64;
@@ -70,11 +82,7 @@ impl Saver {
             if let Some(why) = discarded(r) {
                 // Its last state on disk would come back ready at a restart: gone, it starts
                 // cold.
-                match std::fs::remove_file(&path) {
-                    Ok(()) => tracing::info!(resource, "state file removed: {why}"),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => tracing::warn!(resource, error = %e, "could not remove a state file"),
-                }
+                remove(&path, &resource, why);
                 continue;
             }
             // The snapshot is O(1); encoding (the objects' headers and bytes copied into the
@@ -131,12 +139,22 @@ impl Saver {
     }
 }
 
+/// Removes a state file that must not come back at a restart (a missing one is fine).
+fn remove(path: &std::path::Path, resource: &str, why: &str) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(resource, "state file removed: {why}"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(resource, error = %e, "could not remove a state file"),
+    }
+}
+
 /// Why the state on disk of `r`'s cache must go, if it must: the cache cannot parse an object
 /// (`cache::unparsable`: the state is as old as that object), or it is not ready after it was
 /// synced — found different from the upstream, the upstream's storage gone back, a restored
 /// state the upstream no longer has — and relisting: what it last saved is known wrong or
 /// from before a downtime, and a crash before the relist lands would bring it back ready. Not
-/// a cache dropped for `--cache-memory-limit` (its state was right; it may be emptied).
+/// a cache dropped for `--cache-memory-limit` (it may be emptied: `save_all` removes its file
+/// by its kind).
 fn discarded(r: &Reader) -> Option<&'static str> {
     let p = r.progress();
     if p.unservable {
@@ -174,7 +192,7 @@ fn saved(o: &Object) -> SavedObject {
 mod tests {
     use super::*;
     use crate::cache::{self, CacheOptions};
-    use crate::resource::{ResourceKind, Rv};
+    use crate::resource::Rv;
     use crate::upstream::UpstreamOptions;
 
     /// A cache that cannot parse an object, or is known wrong, leaves no state on disk: its last
@@ -200,26 +218,30 @@ mod tests {
         let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
         w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
         let path = dir.join(file::name_of("", "configmaps"));
-        saver.save_all(std::slice::from_ref(&r)).await;
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
         assert!(path.exists(), "a ready cache is saved");
         w.unparsable("bad".into());
-        saver.save_all(std::slice::from_ref(&r)).await;
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
         assert!(!path.exists(), "removed");
 
         // Listed again, saved again; then found different from the upstream: not ready while
         // it relists, and its file goes (a crash before the relist would restore it).
         w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(8));
-        saver.save_all(std::slice::from_ref(&r)).await;
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
         assert!(path.exists(), "saved again once listed");
         r.request_relist(Rv(8), r.lists(), "inconsistent with the upstream".into());
-        saver.save_all(std::slice::from_ref(&r)).await;
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
         assert!(!path.exists(), "a cache known wrong leaves no state");
         // A cache before its first sync (not ready at RV 0) leaves another's file alone.
         w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(9));
-        saver.save_all(std::slice::from_ref(&r)).await;
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
         let (_w2, syncing) = cache::new(r.kind().clone(), CacheOptions::default());
-        saver.save_all(std::slice::from_ref(&syncing)).await;
+        saver.save_all(std::slice::from_ref(&syncing), &[]).await;
         assert!(path.exists(), "a syncing cache removes nothing");
+        // Dropped for --cache-memory-limit: no longer saved, and its file goes.
+        r.release_at_stop();
+        saver.save_all(&[], &[r.kind().clone()]).await;
+        assert!(!path.exists(), "a dropped cache leaves no state");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

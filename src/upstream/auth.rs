@@ -72,8 +72,8 @@ fn bearer(token: &str) -> Result<HeaderValue, String> {
 }
 
 /// A token file, read at start (a missing or empty file is a configuration error) and again
-/// once [`TOKEN_REFRESH`] has passed. The re-read runs on a blocking thread, one at a time, and
-/// the current token is sent meanwhile: a file on a mount that hangs (NFS) never stalls the
+/// once [`TOKEN_REFRESH`] has passed. The re-read runs on a thread of its own, one at a time,
+/// and the current token is sent meanwhile: a file on a mount that hangs (NFS) never stalls the
 /// proxy's requests. A failed re-read keeps the previous token.
 pub struct TokenFile {
     path: PathBuf,
@@ -100,19 +100,19 @@ impl TokenFile {
         let mut st = self.state.lock();
         if !st.reading && now.duration_since(st.read_at) >= TOKEN_REFRESH {
             st.read_at = now;
-            match tokio::runtime::Handle::try_current() {
-                Ok(rt) => {
-                    st.reading = true;
-                    let (path, state) = (self.path.clone(), self.state.clone());
-                    drop(rt.spawn_blocking(move || {
-                        let read = read_token(&path);
-                        let mut st = state.lock();
-                        st.reading = false;
-                        keep(&mut st, read, &path);
-                    }));
-                }
-                // Outside a runtime (a tool's one-off request): read here.
-                Err(_) => keep(&mut st, read_token(&self.path), &self.path),
+            st.reading = true;
+            let (path, state) = (self.path.clone(), self.state.clone());
+            // A thread of its own, not the runtime's blocking pool: a read that never returns
+            // must not hold the runtime's shutdown (which waits for its blocking tasks).
+            let spawned = std::thread::Builder::new().name("token-file".into()).spawn(move || {
+                let read = read_token(&path);
+                let mut st = state.lock();
+                st.reading = false;
+                keep(&mut st, read, &path);
+            });
+            if let Err(e) = spawned {
+                st.reading = false;
+                tracing::warn!(path = %self.path.display(), "keeping the previous token: no thread to read it: {e}");
             }
         }
         st.header.clone()
@@ -302,7 +302,11 @@ mod tests {
         go.send(()).unwrap();
         writer.join().unwrap();
         settled(&f);
+        // Due again (the clock moved 4 minutes): this call starts a read that hangs for ever (no
+        // writer now). The runtime's shutdown at the end of the test must not wait for it (on
+        // the runtime's blocking pool it did: the process never exited).
         assert_eq!(f.header(), "Bearer third");
+        assert!(f.state.lock().reading);
     }
 
     #[test]
