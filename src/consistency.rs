@@ -4,7 +4,9 @@
 //! upstream's at that same RV — a paginated, metadata-only upstream LIST at
 //! `resourceVersion=R&resourceVersionMatch=Exact`, both sides hashed as sorted
 //! (namespace, name, resourceVersion). If R is already compacted upstream (410), the check is
-//! retried once at the cache's current RV.
+//! retried once at the cache's current RV; compacted again (a quiet resource: its cache RV
+//! moves only with its own events and bookmarks), the cache is compared with the upstream's
+//! current state, as far as that tells (`against_later`).
 //!
 //! First, a consistent one-item LIST (sent after the cache's state was taken) tells the
 //! upstream's current RV: below R, the upstream's storage went back (etcd restored from a
@@ -50,7 +52,8 @@ pub enum Outcome {
     Inconsistent { rv: Rv, differing: usize, lists: u64 },
     /// The upstream is at `upstream`, below the cache's `cache`: its storage went back.
     Behind { cache: Rv, upstream: Rv },
-    /// The cache is not ready (syncing, relisting): nothing to compare.
+    /// The cache is not ready (syncing, relisting), or its RV is compacted upstream and the
+    /// upstream's later state tells nothing either way: nothing to compare.
     Skipped,
     /// The upstream could not be asked.
     Failed(String),
@@ -103,6 +106,8 @@ async fn upstream_keys(upstream: &Upstream, reader: &Reader, rv: Rv) -> Result<K
 /// Compares `reader`'s state at its current RV with the upstream's at the same RV.
 pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
     let mut retried = false;
+    // The upstream's current RV, from the probe.
+    let mut now = Rv(0);
     loop {
         if !reader.progress().ready {
             return Outcome::Skipped;
@@ -118,10 +123,15 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
                 Ok(page) if page.rv < snap.rv => {
                     return Outcome::Behind { cache: snap.rv, upstream: page.rv }
                 }
-                Ok(_) => {}
+                Ok(page) => now = page.rv,
                 Err(e) => return Outcome::Failed(e.to_string()),
             }
         }
+        let mine: Keys = snap
+            .store
+            .values()
+            .map(|o| ((o.header.namespace().to_owned(), o.header.name().to_owned()), o.header.rv.0))
+            .collect();
         let up = match upstream_keys(upstream, reader, snap.rv).await {
             Ok(k) => k,
             // R was compacted upstream meanwhile: once more at the cache's current RV.
@@ -129,17 +139,39 @@ pub async fn check(upstream: &Upstream, reader: &Reader) -> Outcome {
                 retried = true;
                 continue;
             }
+            // Still compacted: a quiet resource, whose cache RV moves only with its events
+            // and bookmarks, can stay behind the upstream's compaction for minutes.
+            Err(e) if e.is_gone() && now >= snap.rv => {
+                return match upstream_keys(upstream, reader, now).await {
+                    Ok(later) => against_later(&mine, snap.rv, &later, snap.lists),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                };
+            }
             Err(e) => return Outcome::Failed(e.to_string()),
         };
-        let mine: Keys = snap
-            .store
-            .values()
-            .map(|o| ((o.header.namespace().to_owned(), o.header.name().to_owned()), o.header.rv.0))
-            .collect();
         if digest(&mine) == digest(&up) {
             return Outcome::Consistent { rv: snap.rv, keys: mine.len() };
         }
         return Outcome::Inconsistent { rv: snap.rv, differing: differing(&mine, &up), lists: snap.lists };
+    }
+}
+
+/// The cache's keys at `rv` against the upstream's at a later RV, when `rv` itself is
+/// compacted upstream. The same: consistent (an object at the later RV with a version at or
+/// below `rv` was there, unchanged, at `rv`; none is newer, so none was added since). An
+/// upstream object at a version at or below `rv` that the cache lacks or holds at another
+/// version: inconsistent, whatever happened since (it was there, unchanged, at `rv`). Any
+/// other difference (an object the upstream changed, added or perhaps deleted since) cannot
+/// be told from events still on their way: skipped, checked again at the next period.
+fn against_later(mine: &Keys, rv: Rv, later: &Keys, lists: u64) -> Outcome {
+    if digest(mine) == digest(later) {
+        return Outcome::Consistent { rv, keys: mine.len() };
+    }
+    let wrong = later.iter().filter(|(k, v)| **v <= rv.0 && mine.get(*k) != Some(*v)).count();
+    if wrong > 0 {
+        Outcome::Inconsistent { rv, differing: wrong, lists }
+    } else {
+        Outcome::Skipped
     }
 }
 
@@ -235,6 +267,29 @@ mod tests {
 
     fn keys(v: &[(&str, &str, u64)]) -> Keys {
         v.iter().map(|(n, m, r)| ((n.to_string(), m.to_string()), *r)).collect()
+    }
+
+    /// The cache at 10 against the upstream's state at 20 (10 compacted): what is certain.
+    #[test]
+    fn a_later_upstream_state_convicts_only_what_was_there_unchanged() {
+        let mine = keys(&[("n", "a", 5), ("n", "b", 7)]);
+        let ok = |o: Outcome| matches!(o, Outcome::Consistent { rv: Rv(10), keys: 2 });
+        assert!(ok(against_later(&mine, Rv(10), &mine, 1)), "the same: consistent");
+        // b changed at 15, c added at 18, a deleted since: events on their way, perhaps.
+        for later in [
+            keys(&[("n", "a", 5), ("n", "b", 15)]),
+            keys(&[("n", "a", 5), ("n", "b", 7), ("n", "c", 18)]),
+            keys(&[("n", "b", 7)]),
+        ] {
+            assert_eq!(against_later(&mine, Rv(10), &later, 1), Outcome::Skipped, "{later:?}");
+        }
+        // a at 9 upstream, unchanged since 9 (so at 10 too): the cache's a at 5 is wrong; so
+        // is missing d, there since 3.
+        let later = keys(&[("n", "a", 9), ("n", "b", 7), ("n", "d", 3), ("n", "e", 12)]);
+        assert_eq!(
+            against_later(&mine, Rv(10), &later, 4),
+            Outcome::Inconsistent { rv: Rv(10), differing: 2, lists: 4 }
+        );
     }
 
     #[test]
