@@ -151,8 +151,9 @@ pub struct Metrics {
     memory_dropped: IntGauge,
     process: process::Process,
     cert_expiry_registered: std::sync::atomic::AtomicBool,
-    /// Serialises the scrape-time refresh (counters advanced by differences).
-    refresh: Mutex<()>,
+    /// Serialises the scrape-time refresh (counters advanced by differences), with the totals
+    /// seen at the last one.
+    refresh: Mutex<Seen>,
 }
 
 fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, name: &str, c: C) -> C {
@@ -182,11 +183,21 @@ fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], buckets: &[f
     register(r, name, h)
 }
 
-/// Advances a counter to a cumulative `total` kept elsewhere (never backwards).
-fn advance(c: &prometheus::IntCounter, total: u64) {
-    let now = c.get();
-    if total > now {
-        c.inc_by(total - now);
+/// Per counter series: the cache whose cumulative total was seen last, and that total.
+type Seen = std::collections::HashMap<(&'static str, String), (u64, u64)>;
+
+/// Adds to `c` what the cumulative `total` kept by cache `id` grew by since it was last seen
+/// (never backwards). A cache that replaced another of the same resource (readmitted after a
+/// `--cache-memory-limit` drop, rebuilt) counts from its own zero: against the counter's value,
+/// a new cache's totals stayed flat until they passed its predecessor's, for hours.
+fn advance(seen: &mut Seen, series: (&'static str, &str), id: u64, c: &prometheus::IntCounter, total: u64) {
+    let last = seen.entry((series.0, series.1.to_owned())).or_insert((id, 0));
+    if last.0 != id {
+        *last = (id, 0);
+    }
+    if total > last.1 {
+        c.inc_by(total - last.1);
+        last.1 = total;
     }
 }
 
@@ -503,7 +514,7 @@ impl Metrics {
             ),
             process: process::Process::register(&r),
             cert_expiry_registered: std::sync::atomic::AtomicBool::new(false),
-            refresh: Mutex::new(()),
+            refresh: Mutex::new(Seen::default()),
             registry: r,
         }
     }
@@ -682,25 +693,29 @@ impl Metrics {
 
     /// Refreshes the per-cache gauges and counters, and the process metrics.
     pub fn observe_caches<'a>(&self, readers: impl Iterator<Item = &'a Reader>) {
-        let _one_at_a_time = self.refresh.lock();
+        let mut seen = self.refresh.lock();
         for r in readers {
             let gr = r.kind().group_resource();
             let l = [gr.as_str()];
+            let id = r.cache_id();
+            let mut advance = |name: &'static str, c: &prometheus::IntCounter, total: u64| {
+                advance(&mut seen, (name, gr.as_str()), id, c, total)
+            };
             let p = r.progress();
             let w = r.watcher_stats();
             let h = r.history_stats();
             self.objects.with_label_values(&l).set(r.len() as i64);
             self.resource_version.with_label_values(&l).set((p.rv.0 % 1_000_000_000_000_000) as i64);
             self.watchers.with_label_values(&l).set(w.live as i64);
-            advance(&self.terminated.with_label_values(&l), w.terminated);
-            advance(&self.ended_at_relist.with_label_values(&l), w.ended_at_relist);
-            advance(&self.offered.with_label_values(&l), w.offered);
-            advance(&self.dispatched.with_label_values(&l), w.delivered);
+            advance("terminated", &self.terminated.with_label_values(&l), w.terminated);
+            advance("ended_at_relist", &self.ended_at_relist.with_label_values(&l), w.ended_at_relist);
+            advance("offered", &self.offered.with_label_values(&l), w.offered);
+            advance("dispatched", &self.dispatched.with_label_values(&l), w.delivered);
             self.watch_shards.with_label_values(&l).set(w.sharded as i64);
-            advance(&self.shard_filtered.with_label_values(&l), w.shard_filtered);
-            advance(&self.replays_overtaken.with_label_values(&l), w.replays_overtaken);
+            advance("shard_filtered", &self.shard_filtered.with_label_values(&l), w.shard_filtered);
+            advance("replays_overtaken", &self.replays_overtaken.with_label_values(&l), w.replays_overtaken);
             for (how, n) in crate::proto::ENCODINGS.iter().zip(r.proto_type().encodings()) {
-                advance(&self.protobuf_encodings.with_label_values(&[gr.as_str(), how]), n);
+                advance(how, &self.protobuf_encodings.with_label_values(&[gr.as_str(), how]), n);
             }
             self.ready.with_label_values(&l).set(i64::from(p.ready));
             if let Some(s) = r.staleness() {
@@ -753,12 +768,56 @@ mod tests {
     #[test]
     fn counters_follow_their_cumulative_source_and_never_go_back() {
         let m = Metrics::new();
+        let mut seen = Seen::default();
         let c = m.terminated.with_label_values(&["pods"]);
-        advance(&c, 5);
-        advance(&c, 3);
+        advance(&mut seen, ("terminated", "pods"), 1, &c, 5);
+        advance(&mut seen, ("terminated", "pods"), 1, &c, 3);
         assert_eq!(c.get(), 5);
-        advance(&c, 9);
+        advance(&mut seen, ("terminated", "pods"), 1, &c, 9);
         assert_eq!(c.get(), 9);
+        // Another cache of pods (readmitted after a drop): its totals count from its own zero.
+        advance(&mut seen, ("terminated", "pods"), 2, &c, 4);
+        assert_eq!(c.get(), 13);
+        advance(&mut seen, ("terminated", "pods"), 2, &c, 6);
+        assert_eq!(c.get(), 15);
+    }
+
+    /// Scraped through `observe_caches`: a second cache of the same resource adds its own
+    /// deliveries to the counter the first one's made.
+    #[tokio::test]
+    async fn a_cache_made_again_adds_to_its_resources_counters() {
+        use crate::cache::{CacheOptions, Filter, WatchRequest, WatchStart};
+        use crate::resource::{EventType, ResourceKind, Rv};
+        let m = Metrics::new();
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let deliver = |n: u64| {
+            let (mut w, r) = crate::cache::new(kind.clone(), CacheOptions::default());
+            w.replace(Vec::new(), Rv(1));
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+            let req = WatchRequest {
+                filter: Filter::default(),
+                start: WatchStart::Now,
+                bookmarks: false,
+                deadline,
+            };
+            let watch = r.watch(req).unwrap();
+            for i in 0..n {
+                let json = format!(
+                    r#"{{"metadata":{{"name":"c{i}","namespace":"ns","resourceVersion":"{}"}}}}"#,
+                    i + 2
+                );
+                let o = w.parse(bytes::Bytes::from(json)).unwrap();
+                drop(w.apply(EventType::Added, o).unwrap());
+            }
+            (w, r, watch)
+        };
+        let series = |m: &Metrics| m.dispatched.with_label_values(&["configmaps"]).get();
+        let (_w, first, _watch) = deliver(5);
+        m.observe_caches([&first].into_iter());
+        assert_eq!(series(&m), 5);
+        let (_w2, second, _watch2) = deliver(3);
+        m.observe_caches([&second].into_iter());
+        assert_eq!(series(&m), 8, "the second cache's 3 deliveries counted at once");
     }
 
     #[test]

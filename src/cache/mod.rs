@@ -119,6 +119,8 @@ struct State {
 }
 
 struct Shared {
+    /// Distinct for every cache made in this process ([`Reader::cache_id`]).
+    id: u64,
     kind: ResourceKind,
     typing: Typing,
     opts: CacheOptions,
@@ -180,7 +182,9 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         typing.proto.set_upstream_minor(minor);
     }
     let delivery_lag = opts.delivery_lag.for_resource(&kind.group_resource());
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let shared = Arc::new(Shared {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         typing,
         kind,
         state: Mutex::new(State {
@@ -581,6 +585,13 @@ pub struct Snapshot {
 }
 
 impl Reader {
+    /// This cache's identity: another cache of the same resource (readmitted after a drop,
+    /// made again after its resource was rediscovered) has another (`metrics` counts each
+    /// one's totals from its own zero).
+    pub fn cache_id(&self) -> u64 {
+        self.shared.id
+    }
+
     pub fn kind(&self) -> &ResourceKind {
         &self.shared.kind
     }
