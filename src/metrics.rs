@@ -564,6 +564,27 @@ impl Metrics {
         self.cache_memory.with_label_values(&[resource, "history"]).set(history as i64);
     }
 
+    /// A cache no longer running (dropped for `--cache-memory-limit`): its gauges go (they
+    /// would keep their last values — ready, its watchers — for as long as it is not cached);
+    /// its counters stay, and a cache made again for it adds to them.
+    pub fn forget_cache(&self, resource: &str) {
+        let l = [resource];
+        for g in [
+            &self.objects,
+            &self.resource_version,
+            &self.watchers,
+            &self.watch_shards,
+            &self.ready,
+            &self.history_capacity,
+            &self.history_size,
+        ] {
+            let _ = g.remove_label_values(&l);
+        }
+        for g in [&self.staleness, &self.cache_lag, &self.history_window] {
+            let _ = g.remove_label_values(&l);
+        }
+    }
+
     /// One action of `--cache-memory-limit` (`memory::ACTIONS`).
     pub fn memory_action(&self, action: &str) {
         self.memory_actions.with_label_values(&[action]).inc();
@@ -780,6 +801,25 @@ mod tests {
         assert_eq!(c.get(), 13);
         advance(&mut seen, ("terminated", "pods"), 2, &c, 6);
         assert_eq!(c.get(), 15);
+    }
+
+    /// A dropped cache's gauges go (its `ready` stayed 1 and its watchers counted for as long
+    /// as it was not cached); its counters stay.
+    #[tokio::test]
+    async fn a_forgotten_cache_leaves_no_gauge_and_keeps_its_counters() {
+        let m = Metrics::new();
+        let kind = crate::resource::ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+        w.replace(Vec::new(), crate::resource::Rv(1));
+        m.observe_caches([&r].into_iter());
+        m.dispatched.with_label_values(&["configmaps"]).inc();
+        let text = m.render();
+        assert!(text.contains(r#"watchcache_cache_ready{resource="configmaps"} 1"#), "{text}");
+        m.forget_cache("configmaps");
+        let text = m.render();
+        assert!(!text.contains(r#"watchcache_cache_ready{resource="configmaps"}"#), "{text}");
+        assert!(!text.contains(r#"watchcache_watchers{resource="configmaps"}"#), "{text}");
+        assert!(text.contains(r#"watchcache_events_dispatched_total{resource="configmaps"} 1"#), "{text}");
     }
 
     /// Scraped through `observe_caches`: a second cache of the same resource adds its own

@@ -176,6 +176,12 @@ impl Reader {
         self.shared.refused.load(Ordering::Relaxed)
     }
 
+    /// What this cache was last counted at in the budget's total: its last measurement
+    /// ([`Reader::memory`]), or the list installed since ([`ListAccount::installed`]).
+    pub fn kept(&self) -> u64 {
+        self.shared.kept.load(Ordering::Relaxed)
+    }
+
     /// What this cache keeps in memory now (see the module doc).
     pub fn memory(&self) -> Usage {
         let (store, cap) = {
@@ -278,6 +284,9 @@ mod tests {
         assert!(a.add(3_000, 9_000), "b's bytes left the lists in flight");
         a.installed();
         assert_eq!(budget.measured(), 9_000);
+        // What the governor's measurement ends with: each cache's count as it is now, a list
+        // installed while it measured included (`memory::sweep`).
+        assert_eq!(ra.kept() + rb.kept(), 9_000);
         // A relist of a replaces its 9 000: 9 500 more fit; another cache's 1 500 then do not
         // (an expected whole below what came counts as what came).
         let mut again = wa.list_account();

@@ -64,13 +64,11 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
     let limit = budget.limit;
     let started = std::time::Instant::now();
     let running = caching.running();
-    let mut held: Vec<(String, u64)> = Vec::new();
     let caches: Vec<Cache> = running
         .iter()
         .map(|(name, r)| {
             let mut usage = r.memory();
             metrics.cache_memory(&r.kind().group_resource(), usage.objects, usage.history);
-            held.push((name.clone(), usage.total()));
             usage.objects = usage.objects.max(r.refused_list());
             let configured = r.options().history_max_events;
             Cache {
@@ -99,11 +97,11 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
                 let why =
                     format!("dropped at {total} of --cache-memory-limit {limit} bytes; it kept {bytes}");
                 tracing::warn!(resource = %name, bytes, total, limit, "over --cache-memory-limit: no longer cached, its requests are forwarded");
+                caching.drop_for_memory(&name, bytes, why, catalog);
                 if let Some(r) = reader(&name) {
                     metrics.cache_memory(&r.kind().group_resource(), 0, 0);
+                    metrics.forget_cache(&r.kind().group_resource());
                 }
-                caching.drop_for_memory(&name, bytes, why, catalog);
-                held.retain(|(n, _)| *n != name);
             }
             Action::Unlimit { name } => {
                 if let Some(r) = reader(&name) {
@@ -117,7 +115,11 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
             }
         }
     }
-    budget.set_measured(held.iter().map(|(_, b)| b).sum());
+    // Each running cache as counted now, not as measured above: a list installed meanwhile
+    // (`ListAccount::installed`) raised the total by what it brought, which the measurement
+    // taken before it would take back until the next sweep, letting other lists in past the
+    // limit by up to a whole resource (found by review, 2026-11-29).
+    budget.set_measured(caching.running().iter().map(|(_, r)| r.kept()).sum());
     metrics.memory_dropped(caching.dropped().len());
 }
 
