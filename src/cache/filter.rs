@@ -28,6 +28,10 @@ pub struct Filter {
     pub shard: Option<Arc<ShardSelector>>,
     /// How the selected objects are encoded (not which ones).
     pub repr: Repr,
+    /// A page of this list is read as the apiserver reads it from its pods' `spec.nodeName`
+    /// index (a Most Recent or NotOlderThan list from its start, `cache::list::render`): it
+    /// has a continuation only if a later pod is on the node.
+    pub node_index: bool,
 }
 
 impl Filter {
@@ -41,7 +45,13 @@ impl Filter {
     ) -> Self {
         let namespace = namespace.or_else(|| fields.exact("metadata.namespace").map(str::to_owned));
         let name = name.or_else(|| fields.exact("metadata.name").map(str::to_owned));
-        Filter { namespace, name, labels, fields, shard: None, repr: Repr::Full }
+        Filter { namespace, name, labels, fields, shard: None, repr: Repr::Full, node_index: false }
+    }
+
+    /// The same selection, its pages read as from the apiserver's node index (`node_index`).
+    pub fn with_node_index(mut self, on: bool) -> Self {
+        self.node_index = on;
+        self
     }
 
     /// The same selection narrowed to a shard.

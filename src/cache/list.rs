@@ -181,9 +181,19 @@ pub fn render(kind: &ResourceKind, snap: &Snapshot, filter: &Filter, page: Optio
     let mut iter = snap.store.range((lower, upper));
     let mut has_more = false;
     let mut fetched = 0usize;
+    // A pods list by node read from the apiserver's `spec.nodeName` index: only that node's
+    // pods follow the page (1.36 `listLatestRV`), so a page is continued only if one of them
+    // comes after it.
+    let on_node = |o: &Object, node: &str| o.header.fields().get("spec.nodeName").unwrap_or("") == node;
+    let index_node = (filter.node_index && kind.group.is_empty() && kind.resource == "pods")
+        .then(|| filter.fields.exact("spec.nodeName"))
+        .flatten();
     for (k, obj) in iter.by_ref() {
         if items.len() == limit {
-            has_more = true;
+            has_more = match index_node {
+                Some(node) => on_node(obj, node) || iter.by_ref().any(|(_, o)| on_node(o, node)),
+                None => true,
+            };
             fetched += 1;
             break;
         }

@@ -1311,3 +1311,39 @@ fn a_selection_is_proven_by_exactly_its_keys_and_versions() {
     assert!(!holds(label("a"), &[("a", "x", 5), ("a-b", "y", 6)]), "another order");
     assert!(!holds(label("a"), &[("b", "y", 6), ("a", "x", 5)]), "another namespace");
 }
+
+/// A page of pods by node, read as the apiserver reads it from its `spec.nodeName` index (a
+/// Most Recent or NotOlderThan list from its start): continued only if a later pod is on the
+/// node, not merely because other nodes' pods sort after it. Read otherwise (an Exact list, a
+/// continuation: from the snapshot's whole range), any later pod continues it.
+#[test]
+fn a_page_of_a_nodes_pods_read_from_the_index_continues_only_on_that_node() {
+    let pods = ResourceKind::new("", "v1", "pods", "Pod", true, true);
+    let (mut w, r) = new(pods.clone(), CacheOptions::default());
+    let items =
+        vec![pod(&w, "a", 2, "n1"), pod(&w, "b", 3, "n1"), pod(&w, "c", 4, "n2"), pod(&w, "d", 5, "")];
+    w.replace(items, Rv(10));
+    let snap = r.snapshot();
+    let on = |node: &str, index: bool| {
+        let f = FieldSelector::parse(&format!("spec.nodeName={node}"), &pods).unwrap();
+        Filter::new(None, None, LabelSelector::default(), f).with_node_index(index)
+    };
+    let page = || Some(crate::cache::list::Page { limit: 2, start: None, token_rv: 10 });
+    let continued = |f: &Filter| r.list(&snap, f, page()).unwrap().continue_token.is_some();
+    assert!(!continued(&on("n1", true)), "n1's two pods are the whole of n1");
+    assert!(continued(&on("n1", false)), "from the whole range: c and d follow");
+    // A third pod on n1, after the page: continued.
+    w.apply(EventType::Added, pod(&w, "e", 11, "n1")).unwrap();
+    let snap = r.snapshot();
+    let continued = |f: &Filter| r.list(&snap, f, page()).unwrap().continue_token.is_some();
+    assert!(continued(&on("n1", true)));
+    // Only pods: another resource's list never reads an index.
+    let (mut w2, r2) = new(cms(), CacheOptions::default());
+    w2.replace(
+        vec![obj(&w2, "a", "x", 5, "a"), obj(&w2, "a", "y", 6, "a"), obj(&w2, "b", "z", 7, "b")],
+        Rv(10),
+    );
+    let f = Filter::new(None, None, LabelSelector::default(), FieldSelector::default()).with_node_index(true);
+    let one = Some(crate::cache::list::Page { limit: 1, start: None, token_rv: 10 });
+    assert!(r2.list(&r2.snapshot(), &f, one).unwrap().continue_token.is_some());
+}

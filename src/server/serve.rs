@@ -374,7 +374,11 @@ fn list(
     snap: crate::cache::Snapshot,
     page: Option<Page>,
 ) -> Result<Outcome, Error> {
-    match src.reader.list(&snap, &filter(req, false), page) {
+    // The apiserver's cacher reads these from its indexes (`listLatestRV`); Exact reads and
+    // continuations from its snapshots, which have none.
+    let by_index =
+        matches!(req.plan, Plan::ListNotOlderThan { .. } | Plan::ListMostRecent { start: None, .. });
+    match src.reader.list(&snap, &filter(req, false).with_node_index(by_index), page) {
         Some(body) => Ok(respond_list(src, body, req.repr)),
         // An item without an exact protobuf encoding: the apiserver answers it.
         None => Ok(Outcome::Forward(ForwardReason::Accept)),
@@ -507,7 +511,10 @@ mod tests {
     use crate::upstream::{Upstream, UpstreamOptions};
 
     fn kinds() -> Vec<Arc<ResourceKind>> {
-        vec![Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true))]
+        vec![
+            Arc::new(ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true)),
+            Arc::new(ResourceKind::new("", "v1", "pods", "Pod", true, true)),
+        ]
     }
 
     async fn run(reader: &Reader, path: &str, query: &str) -> Outcome {
@@ -699,6 +706,38 @@ mod tests {
                 panic!("forwarded")
             };
             assert_eq!(resp.status(), 200, "{t}");
+        }
+    }
+
+    /// Pods by node, a page of a NotOlderThan list (read from the apiserver's node index): not
+    /// continued when the node has no more pods; a legacy-exact page (read from a snapshot's
+    /// whole range) is, as the apiserver's.
+    #[tokio::test]
+    async fn a_nodes_pods_page_is_continued_as_the_apiserver_reads_it() {
+        use http_body_util::BodyExt;
+        let (mut w, r) = cache::new(kinds()[1].as_ref().clone(), CacheOptions::default());
+        let pod = |name: &str, rv: u64, node: &str| {
+            let json = format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"{node}"}}}}"#
+            );
+            w.parse(bytes::Bytes::from(json)).unwrap()
+        };
+        let items = vec![pod("a", 2, "n1"), pod("b", 3, "n1"), pod("c", 4, "n2")];
+        w.replace(items, Rv(10));
+        for (q, continued) in [
+            ("resourceVersion=10&resourceVersionMatch=NotOlderThan&limit=2", false),
+            ("resourceVersion=10&limit=2", true),
+        ] {
+            let q = format!("{q}&fieldSelector=spec.nodeName%3Dn1");
+            let Outcome::Response(resp) = run(&r, "/api/v1/pods", &q).await else { panic!("forwarded") };
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["items"].as_array().map(Vec::len), Some(2), "{q}");
+            assert_eq!(
+                v["metadata"]["continue"].as_str().is_some_and(|c| !c.is_empty()),
+                continued,
+                "{q}: {v}"
+            );
         }
     }
 
