@@ -5,6 +5,8 @@
 //! Pure: no I/O. Called by `server::classify` (the proxy) and by `sim` (the simulated
 //! apiserver), so both validate exactly alike (docs/apiserver-watch-cache.md §1.1–§1.4, §6.1).
 
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -53,6 +55,51 @@ pub struct ListOptions {
     pub shard_selector: String,
 }
 
+/// A raw query string's pairs as Go's `url.ParseQuery` reads them, which is what the
+/// apiserver's handlers see (`req.URL.Query()`, its error ignored): split at `&`; a pair holding
+/// a `;` or a bad `%` escape is dropped, not decoded leniently; `+` is a space; the key ends at
+/// the first `=`. (Recorded from kube-apiserver 1.28.7: `fieldSelector=metadata.name%3Dx%ZZ`
+/// selects nothing, so the whole list.) A leading `?` is not part of the query.
+pub fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    query.trim_start_matches('?').split('&').filter_map(|pair| {
+        if pair.is_empty() || pair.contains(';') {
+            return None;
+        }
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        Some((query_unescape(k)?, query_unescape(v)?))
+    })
+}
+
+/// Go's `url.QueryUnescape`: `%XX` (two hex digits, else `None`) and `+` for a space; bytes
+/// that are not UTF-8 are replaced.
+fn query_unescape(s: &str) -> Option<Cow<'_, str>> {
+    if !s.contains(['%', '+']) {
+        return Some(Cow::Borrowed(s));
+    }
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'%' => {
+                let (hi, lo) = (hex(*b.get(i + 1)?)?, hex(*b.get(i + 2)?)?);
+                out.push(hi << 4 | lo);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+}
+
 /// Go's `Convert_Slice_string_To_bool`: absent → false; `0` / case-insensitive `false` →
 /// false; anything else, the empty string included, → true.
 pub fn parse_bool(v: &str) -> bool {
@@ -69,7 +116,7 @@ impl ListOptions {
         let mut o = ListOptions::default();
         let mut seen = std::collections::HashSet::new();
         let (mut timeout, mut limit) = (Ok(None), Ok(0));
-        for (k, v) in form_urlencoded::parse(query.trim_start_matches('?').as_bytes()) {
+        for (k, v) in query_pairs(query) {
             if k.is_empty() || !seen.insert(k.clone()) {
                 continue;
             }
@@ -99,7 +146,7 @@ impl ListOptions {
     pub fn for_get(query: &str) -> Result<ListOptions, Error> {
         let mut o = ListOptions::default();
         let (mut rv, mut export) = (None, None);
-        for (k, v) in form_urlencoded::parse(query.trim_start_matches('?').as_bytes()) {
+        for (k, v) in query_pairs(query) {
             match k.as_ref() {
                 "resourceVersion" if rv.is_none() => rv = Some(v.into_owned()),
                 "export" if export.is_none() => export = Some(parse_bool(&v)),

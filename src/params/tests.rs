@@ -128,3 +128,26 @@ fn limits_and_bad_integers() {
     assert_eq!(ListOptions::from_query("limit=2").unwrap().limit(), Some(2));
     assert_eq!(ListOptions::from_query("limit=x").unwrap_err().to_status().code, 400);
 }
+
+/// Pairs as Go's `url.ParseQuery` reads them (recorded from kube-apiserver 1.28.7: a field
+/// selector with a bad escape or a `;` is no selector at all, the whole list).
+#[test]
+fn query_pairs_are_gos() {
+    let pairs = |q: &str| -> Vec<(String, String)> {
+        super::query_pairs(q).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+    };
+    let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    assert_eq!(
+        pairs("a=1&b=x%3Dy&c=p+q&d&=e&&f=%e2%82%ac"),
+        owned(&[("a", "1"), ("b", "x=y"), ("c", "p q"), ("d", ""), ("", "e"), ("f", "€")])
+    );
+    // A bad escape or a `;` drops the pair, not the rest.
+    assert_eq!(pairs("fieldSelector=metadata.name%3Da%ZZ&limit=2"), owned(&[("limit", "2")]));
+    assert_eq!(pairs("fieldSelector=a%3&limit=2"), owned(&[("limit", "2")]));
+    assert_eq!(pairs("limit=1;&fieldSelector=x%3Dy"), owned(&[("fieldSelector", "x=y")]));
+    assert_eq!(pairs("?watch=1"), owned(&[("watch", "1")]));
+    let o = ListOptions::from_query("fieldSelector=metadata.name%3Dcm-1%ZZ&labelSelector=a;b").unwrap();
+    assert_eq!((o.field_selector.as_str(), o.label_selector.as_str()), ("", ""));
+}

@@ -275,9 +275,7 @@ pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> Request
     if info.name.is_empty() && info.verb == "get" {
         let query = query.unwrap_or("");
         let first = |key: &str| {
-            form_urlencoded::parse(query.trim_start_matches('?').as_bytes())
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.into_owned())
+            crate::params::query_pairs(query).find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
         };
         info.verb = match first("watch") {
             Some(v) if crate::params::parse_bool(&v) => "watch",
@@ -301,7 +299,7 @@ pub fn request_info(method: &Method, path: &str, query: Option<&str>) -> Request
     // the ListOptions does not decode.
     if !verb_via_path && matches!(info.verb.as_str(), "list" | "watch" | "deletecollection") {
         let first = |key: &str| {
-            form_urlencoded::parse(query.unwrap_or("").trim_start_matches('?').as_bytes())
+            crate::params::query_pairs(query.unwrap_or(""))
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| v.into_owned())
         };
@@ -356,7 +354,7 @@ pub fn is_long_running(info: &RequestInfo, query: Option<&str>) -> bool {
         "proxy" => true,
         "log" if info.api_group.is_empty() && info.resource == "pods" => {
             // PodLogOptions.follow: the first value, Go's bool conversion.
-            form_urlencoded::parse(query.unwrap_or("").trim_start_matches('?').as_bytes())
+            crate::params::query_pairs(query.unwrap_or(""))
                 .find(|(k, _)| k == "follow")
                 .is_some_and(|(_, v)| crate::params::parse_bool(&v))
         }
@@ -372,7 +370,7 @@ pub fn is_long_running(info: &RequestInfo, query: Option<&str>) -> bool {
 pub fn starts_with_a_read(info: &RequestInfo, query: Option<&str>) -> bool {
     info.verb == "watch"
         && info.is_resource_request
-        && form_urlencoded::parse(query.unwrap_or("").trim_start_matches('?').as_bytes())
+        && crate::params::query_pairs(query.unwrap_or(""))
             .find(|(k, _)| k == "resourceVersion")
             .is_none_or(|(_, v)| v.is_empty())
 }

@@ -19,7 +19,7 @@ pub fn rv_of(p: RvParam) -> Rv {
 
 /// `follow` of `pods/<name>/log` (Go's boolean rules: first value wins).
 pub fn follow(raw: &str) -> bool {
-    form_urlencoded::parse(raw.as_bytes())
+    kube_watchcache::params::query_pairs(raw)
         .find(|(k, _)| k == "follow")
         .is_some_and(|(_, v)| kube_watchcache::params::parse_bool(&v))
 }
