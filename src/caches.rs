@@ -447,7 +447,13 @@ impl Caching {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = crate::shutdown::until_true(&mut stop) => return,
+                    // Dropped for --cache-memory-limit or retired: not a resource waiting for
+                    // its sync any more (`/readyz?verbose` and `skipped_resources` said so for
+                    // good, even once it was readmitted and served).
+                    _ = crate::shutdown::until_true(&mut stop) => {
+                        catalog.clear_missing(&name);
+                        return;
+                    }
                 }
                 if reader.progress().ready {
                     catalog.add(&upstream, reader);

@@ -120,7 +120,8 @@ pub fn sweep(caching: &Caching, catalog: &Arc<Resources>, budget: &Budget, metri
     // taken before it would take back until the next sweep, letting other lists in past the
     // limit by up to a whole resource (found by review, 2026-11-29).
     budget.set_measured(caching.running().iter().map(|(_, r)| r.kept()).sum());
-    metrics.memory_dropped(caching.dropped().len());
+    // As the catalog has them: a readmitted resource is dropped until its new cache is served.
+    metrics.memory_dropped(catalog.snapshot().dropped.len());
 }
 
 /// The `action` label of `watchcache_cache_memory_actions_total`.
