@@ -456,10 +456,16 @@ pub fn raise_open_files() {
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %args.effective(), "kube-watchcache serve starting");
     raise_open_files();
-    // Listened to before the start: a SIGTERM that comes while it starts (its "serving" line
-    // already out) is the graceful shutdown's, not the default action's.
-    let signals = Signals::new();
-    let running = start(&args).await?;
+    // Listened to before the start: a SIGTERM that comes once the start is done (its
+    // "serving" line is its last step) is the graceful shutdown's, not the default action's;
+    // one that comes while it starts (which may wait on an upstream that does not answer for a
+    // minute or more) ends it at once, as the default action did.
+    let mut signals = Signals::new();
+    let running = tokio::select! {
+        biased;
+        r = start(&args) => r?,
+        _ = signals.recv() => return Err("interrupted while starting".into()),
+    };
     running.run_until_signal(signals).await;
     Ok(())
 }

@@ -568,6 +568,8 @@ impl Metrics {
     /// would keep their last values — ready, its watchers — for as long as it is not cached);
     /// its counters stay, and a cache made again for it adds to them.
     pub fn forget_cache(&self, resource: &str) {
+        // Not while a scrape refreshes them (it would set them again).
+        let _seen = self.refresh.lock();
         let l = [resource];
         for g in [
             &self.objects,
@@ -715,7 +717,8 @@ impl Metrics {
     /// Refreshes the per-cache gauges and counters, and the process metrics.
     pub fn observe_caches<'a>(&self, readers: impl Iterator<Item = &'a Reader>) {
         let mut seen = self.refresh.lock();
-        for r in readers {
+        // A cache being dropped has its gauges removed (`forget_cache`), not set again.
+        for r in readers.filter(|r| !r.released()) {
             let gr = r.kind().group_resource();
             let l = [gr.as_str()];
             let id = r.cache_id();

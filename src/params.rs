@@ -59,9 +59,10 @@ pub struct ListOptions {
 /// apiserver's handlers see (`req.URL.Query()`, its error ignored): split at `&`; a pair holding
 /// a `;` or a bad `%` escape is dropped, not decoded leniently; `+` is a space; the key ends at
 /// the first `=`. (Recorded from kube-apiserver 1.28.7: `fieldSelector=metadata.name%3Dx%ZZ`
-/// selects nothing, so the whole list.) A leading `?` is not part of the query.
+/// selects nothing, so the whole list.) The query is the URI's, after its `?` separator: a
+/// second `?` is part of the first key, as in Go.
 pub fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
-    query.trim_start_matches('?').split('&').filter_map(|pair| {
+    query.split('&').filter_map(|pair| {
         if pair.is_empty() || pair.contains(';') {
             return None;
         }

@@ -147,7 +147,7 @@ fn query_pairs_are_gos() {
     assert_eq!(pairs("fieldSelector=metadata.name%3Da%ZZ&limit=2"), owned(&[("limit", "2")]));
     assert_eq!(pairs("fieldSelector=a%3&limit=2"), owned(&[("limit", "2")]));
     assert_eq!(pairs("limit=1;&fieldSelector=x%3Dy"), owned(&[("fieldSelector", "x=y")]));
-    assert_eq!(pairs("?watch=1"), owned(&[("watch", "1")]));
+    assert_eq!(pairs("?watch=1"), owned(&[("?watch", "1")]), "`path??watch=1`: Go's key is `?watch`");
     let o = ListOptions::from_query("fieldSelector=metadata.name%3Dcm-1%ZZ&labelSelector=a;b").unwrap();
     assert_eq!((o.field_selector.as_str(), o.label_selector.as_str()), ("", ""));
 }

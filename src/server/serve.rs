@@ -163,12 +163,22 @@ async fn proven_by_metadata(
     if !caught_up {
         snap.rv = meta.rv;
     }
-    let page = limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
-    let Some(body) = reader.list(&snap, &filter(req, false), page) else {
+    let page = || limit.map(|limit| Page { limit, start: None, token_rv: snap.rv.0 as i64 });
+    // Read as 1.36 reads a Most Recent list (from its node index, `list`).
+    let Some(mut body) = reader.list(&snap, &filter(req, false).with_node_index(true), page()) else {
         return Ok(Outcome::Forward(ForwardReason::Accept));
     };
     // Caught up: fresh by RV alone. Else the cache's page must be exactly the upstream's at R.
-    let proven = caught_up || same_page(&body, &meta);
+    let mut proven = caught_up || same_page(&body, &meta);
+    if !proven && limit.is_some() && req.fields.exact("spec.nodeName").is_some() {
+        // An upstream that pages a node's pods from its whole range (before 1.36: from etcd)
+        // continues where the index would not: the same page read so proves it too.
+        if let Some(whole) = reader.list(&snap, &filter(req, false), page()) {
+            if same_page(&whole, &meta) {
+                (body, proven) = (whole, true);
+            }
+        }
+    }
     src.prober.metadata_streak.record(proven);
     if !proven {
         return Ok(Outcome::Forward(ForwardReason::MostRecent));
@@ -403,11 +413,12 @@ fn watch(
     // `--min-request-timeout` × [1, 2) without `timeoutSeconds`, and at most that with it: the
     // watch was authorized when it started, and its life is bounded (documented in the README).
     let cap = opts.min_request_timeout.mul_f64(1.0 + fastrand::f64());
-    let timeout = match req.opts.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s.unsigned_abs()).min(cap),
+    // Go's `time.Duration(timeoutSeconds) * time.Second`, which wraps.
+    let timeout = match req.opts.timeout_seconds.map(|s| s.wrapping_mul(1_000_000_000)) {
+        Some(ns) if ns > 0 => Duration::from_nanos(ns.unsigned_abs()).min(cap),
         // Negative: the apiserver's watch context is already done: 200 and no event, not even
         // an initial one (recorded from kube-apiserver 1.28.7).
-        Some(s) if s < 0 => {
+        Some(ns) if ns < 0 => {
             let empty = body::chunks(Vec::new());
             return Ok(Outcome::Response(response(StatusCode::OK, empty, content_type(req.repr, true))));
         }
@@ -750,7 +761,9 @@ mod tests {
         let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"10"}}"#;
         let obj = w.parse(bytes::Bytes::from(json)).unwrap();
         w.replace(vec![obj], Rv(10));
-        for (t, events) in [("-1", false), ("-9223372036854775808", false), ("1", true)] {
+        // Go's seconds-to-duration product wraps: 9223372037 s is negative, i64::MIN zero (the
+        // default timeout, not tried here: it would outlast the test's minute).
+        for (t, events) in [("-1", false), ("9223372037", false), ("1", true)] {
             let q = format!("watch=1&resourceVersion=0&timeoutSeconds={t}");
             let Outcome::Response(resp) = run(&r, "/api/v1/configmaps", &q).await else {
                 panic!("forwarded")

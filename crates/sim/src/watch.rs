@@ -62,10 +62,11 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
     q.validate()?;
     let filter = Filter::new(&kind, &t, &q)?;
     let rv = rv_of(q.rv_for_get_or_watch()?);
-    let timeout = match q.timeout_seconds {
-        Some(s) if s > 0 => Duration::from_secs(s.unsigned_abs()),
+    // Go's `time.Duration(timeoutSeconds) * time.Second`, which wraps.
+    let timeout = match q.timeout_seconds.map(|s| s.wrapping_mul(1_000_000_000)) {
+        Some(ns) if ns > 0 => Duration::from_nanos(ns.unsigned_abs()),
         // Negative: Go's timer fires at once (200, no event).
-        Some(s) if s < 0 => Duration::ZERO,
+        Some(ns) if ns < 0 => Duration::ZERO,
         // --min-request-timeout (1800 s) × uniform[1, 2).
         _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };
