@@ -19,13 +19,10 @@ pub fn wanted(query: Option<&str>, user_agent: Option<&[u8]>) -> bool {
     user_agent.is_some_and(|ua| [&b"curl"[..], b"Wget", b"Mozilla/5.0"].iter().any(|p| ua.starts_with(p)))
 }
 
-/// The first value of `pretty`, as Go's `url.Values.Get` gives it (pairs holding a `;` are
-/// dropped by `url.ParseQuery`), if it is non-empty.
+/// The first value of `pretty`, as Go's `url.Values.Get` gives it (`params::query_pairs`: pairs
+/// holding a `;` or a bad escape are dropped by `url.ParseQuery`), if it is non-empty.
 fn pretty_param(query: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter(|pair| !pair.contains(';'))
-        .flat_map(|pair| form_urlencoded::parse(pair.as_bytes()))
+    crate::params::query_pairs(query)
         .find(|(k, _)| k == "pretty")
         .map(|(_, v)| v.into_owned())
         .filter(|v| !v.is_empty())
@@ -238,6 +235,10 @@ mod tests {
         assert!(wanted(Some("pretty="), curl), "empty: the user agent decides");
         assert!(!wanted(Some("pretty="), None));
         assert!(!wanted(Some("a=1;pretty=true"), None), "a pair with `;` is dropped");
+        assert!(
+            wanted(Some("pretty=%ZZ&pretty=true"), None),
+            "a pair with a bad escape is dropped (Go), not the first value"
+        );
         assert!(wanted(Some("pretty=%74rue"), None), "decoded");
     }
 }
