@@ -32,6 +32,16 @@ pub enum RvParam {
     At(Rv),
 }
 
+/// A watch's life as its `timeoutSeconds` sets it ([`ListOptions::watch_timeout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchTimeout {
+    /// None or zero: the server's (`--min-request-timeout` × [1, 2)).
+    Default,
+    /// Negative: it ends at once.
+    Now,
+    After(std::time::Duration),
+}
+
 /// ListOptions as the apiserver decodes them from the query string.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListOptions {
@@ -299,6 +309,17 @@ impl ListOptions {
             ));
         }
         Ok(Some(token))
+    }
+
+    /// The watch's `timeoutSeconds` as the apiserver reads it: Go's
+    /// `time.Duration(timeoutSeconds) * time.Second`, which wraps (9 223 372 037 s is negative).
+    pub fn watch_timeout(&self) -> WatchTimeout {
+        match self.timeout_seconds.map(|s| s.wrapping_mul(1_000_000_000)) {
+            Some(ns) if ns > 0 => WatchTimeout::After(std::time::Duration::from_nanos(ns.unsigned_abs())),
+            // The watch's context is done at once: 200 and no event (recorded from 1.28.7).
+            Some(ns) if ns < 0 => WatchTimeout::Now,
+            _ => WatchTimeout::Default,
+        }
     }
 
     /// `limit` when positive.

@@ -17,6 +17,7 @@ use crate::cache::{Filter, Page, Reader, WatchRequest, WatchStart};
 use crate::error::Error;
 use crate::metadata_only::Repr;
 use crate::metrics::{Metrics, ReadWait};
+use crate::params::WatchTimeout;
 use crate::resource::{frame_event, EventType, Rv};
 use crate::upstream::{MetadataPage, Selection};
 
@@ -413,16 +414,15 @@ fn watch(
     // `--min-request-timeout` × [1, 2) without `timeoutSeconds`, and at most that with it: the
     // watch was authorized when it started, and its life is bounded (documented in the README).
     let cap = opts.min_request_timeout.mul_f64(1.0 + fastrand::f64());
-    // Go's `time.Duration(timeoutSeconds) * time.Second`, which wraps.
-    let timeout = match req.opts.timeout_seconds.map(|s| s.wrapping_mul(1_000_000_000)) {
-        Some(ns) if ns > 0 => Duration::from_nanos(ns.unsigned_abs()).min(cap),
-        // Negative: the apiserver's watch context is already done: 200 and no event, not even
-        // an initial one (recorded from kube-apiserver 1.28.7).
-        Some(ns) if ns < 0 => {
+    let timeout = match req.opts.watch_timeout() {
+        WatchTimeout::After(d) => d.min(cap),
+        // The apiserver's watch context is already done: 200 and no event, not even an
+        // initial one.
+        WatchTimeout::Now => {
             let empty = body::chunks(Vec::new());
             return Ok(Outcome::Response(response(StatusCode::OK, empty, content_type(req.repr, true))));
         }
-        _ => cap,
+        WatchTimeout::Default => cap,
     };
     let wr = WatchRequest {
         filter: filter(req, true),

@@ -28,6 +28,7 @@ use super::store::{meta_mut, Entry, Slot};
 use super::Sim;
 use kube_watchcache::error::Error;
 use kube_watchcache::metadata_only::{self, Repr};
+use kube_watchcache::params::WatchTimeout;
 use kube_watchcache::resource::{frame_event, frame_object, EventType, Object, ResourceKind, Rv, Typing};
 
 /// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
@@ -62,13 +63,12 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
     q.validate()?;
     let filter = Filter::new(&kind, &t, &q)?;
     let rv = rv_of(q.rv_for_get_or_watch()?);
-    // Go's `time.Duration(timeoutSeconds) * time.Second`, which wraps.
-    let timeout = match q.timeout_seconds.map(|s| s.wrapping_mul(1_000_000_000)) {
-        Some(ns) if ns > 0 => Duration::from_nanos(ns.unsigned_abs()),
-        // Negative: Go's timer fires at once (200, no event).
-        Some(ns) if ns < 0 => Duration::ZERO,
+    let timeout = match q.watch_timeout() {
+        WatchTimeout::After(d) => d,
+        // Go's timer fires at once (200, no event).
+        WatchTimeout::Now => Duration::ZERO,
         // --min-request-timeout (1800 s) × uniform[1, 2).
-        _ => Duration::from_secs(1800 + fastrand::u64(0..1800)),
+        WatchTimeout::Default => Duration::from_secs(1800 + fastrand::u64(0..1800)),
     };
     let (tx, rx) = mpsc::channel(256);
     // Now, before the response: a withdrawal after this ends the watch, and a watch from "now"
