@@ -568,8 +568,15 @@ fn list_plan(opts: &ListOptions) -> Result<Plan, Error> {
             Plan::ListExact { rv: Rv(rv as u64), limit, start: Some(start) }
         }
         (Some(ContinueToken { start, .. }), _, _) => Plan::ListMostRecent { limit, start: Some(start) },
-        // Any: the whole list, limit ignored like the apiserver's cache.
-        (None, RvParam::Zero, _) => Plan::ListAny,
+        // Any: the whole list, limit ignored like the apiserver's cache — when the text is `0`:
+        // 1.36 compares the text (`computeListLimit`, `ShouldDelegateList`), so another spelling
+        // of zero (`00`) keeps its limit, and with a limit or `Exact` it is an exact read at 0,
+        // which storage answers at its latest revision.
+        (None, RvParam::Zero, _) if opts.resource_version == "0" => Plan::ListAny,
+        (None, RvParam::Zero, Some(RvMatch::NotOlderThan)) => Plan::ListNotOlderThan { min_rv: Rv(0), limit },
+        (None, RvParam::Zero, Some(RvMatch::Exact)) => Plan::ListMostRecent { limit, start: None },
+        (None, RvParam::Zero, None) if limit.is_some() => Plan::ListMostRecent { limit, start: None },
+        (None, RvParam::Zero, None) => Plan::ListAny,
         (None, RvParam::Unset, _) => Plan::ListMostRecent { limit, start: None },
         (None, RvParam::At(rv), Some(RvMatch::Exact)) => Plan::ListExact { rv, limit, start: None },
         (None, RvParam::At(rv), Some(RvMatch::NotOlderThan)) => Plan::ListNotOlderThan { min_rv: rv, limit },

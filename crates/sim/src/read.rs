@@ -162,9 +162,10 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
         let (cur, objs) = current();
         (cur, objs, None, limit)
     } else if rv.0 == 0 {
-        // Any freshness: the watch cache ignores limit (events are not cached: etcd honours it).
+        // Any freshness: the watch cache ignores limit when the text is `0` (1.36 compares the
+        // text: `00` keeps it, or storage answers; events are not cached: etcd honours it).
         let (cur, objs) = current();
-        (cur, objs, None, if is_cached(&kind) { 0 } else { limit })
+        (cur, objs, None, if is_cached(&kind) && q.resource_version == "0" { 0 } else { limit })
     } else if exact {
         if rv > store.current_rv() {
             store.wait_for(rv).await?;

@@ -174,6 +174,21 @@ async fn pagination_three_pages_like_recording() {
 }
 
 #[tokio::test]
+async fn a_limit_is_ignored_at_resource_version_0_as_written_only() {
+    let h = start().await;
+    base_fixture(&h.sim);
+    let all = get(&h, "/api/v1/namespaces/cap-base/configmaps?resourceVersion=0&limit=2").await.json();
+    assert_eq!(names(&all).len(), 5);
+    assert!(all["metadata"].get("continue").is_none());
+    // 1.36 compares the text: another spelling of zero keeps the limit.
+    for q in ["resourceVersion=00&limit=2", "resourceVersion=00&resourceVersionMatch=NotOlderThan&limit=2"] {
+        let page = get(&h, &format!("/api/v1/namespaces/cap-base/configmaps?{q}")).await.json();
+        assert_eq!(names(&page), ["cm-1", "cm-2"], "{q}");
+        assert!(page["metadata"]["continue"].is_string(), "{q}");
+    }
+}
+
+#[tokio::test]
 async fn exact_list_at_an_old_revision() {
     let h = start().await;
     let (r_old, _) = base_fixture(&h.sim);

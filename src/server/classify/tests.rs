@@ -214,6 +214,17 @@ fn list_plans() {
     // Any: limit ignored.
     assert_eq!(plan(CMS, "resourceVersion=0&limit=1"), Plan::ListAny);
     assert_eq!(plan(CMS, "resourceVersion=0&resourceVersionMatch=NotOlderThan"), Plan::ListAny);
+    // Another spelling of zero: 1.36 compares the text, so the limit holds.
+    assert_eq!(plan(CMS, "resourceVersion=00"), Plan::ListAny);
+    assert_eq!(plan(CMS, "resourceVersion=00&limit=1"), Plan::ListMostRecent { limit: Some(1), start: None });
+    assert_eq!(
+        plan(CMS, "resourceVersion=00&resourceVersionMatch=Exact"),
+        Plan::ListMostRecent { limit: None, start: None }
+    );
+    assert_eq!(
+        plan(CMS, "resourceVersion=00&resourceVersionMatch=NotOlderThan&limit=1"),
+        Plan::ListNotOlderThan { min_rv: Rv(0), limit: Some(1) }
+    );
     // NotOlderThan.
     assert_eq!(plan(CMS, "resourceVersion=5"), Plan::ListNotOlderThan { min_rv: Rv(5), limit: None });
     assert_eq!(
