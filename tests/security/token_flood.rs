@@ -167,6 +167,47 @@ async fn a_flood_from_one_source_leaves_reviews_for_the_others() {
     proxy.shutdown().await;
 }
 
+/// Unknown tokens from four addresses spend the whole review rate (a quarter each); a user
+/// whose cached answer expires meanwhile is reviewed again from the renewals' own bucket, never
+/// refused. Before, every valid token got 429 once its answer expired, for as long as the flood
+/// went on (found by a review).
+#[tokio::test]
+async fn a_flood_of_unknown_tokens_does_not_refuse_a_known_users_renewal() {
+    let sim = sim().await;
+    let args = secured(sim.addr, |s| {
+        s.authentication_token_review_qps = 0.01;
+        s.authentication_token_review_burst = 8;
+        s.authentication_cache_ttl = Duration::from_secs(1);
+    });
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK);
+    let url = format!("http://{}{LIST}", proxy.addr);
+    let mut limited = 0;
+    for i in 0..40 {
+        let from = client_from(&format!("127.0.0.{}", 2 + i % 4));
+        let auth = format!("Bearer random-{i}-{}", fastrand::u64(..));
+        if send(&from, Method::GET, &url, None, &[("authorization", &auth)]).await.status
+            == StatusCode::TOO_MANY_REQUESTS
+        {
+            limited += 1;
+        }
+    }
+    assert_eq!(reviews(&sim), 8, "the flood spent the shared bucket");
+    assert_eq!(limited, 40 - 7);
+    // Until alice's answer has expired and been renewed: every request is answered.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while reviews(&sim) == 8 {
+        assert!(tokio::time::Instant::now() < deadline, "alice's answer is renewed");
+        assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(proxy.addr, "alice-token").await, StatusCode::OK);
+    // A new token is still bound by the shared bucket.
+    assert_eq!(get(proxy.addr, "random-after").await, StatusCode::TOO_MANY_REQUESTS);
+    proxy.shutdown().await;
+}
+
 /// A token longer than --authentication-token-max-length is 401 without a TokenReview (before:
 /// a 900 KB token became a 900 KB TokenReview), even one the upstream would accept; one of
 /// exactly the length is reviewed.

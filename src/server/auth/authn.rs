@@ -5,7 +5,12 @@
 //! request; reviews sent upstream are bounded per second (a token bucket), past which the
 //! caller gets 429 rather than costing the proxy's API Priority and Fairness budget upstream.
 //! Each source address (an IPv6 /64) has its own quarter of that bound, so that a flood of
-//! bad tokens from one place does not take every new valid token's review; a token longer
+//! bad tokens from one place does not take every new valid token's review. A token valid at its
+//! last review is remembered (its hash) for [`RENEWAL_WINDOW`] × its answer's life, and when
+//! that answer expires it is reviewed again from a bucket of its own, without a seat: unknown
+//! tokens from a few addresses (four quarters) spend the shared bucket, and every user whose
+//! answer expired got 429 for as long as they did (the apiserver checks tokens in-process and
+//! has no such bound). A token longer
 //! than `max_token_bytes` is refused without a review (`auth::Auth::authenticate`). A request
 //! whose token is not known waits for its review in one of a bounded number of seats
 //! (`waiting`): requests piled on one review cannot hold every in-flight permit.
@@ -45,6 +50,9 @@ pub struct AuthnOptions {
 /// The share of the TokenReview rate one source address may use.
 pub const SOURCE_SHARE: u32 = 4;
 
+/// How many of its answer's lives a valid token is remembered for its renewal.
+pub const RENEWAL_WINDOW: u32 = 30;
+
 impl Default for AuthnOptions {
     fn default() -> Self {
         AuthnOptions {
@@ -80,7 +88,11 @@ pub struct TokenAuthenticator {
     cache: TtlCache<[u8; 32], Option<Arc<UserInfo>>>,
     /// Rejected tokens, apart: they never push a valid one out.
     rejected: TtlCache<[u8; 32], ()>,
+    /// Tokens valid at their last review, for longer than `cache` holds their answer.
+    valid_before: TtlCache<[u8; 32], ()>,
     bucket: Bucket,
+    /// Reviews of `valid_before`'s tokens: the same rate, apart from `bucket`.
+    renewals: Bucket,
     /// A share of `bucket` per source address.
     sources: Buckets<IpAddr>,
     /// Requests waiting on a review, per source and in all.
@@ -91,7 +103,9 @@ impl TokenAuthenticator {
     pub fn new(upstream: Upstream, opts: AuthnOptions, metrics: Arc<Metrics>) -> TokenAuthenticator {
         let cache = TtlCache::new(opts.capacity);
         let rejected = TtlCache::new((opts.capacity / 8).max(64));
+        let valid_before = TtlCache::new(opts.capacity);
         let bucket = Bucket::new(opts.review_qps, opts.review_burst);
+        let renewals = Bucket::new(opts.review_qps, opts.review_burst);
         let sources =
             Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst }.share(SOURCE_SHARE));
         TokenAuthenticator {
@@ -100,7 +114,9 @@ impl TokenAuthenticator {
             opts,
             cache,
             rejected,
+            valid_before,
             bucket,
+            renewals,
             sources,
             waiting: Default::default(),
         }
@@ -125,15 +141,21 @@ impl TokenAuthenticator {
         }
         // A review to send or to wait for (the token not known): a seat of the source's, held
         // until it is in. A known token takes none (and is looked up below, which keeps it
-        // recently used).
-        let _seat = match self.cache.peek(&key) {
-            Some(_) => None,
-            None => Some(self.waiting.take(source.map(rate::source_key)).ok_or(ReviewError::Busy)?),
+        // recently used), nor does a renewal.
+        let known = self.cache.peek(&key).is_some();
+        let renewal = !known && self.valid_before.peek(&key).is_some();
+        let _seat = match known || renewal {
+            true => None,
+            false => Some(self.waiting.take(source.map(rate::source_key)).ok_or(ReviewError::Busy)?),
         };
         self.cache
             .get_or_fetch(key, || async {
-                let source_ok = source.is_none_or(|ip| self.sources.take(&rate::source_key(ip)));
-                if !source_ok || !self.bucket.take() {
+                let allowed = if renewal {
+                    self.renewals.take()
+                } else {
+                    source.is_none_or(|ip| self.sources.take(&rate::source_key(ip))) && self.bucket.take()
+                };
+                if !allowed {
                     return Err(ReviewError::Limited);
                 }
                 let body = json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":token}});
@@ -146,8 +168,10 @@ impl TokenAuthenticator {
                     // Shared with the concurrent callers of this review, then only `rejected`
                     // remembers it.
                     self.rejected.insert(key, (), self.opts.failure_ttl);
+                    self.valid_before.remove(&key);
                     return Ok((None, Duration::ZERO));
                 }
+                self.valid_before.insert(key, (), self.opts.success_ttl * RENEWAL_WINDOW);
                 Ok((user, self.opts.success_ttl))
             })
             .await

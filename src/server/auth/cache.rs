@@ -113,6 +113,11 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         (*exp > now).then(|| v.clone())
     }
 
+    /// Forgets `key`'s value.
+    pub fn remove(&self, key: &K) {
+        self.map.lock().entries.remove(key);
+    }
+
     /// Stores `value` for `ttl`, replacing what `key` had.
     pub fn insert(&self, key: K, value: V, ttl: Duration) {
         let now = Instant::now();
