@@ -30,7 +30,9 @@
 //!   versions (waited for up to [`PROOF_WAIT`] while the cache receives what it lacks), it is
 //!   the state at L, sent from a snapshot, and the live stream is the cache's from L
 //!   (`WatchStart::Proven`); past the wait, forwarded. No object body is read upstream, and
-//!   nothing is copied per start. The long-lived watch never goes upstream.
+//!   nothing is copied per start. The long-lived watch never goes upstream. At most
+//!   `MAX_LONG_INITIAL_LISTS` lists longer than a page at once for the whole proxy; a start
+//!   waits [`PROOF_WAIT`] for one, then is forwarded.
 //!
 //! Reads are shared through [`Flights`]: a request only shares a read sent after it arrived.
 //! Each reads the cache's RV before it is sent: an answer below it is an upstream whose storage
@@ -95,6 +97,16 @@ pub(crate) const PROOF_WAIT: Duration = Duration::from_secs(3);
 /// forwarded, under the caller's own identity and flow.
 const MAX_PROOFS_IN_THE_AIR: usize = 64;
 static PROOFS_IN_THE_AIR: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_PROOFS_IN_THE_AIR);
+
+/// Initial lists read past their first page (selections of more than [`INITIAL_PAGE`]
+/// objects: controllers' informers, not kubelets') at once, across every resource: each holds
+/// its selection's keys and versions (~90 B an object) while it proves, and is read as the
+/// proxy. One caller's watch-lists of distinct selections (`a!=1`, `a!=2`, … each a flight of its
+/// own) made as many whole-collection reads as its in-flight share allowed (found by a review:
+/// 400 of 150 000 pods, gigabytes). Past it a start waits up to [`PROOF_WAIT`] for one, then is
+/// forwarded, under the caller's own identity and flow.
+const MAX_LONG_INITIAL_LISTS: usize = 16;
+static LONG_INITIAL_LISTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LONG_INITIAL_LISTS);
 
 /// A metadata-only upstream page, or why there is none.
 type MetadataResult = Result<Arc<MetadataPage>, String>;
@@ -206,7 +218,8 @@ impl Prober {
                     };
                 match listed {
                     Listed::Fresh => Ok(Initial::Cache),
-                    Listed::Ahead(meta) => prove(&reader, &filter, &meta).await,
+                    // A long list's slot is held while it proves (its items are held).
+                    Listed::Ahead(meta, _slot) => prove(&reader, &filter, &meta).await,
                 }
             }
         };
@@ -218,8 +231,9 @@ impl Prober {
 enum Listed {
     /// The cache had reached its RV when the first page landed (the rest was not read).
     Fresh,
-    /// Every item of the selection, metadata only, at an RV ahead of the cache.
-    Ahead(MetadataPage),
+    /// Every item of the selection, metadata only, at an RV ahead of the cache; a slot of
+    /// [`LONG_INITIAL_LISTS`] when it took more than one page.
+    Ahead(MetadataPage, Option<tokio::sync::SemaphorePermit<'static>>),
 }
 
 /// Lists `sel` upstream, metadata only (RV unset: a consistent read), stopping after the first
@@ -233,11 +247,24 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
     if p.ready && p.rv >= first.rv {
         return Ok(Listed::Fresh);
     }
+    let slot = match first.continue_token.as_deref() {
+        Some(t) if !t.is_empty() => {
+            match tokio::time::timeout(PROOF_WAIT, LONG_INITIAL_LISTS.acquire()).await {
+                Ok(Ok(slot)) => Some(slot),
+                _ => {
+                    return Err(format!(
+                        "{MAX_LONG_INITIAL_LISTS} initial lists of more than one page in the air"
+                    ))
+                }
+            }
+        }
+        _ => None,
+    };
     let all = upstream.list_metadata_from(kind, sel, None, Some(first)).await.map_err(|e| e.to_string())?;
     if all.continue_token.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err("the upstream's metadata list did not end".to_owned());
     }
-    Ok(Listed::Ahead(all))
+    Ok(Listed::Ahead(all, slot))
 }
 
 /// Waits up to [`PROOF_WAIT`] for the cache to reach the list's RV or to select exactly its
@@ -394,6 +421,112 @@ mod tests {
         )
         .await;
         assert!(next.is_err(), "in the air, not refused");
+        for t in waiting {
+            t.abort();
+        }
+        held.abort();
+    }
+
+    /// At most `MAX_LONG_INITIAL_LISTS` watch-list starts read a selection longer than a page
+    /// at once, whatever their selectors: the next waits for a slot (and takes the one a
+    /// cancelled read gives back), and is refused after `PROOF_WAIT`. A selection of one page
+    /// takes none.
+    #[tokio::test]
+    async fn initial_lists_longer_than_a_page_are_bounded_across_selections() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // First pages (no `continue=`) answered at revision 20 with a continuation; continued
+        // pages never answered: every long read stays in the air.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let continued = Arc::new(AtomicU32::new(0));
+        let seen = continued.clone();
+        let held = tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match c.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end);
+                        if head.lines().next().unwrap().contains("continue=") {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                            std::future::pending::<()>().await;
+                        }
+                        // A long selection: a full first page (500) and a continuation.
+                        let long = head.contains("labelSelector");
+                        let items: Vec<String> = (0..if long { INITIAL_PAGE } else { 0 })
+                            .map(|i| format!(r#"{{"metadata":{{"name":"o-{i}","namespace":"ns","resourceVersion":"5"}}}}"#))
+                            .collect();
+                        let body = format!(
+                            r#"{{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{{"resourceVersion":"20"{}}},"items":[{}]}}"#,
+                            if long { r#","continue":"next""# } else { "" },
+                            items.join(",")
+                        );
+                        let resp = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if c.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
+            upstream: Some(format!("http://{addr}")),
+            ..Default::default()
+        })
+        .unwrap();
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        let prober = Prober::new(upstream, r.clone());
+        let sel = |labels: &str| Selection {
+            namespace: None,
+            label_selector: labels.to_owned(),
+            field_selector: String::new(),
+        };
+        let filter = crate::cache::Filter::new(
+            None,
+            None,
+            crate::selector::LabelSelector::default(),
+            crate::selector::FieldSelector::default(),
+        );
+        let start = |labels: String| {
+            let (p, f) = (prober.clone(), filter.clone());
+            tokio::spawn(async move { p.initial(sel(&labels), f, Instant::now()).await.map(|_| ()) })
+        };
+        let mut waiting: Vec<_> = (0..MAX_LONG_INITIAL_LISTS).map(|i| start(format!("a!={i}"))).collect();
+        // Until every long read is in the air (each took its slot before asking).
+        while continued.load(Ordering::SeqCst) < MAX_LONG_INITIAL_LISTS as u32 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(LONG_INITIAL_LISTS.available_permits(), 0);
+        // A selection of one page needs no slot: proven (nothing listed, nothing cached).
+        assert!(prober.initial(sel(""), filter.clone(), Instant::now()).await.is_ok());
+        // The next long one waits, and takes the slot of a read given up.
+        let next = start("a!=next".into());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!next.is_finished(), "waiting for a slot");
+        assert_eq!(continued.load(Ordering::SeqCst), MAX_LONG_INITIAL_LISTS as u32);
+        waiting.pop().unwrap().abort();
+        while continued.load(Ordering::SeqCst) == MAX_LONG_INITIAL_LISTS as u32 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!next.is_finished(), "its read in the air");
+        // With every slot taken, one more is refused after the proof's wait.
+        let refused = prober.initial(sel("a!=last"), filter.clone(), Instant::now()).await;
+        assert!(refused.is_err_and(|e| e.contains("initial lists of more than one page in the air")));
+        next.abort();
         for t in waiting {
             t.abort();
         }
