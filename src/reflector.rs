@@ -340,7 +340,7 @@ async fn step(
                 WatchEnd::Failed(r, e) => {
                     failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
                     backoff.wait().await;
-                    if went_back(upstream, writer, opts, resource).await {
+                    if went_back(upstream, writer, opts).await {
                         metrics.reflector_error(resource, "upstream_behind");
                         return State::Empty;
                     }
@@ -375,13 +375,13 @@ async fn unparsable(ctx: &Ctx<'_>, writer: &mut Writer, failures: &mut Failures,
 /// (`Writer::replace` takes the lower RV). An upstream that cannot answer within
 /// [`PROBE_TIMEOUT`] (or the watch's idle timeout, if shorter; a partitioned connection never
 /// answers): re-watch as before.
-async fn went_back(upstream: &Upstream, writer: &Writer, opts: &ReflectorOptions, resource: &str) -> bool {
+async fn went_back(upstream: &Upstream, writer: &Writer, opts: &ReflectorOptions) -> bool {
     let before = writer.progress_rv();
     let wait = opts.watch_idle_timeout.min(PROBE_TIMEOUT);
     let probe = tokio::time::timeout(wait, upstream.list_page(writer.kind(), 1, None, None));
     match probe.await {
         Ok(Ok(page)) if page.rv < before => {
-            crate::cache::warn_went_back(resource, before, page.rv, "re-watch probe");
+            writer.upstream_went_back(before, page.rv, "re-watch probe");
             true
         }
         _ => false,
@@ -596,6 +596,37 @@ mod tests {
         for (f, reason, not_found) in cases {
             assert_eq!((f.reason().as_str(), f.not_found()), (reason, not_found), "{f:?}");
         }
+    }
+
+    /// The probe before a re-watch finds the upstream below the cache (its storage went back):
+    /// the cache is not ready and a relist pending at once, before the list is sent — not ready
+    /// only once the list lands, which a large resource, failing lists or the byte budget could
+    /// put off for ever while the gone history's events were served (found by a review).
+    #[tokio::test]
+    async fn an_upstream_found_behind_before_a_re_watch_makes_the_cache_unready_at_once() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{full, handler, serve};
+        use crate::upstream::UpstreamOptions;
+        let addr = serve(handler(|_, _| async {
+            let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"50"},"items":[]}"#;
+            http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
+        }))
+        .await;
+        let upstream = Upstream::new(&UpstreamOptions {
+            upstream: Some(format!("http://{addr}")),
+            ..Default::default()
+        })
+        .unwrap();
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+        w.replace(Vec::new(), Rv(100));
+        assert!(r.progress().ready);
+        assert!(went_back(&upstream, &w, &ReflectorOptions::default()).await);
+        assert!(!r.progress().ready, "not ready before the relist is even sent");
+        assert!(r.relist_reason().is_some_and(|why| why.contains("below the cache's 100")));
+        // The relist, at the upstream's RV, clears the request.
+        w.replace(Vec::new(), Rv(50));
+        assert!(r.relist_reason().is_none());
     }
 
     /// The README promises a backoff of 0.8 s doubling to 30 s: with the jitter, no sleep may

@@ -4,7 +4,8 @@
 //! again; the relist rules apply (every watch that started before the list ends).
 //!
 //! [`Reader::request_relist`] is called by `consistency`, and [`Reader::upstream_went_back`] by
-//! it and `server::consistent` (an upstream found behind the cache); [`Writer::relist_requested`]
+//! it and `server::consistent` (an upstream found behind the cache), and through
+//! [`Writer::upstream_went_back`] by `reflector` (its probe before a re-watch); [`Writer::relist_requested`]
 //! is awaited by `reflector` beside its upstream watch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,6 +101,16 @@ impl Reader {
 }
 
 impl Writer {
+    /// [`Reader::upstream_went_back`], found by the reflector itself (its probe before a
+    /// re-watch): the cache is not ready and a relist pending at once, as when a probe or the
+    /// consistency check finds it. Before, the reflector only went to list again, and until that
+    /// list landed (seconds for a large resource; for ever while lists failed or the byte
+    /// budget refused them) the cache stayed ready: a watch from an RV the new history issued
+    /// got the gone history's events, and the state file was written from it.
+    pub fn upstream_went_back(&self, cache: Rv, upstream: Rv, by: &'static str) {
+        Reader { shared: self.shared.clone() }.upstream_went_back(cache, upstream, by);
+    }
+
     /// A full list is in (`Writer::replace`, under the state lock): a request made before it is
     /// of a state that is gone, and dropped; `/readyz?verbose` no longer names it.
     pub(super) fn relist_done(&self) {

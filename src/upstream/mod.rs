@@ -50,7 +50,7 @@ mod exec_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use std::sync::Arc;
 
