@@ -51,6 +51,12 @@ impl Reader {
         self.shared.state.lock().lists
     }
 
+    /// Lists installed below the cache's RV (the upstream's storage went back): an upstream
+    /// answer read while this was `n` names a state of the history that is gone once it is not.
+    pub fn histories(&self) -> u64 {
+        self.shared.state.lock().histories
+    }
+
     /// Asks the reflector for a relist, the cache having been found wrong at `at` with
     /// `lists` full lists installed ([`Reader::lists`], read before the state the finding is
     /// about), and marks the cache not ready until it is done.

@@ -185,12 +185,19 @@ impl Prober {
                     return Err(format!("{MAX_PROOFS_IN_THE_AIR} metadata proofs in the air"));
                 };
                 let before = reader.progress().rv;
+                let histories = reader.histories();
                 match tokio::time::timeout(READ_TIMEOUT, upstream.list_metadata(reader.kind(), &sel, limit))
                     .await
                 {
                     Ok(r) => {
                         let page = r.map_err(|e| e.to_string())?;
-                        not_behind(&reader, before, page.rv).map(|()| Arc::new(page))
+                        not_behind(&reader, before, page.rv)?;
+                        // Answered from a history that is gone since (the cache relisted below
+                        // its RV meanwhile): its RV names another state now.
+                        if reader.histories() != histories {
+                            return Err("the upstream's storage went back during the metadata list".into());
+                        }
+                        Ok(Arc::new(page))
                     }
                     Err(_) => Err("metadata list timed out".to_owned()),
                 }
@@ -219,7 +226,7 @@ impl Prober {
                 match listed {
                     Listed::Fresh => Ok(Initial::Cache),
                     // A long list's slot is held while it proves (its items are held).
-                    Listed::Ahead(meta, _slot) => prove(&reader, &filter, &meta).await,
+                    Listed::Ahead(meta, histories, _slot) => prove(&reader, &filter, &meta, histories).await,
                 }
             }
         };
@@ -231,9 +238,10 @@ impl Prober {
 enum Listed {
     /// The cache had reached its RV when the first page landed (the rest was not read).
     Fresh,
-    /// Every item of the selection, metadata only, at an RV ahead of the cache; a slot of
+    /// Every item of the selection, metadata only, at an RV ahead of the cache; the cache's
+    /// histories when it was asked for ([`Reader::histories`]); a slot of
     /// [`LONG_INITIAL_LISTS`] when it took more than one page.
-    Ahead(MetadataPage, Option<tokio::sync::SemaphorePermit<'static>>),
+    Ahead(MetadataPage, u64, Option<tokio::sync::SemaphorePermit<'static>>),
 }
 
 /// Lists `sel` upstream, metadata only (RV unset: a consistent read), stopping after the first
@@ -241,6 +249,7 @@ enum Listed {
 async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> Result<Listed, String> {
     let kind = reader.kind();
     let before = reader.progress().rv;
+    let histories = reader.histories();
     let first = upstream.list_metadata(kind, sel, Some(INITIAL_PAGE)).await.map_err(|e| e.to_string())?;
     not_behind(reader, before, first.rv)?;
     let p = reader.progress();
@@ -264,7 +273,7 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
     if all.continue_token.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err("the upstream's metadata list did not end".to_owned());
     }
-    Ok(Listed::Ahead(all, slot))
+    Ok(Listed::Ahead(all, histories, slot))
 }
 
 /// Waits up to [`PROOF_WAIT`] for the cache to reach the list's RV or to select exactly its
@@ -272,10 +281,20 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
 /// changed, added or removed after the cache's RV and up to the list's would show in one or
 /// the other; one created and deleted between them is in neither state), and the watch starts
 /// from it with no object body read upstream. The cache, behind, receives what it lacks within
-/// its stream's delay; one that does not is left to the upstream (forward).
-async fn prove(reader: &Reader, filter: &Filter, meta: &MetadataPage) -> Result<Initial, String> {
+/// its stream's delay; one that does not is left to the upstream (forward). A state of another
+/// history than the list's (`histories`: the upstream's storage went back since it answered)
+/// proves nothing: its RV names another state upstream, and events after the new history's
+/// list RV up to it would be skipped.
+async fn prove(
+    reader: &Reader,
+    filter: &Filter,
+    meta: &MetadataPage,
+    histories: u64,
+) -> Result<Initial, String> {
     let versions = || meta.items.iter().map(|(ns, name, rv)| (ns.as_str(), name.as_str(), *rv));
-    let same = |snap: &Snapshot| reader.selects_exactly(&snap.store, filter.clone(), versions());
+    let same = |snap: &Snapshot| {
+        snap.histories == histories && reader.selects_exactly(&snap.store, filter.clone(), versions())
+    };
     match wait_for_state(reader, meta.rv, Instant::now() + PROOF_WAIT, same).await {
         Some(Some(snap)) => Ok(Initial::Proven { rv: meta.rv, snapshot: snap }),
         Some(None) => Ok(Initial::Cache),
@@ -617,6 +636,39 @@ mod tests {
             "{:?}",
             got.map(|s| s.map(|s| s.rv))
         );
+    }
+
+    /// The upstream's storage goes back after it listed (at 20, in the gone history), and the
+    /// new history's state holds the listed versions: no proof (20 names another state now, and
+    /// the new history's events up to it would be skipped); the start is forwarded. Found by a
+    /// review; before, `Proven { rv: 20 }` from the new history's state at 9.
+    #[tokio::test(start_paused = true)]
+    async fn a_state_of_another_history_proves_nothing() {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(vec![cm(&w, "a", 5)], Rv(10));
+        let histories = r.histories();
+        let meta = MetadataPage {
+            rv: Rv(20),
+            continue_token: None,
+            remaining: None,
+            items: vec![("ns".into(), "a".into(), Rv(5)), ("ns".into(), "b".into(), Rv(7))],
+        };
+        let filter = Filter::new(
+            None,
+            None,
+            crate::selector::LabelSelector::default(),
+            crate::selector::FieldSelector::default(),
+        );
+        let reader = r.clone();
+        let proving = tokio::spawn(async move { prove(&reader, &filter, &meta, histories).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Went back: listed at 8, below the cache's 10, then the new history moves on.
+        w.replace(vec![cm(&w, "a", 5), cm(&w, "b", 7)], Rv(8));
+        w.bookmark(Rv(9));
+        assert!(r.progress().ready && r.histories() == histories + 1);
+        let got = proving.await.unwrap();
+        assert!(got.as_ref().is_err_and(|e| e.contains("did not hold")), "{:?}", got.map(|_| ()));
     }
 
     #[test]

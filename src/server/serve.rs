@@ -147,6 +147,7 @@ async fn proven_by_metadata(
         return Ok(Outcome::Forward(ForwardReason::MostRecent));
     }
     let upstream_limit = limit.map(|l| l.min(u32::MAX as usize) as u32);
+    let histories = reader.histories();
     let meta = match src.prober.metadata(selection(req), upstream_limit, arrived).await {
         Ok(m) => m,
         Err(e) => {
@@ -155,6 +156,10 @@ async fn proven_by_metadata(
         }
     };
     let mut snap = reader.snapshot();
+    // A state of another history than the page's proves nothing (its RV names another state).
+    if snap.histories != histories {
+        return Ok(Outcome::Forward(ForwardReason::MostRecent));
+    }
     let caught_up = snap.rv >= meta.rv;
     // The metadata page is the unsharded selection's (the proxy's own LIST carries no
     // shardSelector): it proves a sharded page only when the cache has caught up.
