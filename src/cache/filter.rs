@@ -103,38 +103,40 @@ impl Filter {
     /// Whether this watcher receives anything for `ev` ([`Filter::frame_for`] is not `None`),
     /// without making a frame.
     pub fn concerns(&self, ev: &Event) -> bool {
-        if self.is_everything() {
-            return true;
-        }
         let (cur, prev) = self.sides(ev);
         cur || prev
     }
 
-    /// Whether the object after `ev` (none for a DELETED) and the one before it match.
+    /// Whether the object after `ev` (none for a DELETED) and the one before it (none when the
+    /// cache did not hold it) match.
     fn sides(&self, ev: &Event) -> (bool, bool) {
-        let cur = ev.kind != EventType::Deleted && self.matches(&ev.object);
-        let prev = match ev.kind {
-            EventType::Deleted => self.matches(ev.prev.as_deref().unwrap_or(&ev.object)),
-            _ => ev.prev.as_deref().is_some_and(|p| self.matches(p)),
-        };
+        let every = self.is_everything();
+        let cur = ev.kind != EventType::Deleted && (every || self.matches(&ev.object));
+        let prev = ev.prev.as_deref().is_some_and(|p| every || self.matches(p));
         (cur, prev)
     }
 
     /// The frame this watcher receives for `ev`, `None` if the event does not concern it, or
     /// [`NoExactEncoding`] if it is asked for in protobuf and has no exact encoding.
+    ///
+    /// The type is 1.36's `cacheWatcher.convertToWatchEvent`'s, from the two sides alone: ADDED
+    /// when only the new object matches, MODIFIED when both do, DELETED (of the previous
+    /// object, at the event's RV) when only the previous one does — for every watcher, the
+    /// unfiltered too. So an upstream ADDED of an object the cache held is a MODIFIED, a
+    /// MODIFIED of one it did not hold an ADDED, and a DELETED of one it did not hold nothing
+    /// (each only when the cache missed something). Where the type is the upstream's, its frame
+    /// is sent as received.
     pub fn frame_for(&self, ev: &Event, lazy: &LazyFrames) -> Result<Option<Bytes>, NoExactEncoding> {
         let repr = self.repr;
         let framed = |f: Option<Bytes>| f.map(Some).ok_or(NoExactEncoding);
-        if self.is_everything() {
-            return framed(ev.frame_as(repr));
-        }
-        let (cur, prev) = self.sides(ev);
-        match (cur, prev, ev.kind) {
-            (true, true, _) | (true, false, EventType::Added) => framed(ev.frame_as(repr)),
-            (true, false, _) => framed(lazy.added(ev, repr)),
-            (false, true, EventType::Deleted) => framed(ev.frame_as(repr)),
-            (false, true, _) => framed(lazy.deleted(ev, repr)),
-            (false, false, _) => Ok(None),
+        match (self.sides(ev), ev.kind) {
+            ((true, true), EventType::Modified)
+            | ((true, false), EventType::Added)
+            | ((false, true), EventType::Deleted) => framed(ev.frame_as(repr)),
+            ((true, true), _) => framed(lazy.modified(ev, repr)),
+            ((true, false), _) => framed(lazy.added(ev, repr)),
+            ((false, true), _) => framed(lazy.deleted(ev, repr)),
+            ((false, false), _) => Ok(None),
         }
     }
 }
@@ -148,12 +150,19 @@ pub struct NoExactEncoding;
 #[derive(Debug, Default)]
 pub struct LazyFrames {
     added: [OnceLock<Option<Bytes>>; 8],
+    modified: [OnceLock<Option<Bytes>>; 8],
     deleted: [OnceLock<Option<Bytes>>; 8],
 }
 
 impl LazyFrames {
     fn added(&self, ev: &Event, repr: Repr) -> Option<Bytes> {
         self.added[repr.index()].get_or_init(|| frame_object(EventType::Added, &ev.object, repr)).clone()
+    }
+
+    fn modified(&self, ev: &Event, repr: Repr) -> Option<Bytes> {
+        self.modified[repr.index()]
+            .get_or_init(|| frame_object(EventType::Modified, &ev.object, repr))
+            .clone()
     }
 
     /// DELETED carrying the previous object with `metadata.resourceVersion` = the event's RV.

@@ -164,6 +164,32 @@ async fn label_selector_turns_modified_into_added_and_deleted() {
     );
 }
 
+/// The type is 1.36's `convertToWatchEvent`'s, from the store's previous object, for every
+/// watcher: an upstream ADDED of an object the cache holds is a MODIFIED, a MODIFIED of one it
+/// does not hold an ADDED, a DELETED of one it does not hold nothing (each only after the cache
+/// missed something). Before, the unfiltered watcher got the upstream's types as received and
+/// a filtered one a MODIFIED as an ADDED but the others as received (found by a review).
+#[tokio::test]
+async fn event_types_follow_the_stores_previous_object_as_the_apiserver_does() {
+    let (mut w, r) = setup();
+    let mut all = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).unwrap();
+    let mut selected = r.watch(req(label("a"), WatchStart::After(Rv(10)), false)).unwrap();
+    w.apply(EventType::Added, obj(&w, "a", "x", 11, "a")).unwrap(); // held: MODIFIED
+    w.apply(EventType::Modified, obj(&w, "a", "new", 12, "a")).unwrap(); // not held: ADDED
+    w.apply(EventType::Deleted, obj(&w, "a", "gone", 13, "a")).unwrap(); // not held: nothing
+    w.apply(EventType::Deleted, obj(&w, "a", "new", 14, "a")).unwrap(); // held: DELETED
+    let want: Vec<(String, String, String)> = vec![
+        ("MODIFIED".into(), "x".into(), "11".into()),
+        ("ADDED".into(), "new".into(), "12".into()),
+        ("DELETED".into(), "new".into(), "14".into()),
+    ];
+    assert_eq!(take(&mut all, 3).await, want);
+    assert_eq!(take(&mut selected, 3).await, want);
+    // Nothing else was sent (the DELETED at 13): a bookmark-free watch has nothing pending.
+    w.apply(EventType::Modified, obj(&w, "a", "x", 15, "a")).unwrap();
+    assert_eq!(take(&mut all, 1).await, vec![("MODIFIED".into(), "x".into(), "15".into())]);
+}
+
 #[tokio::test]
 async fn slow_watcher_is_closed_and_others_continue() {
     let (mut w, r) = setup();
