@@ -285,11 +285,14 @@ pub const DAEMONSET_CONVERSION_ANNOTATION: &str = "deprecated.daemonset.template
 
 /// A PartialObjectMetadata (as [`object`] makes it) without the annotation `key` (and without
 /// `annotations` if it was the only one). Apiserver output only: the member is
-/// `"key":"value"` with a value without escapes.
+/// `"key":"value"` with a value without escapes. Looked for from `"annotations":{` on (no
+/// string can hold that text unescaped): the labels come first, and a label of the same key
+/// was taken out instead, the annotation left (found by a review).
 pub fn without_annotation(pom: Bytes, key: &str) -> Bytes {
     let s = &pom[..];
     let needle = format!("\"{key}\":\"");
-    let Some(start) = find(s, needle.as_bytes()) else { return pom };
+    let Some(from) = find(s, b"\"annotations\":{") else { return pom };
+    let Some(start) = find(&s[from..], needle.as_bytes()).map(|at| from + at) else { return pom };
     let Some(len) = s[start + needle.len()..].iter().position(|&b| b == b'"' || b == b'\\') else {
         return pom;
     };
@@ -398,6 +401,19 @@ mod tests {
         );
         let none = object(br#""metadata":{"name":"d"}}"#);
         assert_eq!(without_annotation(none.clone(), k), none);
+        // A label of the same key is the user's: kept, the annotation taken out.
+        let labelled = object(
+            format!(r#""metadata":{{"labels":{{"{k}":"l"}},"annotations":{{"{k}":"4","z":"y"}}}}}}"#)
+                .as_bytes(),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&without_annotation(labelled, k)),
+            format!(
+                r#"{{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{{"labels":{{"{k}":"l"}},"annotations":{{"z":"y"}}}}}}"#
+            )
+        );
+        let label_only = object(format!(r#""metadata":{{"labels":{{"{k}":"l"}}}}}}"#).as_bytes());
+        assert_eq!(without_annotation(label_only.clone(), k), label_only);
     }
 
     #[test]
