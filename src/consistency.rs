@@ -93,8 +93,10 @@ fn differing(a: &Keys, b: &Keys) -> usize {
 async fn upstream_keys(upstream: &Upstream, reader: &Reader, rv: Rv) -> Result<Keys, UpstreamError> {
     let mut keys = Keys::new();
     let mut token: Option<String> = None;
+    let mut pages = crate::upstream::Pages::default();
     loop {
         let page = upstream.list_metadata_exact(reader.kind(), rv, PAGE, token.as_deref()).await?;
+        pages.check(page.rv, page.continue_token.as_deref())?;
         keys.extend(page.items.into_iter().map(|(ns, name, r)| ((ns, name), r.0)));
         match page.continue_token {
             Some(t) => token = Some(t),

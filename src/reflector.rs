@@ -413,8 +413,10 @@ async fn list_all(
     let mut list_rv = None;
     let mut account = writer.list_account();
     let mut listed = 0u64;
+    let mut pages = crate::upstream::Pages::default();
     loop {
         let page = upstream.list_page(writer.kind(), opts.page_size, token.as_deref(), None).await?;
+        pages.check(page.rv, page.continue_token.as_deref())?;
         list_rv.get_or_insert(page.rv);
         let remaining = page.remaining.unwrap_or(0);
         for raw in page.items {
@@ -627,6 +629,42 @@ mod tests {
         // The relist, at the upstream's RV, clears the request.
         w.replace(Vec::new(), Rv(50));
         assert!(r.relist_reason().is_none());
+    }
+
+    /// An upstream that repeats a continue token (or pages at another RV) fails the list
+    /// instead of having it read for ever while its items pile up (found by a review).
+    #[tokio::test]
+    async fn a_list_whose_upstream_repeats_a_continue_token_fails() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{full, handler, serve};
+        use crate::upstream::UpstreamOptions;
+        for second_rv in ["50", "51"] {
+            let addr = serve(handler(move |_, req| async move {
+                let continued = req.uri().query().is_some_and(|q| q.contains("continue="));
+                let rv = if continued { second_rv } else { "50" };
+                let body = format!(
+                    r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}","continue":"again"}},"items":[]}}"#
+                );
+                http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
+            }))
+            .await;
+            let upstream = Upstream::new(&UpstreamOptions {
+                upstream: Some(format!("http://{addr}")),
+                ..Default::default()
+            })
+            .unwrap();
+            let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+            let (mut w, _r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+            let listed = tokio::time::timeout(
+                Duration::from_secs(10),
+                list_all(&upstream, &mut w, &ReflectorOptions::default()),
+            )
+            .await
+            .expect("the list ends");
+            let err = listed.err().map(|e| e.to_string()).unwrap_or_default();
+            let want = if second_rv == "50" { "continue token twice" } else { "at resourceVersion 51" };
+            assert!(err.contains(want), "{second_rv}: {err}");
+        }
     }
 
     /// The README promises a backoff of 0.8 s doubling to 30 s: with the jitter, no sleep may

@@ -113,6 +113,36 @@ pub(crate) fn selected_query(limit: Option<u32>, continue_token: Option<&str>, s
     q.finish()
 }
 
+/// The pages of one paginated list, each checked against those before it
+/// ([`Pages::check`]): by the reflector's full list and the consistency check's.
+#[derive(Default)]
+pub struct Pages {
+    first: Option<Rv>,
+    tokens: std::collections::HashSet<String>,
+}
+
+impl Pages {
+    /// A page at `rv` continued by `token`: at the first page's RV (a continue token carries
+    /// its list's RV), and with a token the list did not give before. An upstream (or a front
+    /// proxy) that repeats one would have the list read for ever — the reflector's holding its
+    /// items until memory ran out (found by a review; [`Upstream::list_metadata_from`] had
+    /// its own guard).
+    pub fn check(&mut self, rv: Rv, token: Option<&str>) -> Result<(), UpstreamError> {
+        let first = *self.first.get_or_insert(rv);
+        if rv != first {
+            return Err(UpstreamError::Decode(format!(
+                "a continued list page is at resourceVersion {rv}, its first page at {first}"
+            )));
+        }
+        match token {
+            Some(t) if !t.is_empty() && !self.tokens.insert(t.to_owned()) => {
+                Err(UpstreamError::Decode("the upstream gave a list's continue token twice".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A consistent LIST page of a selection as `PartialObjectMetadataList`: what the upstream had
 /// (keys and resourceVersions) without the objects' bodies.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -65,7 +65,7 @@ pub(crate) use forward::upgrade_protocol;
 pub use forward::HeldWhileUpgraded;
 pub use identity::{Identity, IdentitySlot};
 pub use lanes::{Leased, DEFAULT_STREAMS_PER_CONNECTION, MAX_STREAMS_PER_CONNECTION};
-pub use list::{ListPage, MetadataPage, Selection};
+pub use list::{ListPage, MetadataPage, Pages, Selection};
 pub use tls::client_config;
 pub use watch::{RawEvent, WatchStream};
 
