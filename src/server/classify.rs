@@ -163,6 +163,9 @@ pub struct CacheRequest {
     /// A LIST's or WATCH's parsed `shardSelector` (KEP-5866): only objects in the shard are
     /// served, and a LIST says so in `metadata.shardInfo`.
     pub shard: Option<Arc<ShardSelector>>,
+    /// The cache's error answers in protobuf ([`error_in_proto`]: negotiated apart, as the
+    /// apiserver's `ErrorNegotiated`, so a metadata-only protobuf reader gets JSON Statuses).
+    pub error_proto: bool,
 }
 
 /// The outcome of classification.
@@ -458,6 +461,10 @@ pub fn classify(
         return Route::Forward(ForwardReason::Accept);
     };
     match decide(&rp, kind, query.unwrap_or(""), negotiated) {
+        Ok(Route::Cache(mut cr)) => {
+            cr.error_proto = error_in_proto(accept);
+            Route::Cache(cr)
+        }
         Ok(r) => r,
         Err(e) => Route::Reject(e),
     }
@@ -554,6 +561,7 @@ fn cache(
         plan,
         repr,
         shard,
+        error_proto: false,
     }))
 }
 

@@ -100,7 +100,7 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
     }
     match served {
         Ok(s) => s,
-        Err(e) => Outcome::Response(body::error_as(e, req.repr.is_proto())),
+        Err(e) => Outcome::Response(body::error_as(e, req.error_proto)),
     }
 }
 
@@ -492,7 +492,7 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Outcome {
         Some(e) => format!("storage is (re)initializing: {e}"),
         None => "storage is (re)initializing".to_owned(),
     };
-    Outcome::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.repr.is_proto()))
+    Outcome::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.error_proto))
 }
 
 /// The apiserver's `Content-Type` for a representation (a watch stream's in protobuf is

@@ -124,6 +124,18 @@ async fn kubelets_and_the_garbage_collector_get_protobuf_from_the_cache() {
         (missing.status, &missing.body),
         "404 Status, sim = proxy"
     );
+    // A metadata-only protobuf reader's error is a JSON Status (errors are negotiated without
+    // `as=`, as the apiserver's `ErrorNegotiated`), as the sim's.
+    const GC_GET: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+    let meta_missing = send("/api/v1/namespaces/p/configmaps/nope?resourceVersion=0", GC_GET).await;
+    assert_eq!(meta_missing.status, 404);
+    assert_eq!(meta_missing.headers["content-type"], "application/json");
+    let sim_meta_missing = direct("/api/v1/namespaces/p/configmaps/nope?resourceVersion=0", GC_GET).await;
+    assert_eq!(
+        (sim_meta_missing.status, &sim_meta_missing.body),
+        (meta_missing.status, &meta_missing.body),
+        "metadata-only 404 Status, sim = proxy"
+    );
     assert_eq!(upstream(), before, "all of it from the cache (the direct requests are marked)");
 
     // WATCH: length-prefixed frames, a MODIFIED as the write happens.
