@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -63,8 +63,13 @@ pub async fn serve(
                 None => connection(stream, sim, stop).await,
                 Some(acceptor) => {
                     let mut stop_handshake = stop.clone();
+                    // Bounded as Go's server bounds it (by its header read timeout): a client
+                    // that opens a connection and sends nothing does not hold it for ever.
                     let handshake = tokio::select! {
-                        h = acceptor.accept(stream) => h,
+                        h = tokio::time::timeout(READ_HEADER_TIMEOUT, acceptor.accept(stream)) => match h {
+                            Ok(h) => h,
+                            Err(_) => return,
+                        },
                         _ = stop_handshake.wait_for(|s| *s) => return,
                     };
                     // A failed handshake is the client's problem; the listener goes on.
@@ -77,6 +82,11 @@ pub async fn serve(
     }
 }
 
+/// kube-apiserver's `ReadHeaderTimeout`, which also bounds its TLS handshakes.
+const READ_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(32);
+/// kube-apiserver's `IdleTimeout`.
+const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
+
 /// Serves one connection (HTTP/1.1 with upgrades, or h2 by its preface) until it ends or the
 /// sim shuts down.
 async fn connection<I>(io: I, sim: Sim, mut stop: tokio::sync::watch::Receiver<bool>)
@@ -88,6 +98,11 @@ where
         async move { Ok::<_, Infallible>(handle(sim, req).await) }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // A request whose headers do not come closes its connection (hyper applies no bound
+    // without a timer). hyper's head timeout also runs while a kept-alive connection waits for
+    // its next request: kube-apiserver's `IdleTimeout` then (secure_serving.go), as the
+    // proxy's listener does (`server::conn`).
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(IDLE_TIMEOUT);
     // kube-apiserver's limit with `--http2-max-streams-per-connection` unset (0): 100 streams on
     // an HTTP/2 connection (k8s.io/apiserver secure_serving.go); a client's 101st waits.
     builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS_PER_CONNECTION);

@@ -173,6 +173,23 @@ async fn pagination_three_pages_like_recording() {
     }
 }
 
+/// A client that sends part of a request's headers and then nothing has its connection closed
+/// (after kube-apiserver's `IdleTimeout`, 90 s: hyper has one timer for both), not held for
+/// ever (found by a review).
+#[tokio::test(start_paused = true)]
+async fn a_connection_whose_headers_never_come_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = start().await;
+    let mut c = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    c.write_all(b"GET /api HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(120), c.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(_))), "closed before 120 s: {read:?}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(90) && waited < Duration::from_secs(100), "{waited:?}");
+}
+
 #[tokio::test]
 async fn a_limit_is_ignored_at_resource_version_0_as_written_only() {
     let h = start().await;

@@ -310,10 +310,25 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-/// RFC 6902 JSON patch: `add`, `remove`, `replace`, `test`, `copy`, `move`.
+/// Operations in one JSON patch at most (the apiserver's `maxJSONPatchOperations`).
+const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+/// Bytes `copy` operations may add in one JSON patch (the apiserver's
+/// `--json-patch-max-copy-bytes` default): 40 copies of the whole document into itself, a
+/// 2 KB body, doubled it 40 times and took the sim down (found by a review).
+const JSON_PATCH_MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// RFC 6902 JSON patch: `add`, `remove`, `replace`, `test`, `copy`, `move`. Past the
+/// apiserver's two bounds its texts, as 400s (its codes are 413 and 422).
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), Error> {
     let bad = |m: String| Error::BadRequest(m);
     let ops = patch.as_array().ok_or_else(|| bad("json patch must be an array".into()))?;
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(bad(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+            ops.len()
+        )));
+    }
+    let mut copied = 0usize;
     for op in ops {
         let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
         let path = op.get("path").and_then(Value::as_str).unwrap_or("");
@@ -337,7 +352,15 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), Error> {
                 let v = if kind == "move" {
                     remove(target, from)
                 } else {
-                    target.pointer(from).cloned().ok_or(from.to_owned())
+                    target.pointer(from).ok_or(from.to_owned()).and_then(|v| {
+                        copied = copied.saturating_add(serde_json::to_vec(v).map_or(usize::MAX, |b| b.len()));
+                        if copied > JSON_PATCH_MAX_COPY_BYTES {
+                            return Err(format!(
+                                "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the limit {JSON_PATCH_MAX_COPY_BYTES}"
+                            ));
+                        }
+                        Ok(v.clone())
+                    })
                 };
                 v.and_then(|v| add(target, path, v))
             }
@@ -422,5 +445,15 @@ mod tests {
         .unwrap();
         assert_eq!(v, json!({"metadata": {"labels": {"b": "2"}}, "l": [0, 2]}));
         assert!(json_patch(&mut v, &json!([{"op": "test", "path": "/l/0", "value": 9}])).is_err());
+        // Copies of the whole document into itself: refused once they would add 3 MiB.
+        let mut doc = json!({"data": "x".repeat(1000)});
+        let doubling: Vec<Value> =
+            (0..40).map(|i| json!({"op": "copy", "from": "", "path": format!("/a{i}")})).collect();
+        let e = json_patch(&mut doc, &Value::Array(doubling)).unwrap_err().to_string();
+        assert!(e.contains("exceeding the limit 3145728"), "{e}");
+        let many: Vec<Value> =
+            (0..10_001).map(|_| json!({"op": "test", "path": "/data", "value": "y"})).collect();
+        let e = json_patch(&mut doc, &Value::Array(many)).unwrap_err().to_string();
+        assert!(e.contains("The allowed maximum operations in a JSON patch is 10000, got 10001"), "{e}");
     }
 }
