@@ -9,9 +9,9 @@
 //! `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`, or a Table) and its encoding are what
 //! the client gets: JSON and protobuf from the cache (protobuf clauses are skipped for whole
 //! custom resources, which have no protobuf — the apiserver's `StandardSerializers` — but not
-//! for their metadata); a YAML-first client that also accepts the same representation in
-//! JSON gets JSON. Anything else (Table, v1beta1, YAML only, unknown parameters) is forwarded,
-//! which is exact.
+//! for their metadata). Anything else (Table, v1beta1, YAML first, unknown parameters) is
+//! forwarded, which is exact: a YAML-first client gets YAML from the apiserver (a WATCH its
+//! 406: YAML has no stream serializer), whatever it accepts after it.
 //!
 //! `drop=metadata.managedFields` (KEP-5958, a 1.38 apiserver with `ManagedFieldsOptOut`) is
 //! served as the same representation without `metadata.managedFields`, in JSON and protobuf,
@@ -181,11 +181,8 @@ pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<Negotiated> {
     match first.media {
         Media::Json => Some(chosen(first, false)),
         Media::Protobuf => Some(chosen(first, true)),
-        // YAML first: JSON if the client takes the same representation in JSON.
-        _ => {
-            let json = usable().find(|c| c.media == Media::Json)?;
-            (json.wanted == first.wanted && json.lean == first.lean).then_some(chosen(json, false))
-        }
+        // YAML first: the apiserver's YAML (or, for a WATCH, its 406).
+        _ => None,
     }
 }
 
@@ -243,7 +240,8 @@ mod tests {
             ("application/json;q=0.9, application/vnd.kubernetes.protobuf", Some((Wanted::Object, P))),
             ("application/vnd.kubernetes.protobuf;q=0.5, application/json;q=0.9", Some((Wanted::Object, J))),
             ("application/vnd.kubernetes.protobuf;q=0, application/json", Some((Wanted::Object, J))),
-            ("application/yaml,application/json", Some((Wanted::Object, J))),
+            // YAML first is the apiserver's (YAML, or a WATCH's 406), JSON after it or not.
+            ("application/yaml,application/json", None),
             ("application/vnd.kubernetes.protobuf", Some((Wanted::Object, P))),
             // Recorded: the stream parameter of protobuf is served (LIST and GET too); JSON's
             // and other values are the apiserver's to judge.
@@ -316,8 +314,8 @@ mod tests {
             (format!("application/json;drop=, {pb}"), n(Wanted::Object, P, false)),
             // No clause left: the apiserver's 406, left to the upstream.
             ("application/json;drop=spec".to_owned(), None),
-            // YAML first: JSON only if it is the same representation, managedFields included.
-            (format!("application/yaml{d},application/json{d}"), n(Wanted::Object, J, true)),
+            // YAML first: the apiserver's.
+            (format!("application/yaml{d},application/json{d}"), None),
             (format!("application/yaml{d},application/json"), None),
             // Table is the apiserver's, with or without the parameter.
             (format!("application/json;as=Table;v=v1;g=meta.k8s.io{d}"), None),
