@@ -91,12 +91,20 @@ fn plain(code: StatusCode, text: &'static str) -> Response<Body> {
 #[derive(Clone)]
 pub struct ConnectionSlots(pub Arc<Semaphore>);
 
-/// The apiserver's max-in-flight answer.
+/// The apiserver's max-in-flight (and API Priority and Fairness) answer, byte for byte: Go's
+/// `http.Error` of `Too many requests, please try again later.` with `Retry-After` (1.36
+/// `filters.tooManyRequests`), plain text, not a Status (client-go reads the code and
+/// `Retry-After` alike; its message then is its own "the server has received too many
+/// requests…"). It was a JSON Status before 2026-11-29 (found by a review).
 pub fn too_many() -> Response<Body> {
-    body::error(Error::TooManyRequests {
-        message: "Too many requests, please try again later.".into(),
-        retry_after: 1,
-    })
+    let mut r =
+        Response::new(body::full(Bytes::from_static(b"Too many requests, please try again later.\n")));
+    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = r.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
 }
 
 /// Go's net/http answer to a request whose `Transfer-Encoding` is anything but one `chunked`
@@ -533,8 +541,8 @@ mod tests {
         assert_eq!(l.check_sizes(&big).unwrap_err().status(), 431);
     }
 
-    #[test]
-    fn in_flight_and_watch_slots() {
+    #[tokio::test]
+    async fn in_flight_and_watch_slots() {
         let l = Limits::new(LimitOptions {
             max_in_flight: 1,
             max_watches_per_user: 2,
@@ -544,6 +552,11 @@ mod tests {
         let r = l.admit().unwrap_err();
         assert_eq!(r.status(), 429);
         assert_eq!(r.headers()["retry-after"], "1");
+        // The apiserver's answer: Go's `http.Error`, plain text.
+        assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+        let body = http_body_util::BodyExt::collect(r.into_body()).await;
+        assert_eq!(&body.unwrap().to_bytes()[..], b"Too many requests, please try again later.\n");
         drop(p);
         assert!(l.admit().is_ok());
         let (one, two): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
