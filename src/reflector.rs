@@ -414,10 +414,12 @@ async fn list_all(
     let mut account = writer.list_account();
     let mut listed = 0u64;
     let mut pages = crate::upstream::Pages::default();
+    let mut warnings = None;
     loop {
         let page = upstream.list_page(writer.kind(), opts.page_size, token.as_deref(), None).await?;
         pages.check(page.rv, page.continue_token.as_deref())?;
         list_rv.get_or_insert(page.rv);
+        warnings.get_or_insert(page.warnings);
         let remaining = page.remaining.unwrap_or(0);
         for raw in page.items {
             match writer.parse(raw) {
@@ -440,6 +442,7 @@ async fn list_all(
     }
     let rv = list_rv.unwrap_or_default();
     writer.replace(items, rv);
+    writer.set_warnings(warnings.unwrap_or_default());
     account.installed();
     Ok(Listed::Installed(rv))
 }
@@ -503,6 +506,8 @@ async fn watch_once(
     };
     // The upstream accepted a watch from our RV: proof that the cache is current.
     writer.proven();
+    // Its warnings about the resource, for a cache restored without a list too.
+    writer.set_warnings(std::mem::take(&mut stream.warnings));
     loop {
         let next = tokio::select! {
             biased;
@@ -629,6 +634,41 @@ mod tests {
         // The relist, at the upstream's RV, clears the request.
         w.replace(Vec::new(), Rv(50));
         assert!(r.relist_reason().is_none());
+    }
+
+    /// A full list installs the upstream's `Warning`s with it (a deprecated API's): the cached
+    /// answers carry them (`serve`).
+    #[tokio::test]
+    async fn a_list_brings_the_upstreams_warnings() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{full, handler, serve};
+        use crate::upstream::UpstreamOptions;
+        let addr = serve(handler(|_, _| async {
+            let body = r#"{"kind":"EndpointsList","apiVersion":"v1","metadata":{"resourceVersion":"50"},"items":[]}"#;
+            http::Response::builder()
+                .header("content-type", "application/json")
+                .header("warning", r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#)
+                .body(full(body))
+                .unwrap()
+        }))
+        .await;
+        let upstream = Upstream::new(&UpstreamOptions {
+            upstream: Some(format!("http://{addr}")),
+            ..Default::default()
+        })
+        .unwrap();
+        let kind = ResourceKind::new("", "v1", "endpoints", "Endpoints", true, true);
+        let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+        assert!(r.warnings().is_empty());
+        assert!(matches!(
+            list_all(&upstream, &mut w, &ReflectorOptions::default()).await,
+            Ok(Listed::Installed(_))
+        ));
+        assert_eq!(
+            &r.warnings()[..],
+            [r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#
+                .to_owned()]
+        );
     }
 
     /// An upstream that repeats a continue token (or pages at another RV) fails the list

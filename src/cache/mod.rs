@@ -19,6 +19,7 @@ mod persist;
 mod relist;
 mod store;
 mod unparsable;
+mod warnings;
 mod watch;
 mod watchers;
 
@@ -151,6 +152,8 @@ struct Shared {
     /// Dropped for `--cache-memory-limit`: the writer empties the cache when its reflector
     /// stops (readers may outlive it: `app::Running` keeps the first ones).
     release: std::sync::atomic::AtomicBool,
+    /// The upstream's `Warning`s about this resource (`warnings.rs`).
+    warnings: Mutex<Arc<[String]>>,
 }
 
 impl Shared {
@@ -208,6 +211,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         pinned: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         release: Default::default(),
+        warnings: Mutex::new(Arc::from(Vec::new())),
     });
     let writer = Writer {
         shared: shared.clone(),

@@ -98,10 +98,19 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
     if matches!(served, Err(Error::Unparsable)) || src.reader.progress().unservable {
         return Outcome::Forward(ForwardReason::Unparsable);
     }
-    match served {
+    let mut outcome = match served {
         Ok(s) => s,
         Err(e) => Outcome::Response(body::error_as(e, req.error_proto)),
+    };
+    // The upstream's warnings about the resource (a deprecated API's), as its answers carry.
+    if let Outcome::Response(resp) = &mut outcome {
+        for w in src.reader.warnings().iter() {
+            if let Ok(v) = HeaderValue::from_str(w) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
     }
+    outcome
 }
 
 /// A Most Recent LIST's proof of freshness: the cache RV is at least a revision the upstream
@@ -554,6 +563,34 @@ mod tests {
         let ra = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
         let b = r.into_body().collect().await.unwrap().to_bytes();
         (code, ra, String::from_utf8(b.to_vec()).unwrap())
+    }
+
+    /// The upstream's warnings about the resource (a deprecated API's) ride on every cached
+    /// answer, errors too, as on the apiserver's (found by a review: cached reads of
+    /// `v1 Endpoints` lost `kubectl`'s deprecation warning).
+    #[tokio::test]
+    async fn the_upstreams_warnings_ride_on_cached_answers() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        let warning = r#"299 - "v1 ConfigMap is deprecated in v1.99+""#;
+        let warnings = |o: &Outcome| match o {
+            Outcome::Response(r) => {
+                r.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+            }
+            Outcome::Forward(_) => vec!["forwarded".to_owned()],
+        };
+        let list = run(&r, "/api/v1/configmaps", "resourceVersion=0").await;
+        assert_eq!(warnings(&list), Vec::<String>::new(), "none yet");
+        w.set_warnings(vec![warning.to_owned()]);
+        for (path, query) in [
+            ("/api/v1/configmaps", "resourceVersion=0"),
+            ("/api/v1/namespaces/ns/configmaps/nope", "resourceVersion=0"),
+            ("/api/v1/configmaps", "watch=1&resourceVersion=10"),
+        ] {
+            assert_eq!(warnings(&run(&r, path, query).await), [warning], "{path}?{query}");
+        }
+        w.set_warnings(Vec::new());
+        assert_eq!(warnings(&run(&r, "/api/v1/configmaps", "resourceVersion=0").await), Vec::<String>::new());
     }
 
     #[tokio::test]

@@ -195,11 +195,36 @@ impl Inner {
         self.send_bytes(req).await
     }
 
+    /// [`Inner::request_bytes`] of a GET, with the answer's `Warning` header values (an
+    /// apiserver sends a deprecated API's warning on every answer about it).
+    pub async fn get_bytes_warned(
+        &self,
+        path_and_query: &str,
+    ) -> Result<(Bytes, Vec<String>), UpstreamError> {
+        let req = self.own_request(Method::GET, path_and_query, None)?;
+        self.send_bytes_warned(req).await
+    }
+
     async fn send_bytes(&self, req: Request<Full<Bytes>>) -> Result<Bytes, UpstreamError> {
+        self.send_bytes_warned(req).await.map(|(body, _)| body)
+    }
+
+    async fn send_bytes_warned(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<(Bytes, Vec<String>), UpstreamError> {
         let what = format!("{} {}", req.method(), req.uri().path());
         let fut = async {
             let resp = self.send_own(req).await?;
-            resp.into_body().collect().await.map(|b| b.to_bytes()).map_err(|e| transport(&what, &e))
+            let warnings = resp
+                .headers()
+                .get_all(http::header::WARNING)
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                .collect();
+            let body =
+                resp.into_body().collect().await.map(|b| b.to_bytes()).map_err(|e| transport(&what, &e))?;
+            Ok((body, warnings))
         };
         tokio::time::timeout(REQUEST_TIMEOUT, fut).await.map_err(|_| timeout(&what))?
     }

@@ -10,7 +10,6 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use http::Method;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -29,6 +28,8 @@ pub struct ListPage {
     pub remaining: Option<u64>,
     /// Each item's JSON exactly as received.
     pub items: Vec<Bytes>,
+    /// The answer's `Warning` header values ([`Upstream::list_page`]'s; a deprecated API's).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -69,6 +70,7 @@ impl ListPage {
             continue_token: meta.continue_token.filter(|c| !c.is_empty()).map(Cow::into_owned),
             remaining: meta.remaining.and_then(|n| serde_json::from_str(n.get()).ok()),
             items: items.collect(),
+            warnings: Vec::new(),
         })
     }
 }
@@ -328,8 +330,8 @@ impl Upstream {
         rv: Option<Rv>,
     ) -> Result<ListPage, UpstreamError> {
         let path = format!("{}?{}", kind.collection_path(None), list_query(limit, continue_token, rv));
-        let body = self.inner.request_bytes(Method::GET, &path, None).await?;
-        ListPage::parse(&body)
+        let (body, warnings) = self.inner.get_bytes_warned(&path).await?;
+        Ok(ListPage { warnings, ..ListPage::parse(&body)? })
     }
 }
 

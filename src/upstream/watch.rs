@@ -60,6 +60,8 @@ pub struct WatchStream {
     /// A line begun in an earlier frame.
     partial: BytesMut,
     done: bool,
+    /// The answer's `Warning` header values (a deprecated API's).
+    pub warnings: Vec<String>,
 }
 
 impl WatchStream {
@@ -74,6 +76,7 @@ impl WatchStream {
             frame: Bytes::new(),
             partial: BytesMut::new(),
             done: false,
+            warnings: Vec::new(),
         }
     }
 
@@ -177,7 +180,13 @@ impl Upstream {
         let path = format!("{}?{}", kind.collection_path(None), watch_query(rv, timeout_secs));
         let req = self.inner.own_request(Method::GET, &path, None)?;
         let resp = self.inner.send_own(req).await?;
-        Ok(WatchStream::from_body(resp.into_body()))
+        let warnings = resp
+            .headers()
+            .get_all(http::header::WARNING)
+            .iter()
+            .filter_map(|v| v.to_str().ok().map(str::to_owned))
+            .collect();
+        Ok(WatchStream { warnings, ..WatchStream::from_body(resp.into_body()) })
     }
 }
 
