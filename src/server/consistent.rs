@@ -32,7 +32,7 @@
 //!   (`WatchStart::Proven`); past the wait, forwarded. No object body is read upstream, and
 //!   nothing is copied per start. The long-lived watch never goes upstream. At most
 //!   `MAX_LONG_INITIAL_LISTS` lists longer than a page at once for the whole proxy; a start
-//!   waits [`PROOF_WAIT`] for one, then is forwarded.
+//!   waits `SLOT_WAIT` for one (or for the cache to reach the list's RV), then is forwarded.
 //!
 //! Reads are shared through [`Flights`]: a request only shares a read sent after it arrived.
 //! Each reads the cache's RV before it is sent: an answer below it is an upstream whose storage
@@ -103,9 +103,16 @@ static PROOFS_IN_THE_AIR: tokio::sync::Semaphore = tokio::sync::Semaphore::const
 /// its selection's keys and versions (~90 B an object) while it proves, and is read as the
 /// proxy. One caller's watch-lists of distinct selections (`a!=1`, `a!=2`, … each a flight of its
 /// own) made as many whole-collection reads as its in-flight share allowed (found by a review:
-/// 400 of 150 000 pods, gigabytes). Past it a start waits up to [`PROOF_WAIT`] for one, then is
-/// forwarded, under the caller's own identity and flow.
-const MAX_LONG_INITIAL_LISTS: usize = 16;
+/// 400 of 150 000 pods, gigabytes). Past it a start waits up to [`SLOT_WAIT`] for one (or for
+/// the cache to reach the list's RV: then nothing more is read), then is forwarded, under the
+/// caller's own identity and flow. Sized for a control plane's restart (kube-controller-manager,
+/// the scheduler and a few operators: some tens of distinct long selections, each read in
+/// seconds), so that their starts wait rather than go upstream; ~400 MiB at most at 150 000
+/// objects each.
+const MAX_LONG_INITIAL_LISTS: usize = 32;
+/// How long a start waits for a slot of [`LONG_INITIAL_LISTS`] (within its read's
+/// [`READ_TIMEOUT`]).
+const SLOT_WAIT: Duration = Duration::from_secs(20);
 static LONG_INITIAL_LISTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_LONG_INITIAL_LISTS);
 
 /// A metadata-only upstream page, or why there is none.
@@ -258,9 +265,19 @@ async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> 
     }
     let slot = match first.continue_token.as_deref() {
         Some(t) if !t.is_empty() => {
-            match tokio::time::timeout(PROOF_WAIT, LONG_INITIAL_LISTS.acquire()).await {
-                Ok(Ok(slot)) => Some(slot),
-                _ => {
+            // Waiting for a slot, the cache may reach the page's RV: then nothing more is read.
+            let mut progress = reader.subscribe();
+            let reached = progress.wait_for(|p| p.ready && p.rv >= first.rv);
+            let slot = tokio::time::timeout(SLOT_WAIT, async {
+                tokio::select! {
+                    slot = LONG_INITIAL_LISTS.acquire() => slot.ok(),
+                    ok = async { reached.await.is_ok() } => if ok { None } else { std::future::pending().await },
+                }
+            });
+            match slot.await {
+                Ok(Some(slot)) => Some(slot),
+                Ok(None) => return Ok(Listed::Fresh),
+                Err(_) => {
                     return Err(format!(
                         "{MAX_LONG_INITIAL_LISTS} initial lists of more than one page in the air"
                     ))
@@ -448,8 +465,9 @@ mod tests {
 
     /// At most `MAX_LONG_INITIAL_LISTS` watch-list starts read a selection longer than a page
     /// at once, whatever their selectors: the next waits for a slot (and takes the one a
-    /// cancelled read gives back), and is refused after `PROOF_WAIT`. A selection of one page
-    /// takes none.
+    /// cancelled read gives back) or for the cache to reach the list's RV, which ends its wait
+    /// with nothing more read (it is refused after `SLOT_WAIT`: untested, 20 s). A selection
+    /// of one page takes none.
     #[tokio::test]
     async fn initial_lists_longer_than_a_page_are_bounded_across_selections() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -542,9 +560,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert!(!next.is_finished(), "its read in the air");
-        // With every slot taken, one more is refused after the proof's wait.
-        let refused = prober.initial(sel("a!=last"), filter.clone(), Instant::now()).await;
-        assert!(refused.is_err_and(|e| e.contains("initial lists of more than one page in the air")));
+        // With every slot taken, one more waits, until the cache reaches the list's RV: its
+        // own state is fresh, nothing more is read.
+        let last = start("a!=last".into());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!last.is_finished(), "waiting for a slot");
+        w.bookmark(Rv(20));
+        assert!(last.await.unwrap().is_ok(), "the cache's own state");
+        assert_eq!(continued.load(Ordering::SeqCst), MAX_LONG_INITIAL_LISTS as u32 + 1, "nothing more read");
         next.abort();
         for t in waiting {
             t.abort();
