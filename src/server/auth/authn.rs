@@ -6,11 +6,12 @@
 //! caller gets 429 rather than costing the proxy's API Priority and Fairness budget upstream.
 //! Each source address (an IPv6 /64) has its own quarter of that bound, so that a flood of
 //! bad tokens from one place does not take every new valid token's review. A token valid at its
-//! last review is remembered (its hash) for [`RENEWAL_WINDOW`] × its answer's life, and when
-//! that answer expires it is reviewed again from a bucket of its own, without a seat: unknown
-//! tokens from a few addresses (four quarters) spend the shared bucket, and every user whose
-//! answer expired got 429 for as long as they did (the apiserver checks tokens in-process and
-//! has no such bound). A token longer
+//! last review is remembered (its hash and user) for [`RENEWAL_WINDOW`] × its answer's life,
+//! and when that answer expires it is reviewed again from a bucket of its own (a quarter of it
+//! per user, so tokens minted for one account cannot spend it all; past it, the shared way)
+//! and seats of its own: unknown tokens from a few addresses (four quarters) spend the shared
+//! bucket, and every user whose answer expired got 429 for as long as they did (the apiserver
+//! checks tokens in-process and has no such bound). A token longer
 //! than `max_token_bytes` is refused without a review (`auth::Auth::authenticate`). A request
 //! whose token is not known waits for its review in one of a bounded number of seats
 //! (`waiting`): requests piled on one review cannot hold every in-flight permit.
@@ -88,15 +89,19 @@ pub struct TokenAuthenticator {
     cache: TtlCache<[u8; 32], Option<Arc<UserInfo>>>,
     /// Rejected tokens, apart: they never push a valid one out.
     rejected: TtlCache<[u8; 32], ()>,
-    /// Tokens valid at their last review, for longer than `cache` holds their answer.
-    valid_before: TtlCache<[u8; 32], ()>,
+    /// Tokens valid at their last review (their user's name), for longer than `cache` holds
+    /// their answer.
+    valid_before: TtlCache<[u8; 32], Arc<str>>,
     bucket: Bucket,
-    /// Reviews of `valid_before`'s tokens: the same rate, apart from `bucket`.
+    /// Reviews of `valid_before`'s tokens: the same rate, apart from `bucket`; a quarter of it
+    /// per user (tokens minted for one account share one budget); past them, `bucket`'s way.
     renewals: Bucket,
+    renewals_by_user: Buckets<Arc<str>>,
     /// A share of `bucket` per source address.
     sources: Buckets<IpAddr>,
-    /// Requests waiting on a review, per source and in all.
+    /// Requests waiting on a review, per source and in all; renewals' apart.
     waiting: super::waiting::Waiting,
+    renewals_waiting: super::waiting::Waiting,
 }
 
 impl TokenAuthenticator {
@@ -106,6 +111,8 @@ impl TokenAuthenticator {
         let valid_before = TtlCache::new(opts.capacity);
         let bucket = Bucket::new(opts.review_qps, opts.review_burst);
         let renewals = Bucket::new(opts.review_qps, opts.review_burst);
+        let renewals_by_user =
+            Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst }.share(SOURCE_SHARE));
         let sources =
             Buckets::new(Rate { qps: opts.review_qps, burst: opts.review_burst }.share(SOURCE_SHARE));
         TokenAuthenticator {
@@ -117,8 +124,10 @@ impl TokenAuthenticator {
             valid_before,
             bucket,
             renewals,
+            renewals_by_user,
             sources,
             waiting: Default::default(),
+            renewals_waiting: Default::default(),
         }
     }
 
@@ -140,21 +149,21 @@ impl TokenAuthenticator {
             return Ok((None, Lookup::Hit));
         }
         // A review to send or to wait for (the token not known): a seat of the source's, held
-        // until it is in. A known token takes none (and is looked up below, which keeps it
-        // recently used), nor does a renewal.
-        let known = self.cache.peek(&key).is_some();
-        let renewal = !known && self.valid_before.peek(&key).is_some();
-        let _seat = match known || renewal {
-            true => None,
-            false => Some(self.waiting.take(source.map(rate::source_key)).ok_or(ReviewError::Busy)?),
+        // until it is in (a renewal's of their own). A known token takes none (and is looked
+        // up below, which keeps it recently used).
+        let renewal = self.valid_before.peek(&key);
+        let waiting = if renewal.is_some() { &self.renewals_waiting } else { &self.waiting };
+        let _seat = match self.cache.peek(&key) {
+            Some(_) => None,
+            None => Some(waiting.take(source.map(rate::source_key)).ok_or(ReviewError::Busy)?),
         };
         self.cache
             .get_or_fetch(key, || async {
-                let allowed = if renewal {
-                    self.renewals.take()
-                } else {
-                    source.is_none_or(|ip| self.sources.take(&rate::source_key(ip))) && self.bucket.take()
-                };
+                let renewed = renewal.as_ref().is_some_and(|user| {
+                    self.renewals_by_user.take(user) && self.renewals.take()
+                });
+                let allowed = renewed
+                    || (source.is_none_or(|ip| self.sources.take(&rate::source_key(ip))) && self.bucket.take());
                 if !allowed {
                     return Err(ReviewError::Limited);
                 }
@@ -171,7 +180,9 @@ impl TokenAuthenticator {
                     self.valid_before.remove(&key);
                     return Ok((None, Duration::ZERO));
                 }
-                self.valid_before.insert(key, (), self.opts.success_ttl * RENEWAL_WINDOW);
+                if let Some(u) = &user {
+                    self.valid_before.insert(key, Arc::from(u.name.as_str()), self.opts.success_ttl * RENEWAL_WINDOW);
+                }
                 Ok((user, self.opts.success_ttl))
             })
             .await
