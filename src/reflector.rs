@@ -648,6 +648,8 @@ mod tests {
             http::Response::builder()
                 .header("content-type", "application/json")
                 .header("warning", r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#)
+                // About the proxy's own token, not the resource: not its clients'.
+                .header("warning", r#"299 - "Use tokens from the TokenRequest API or manually created secret-based tokens instead of auto-generated secret-based tokens.""#)
                 .body(full(body))
                 .unwrap()
         }))

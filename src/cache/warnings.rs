@@ -11,8 +11,15 @@ use std::sync::Arc;
 use super::{Reader, Writer};
 
 impl Writer {
-    /// The `Warning` header values of the upstream's answer to the list just installed.
-    pub fn set_warnings(&self, warnings: Vec<String>) {
+    /// The `Warning` header values of the upstream's answer to the cache's list or watch, those
+    /// about the resource: naming its version and kind (`v1 Endpoints`,
+    /// `example.com/v1beta1 Widget`), as a deprecated API's do. Others are about the proxy's own
+    /// request (a legacy token's warning, relayed by the apiserver's authenticator) and are not
+    /// its clients' (found by a review); a custom resource version's own `deprecationWarning`
+    /// text, which need not name it, is lost.
+    pub fn set_warnings(&self, mut warnings: Vec<String>) {
+        let about = format!("{} {}", self.shared.kind.api_version(), self.shared.kind.kind);
+        warnings.retain(|w| w.contains(&about));
         let mut w = self.shared.warnings.lock();
         if w[..] != warnings[..] {
             *w = Arc::from(warnings);
