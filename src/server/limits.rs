@@ -71,6 +71,8 @@ pub struct Limits {
     users: Counts,
     /// Starts of watches whose RV is unset per user and client address ([`user_at`]).
     starts: Counts,
+    /// Both, per user: at most [`Limits::user_total`].
+    totals: Counts,
     watches: Counts,
 }
 
@@ -141,6 +143,7 @@ impl Limits {
             permits,
             users: Arc::default(),
             starts: Arc::default(),
+            totals: Arc::default(),
             watches: Arc::default(),
             opts,
         }
@@ -176,7 +179,7 @@ impl Limits {
     /// Adds a slot of `user`'s in-flight share to `ticket`, or 429 when the user holds all of
     /// theirs.
     pub fn share(&self, ticket: &Ticket, user: &str) -> Result<(), Response<Body>> {
-        self.share_of(&self.users, ticket, user)
+        self.share_of(&self.users, ticket, user, user)
     }
 
     /// The same for the start of a watch whose RV is unset (its read upstream, `admit`), per
@@ -188,18 +191,37 @@ impl Limits {
         user: &str,
         source: Option<IpAddr>,
     ) -> Result<(), Response<Body>> {
-        self.share_of(&self.starts, ticket, &user_at(user, source))
+        self.share_of(&self.starts, ticket, &user_at(user, source), user)
     }
 
-    fn share_of(&self, counts: &Counts, ticket: &Ticket, user: &str) -> Result<(), Response<Body>> {
+    /// The in-flight requests one user may hold in all, starts from every address included:
+    /// three quarters of `--max-requests-inflight` (at least the user's share), so that every
+    /// other caller keeps a quarter. Starts have a share apart per address (a DaemonSet's
+    /// service account starts watches on every node at once), and before 2026-11-29 one user
+    /// at two addresses could hold every permit (found by a review).
+    fn user_total(&self) -> usize {
+        match self.opts.max_in_flight {
+            0 => 0,
+            n => (n * 3 / 4).max(self.opts.max_in_flight_per_user),
+        }
+    }
+
+    fn share_of(
+        &self,
+        counts: &Counts,
+        ticket: &Ticket,
+        key: &str,
+        user: &str,
+    ) -> Result<(), Response<Body>> {
         if self.opts.max_in_flight_per_user == 0 {
             return Ok(());
         }
-        let slot = take_slot(counts, user, self.opts.max_in_flight_per_user).ok_or_else(too_many)?;
+        let slot = take_slot(counts, key, self.opts.max_in_flight_per_user).ok_or_else(too_many)?;
+        let total = take_slot(&self.totals, user, self.user_total()).ok_or_else(too_many)?;
         let mut hold = ticket.0.lock();
-        // Already freed (stalled or past its deadline): the slot goes back at once.
+        // Already freed (stalled or past its deadline): the slots go back at once.
         if !hold.released {
-            hold.share = Some(slot);
+            hold.share = Some((slot, total));
         }
         Ok(())
     }
@@ -289,7 +311,8 @@ impl std::fmt::Debug for Ticket {
 #[derive(Default)]
 struct Hold {
     permit: Option<OwnedSemaphorePermit>,
-    share: Option<Slot>,
+    /// The user's (or user and address's) share and the user's total.
+    share: Option<(Slot, Slot)>,
     /// Let go (the body ended, or the watchdog freed it): nothing is held any more.
     released: bool,
     /// Since when the body has given a frame and waits for the client to take it (`None`: it
@@ -689,6 +712,39 @@ mod tests {
         a.release();
         let e = l.admit().unwrap();
         assert!(l.share_start(&e, "kube-proxy", Some(one)).is_ok(), "given back with the ticket");
+    }
+
+    /// One user holds at most three quarters of the permits in all, its starts from every
+    /// address included: the others keep a quarter (before, one user at two addresses could
+    /// hold them all: found by a review).
+    #[tokio::test(start_paused = true)]
+    async fn a_user_holds_at_most_three_quarters_of_the_permits_in_all() {
+        let l = Limits::new(LimitOptions {
+            max_in_flight: 8,
+            max_in_flight_per_user: 4,
+            ..LimitOptions::default()
+        });
+        let (one, two): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let t = l.admit().unwrap();
+            assert!(l.share(&t, "mallory").is_ok());
+            held.push(t);
+        }
+        for _ in 0..2 {
+            let t = l.admit().unwrap();
+            assert!(l.share_start(&t, "mallory", Some(one)).is_ok());
+            held.push(t);
+        }
+        let t = l.admit().unwrap();
+        assert!(l.share_start(&t, "mallory", Some(two)).is_err(), "6 of 8: the user's total");
+        drop(t);
+        let (b1, b2) = (l.admit().unwrap(), l.admit().unwrap());
+        assert!(l.share(&b1, "bob").is_ok() && l.share(&b2, "bob").is_ok(), "a quarter left for the others");
+        assert!(l.admit().is_err(), "every permit is held");
+        held.pop().unwrap().release();
+        let t = l.admit().unwrap();
+        assert!(l.share_start(&t, "mallory", Some(two)).is_ok(), "one of its own given back");
     }
 
     /// A counter of write-stall cuts of a test's own.
