@@ -98,11 +98,17 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
     }
     out.push(check("shutdown", st.shutting_down.then(|| "the server is shutting down".to_owned())));
     let stale: Vec<String> = st.stale.iter().map(|(gr, why)| format!("cache {gr} stale: {why}")).collect();
-    out.push(check("upstream", (!stale.is_empty()).then(|| stale.join("; "))));
+    out.push(check("upstream", st.upstream_away().then(|| stale.join("; "))));
+    // Relisting after a first sync: answered meanwhile, never blocking (`Readiness::blocking`).
+    let blocks = |gr: &String, synced: bool| !synced && !st.resyncing.contains(gr);
     match access {
         Access::Public => {
-            let unsynced: Vec<&str> =
-                st.caches.iter().filter(|(_, synced)| !synced).map(|(gr, _)| gr.as_str()).collect();
+            let unsynced: Vec<&str> = st
+                .caches
+                .iter()
+                .filter(|(gr, synced)| blocks(gr, *synced))
+                .map(|(gr, _)| gr.as_str())
+                .collect();
             out.push(check(
                 "cache-sync",
                 (!unsynced.is_empty()).then(|| format!("caches not synced: {}", unsynced.join(", "))),
@@ -116,8 +122,18 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
                 let why = st.not_ready.iter().find(|(g, _)| g == gr).map(|(_, w)| format!(": {w}"));
                 out.push(check(
                     format!("cache/{gr}"),
-                    (!synced).then(|| format!("cache {gr} not synced{}", why.unwrap_or_default())),
+                    blocks(gr, *synced).then(|| format!("cache {gr} not synced{}", why.unwrap_or_default())),
                 ));
+            }
+            // Relisting after a first sync, or stale while others are not: answered (429 while
+            // relisting, forwarded while stale), never blocking: passing, named.
+            for gr in &st.resyncing {
+                out.push(check(format!("relisting/{gr}"), None));
+            }
+            if !st.upstream_away() {
+                for (gr, _) in &st.stale {
+                    out.push(check(format!("forwarded/stale/{gr}"), None));
+                }
             }
             for (name, why) in &st.missing {
                 out.push(check(
@@ -254,6 +270,49 @@ mod tests {
         assert!(server.ready().is_ok(), "a failed list meanwhile keeps it forwarded");
     }
 
+    /// A listed cache relisting (found wrong) keeps the server ready and is named; a cache
+    /// restored and never listed (`lists() == 0`) that relists blocks, as a cold start.
+    #[tokio::test]
+    async fn a_listed_cache_relisting_keeps_the_server_ready() {
+        use crate::server::phase::testing;
+        let (_w, r) = testing::configmaps();
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let server = Server::new(
+            vec![r.clone()],
+            testing::upstream(),
+            Default::default(),
+            metrics,
+            rx,
+            Default::default(),
+        );
+        r.request_relist(crate::resource::Rv(5), r.lists(), "inconsistent; relisting".into());
+        assert!(!r.progress().ready);
+        assert_eq!(server.ready(), Ok(()));
+        let names: Vec<_> = checks(&server, Endpoint::Readyz, Access::Detailed)
+            .into_iter()
+            .map(|c| (c.name, c.failure.is_some()))
+            .collect();
+        assert!(names.contains(&("relisting/configmaps".into(), false)), "{names:?}");
+        // Restored, never listed: a cold start's relist blocks.
+        let kind = crate::resource::ResourceKind::new("", "v1", "secrets", "Secret", true, true);
+        let (mut w2, r2) = crate::cache::new(kind, Default::default());
+        w2.restore(Vec::new(), crate::resource::Rv(7), Vec::new(), crate::resource::Rv(7)).unwrap();
+        let (_tx2, rx2) = tokio::sync::watch::channel(false);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let server2 = Server::new(
+            vec![r2.clone()],
+            testing::upstream(),
+            Default::default(),
+            metrics,
+            rx2,
+            Default::default(),
+        );
+        assert_eq!(server2.ready(), Ok(()), "restored: ready");
+        w2.set_not_ready(Some("restored at resourceVersion 7, which the upstream no longer has".into()));
+        assert_eq!(server2.ready(), Err(vec!["cache secrets not synced".to_string()]));
+    }
+
     #[test]
     fn detailed_checks_name_every_cache_missing_and_skipped_resource() {
         let st = Readiness {
@@ -313,6 +372,38 @@ mod tests {
             [format!("cache configmaps not synced: {why}"), "cache pods not synced".to_string()]
         );
         assert!(failures(Access::Public).iter().all(|f| !f.contains("inconsistent")));
+    }
+
+    /// Once synced, a cache relisting or stale does not make the proxy unready (every replica
+    /// relists and goes stale together): it is named, passing; staleness blocks only when every
+    /// synced cache is stale (the upstream away), and a cache that never synced blocks.
+    #[test]
+    fn a_cache_relisting_or_stale_after_its_first_sync_does_not_block() {
+        let mut st = Readiness {
+            caches: vec![("configmaps".into(), false), ("pods".into(), true), ("secrets".into(), true)],
+            resyncing: vec!["configmaps".into()],
+            stale: vec![("secrets".into(), "no proof of being current for 200s".into())],
+            ..Readiness::default()
+        };
+        assert_eq!(st.blocking(), Vec::<String>::new());
+        let names = |st: &Readiness| {
+            checks_of(st, Endpoint::Readyz, Access::Detailed)
+                .into_iter()
+                .map(|c| (c.name, c.failure.is_some()))
+                .collect::<Vec<_>>()
+        };
+        let got = names(&st);
+        for passing in ["upstream", "cache/configmaps", "relisting/configmaps", "forwarded/stale/secrets"] {
+            assert!(got.contains(&(passing.to_owned(), false)), "{passing}: {got:?}");
+        }
+        // Every synced cache stale: the upstream is away.
+        st.stale.push(("pods".into(), "no proof of being current for 200s".into()));
+        assert_eq!(st.blocking().len(), 2);
+        assert!(names(&st).contains(&("upstream".to_owned(), true)));
+        // Never synced: blocks.
+        st.stale.clear();
+        st.resyncing.clear();
+        assert_eq!(st.blocking(), ["cache configmaps not synced"]);
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub struct Readiness {
     pub caches: Vec<(String, bool)>,
     /// Synced caches with no proof of being current for too long: (group/resource, why).
     pub stale: Vec<(String, String)>,
+    /// Caches not synced now that a full list of this process had synced before (relisting:
+    /// the upstream's 410, a difference the consistency check found): reported, never
+    /// blocking. A restored state's first relist is a cold start's, and blocks.
+    pub resyncing: Vec<String>,
     /// Caches not ready because the consistency check found them different from the upstream
     /// (relisting): (group/resource, why).
     pub not_ready: Vec<(String, String)>,
@@ -73,6 +77,39 @@ pub struct Readiness {
     /// Caches that cannot parse an object the upstream sent (never blocks readiness: their
     /// requests are forwarded until a full list parses whole): (group/resource, why).
     pub unparsable: Vec<(String, String)>,
+}
+
+impl Readiness {
+    /// Why the proxy is not ready (empty: ready). A cache blocks while it has never synced
+    /// (a new replica takes no traffic before it holds the data); once it has, its relist or
+    /// staleness does not: its reads are answered meanwhile (429 while it relists, as the
+    /// apiserver's cache answers; forwarded while stale), and every replica of a fleet relists
+    /// and goes stale together — all of them unready left the Service with no endpoint, and
+    /// every client of every resource with nothing (found by a review). Staleness blocks only
+    /// when every synced cache is stale: the upstream is away.
+    pub fn blocking(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (gr, synced) in &self.caches {
+            if !synced && !self.resyncing.contains(gr) {
+                out.push(format!("cache {gr} not synced"));
+            }
+        }
+        if self.upstream_away() {
+            out.extend(self.stale.iter().map(|(gr, why)| format!("cache {gr} stale: {why}")));
+        }
+        out.extend(self.missing.iter().map(|(n, why)| format!("resource {n} not cached yet: {why}")));
+        if self.shutting_down {
+            out.push("shutting down".into());
+        }
+        out.sort();
+        out
+    }
+
+    /// Every synced cache is stale (and one is): the upstream's streams are away.
+    pub fn upstream_away(&self) -> bool {
+        let synced = self.caches.iter().filter(|(_, synced)| *synced).count();
+        !self.stale.is_empty() && self.stale.len() >= synced
+    }
 }
 
 /// What a server checks; the default (no auth, default limits, no browser guard) is what

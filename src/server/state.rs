@@ -85,8 +85,8 @@ impl Server {
         self.limits.watches_of(user)
     }
 
-    /// What `/readyz` checks: caches synced and not stale, configured resources cached,
-    /// not shutting down.
+    /// What `/readyz` checks: caches synced once and not all stale, configured resources
+    /// cached, not shutting down ([`Readiness::blocking`]).
     pub fn readiness(&self) -> Readiness {
         let mut st = Readiness { shutting_down: *self.shutting_down.borrow(), ..Readiness::default() };
         for r in self.readers() {
@@ -98,6 +98,11 @@ impl Server {
                 continue;
             }
             st.caches.push((gr.clone(), progress.ready));
+            // Relisting after a full list of this process (not a restored state's first
+            // relist, which is a cold start's: `docs/reliability.md`, warm restarts).
+            if !progress.ready && r.lists() > 0 {
+                st.resyncing.push(gr.clone());
+            }
             if let (false, Some(why)) = (progress.ready, r.relist_reason()) {
                 st.not_ready.push((gr.clone(), why));
             }
@@ -124,22 +129,10 @@ impl Server {
     /// Whether every cache has synced, every configured resource the upstream can be asked
     /// about is cached, and the server is not shutting down; else why not.
     pub fn ready(&self) -> Result<(), Vec<String>> {
-        let st = self.readiness();
-        let mut not_ready: Vec<String> = Vec::new();
-        for (gr, synced) in &st.caches {
-            if !synced {
-                not_ready.push(format!("cache {gr} not synced"));
-            }
-        }
-        not_ready.extend(st.stale.iter().map(|(gr, why)| format!("cache {gr} stale: {why}")));
-        not_ready.extend(st.missing.iter().map(|(n, why)| format!("resource {n} not cached yet: {why}")));
-        if st.shutting_down {
-            not_ready.push("shutting down".into());
-        }
+        let not_ready = self.readiness().blocking();
         if not_ready.is_empty() {
             Ok(())
         } else {
-            not_ready.sort();
             Err(not_ready)
         }
     }
