@@ -254,8 +254,8 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             if let Err(e) = &identity {
                 tracing::warn!(error = %e, "the upstream cluster's identity is unknown: no saved state is used");
             }
-            let warm = Arc::new(Warm::new(loaded, &identity, &metrics));
             let dir = opts.dir.clone();
+            let warm = Arc::new(Warm::new(loaded, &identity, &metrics).in_dir(dir.clone()));
             let saver = Arc::new(Saver::new(opts, upstream.clone(), metrics.clone(), identity.ok()));
             warm_start = !warm.is_empty();
             warm_states = Some((warm.clone(), dir));

@@ -228,9 +228,10 @@ impl Caching {
         });
         let (upstream, opts, metrics) =
             (self.upstream.clone(), self.reflector_opts.clone(), self.metrics.clone());
+        let warm = self.warm.clone();
         self.reflectors.lock().push(tokio::spawn(async move {
             if let Some(saved) = saved {
-                state::restore(&upstream, &mut writer, saved, &metrics).await;
+                state::restore(&upstream, &mut writer, saved, &metrics, warm.as_deref()).await;
             }
             reflector::run(upstream, writer, opts, metrics, stop_rx).await
         }));

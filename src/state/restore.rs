@@ -120,6 +120,8 @@ fn admitted(
 /// The loaded states of this cluster, by `group/resource`, each handed out once.
 pub struct Warm {
     states: Mutex<HashMap<(String, String), Saved>>,
+    /// Where the files are (`--state-dir`): one refused for good is removed ([`restore`]).
+    dir: Option<std::path::PathBuf>,
 }
 
 impl Warm {
@@ -142,7 +144,13 @@ impl Warm {
                 Err(r) => refused(metrics, &name, &r),
             }
         }
-        Warm { states: Mutex::new(states) }
+        Warm { states: Mutex::new(states), dir: None }
+    }
+
+    /// The same, its files in `dir`.
+    pub fn in_dir(mut self, dir: std::path::PathBuf) -> Warm {
+        self.dir = Some(dir);
+        self
     }
 
     /// The state saved for `kind`'s resource, once.
@@ -193,8 +201,10 @@ pub async fn restore(
     writer: &mut Writer,
     saved: Saved,
     metrics: &Metrics,
+    warm: Option<&Warm>,
 ) -> Option<Rv> {
     let resource = writer.kind().group_resource();
+    let file = file::name_of(&saved.group, &saved.resource);
     match check_and_fill(upstream, writer, saved).await {
         Ok((rv, objects, events)) => {
             metrics.state_load("restored");
@@ -203,6 +213,15 @@ pub async fn restore(
         }
         Err(r) => {
             refused(metrics, &resource, &r);
+            // Refused for good (not for an upstream that did not answer): its file goes, or a
+            // crash before the first save would leave it for the next start, which could take
+            // it — an upstream behind it may have passed its RV by then, in another history
+            // (found by a review).
+            if !matches!(r, Refusal::Unchecked(_)) {
+                if let Some(dir) = warm.and_then(|w| w.dir.as_deref()) {
+                    file::remove(dir, &file);
+                }
+            }
             None
         }
     }

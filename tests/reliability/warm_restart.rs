@@ -220,6 +220,8 @@ async fn a_state_the_upstream_compacted_past_is_refused_and_listed() {
     let series = "watchcache_state_loads_total{result=\"compacted\"}";
     assert_eq!(metric(&client, &b, series).await, 1);
     assert_eq!(metric(&client, &b, "watchcache_state_loads_total{result=\"restored\"}").await, 0);
+    // Refused for good: its file is gone (a crash before the next save would have left it).
+    assert!(!state_file(&dir).exists(), "the refused state file is removed");
     // One list, then the cache is the truth (no ghost of c2).
     let r = b.readers()[0].clone();
     r.wait_for(Rv(changed + 1), Duration::from_secs(10)).await.expect("relisted");
