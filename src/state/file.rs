@@ -132,8 +132,10 @@ pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.contains(".state.tmp-") {
-            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
-            if age.is_none_or(|a| a >= LEFTOVER_AGE) {
+            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            // A time in the future (another host's clock, on a shared volume) is a write in
+            // progress, not a leftover (it was removed as one: found by a review).
+            if modified.is_none_or(|t| t.elapsed().is_ok_and(|a| a >= LEFTOVER_AGE)) {
                 let _ = fs::remove_file(entry.path());
             }
             continue;
@@ -192,14 +194,19 @@ mod tests {
         }
         // A crash between the write and the rename leaves a temporary file: never read, removed
         // once older than a write could be (a young one may be another process's, going on).
-        let (old, young) = (temporary(&p), temporary(&p));
+        let (old, young, ahead) = (temporary(&p), temporary(&p), temporary(&p));
         assert_ne!(old, young, "a new name each time");
         fs::write(&old, b"half").unwrap();
         fs::write(&young, b"half").unwrap();
+        fs::write(&ahead, b"half").unwrap();
         let long_ago = std::time::SystemTime::now() - LEFTOVER_AGE - std::time::Duration::from_secs(1);
         File::options().write(true).open(&old).unwrap().set_modified(long_ago).unwrap();
+        // Another host's clock ahead (a shared volume): a write going on, left.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        File::options().write(true).open(&ahead).unwrap().set_modified(later).unwrap();
         let all = open_all(&dir).unwrap();
         assert!(!old.exists() && young.exists(), "the old one removed, the young one left");
+        assert!(ahead.exists(), "one from the future left");
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].0, "core_configmaps.state");
         assert_eq!(resource_of(&all[0].0), Some(("", "configmaps")));
