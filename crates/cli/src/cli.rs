@@ -1,4 +1,4 @@
-//! The command line: `kube-watchcache <serve|sim|demo|bench>` with its global flags, parsed
+//! The command line: `kube-watchcache <serve|probe|sim|demo|bench>` with its global flags, parsed
 //! into the subcommands' argument structs (the core's `config` for `serve`; `sim`, `demo` and
 //! `bench` own theirs and exist with the `tools` feature). Called by `main`; sits above every
 //! crate it names, none of which uses it.
@@ -29,6 +29,9 @@ pub enum Command {
     /// Run the proxy: cache the configured resources of the upstream apiserver and serve
     /// GET/LIST/WATCH from memory; forward everything else.
     Serve(Box<ServeArgs>),
+    /// GET a health path of a proxy on this host over plain HTTP (exit 0 on 200): an exec
+    /// probe for a sidecar that listens on its pod's loopback.
+    Probe(crate::probe::ProbeArgs),
     #[cfg(feature = "tools")]
     /// Run a simulated kube-apiserver (in-memory objects, real resourceVersion semantics) for
     /// demos, tests and load tests.

@@ -1,5 +1,5 @@
 //! The `kube-watchcache` binary: parses the command line, sets up logging and runs a
-//! subcommand (`serve`; `sim`, `demo`, `bench` with the default `tools` feature). A
+//! subcommand (`serve`, `probe`; `sim`, `demo`, `bench` with the default `tools` feature). A
 //! configuration error prints one line and exits 2. The proxy itself is the `kube-watchcache`
 //! library; the simulated apiserver and the harness are the `kube-watchcache-sim` and
 //! `kube-watchcache-bench` crates, linked only with `tools`.
@@ -9,6 +9,7 @@
 mod cli;
 #[cfg(feature = "tools")]
 mod demo;
+mod probe;
 
 use std::io::IsTerminal;
 
@@ -30,6 +31,15 @@ fn main() {
         logs.with_ansi(std::io::stderr().is_terminal()).init();
     }
 
+    if let Command::Probe(args) = &cli.command {
+        std::process::exit(match probe::run(args) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("kube-watchcache probe: {e}");
+                1
+            }
+        });
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -43,6 +53,7 @@ fn main() {
                 Ok(args) => app::serve(args).await,
                 Err(e) => Err(e),
             },
+            Command::Probe(_) => Ok(()),
             #[cfg(feature = "tools")]
             Command::Sim(args) => kube_watchcache_sim::run(args).await,
             #[cfg(feature = "tools")]

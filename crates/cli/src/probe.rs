@@ -1,0 +1,88 @@
+//! `kube-watchcache probe <url>`: one plain-HTTP GET of a health path on this host, exit 0 on
+//! 200 and 1 otherwise, for exec probes. A sidecar listening on its pod's loopback
+//! (`--auth=none`, `deploy/sidecar/app.yaml`) cannot be probed by the kubelet's `httpGet`,
+//! which connects from the node's network namespace (`host: 127.0.0.1` is the node's own
+//! loopback), and the image has no shell or curl. Blocking std I/O, no runtime. Called by
+//! `main`.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// `kube-watchcache probe`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct ProbeArgs {
+    /// `http://<host>:<port><path>`, e.g. `http://127.0.0.1:8001/readyz`.
+    pub url: String,
+    /// Seconds before giving up (connecting, sending, reading).
+    #[arg(long, default_value_t = 5)]
+    pub timeout: u64,
+}
+
+/// The most of an answer read (a `?verbose` body is a few KiB).
+const MAX_ANSWER: u64 = 64 * 1024;
+
+/// Probes `args.url`; the answer's body is printed (stdout), a failure says why.
+pub fn run(args: &ProbeArgs) -> Result<(), String> {
+    let rest = args.url.strip_prefix("http://").ok_or("only http:// URLs are probed")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let addr = authority
+        .to_socket_addrs()
+        .map_err(|e| format!("{authority}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority}: no address"))?;
+    let mut conn = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
+    conn.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    conn.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let mut answer = Vec::new();
+    conn.take(MAX_ANSWER).read_to_end(&mut answer).map_err(|e| format!("{addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.lines().next().unwrap_or("");
+    print!("{body}");
+    match status.split(' ').nth(1) {
+        Some("200") => Ok(()),
+        _ => Err(format!("{}: {status}", args.url)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Serves one connection with `answer`.
+    fn answering(answer: &'static str) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf).unwrap();
+            c.write_all(answer.as_bytes()).unwrap();
+        });
+        format!("http://{addr}/readyz")
+    }
+
+    fn probe(url: String) -> Result<(), String> {
+        run(&ProbeArgs { url, timeout: 5 })
+    }
+
+    #[test]
+    fn a_200_passes_and_anything_else_fails() {
+        assert_eq!(probe(answering("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")), Ok(()));
+        let failed = probe(answering("HTTP/1.1 500 Internal Server Error\r\n\r\nreadyz check failed"));
+        assert!(failed.is_err_and(|e| e.ends_with("HTTP/1.1 500 Internal Server Error")));
+        // Nothing listening, a URL that is not plain HTTP, an address without a port.
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        assert!(probe(format!("http://{closed}/livez")).is_err());
+        assert!(probe("https://127.0.0.1:1/readyz".into()).is_err());
+        assert!(probe("http://127.0.0.1/readyz".into()).is_err());
+    }
+}
