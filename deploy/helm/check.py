@@ -246,17 +246,16 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     named = [r for r in own["rules"] if r.get("resourceNames")]
     got = {r["apiGroups"][0]: r["resources"] for r in own["rules"] if not r.get("resourceNames")}
     c("ClusterRole rules follow config.resources (group/resource split)", got == expected_resource_rules(v["config"]["resources"]), f"{got}")
-    c("ClusterRole verbs are get/list/watch only", all(sorted(r["verbs"]) == ["get", "list", "watch"] for r in own["rules"] if not r.get("resourceNames")))
+    c("ClusterRole verbs are list/watch only (no get: on * it grants nodes/proxy, pods/exec)", all(sorted(r["verbs"]) == ["list", "watch"] for r in own["rules"] if not r.get("resourceNames")))
     # Warm restarts read the kube-system Namespace (the cluster's identity, src/state).
-    wildcard = "*" in v["config"]["resources"]
-    needs_ns = v["state"]["enabled"] and not wildcard and "namespaces" not in v["config"]["resources"]
+    needs_ns = v["state"]["enabled"]
     want_named = [{"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}] if needs_ns else []
     c("state on with named resources: get of the kube-system Namespace granted, nothing more by name", named == want_named, f"{named}")
     impersonating = [n for n, r in roles.items() if any("impersonate" in x.get("verbs", []) for x in r["rules"])]
     if client_ca:
         imp = roles.get(f"{full}-impersonate", {"rules": []})
         covered = {(g, res) for x in imp["rules"] for g in x["apiGroups"] for res in x["resources"]}
-        want = {("", "users"), ("", "groups"), ("", "serviceaccounts"), ("authentication.k8s.io", "uids"), ("authentication.k8s.io", "userextras")}
+        want = {("", "users"), ("", "groups"), ("", "serviceaccounts"), ("authentication.k8s.io", "uids"), ("authentication.k8s.io", "userextras/*")}
         c("clientCA on: impersonate granted for users/groups/serviceaccounts/uids/userextras", covered == want, f"{covered}")
         c("clientCA on: impersonate role bound", any(b["roleRef"]["name"] == f"{full}-impersonate" for b in bindings))
         c("clientCA on: --client-ca-file passed and mounted", arg_value(args, "--client-ca-file") == mounts.get("client-ca", {}).get("mountPath", "?") + "/ca.crt")

@@ -83,12 +83,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
-{{/* The ClusterRole rules for config.resources: get/list/watch, one rule per API group. */}}
+{{/* The ClusterRole rules for config.resources: list/watch, one rule per API group (the
+     proxy's own reads are lists and watches; no `get`, which on `*` would also grant
+     nodes/proxy and pods/exec). */}}
 {{- define "kwc.resourceRules" -}}
 {{- if has "*" .Values.config.resources }}
 - apiGroups: ["*"]
   resources: ["*"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- else -}}
 {{- $groups := list -}}
 {{- $byGroup := dict -}}
@@ -109,15 +111,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- range $groups }}
 - apiGroups: [{{ . | quote }}]
   resources: {{ get $byGroup . | toJson }}
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 {{- end -}}
-{{- if and .Values.state.enabled (not (has "namespaces" .Values.config.resources)) }}
+{{- end -}}
+{{- if .Values.state.enabled }}
 {{- /* Warm restarts name the cluster by the kube-system Namespace's uid (src/state):
        without this a named list without namespaces refuses every state file. */}}
 - apiGroups: [""]
   resources: ["namespaces"]
   resourceNames: ["kube-system"]
   verbs: ["get"]
-{{- end -}}
 {{- end -}}
 {{- end -}}
