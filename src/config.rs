@@ -315,8 +315,9 @@ pub const REJECT_METHODS: &str = "^$";
 pub struct SecurityArgs {
     /// `upstream`: every caller is authenticated (client certificate, or bearer token by
     /// TokenReview) and every read served from the cache is authorized (SubjectAccessReview),
-    /// both on the upstream. `none`: no checks at all, forwarded requests pass unchanged — only
-    /// for a trusted sidecar on a loopback listener (refused elsewhere).
+    /// both on the upstream. `none`: no checks at all, forwarded requests go as the proxy itself
+    /// (its credentials replace the caller's, like `kubectl proxy`) — only for a trusted sidecar
+    /// on a loopback listener (refused elsewhere).
     #[arg(long, default_value = "upstream", value_parser = ["upstream", "none"])]
     pub auth: String,
     /// CA bundle (PEM) that signs client certificates; their CommonName is the user, their
