@@ -105,10 +105,6 @@ pub enum Refusal {
     Unchecked(String),
     #[error("the upstream is at resourceVersion {upstream}, behind the saved {saved} (etcd restored from a backup?)")]
     UpstreamBehind { saved: Rv, upstream: Rv },
-    #[error(
-        "the upstream no longer has the saved resourceVersion {saved} (compacted while the proxy was away)"
-    )]
-    Compacted { saved: Rv },
     #[error("a saved object cannot be used: {0}")]
     BadObject(String),
     #[error("the saved history is inconsistent: {0}")]
@@ -133,7 +129,6 @@ impl Refusal {
             Refusal::OtherVersion { .. } => "other_version",
             Refusal::Unchecked(_) => "unchecked",
             Refusal::UpstreamBehind { .. } => "upstream_behind",
-            Refusal::Compacted { .. } => "compacted",
             Refusal::BadObject(_) | Refusal::Restore(_) => "corrupt",
             Refusal::NotCached => "not_cached",
             Refusal::MemoryLimit { .. } => "memory_limit",
@@ -155,7 +150,6 @@ pub const LOAD_RESULTS: &[&str] = &[
     "other_version",
     "unchecked",
     "upstream_behind",
-    "compacted",
     "not_cached",
     "memory_limit",
 ];

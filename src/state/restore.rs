@@ -193,8 +193,7 @@ fn refused(metrics: &Metrics, what: &str, r: &Refusal) {
 }
 
 /// Puts `saved` into the empty cache of `writer` once the upstream's current RV (a `limit=1`
-/// LIST) is known not to be behind it and the saved RV still in its history (a `limit=1` LIST
-/// at it); returns the RV the reflector resumes its watch from,
+/// LIST) is known not to be behind it; returns the RV the reflector resumes its watch from,
 /// or `None` (refused, logged, counted: the reflector lists).
 pub async fn restore(
     upstream: &Upstream,
@@ -240,15 +239,6 @@ async fn check_and_fill(
         upstream.list_page(&kind, 1, None, None).await.map_err(|e| Refusal::Unchecked(e.to_string()))?;
     if page.rv < saved.rv {
         return Err(Refusal::UpstreamBehind { saved: saved.rv, upstream: page.rv });
-    }
-    // Still in the upstream's history (a one-item exact LIST there; 410 once compacted): a
-    // state saved before a long downtime is not served, ready, while the resumed watch has not
-    // answered — a watch that failed otherwise (an upstream restarting too) left it served,
-    // hours old, until `--max-staleness` (found by a review).
-    match upstream.list_page(&kind, 1, None, Some(saved.rv)).await {
-        Ok(_) => {}
-        Err(e) if e.is_gone() => return Err(Refusal::Compacted { saved: saved.rv }),
-        Err(e) => return Err(Refusal::Unchecked(e.to_string())),
     }
     let rv = saved.rv;
     let (n, m) = off_worker(|| fill(writer, saved))?;
