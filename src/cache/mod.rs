@@ -134,6 +134,9 @@ struct Shared {
     /// When the cache last had proof that it was current (an event, a bookmark, a list, an
     /// upstream watch that started), in milliseconds after `born`.
     proven_ms: AtomicU64,
+    /// How old a restored state was at its restore (its file's age): counted in the cache's
+    /// staleness until the upstream proves it current ([`Writer::restored_age`]).
+    restored_age_ms: AtomicU64,
     born: Instant,
     /// A relist asked for by someone other than the reflector (`relist.rs`).
     relist: relist::Request,
@@ -203,6 +206,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         progress: tx,
         dispatched: AtomicU64::new(0),
         proven_ms: AtomicU64::new(0),
+        restored_age_ms: AtomicU64::new(0),
         born: Instant::now(),
         relist: relist::Request::default(),
         delivery_lag,
@@ -473,8 +477,17 @@ impl Writer {
     /// Records proof that the cache is current now: the upstream accepted a watch from its RV
     /// (events, bookmarks and lists record it themselves).
     pub fn proven(&self) {
-        let ms = Instant::now().duration_since(self.shared.born).as_millis() as u64;
+        // At least 1: 0 means "never proven in this process" (`Reader::proven_here`).
+        let ms = (Instant::now().duration_since(self.shared.born).as_millis() as u64).max(1);
         self.shared.proven_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// A restored state was `age` old (its file's age): until the upstream proves the cache
+    /// current, its staleness counts from when the state was saved, not from the process's
+    /// start — a state saved before a long downtime, whose resumed watch failed (an upstream
+    /// restarting too), was served as fresh for `--max-staleness` (found by a review).
+    pub fn restored_age(&self, age: Duration) {
+        self.shared.restored_age_ms.store(age.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Marks the cache as not usable (upstream lost, relisting): reads answer 429 or are
@@ -664,8 +677,18 @@ impl Reader {
         if !self.progress().ready && self.progress().rv == Rv(0) {
             return None;
         }
-        let proven = self.shared.born + Duration::from_millis(self.shared.proven_ms.load(Ordering::Relaxed));
-        Some(Instant::now().saturating_duration_since(proven))
+        let proven_ms = self.shared.proven_ms.load(Ordering::Relaxed);
+        let since =
+            Instant::now().saturating_duration_since(self.shared.born + Duration::from_millis(proven_ms));
+        // Never proven here: a restored state's age at its restore counts too.
+        let before = if proven_ms == 0 { self.shared.restored_age_ms.load(Ordering::Relaxed) } else { 0 };
+        Some(since + Duration::from_millis(before))
+    }
+
+    /// Whether the upstream has proven this cache current in this process (a list, an event, a
+    /// bookmark, a watch accepted from its RV): a restored state not yet confirmed is not.
+    pub fn proven_here(&self) -> bool {
+        self.shared.proven_ms.load(Ordering::Relaxed) > 0
     }
 
     /// The upstream was at `rv` (a consistent-read probe's answer): until the cache reaches it,

@@ -190,6 +190,24 @@ async fn event_types_follow_the_stores_previous_object_as_the_apiserver_does() {
     assert_eq!(take(&mut all, 1).await, vec![("MODIFIED".into(), "x".into(), "15".into())]);
 }
 
+/// A restored state's staleness counts from when it was saved (its file's age) until the
+/// upstream proves it current, not from the process's start (found by a review: a state saved
+/// hours before, whose resumed watch failed, was served as fresh for `--max-staleness`).
+#[tokio::test(start_paused = true)]
+async fn a_restored_states_staleness_counts_from_its_save() {
+    let (mut w, r) = new(cms(), CacheOptions::default());
+    w.restore(Vec::new(), Rv(7), Vec::new(), Rv(7)).unwrap();
+    w.restored_age(Duration::from_secs(3600));
+    assert!(!r.proven_here());
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let s = r.staleness().unwrap();
+    assert!(s >= Duration::from_secs(3605) && s < Duration::from_secs(3606), "{s:?}");
+    // The resumed watch accepted from its RV: proof, its age no longer counts.
+    w.proven();
+    assert!(r.proven_here());
+    assert!(r.staleness().unwrap() < Duration::from_secs(1));
+}
+
 #[tokio::test]
 async fn slow_watcher_is_closed_and_others_continue() {
     let (mut w, r) = setup();

@@ -271,7 +271,8 @@ mod tests {
     }
 
     /// A listed cache relisting (found wrong) keeps the server ready and is named; a cache
-    /// restored and never listed (`lists() == 0`) that relists blocks, as a cold start.
+    /// restored and never proven by the upstream (`proven_here`) that relists blocks, as a
+    /// cold start; once proven (its resumed watch brought a bookmark), it does not.
     #[tokio::test]
     async fn a_listed_cache_relisting_keeps_the_server_ready() {
         use crate::server::phase::testing;
@@ -311,6 +312,17 @@ mod tests {
         assert_eq!(server2.ready(), Ok(()), "restored: ready");
         w2.set_not_ready(Some("restored at resourceVersion 7, which the upstream no longer has".into()));
         assert_eq!(server2.ready(), Err(vec!["cache secrets not synced".to_string()]));
+        // Restored and proven, then relisting (an apiserver rollout's 410s, hours later).
+        let kind = crate::resource::ResourceKind::new("", "v1", "services", "Service", true, true);
+        let (mut w3, r3) = crate::cache::new(kind, Default::default());
+        w3.restore(Vec::new(), crate::resource::Rv(7), Vec::new(), crate::resource::Rv(7)).unwrap();
+        w3.bookmark(crate::resource::Rv(9));
+        w3.set_not_ready(Some("relisting".into()));
+        let (_tx3, rx3) = tokio::sync::watch::channel(false);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let server3 =
+            Server::new(vec![r3], testing::upstream(), Default::default(), metrics, rx3, Default::default());
+        assert_eq!(server3.ready(), Ok(()), "proven here: a relist does not block");
     }
 
     #[test]
@@ -396,9 +408,12 @@ mod tests {
         for passing in ["upstream", "cache/configmaps", "relisting/configmaps", "forwarded/stale/secrets"] {
             assert!(got.contains(&(passing.to_owned(), false)), "{passing}: {got:?}");
         }
-        // Every synced cache stale: the upstream is away.
+        // Every synced cache stale, but one relisting within --max-staleness: not away.
         st.stale.push(("pods".into(), "no proof of being current for 200s".into()));
-        assert_eq!(st.blocking().len(), 2);
+        assert_eq!(st.blocking(), Vec::<String>::new());
+        // Its relist not landed within it either: the upstream is away.
+        st.stale.push(("configmaps".into(), "no proof of being current for 200s".into()));
+        assert_eq!(st.blocking().len(), 3);
         assert!(names(&st).contains(&("upstream".to_owned(), true)));
         // Never synced: blocks.
         st.stale.clear();

@@ -60,9 +60,10 @@ pub struct Readiness {
     pub caches: Vec<(String, bool)>,
     /// Synced caches with no proof of being current for too long: (group/resource, why).
     pub stale: Vec<(String, String)>,
-    /// Caches not synced now that a full list of this process had synced before (relisting:
-    /// the upstream's 410, a difference the consistency check found): reported, never
-    /// blocking. A restored state's first relist is a cold start's, and blocks.
+    /// Caches not synced now that the upstream had proven in this process (relisting: the
+    /// upstream's 410, a difference the consistency check found): reported, never blocking
+    /// unless stale with every other (`upstream_away`). A restored state's relist before any
+    /// proof is a cold start's, and blocks.
     pub resyncing: Vec<String>,
     /// Caches not ready because the consistency check found them different from the upstream
     /// (relisting): (group/resource, why).
@@ -105,10 +106,11 @@ impl Readiness {
         out
     }
 
-    /// Every synced cache is stale (and one is): the upstream's streams are away.
+    /// Every synced or relisting cache is stale (and one is): the upstream's streams, or its
+    /// lists, are away.
     pub fn upstream_away(&self) -> bool {
-        let synced = self.caches.iter().filter(|(_, synced)| *synced).count();
-        !self.stale.is_empty() && self.stale.len() >= synced
+        let live = self.caches.iter().filter(|(gr, synced)| *synced || self.resyncing.contains(gr)).count();
+        !self.stale.is_empty() && self.stale.len() >= live
     }
 }
 

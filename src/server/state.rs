@@ -98,15 +98,18 @@ impl Server {
                 continue;
             }
             st.caches.push((gr.clone(), progress.ready));
-            // Relisting after a full list of this process (not a restored state's first
-            // relist, which is a cold start's: `docs/reliability.md`, warm restarts).
-            if !progress.ready && r.lists() > 0 {
+            // Relisting after the upstream proved the cache in this process (a list, an event,
+            // a bookmark, a watch accepted from its RV) — not a restored state's relist before
+            // any such proof, which is a cold start's (`docs/reliability.md`, warm restarts).
+            let resyncing = !progress.ready && r.proven_here();
+            if resyncing {
                 st.resyncing.push(gr.clone());
             }
             if let (false, Some(why)) = (progress.ready, r.relist_reason()) {
                 st.not_ready.push((gr.clone(), why));
             }
-            if r.progress().ready && serve::too_stale(&r, &self.serve) {
+            // A relist that has not landed within `--max-staleness` is stale too.
+            if (r.progress().ready || resyncing) && serve::too_stale(&r, &self.serve) {
                 let s = r.staleness().unwrap_or_default();
                 st.stale.push((gr, format!("no proof of being current for {}s", s.as_secs())));
             }

@@ -22,6 +22,8 @@ use crate::upstream::Upstream;
 /// What was read from `--state-dir` at start: per file, its state or why it is unusable.
 pub struct Loaded {
     pub files: Vec<(String, Result<Saved, Refusal>)>,
+    /// When each file was written (its modification time), by name.
+    pub written: HashMap<String, std::time::SystemTime>,
 }
 
 impl Loaded {
@@ -40,17 +42,21 @@ impl Loaded {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(dir = %opts.dir.display(), error = %e, "--state-dir cannot be read; starting cold");
-                return Loaded { files: Vec::new() };
+                return Loaded { files: Vec::new(), written: HashMap::new() };
             }
         };
         let admitted = admitted(&entries, opts, memory_limit);
         let mut files = Vec::new();
+        let mut written = HashMap::new();
         for (name, opened) in entries {
             // Excluded by its name: removed without being read (its content is checked again
             // below, once decoded, for a file whose name and content disagree).
             if resource_of(&name).is_some_and(|(g, r)| !opts.persists(g, r)) {
                 file::remove(&opts.dir, &name);
                 continue;
+            }
+            if let Some(t) = opened.as_ref().ok().and_then(|(_, meta)| meta.modified().ok()) {
+                written.insert(name.clone(), t);
             }
             let state = match opened {
                 // Another user's file, or one others may write: not read.
@@ -85,7 +91,7 @@ impl Loaded {
             }
             files.push((name, state));
         }
-        Loaded { files }
+        Loaded { files, written }
     }
 }
 
@@ -120,6 +126,8 @@ fn admitted(
 /// The loaded states of this cluster, by `group/resource`, each handed out once.
 pub struct Warm {
     states: Mutex<HashMap<(String, String), Saved>>,
+    /// When each state was saved (its file's modification time).
+    written: HashMap<(String, String), std::time::SystemTime>,
     /// Where the files are (`--state-dir`): one refused for good is removed ([`restore`]).
     dir: Option<std::path::PathBuf>,
 }
@@ -129,6 +137,7 @@ impl Warm {
     /// when the identity is unknown).
     pub fn new(loaded: Loaded, identity: &Result<Identity, String>, metrics: &Metrics) -> Warm {
         let mut states = HashMap::new();
+        let mut written = HashMap::new();
         for (name, state) in loaded.files {
             let checked = state.and_then(|s| match identity {
                 Err(e) => Err(Refusal::IdentityUnknown(e.clone())),
@@ -139,12 +148,15 @@ impl Warm {
             });
             match checked {
                 Ok(s) => {
+                    if let Some(t) = loaded.written.get(&name) {
+                        written.insert((s.group.clone(), s.resource.clone()), *t);
+                    }
                     states.insert((s.group.clone(), s.resource.clone()), s);
                 }
                 Err(r) => refused(metrics, &name, &r),
             }
         }
-        Warm { states: Mutex::new(states), dir: None }
+        Warm { states: Mutex::new(states), written, dir: None }
     }
 
     /// The same, its files in `dir`.
@@ -204,8 +216,13 @@ pub async fn restore(
 ) -> Option<Rv> {
     let resource = writer.kind().group_resource();
     let file = file::name_of(&saved.group, &saved.resource);
+    let written = warm.and_then(|w| w.written.get(&(saved.group.clone(), saved.resource.clone())).copied());
     match check_and_fill(upstream, writer, saved).await {
         Ok((rv, objects, events)) => {
+            // Its staleness counts from when it was saved until the upstream proves it current.
+            if let Some(t) = written {
+                writer.restored_age(t.elapsed().unwrap_or_default());
+            }
             metrics.state_load("restored");
             tracing::info!(resource, rv = %rv, objects, events, "cache restored from --state-dir; resuming the upstream watch there");
             Some(rv)
