@@ -134,8 +134,13 @@ pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
         if name.contains(".state.tmp-") {
             let modified = entry.metadata().and_then(|m| m.modified()).ok();
             // A time in the future (another host's clock, on a shared volume) is a write in
-            // progress, not a leftover (it was removed as one: found by a review).
-            if modified.is_none_or(|t| t.elapsed().is_ok_and(|a| a >= LEFTOVER_AGE)) {
+            // progress, not a leftover (it was removed as one: found by a review) — unless it
+            // is further ahead than a write lasts (a clock set back since).
+            let old = |t: std::time::SystemTime| match t.elapsed() {
+                Ok(age) => age >= LEFTOVER_AGE,
+                Err(ahead) => ahead.duration() >= LEFTOVER_AGE,
+            };
+            if modified.is_none_or(old) {
                 let _ = fs::remove_file(entry.path());
             }
             continue;
@@ -202,7 +207,7 @@ mod tests {
         let long_ago = std::time::SystemTime::now() - LEFTOVER_AGE - std::time::Duration::from_secs(1);
         File::options().write(true).open(&old).unwrap().set_modified(long_ago).unwrap();
         // Another host's clock ahead (a shared volume): a write going on, left.
-        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
         File::options().write(true).open(&ahead).unwrap().set_modified(later).unwrap();
         let all = open_all(&dir).unwrap();
         assert!(!old.exists() && young.exists(), "the old one removed, the young one left");

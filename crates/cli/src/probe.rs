@@ -25,23 +25,42 @@ const MAX_ANSWER: u64 = 64 * 1024;
 /// Probes `args.url`; the answer's body is printed (stdout), a failure says why.
 pub fn run(args: &ProbeArgs) -> Result<(), String> {
     let rest = args.url.strip_prefix("http://").ok_or("only http:// URLs are probed")?;
-    let (authority, path) = match rest.find('/') {
+    let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => rest.split_at(i),
         None => (rest, "/"),
     };
+    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
     let timeout = Duration::from_secs(args.timeout.max(1));
-    let addr = authority
-        .to_socket_addrs()
-        .map_err(|e| format!("{authority}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{authority}: no address"))?;
-    let mut conn = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("{addr}: {e}"))?;
+    // Every address the name has (`localhost` may be ::1 first, the proxy on 127.0.0.1).
+    let addrs: Vec<_> = authority.to_socket_addrs().map_err(|e| format!("{authority}: {e}"))?.collect();
+    let mut failures = Vec::new();
+    let mut conn = None;
+    for addr in &addrs {
+        match TcpStream::connect_timeout(addr, timeout) {
+            Ok(c) => {
+                conn = Some(c);
+                break;
+            }
+            Err(e) => failures.push(format!("{addr}: {e}")),
+        }
+    }
+    let Some(mut conn) = conn else {
+        return Err(if failures.is_empty() {
+            format!("{authority}: no address")
+        } else {
+            failures.join("; ")
+        });
+    };
     conn.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     conn.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     write!(conn, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(|e| format!("{authority}: {e}"))?;
     let mut answer = Vec::new();
-    conn.take(MAX_ANSWER).read_to_end(&mut answer).map_err(|e| format!("{addr}: {e}"))?;
+    // What came before a read error or the timeout still says the status.
+    let read = conn.take(MAX_ANSWER).read_to_end(&mut answer);
+    if answer.is_empty() {
+        read.map_err(|e| format!("{authority}: {e}"))?;
+    }
     let text = String::from_utf8_lossy(&answer);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.lines().next().unwrap_or("");
@@ -84,5 +103,9 @@ mod tests {
         assert!(probe(format!("http://{closed}/livez")).is_err());
         assert!(probe("https://127.0.0.1:1/readyz".into()).is_err());
         assert!(probe("http://127.0.0.1/readyz".into()).is_err());
+        // A query without a path.
+        let url = answering("HTTP/1.1 200 OK\r\n\r\nok");
+        let base = url.trim_end_matches("/readyz");
+        assert_eq!(probe(format!("{base}?verbose")), Ok(()));
     }
 }
