@@ -135,8 +135,12 @@ struct Shared {
     /// upstream watch that started), in milliseconds after `born`.
     proven_ms: AtomicU64,
     /// How old a restored state was at its restore (its file's age): counted in the cache's
-    /// staleness until the upstream proves it current ([`Writer::restored_age`]).
+    /// staleness until the upstream's stream brings something ([`Writer::restored_age`]).
     restored_age_ms: AtomicU64,
+    /// The upstream's stream (or a list) brought the cache something in this process: a list,
+    /// an event, a bookmark ([`Reader::proven_here`]). Not a watch merely accepted: an
+    /// apiserver accepts one from a compacted RV and then sends its 410 as an event.
+    live: std::sync::atomic::AtomicBool,
     born: Instant,
     /// A relist asked for by someone other than the reflector (`relist.rs`).
     relist: relist::Request,
@@ -207,6 +211,7 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
         dispatched: AtomicU64::new(0),
         proven_ms: AtomicU64::new(0),
         restored_age_ms: AtomicU64::new(0),
+        live: Default::default(),
         born: Instant::now(),
         relist: relist::Request::default(),
         delivery_lag,
@@ -355,6 +360,7 @@ impl Writer {
         self.relist_done();
         drop(st);
         self.proven();
+        self.shared.live.store(true, Ordering::Relaxed);
         let mut ahead = self.shared.ahead.lock();
         if went_back {
             // The upstream RVs seen ahead of the cache were of the history that is gone.
@@ -402,6 +408,7 @@ impl Writer {
         self.advance(rv);
         drop(st);
         self.proven();
+        self.shared.live.store(true, Ordering::Relaxed);
         self.shared.ahead.lock().reached(rv);
         if compact {
             self.plan_pages();
@@ -457,6 +464,7 @@ impl Writer {
     /// An upstream BOOKMARK: everything up to `rv` has been applied.
     pub fn bookmark(&mut self, rv: Rv) {
         self.proven();
+        self.shared.live.store(true, Ordering::Relaxed);
         let mut st = self.shared.state.lock();
         if rv > st.rv {
             st.rv = rv;
@@ -482,9 +490,14 @@ impl Writer {
         self.shared.proven_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
-    /// A restored state was `age` old (its file's age): until the upstream proves the cache
-    /// current, its staleness counts from when the state was saved, not from the process's
-    /// start — a state saved before a long downtime, whose resumed watch failed (an upstream
+    /// How long ago this cache was made (its staleness counts from then at most).
+    pub fn age(&self) -> Duration {
+        self.shared.born.elapsed()
+    }
+
+    /// A restored state was `age` old (its file's time: when it was last proven, `state::save`):
+    /// until the upstream's stream brings something, its staleness counts from then, not from
+    /// the process's start — a state saved before a long downtime, whose resumed watch failed (an upstream
     /// restarting too), was served as fresh for `--max-staleness` (found by a review).
     pub fn restored_age(&self, age: Duration) {
         self.shared.restored_age_ms.store(age.as_millis() as u64, Ordering::Relaxed);
@@ -680,15 +693,16 @@ impl Reader {
         let proven_ms = self.shared.proven_ms.load(Ordering::Relaxed);
         let since =
             Instant::now().saturating_duration_since(self.shared.born + Duration::from_millis(proven_ms));
-        // Never proven here: a restored state's age at its restore counts too.
-        let before = if proven_ms == 0 { self.shared.restored_age_ms.load(Ordering::Relaxed) } else { 0 };
+        // Nothing from the upstream yet: a restored state's age at its restore counts too.
+        let before = if self.proven_here() { 0 } else { self.shared.restored_age_ms.load(Ordering::Relaxed) };
         Some(since + Duration::from_millis(before))
     }
 
-    /// Whether the upstream has proven this cache current in this process (a list, an event, a
-    /// bookmark, a watch accepted from its RV): a restored state not yet confirmed is not.
+    /// Whether the upstream has brought this cache something in this process (a list, an
+    /// event, a bookmark; not a watch merely accepted, which a 410 event may follow): a
+    /// restored state not yet confirmed so is not.
     pub fn proven_here(&self) -> bool {
-        self.shared.proven_ms.load(Ordering::Relaxed) > 0
+        self.shared.live.load(Ordering::Relaxed)
     }
 
     /// The upstream was at `rv` (a consistent-read probe's answer): until the cache reaches it,

@@ -202,8 +202,13 @@ async fn a_restored_states_staleness_counts_from_its_save() {
     tokio::time::advance(Duration::from_secs(5)).await;
     let s = r.staleness().unwrap();
     assert!(s >= Duration::from_secs(3605) && s < Duration::from_secs(3606), "{s:?}");
-    // The resumed watch accepted from its RV: proof, its age no longer counts.
+    // The resumed watch accepted from its RV is no proof of a restored state (an apiserver
+    // accepts a watch from a compacted RV, then sends its 410 as an event).
     w.proven();
+    assert!(!r.proven_here());
+    assert!(r.staleness().unwrap() >= Duration::from_secs(3600));
+    // Its first bookmark is: its age no longer counts.
+    w.bookmark(Rv(8));
     assert!(r.proven_here());
     assert!(r.staleness().unwrap() < Duration::from_secs(1));
 }

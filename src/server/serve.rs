@@ -238,7 +238,11 @@ async fn serve_inner(
     if progress.unservable {
         return Ok(Outcome::Forward(ForwardReason::Unparsable));
     }
-    if !progress.ready {
+    // A relist that has not landed within `--max-staleness` (lists failing, or refused by the
+    // byte budget, on this replica only perhaps): forwarded, not 429 for as long as it lasts —
+    // the replica stays in service (`Readiness::blocking`), and the upstream can answer.
+    let relist_overdue = progress.rv > Rv(0) && too_stale(reader, opts);
+    if !progress.ready && !relist_overdue {
         return Ok(not_ready(req, &progress));
     }
     if too_stale(reader, opts) {
@@ -591,6 +595,22 @@ mod tests {
         }
         w.set_warnings(Vec::new());
         assert_eq!(warnings(&run(&r, "/api/v1/configmaps", "resourceVersion=0").await), Vec::<String>::new());
+    }
+
+    /// A relist that has not landed within `--max-staleness` has its reads forwarded, not
+    /// answered 429 for as long as it lasts (the replica stays in service meanwhile).
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_past_max_staleness_is_forwarded() {
+        let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        w.set_not_ready(Some("relisting".into()));
+        let (code, _, _) = body(run(&r, "/api/v1/configmaps", "resourceVersion=0").await).await;
+        assert_eq!(code, 429, "a relist under way");
+        tokio::time::advance(Duration::from_secs(181)).await;
+        assert!(matches!(
+            run(&r, "/api/v1/configmaps", "resourceVersion=0").await,
+            Outcome::Forward(ForwardReason::Stale)
+        ));
     }
 
     #[tokio::test]

@@ -38,7 +38,13 @@ fn temporary(path: &Path) -> PathBuf {
 pub const LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// Writes `bytes` to `path` atomically (see the module doc).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// `proven_at`: the file's modification time (when its state was last proven current: a
+/// restore counts its staleness from it, `state::restore`); now when `None`.
+pub fn write_atomic(
+    path: &Path,
+    bytes: &[u8],
+    proven_at: Option<std::time::SystemTime>,
+) -> std::io::Result<()> {
     let tmp = temporary(path);
     let written = (|| {
         let mut opts = OpenOptions::new();
@@ -58,6 +64,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             )));
         }
         f.write_all(bytes)?;
+        if let Some(t) = proven_at {
+            f.set_modified(t)?;
+        }
         f.sync_all()?;
         fs::rename(&tmp, path)
     })();
@@ -189,8 +198,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kwc-state-file-{}", fastrand::u64(..)));
         ensure_dir(&dir).unwrap();
         let p = dir.join(name_of("", "configmaps"));
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
+        write_atomic(&p, b"one", None).unwrap();
+        let proven_at = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        write_atomic(&p, b"two", Some(proven_at)).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().modified().unwrap(), proven_at, "dated when proven");
         assert_eq!(fs::read(&p).unwrap(), b"two");
         #[cfg(unix)]
         {
@@ -246,7 +257,7 @@ mod tests {
         ensure_dir(&dir).unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
         let p = dir.join(name_of("", "configmaps"));
-        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"one", None).unwrap();
         let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
         assert_eq!(untrusted(&opened.unwrap().1), None);
         fs::set_permissions(&p, fs::Permissions::from_mode(0o666)).unwrap();
@@ -259,7 +270,7 @@ mod tests {
         assert_eq!(untrusted(&opened.unwrap().1).as_deref(), Some("not a regular file"));
         fs::remove_file(&p).unwrap();
         let elsewhere = dir.join("elsewhere");
-        write_atomic(&elsewhere, b"two").unwrap();
+        write_atomic(&elsewhere, b"two", None).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &p).unwrap();
         let (_, opened) = open_all(&dir).unwrap().pop().unwrap();
         assert!(opened.is_err(), "a link is not followed");

@@ -217,12 +217,14 @@ pub async fn restore(
     let resource = writer.kind().group_resource();
     let file = file::name_of(&saved.group, &saved.resource);
     let written = warm.and_then(|w| w.written.get(&(saved.group.clone(), saved.resource.clone())).copied());
+    // Its staleness counts from when it was last proven (its file's time; one in the future is
+    // taken as unknown, and old) until the upstream's stream brings something.
+    if let Some(t) = written {
+        let age = t.elapsed().unwrap_or(std::time::Duration::from_secs(24 * 3600));
+        writer.restored_age(age.saturating_sub(writer.age()));
+    }
     match check_and_fill(upstream, writer, saved).await {
         Ok((rv, objects, events)) => {
-            // Its staleness counts from when it was saved until the upstream proves it current.
-            if let Some(t) = written {
-                writer.restored_age(t.elapsed().unwrap_or_default());
-            }
             metrics.state_load("restored");
             tracing::info!(resource, rv = %rv, objects, events, "cache restored from --state-dir; resuming the upstream watch there");
             Some(rv)
@@ -367,6 +369,39 @@ mod tests {
 
     fn writer() -> Writer {
         cache().0
+    }
+
+    /// A restored state's staleness starts at its file's time (when it was last proven): the
+    /// time read with the files reaches the cache of the resource it holds.
+    #[tokio::test]
+    async fn a_restored_state_is_as_stale_as_its_file_is_old() {
+        use crate::upstream::testutil::{full, handler, serve};
+        let addr = serve(handler(|_, _| async {
+            let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"100"},"items":[]}"#;
+            http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
+        }))
+        .await;
+        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
+            upstream: Some(format!("http://{addr}")),
+            ..Default::default()
+        })
+        .unwrap();
+        let (mut w, r) = cache();
+        let saved = saved_of(&w, 3);
+        let identity = saved.identity.clone();
+        let name = file::name_of("", "configmaps");
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let loaded =
+            Loaded { files: vec![(name.clone(), Ok(saved))], written: HashMap::from([(name, hour_ago)]) };
+        let metrics = Metrics::new();
+        let warm = Warm::new(loaded, &Ok(identity), &metrics);
+        let saved = warm.take(w.kind()).expect("taken");
+        assert_eq!(restore(&upstream, &mut w, saved, &metrics, Some(&warm)).await, Some(Rv(3)));
+        let s = r.staleness().unwrap();
+        assert!(
+            s >= std::time::Duration::from_secs(3600) && s < std::time::Duration::from_secs(3660),
+            "{s:?}"
+        );
     }
 
     #[test]

@@ -88,11 +88,15 @@ impl Saver {
             // The snapshot is O(1); encoding (the objects' headers and bytes copied into the
             // file's buffer) and writing are done off the runtime's threads.
             let (reader, id) = (r.clone(), identity.clone());
+            // Dated when the state was last proven current, not when written: a cache kept
+            // through an upstream outage, or restored and not proven yet, is saved as old as
+            // it is (a restart counts its staleness from the file's time; found by a review).
+            let proven_at = r.staleness().and_then(|s| std::time::SystemTime::now().checked_sub(s));
             let written = tokio::task::spawn_blocking(move || {
                 let Some(saved) = snapshot(&reader, &id) else { return Ok(None) };
                 let bytes = format::encode(&saved);
                 // A file the next start would not trust is not written (`write_atomic`).
-                file::write_atomic(&path, &bytes).map(|()| Some((saved.rv, bytes.len())))
+                file::write_atomic(&path, &bytes, proven_at).map(|()| Some((saved.rv, bytes.len())))
             })
             .await;
             match written {
