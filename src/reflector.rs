@@ -612,18 +612,9 @@ mod tests {
     #[tokio::test]
     async fn an_upstream_found_behind_before_a_re_watch_makes_the_cache_unready_at_once() {
         use crate::resource::ResourceKind;
-        use crate::upstream::testutil::{full, handler, serve};
-        use crate::upstream::UpstreamOptions;
-        let addr = serve(handler(|_, _| async {
-            let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"50"},"items":[]}"#;
-            http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
-        }))
-        .await;
-        let upstream = Upstream::new(&UpstreamOptions {
-            upstream: Some(format!("http://{addr}")),
-            ..Default::default()
-        })
-        .unwrap();
+        let body =
+            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"50"},"items":[]}"#;
+        let upstream = crate::upstream::testutil::answering(body, &[]).await;
         let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
         let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
         w.replace(Vec::new(), Rv(100));
@@ -641,24 +632,17 @@ mod tests {
     #[tokio::test]
     async fn a_list_brings_the_upstreams_warnings() {
         use crate::resource::ResourceKind;
-        use crate::upstream::testutil::{full, handler, serve};
-        use crate::upstream::UpstreamOptions;
-        let addr = serve(handler(|_, _| async {
-            let body = r#"{"kind":"EndpointsList","apiVersion":"v1","metadata":{"resourceVersion":"50"},"items":[]}"#;
-            http::Response::builder()
-                .header("content-type", "application/json")
-                .header("warning", r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#)
+        let body =
+            r#"{"kind":"EndpointsList","apiVersion":"v1","metadata":{"resourceVersion":"50"},"items":[]}"#;
+        let upstream = crate::upstream::testutil::answering(
+            body,
+            &[
+                ("warning", r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#),
                 // About the proxy's own token, not the resource: not its clients'.
-                .header("warning", r#"299 - "Use tokens from the TokenRequest API or manually created secret-based tokens instead of auto-generated secret-based tokens.""#)
-                .body(full(body))
-                .unwrap()
-        }))
+                ("warning", r#"299 - "Use tokens from the TokenRequest API or manually created secret-based tokens instead of auto-generated secret-based tokens.""#),
+            ],
+        )
         .await;
-        let upstream = Upstream::new(&UpstreamOptions {
-            upstream: Some(format!("http://{addr}")),
-            ..Default::default()
-        })
-        .unwrap();
         let kind = ResourceKind::new("", "v1", "endpoints", "Endpoints", true, true);
         let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
         assert!(r.warnings().is_empty());

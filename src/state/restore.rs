@@ -375,17 +375,9 @@ mod tests {
     /// time read with the files reaches the cache of the resource it holds.
     #[tokio::test]
     async fn a_restored_state_is_as_stale_as_its_file_is_old() {
-        use crate::upstream::testutil::{full, handler, serve};
-        let addr = serve(handler(|_, _| async {
-            let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"100"},"items":[]}"#;
-            http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
-        }))
-        .await;
-        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
-            upstream: Some(format!("http://{addr}")),
-            ..Default::default()
-        })
-        .unwrap();
+        let body =
+            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"100"},"items":[]}"#;
+        let upstream = crate::upstream::testutil::answering(body, &[]).await;
         let (mut w, r) = cache();
         let saved = saved_of(&w, 3);
         let identity = saved.identity.clone();

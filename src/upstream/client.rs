@@ -216,12 +216,7 @@ impl Inner {
         let what = format!("{} {}", req.method(), req.uri().path());
         let fut = async {
             let resp = self.send_own(req).await?;
-            let warnings = resp
-                .headers()
-                .get_all(http::header::WARNING)
-                .iter()
-                .filter_map(|v| v.to_str().ok().map(str::to_owned))
-                .collect();
+            let warnings = warnings(resp.headers());
             let body =
                 resp.into_body().collect().await.map(|b| b.to_bytes()).map_err(|e| transport(&what, &e))?;
             Ok((body, warnings))
@@ -329,6 +324,12 @@ pub(crate) fn builder(per_lane: usize) -> hyper_util::client::legacy::Builder {
         .http2_initial_stream_window_size(STREAM_WINDOW)
         .http2_initial_connection_window_size(connection_window(per_lane));
     b
+}
+
+/// An answer's `Warning` header values (an apiserver sends a deprecated API's on every answer
+/// about it).
+pub(crate) fn warnings(headers: &http::HeaderMap) -> Vec<String> {
+    headers.get_all(http::header::WARNING).iter().filter_map(|v| v.to_str().ok().map(str::to_owned)).collect()
 }
 
 /// A non-2xx answer: keep the body, and its `Status` object when it is one.

@@ -178,3 +178,24 @@ where
     }
     let _ = builder.serve_connection_with_upgrades(io, svc).await;
 }
+
+/// An upstream (plain HTTP on 127.0.0.1:0) answering every request with `body` as JSON and
+/// `headers`, and a client of it.
+pub async fn answering(
+    body: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+) -> super::Upstream {
+    let addr = serve(handler(move |_, _| async move {
+        let mut b = Response::builder().header("content-type", "application/json");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(full(body)).unwrap()
+    }))
+    .await;
+    super::Upstream::new(&super::UpstreamOptions {
+        upstream: Some(format!("http://{addr}")),
+        ..Default::default()
+    })
+    .unwrap()
+}

@@ -180,12 +180,7 @@ impl Upstream {
         let path = format!("{}?{}", kind.collection_path(None), watch_query(rv, timeout_secs));
         let req = self.inner.own_request(Method::GET, &path, None)?;
         let resp = self.inner.send_own(req).await?;
-        let warnings = resp
-            .headers()
-            .get_all(http::header::WARNING)
-            .iter()
-            .filter_map(|v| v.to_str().ok().map(str::to_owned))
-            .collect();
+        let warnings = super::client::warnings(resp.headers());
         Ok(WatchStream { warnings, ..WatchStream::from_body(resp.into_body()) })
     }
 }
