@@ -272,6 +272,7 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
     svc = one(objs, "Service")
     c("Service targets the https port and selects the pods",
       svc["spec"]["ports"][0]["targetPort"] == "https" and svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items())
+    c("Service has the fixed ClusterIP, if any", svc["spec"].get("clusterIP", "") == v["service"]["clusterIP"])
 
     # TLS per mode
     mode = v["tls"]["mode"]
@@ -290,6 +291,7 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
             sans = {x[1] for x in cert.get("subjectAltName", ())}
             c("selfSigned: certificate names the Service", host in sans and f"{host}.{v['clusterDomain']}" in sans, f"{sans}")
             c("selfSigned: extra SANs included", set(v["tls"]["extraDNSNames"]) | set(v["tls"]["extraIPAddresses"]) <= sans, f"{sans}")
+            c("selfSigned: a fixed ClusterIP is named", not v["service"]["clusterIP"] or v["service"]["clusterIP"] in sans, f"{sans}")
             c("selfSigned: key is a PEM private key", "PRIVATE KEY-----" in key)
         c("selfSigned: NOTES says how to get the CA", f"get secret {tls_secret}" in notes and "ca\\.crt" in notes)
     elif mode == "certManager":

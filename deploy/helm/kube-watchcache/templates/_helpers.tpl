@@ -63,6 +63,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- concat $names .Values.tls.extraDNSNames | uniq | toJson -}}
 {{- end -}}
 
+{{/* The serving certificate's IP addresses: the Service's fixed ClusterIP, and the extra ones. */}}
+{{- define "kwc.ipAddresses" -}}
+{{- $ips := list -}}
+{{- with .Values.service.clusterIP }}{{- $ips = append $ips . -}}{{- end -}}
+{{- concat $ips .Values.tls.extraIPAddresses | uniq | toJson -}}
+{{- end -}}
+
 {{/* "true" when client certificates are on (clientCA.configMap or clientCA.secret set). */}}
 {{- define "kwc.clientCAEnabled" -}}
 {{- if and .Values.clientCA.configMap .Values.clientCA.secret -}}
