@@ -663,7 +663,6 @@ mod tests {
     async fn a_list_whose_upstream_repeats_a_continue_token_fails() {
         use crate::resource::ResourceKind;
         use crate::upstream::testutil::{full, handler, serve};
-        use crate::upstream::UpstreamOptions;
         for second_rv in ["50", "51"] {
             let addr = serve(handler(move |_, req| async move {
                 let continued = req.uri().query().is_some_and(|q| q.contains("continue="));
@@ -674,11 +673,7 @@ mod tests {
                 http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
             }))
             .await;
-            let upstream = Upstream::new(&UpstreamOptions {
-                upstream: Some(format!("http://{addr}")),
-                ..Default::default()
-            })
-            .unwrap();
+            let upstream = crate::upstream::testutil::client_of(addr);
             let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
             let (mut w, _r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
             let listed = tokio::time::timeout(

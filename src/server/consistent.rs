@@ -398,6 +398,14 @@ mod tests {
     use crate::cache::{new, CacheOptions};
     use crate::resource::{EventType, ResourceKind};
 
+    /// A configmaps cache ready at RV 10, empty.
+    fn cache_at_10() -> (crate::cache::Writer, Reader) {
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = new(kind, CacheOptions::default());
+        w.replace(Vec::new(), Rv(10));
+        (w, r)
+    }
+
     fn cm(w: &crate::cache::Writer, name: &str, rv: u64) -> crate::resource::Object {
         let json = format!(
             r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}}}}"#
@@ -419,14 +427,8 @@ mod tests {
                 conns.push(c);
             }
         });
-        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
-            upstream: Some(format!("http://{addr}")),
-            ..Default::default()
-        })
-        .unwrap();
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-        let (mut w, r) = new(kind, CacheOptions::default());
-        w.replace(Vec::new(), Rv(10));
+        let upstream = crate::upstream::testutil::client_of(addr);
+        let (_w, r) = cache_at_10();
         let prober = Prober::new(upstream, r);
         let sel =
             || Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
@@ -518,14 +520,8 @@ mod tests {
                 });
             }
         });
-        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
-            upstream: Some(format!("http://{addr}")),
-            ..Default::default()
-        })
-        .unwrap();
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-        let (mut w, r) = new(kind, CacheOptions::default());
-        w.replace(Vec::new(), Rv(10));
+        let upstream = crate::upstream::testutil::client_of(addr);
+        let (mut w, r) = cache_at_10();
         let prober = Prober::new(upstream, r.clone());
         let sel = |labels: &str| Selection {
             namespace: None,

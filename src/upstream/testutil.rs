@@ -193,6 +193,11 @@ pub async fn answering(
         b.body(full(body)).unwrap()
     }))
     .await;
+    client_of(addr)
+}
+
+/// A client of a plain-HTTP upstream at `addr` (a test server), with the default options.
+pub fn client_of(addr: SocketAddr) -> super::Upstream {
     super::Upstream::new(&super::UpstreamOptions {
         upstream: Some(format!("http://{addr}")),
         ..Default::default()
