@@ -241,11 +241,12 @@ async fn serve_inner(
     // A relist that has not landed within `--max-staleness` (lists failing, or refused by the
     // byte budget, on this replica only perhaps): forwarded, not 429 for as long as it lasts —
     // the replica stays in service (`Readiness::blocking`), and the upstream can answer.
-    let relist_overdue = progress.rv > Rv(0) && too_stale(reader, opts);
+    let stale = too_stale(reader, opts);
+    let relist_overdue = progress.rv > Rv(0) && stale;
     if !progress.ready && !relist_overdue {
         return Ok(not_ready(req, &progress));
     }
-    if too_stale(reader, opts) {
+    if stale {
         return Ok(Outcome::Forward(ForwardReason::Stale));
     }
     let kind = reader.kind();
