@@ -275,7 +275,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         consistent_wait: args.consistent_read_wait,
         max_staleness: args.max_staleness,
     };
-    let security = security(&args.security, &upstream, addr, &metrics)?;
+    let security = security(&args.security, &upstream, addr, &metrics, upstream_minor)?;
     let tls = tls.map(|(cfg, reloader)| {
         let interval = args.security.tls_reload_interval;
         tokio::spawn(tls::watch_files(reloader, interval, shutdown_rx.clone(), metrics.clone()));
@@ -365,7 +365,15 @@ fn security(
     upstream: &Upstream,
     addr: SocketAddr,
     metrics: &Arc<Metrics>,
+    upstream_minor: Option<u32>,
 ) -> Result<Security, String> {
+    let constrained_impersonation = args.feature_gates.constrained_impersonation(upstream_minor);
+    if args.enabled() {
+        tracing::info!(
+            constrained_impersonation,
+            "impersonation modes (--feature-gates=ConstrainedImpersonation)"
+        );
+    }
     let auth = if args.enabled() {
         Some(Auth::new(
             upstream.clone(),
@@ -386,6 +394,7 @@ fn security(
                     review_qps: args.authorization_review_qps,
                     review_burst: args.authorization_review_burst,
                 },
+                constrained_impersonation,
             },
             metrics.clone(),
         ))

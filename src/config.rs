@@ -268,6 +268,10 @@ impl ServeArgs {
             ("stateResources", serde_json::json!(self.state_resources)),
             ("upstreamMaxStreamsPerConnection", u.upstream_max_streams_per_connection.into()),
             ("maxConnections", self.max_connections.into()),
+            (
+                "featureGates",
+                serde_json::json!({ "ConstrainedImpersonation": s.feature_gates.constrained_impersonation }),
+            ),
         ] {
             v[k] = x;
         }
@@ -421,6 +425,43 @@ pub struct SecurityArgs {
     /// accept; by default a request carrying any `Origin` gets 403.
     #[arg(long, default_value = "")]
     pub accept_origins: String,
+    /// Feature gates, as kube-apiserver's (`Name=true|false,…`). Known:
+    /// `ConstrainedImpersonation` (beta, on by default since Kubernetes 1.36): when unset, on
+    /// when the upstream is 1.36 or newer. Set it as the upstream apiserver has it: on where the
+    /// apiserver has it off, a cached read would accept an impersonation the apiserver refuses.
+    #[arg(long, default_value = "", value_parser = parse_feature_gates)]
+    pub feature_gates: FeatureGates,
+}
+
+/// The `--feature-gates` this proxy reads; `None`: the upstream's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    pub constrained_impersonation: Option<bool>,
+}
+
+impl FeatureGates {
+    /// Whether constrained impersonation is on: as set, else as the upstream's Kubernetes minor
+    /// version has it by default (on from 1.36; off when the version is unknown).
+    pub fn constrained_impersonation(&self, upstream_minor: Option<u32>) -> bool {
+        self.constrained_impersonation.unwrap_or(upstream_minor.is_some_and(|m| m >= 36))
+    }
+}
+
+/// `--feature-gates` as the kube components parse it (`k=v` pairs, comma-separated, values as
+/// `strconv.ParseBool`): an unknown gate is an error (`unrecognized feature gate`).
+pub fn parse_feature_gates(s: &str) -> Result<FeatureGates, String> {
+    let mut gates = FeatureGates::default();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(format!("missing bool value for {pair}"));
+        };
+        let v = parse_bool_flag(v.trim()).map_err(|e| format!("invalid value of {k}={v}, err: {e}"))?;
+        match k.trim() {
+            "ConstrainedImpersonation" => gates.constrained_impersonation = Some(v),
+            other => return Err(format!("unrecognized feature gate: {other}")),
+        }
+    }
+    Ok(gates)
 }
 
 impl SecurityArgs {
@@ -452,6 +493,7 @@ impl SecurityArgs {
             reject_paths: REJECT_PATHS.into(),
             reject_methods: REJECT_METHODS.into(),
             accept_origins: String::new(),
+            feature_gates: FeatureGates::default(),
             requestheader_username_headers: Vec::new(),
             requestheader_group_headers: Vec::new(),
             requestheader_uid_headers: Vec::new(),

@@ -74,8 +74,8 @@ pub fn is_dns1123_subdomain_name(s: &str) -> bool {
     is_dns1123_subdomain(s).is_empty()
 }
 
-/// `IsDNS1123Subdomain`.
-fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+/// `IsDNS1123Subdomain`: its error messages, none for a valid name.
+pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
         errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX));

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod constrained;
 mod exec_credentials;
 mod fairness;
 mod identity;

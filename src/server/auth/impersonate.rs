@@ -40,12 +40,12 @@ fn is_impersonation(name: &HeaderName) -> bool {
 /// `buildImpersonationRequests`: the first `Impersonate-User` and `Impersonate-Uid` are read
 /// (Go's `Header.Get`), an empty one is no request at all, and every group and extra value
 /// counts, empty or not.
-pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
+pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, Refused> {
     if !headers.keys().any(is_impersonation) {
         return Ok(None);
     }
     let text = |v: &HeaderValue| {
-        v.to_str().map(str::to_owned).map_err(|_| "invalid impersonation header".to_string())
+        v.to_str().map(str::to_owned).map_err(|_| Refused::Invalid("invalid impersonation header".into()))
     };
     let mut w = Wanted::default();
     for g in headers.get_all(GROUP) {
@@ -69,16 +69,62 @@ pub fn parse(headers: &HeaderMap) -> Result<Option<Wanted>, String> {
             // Only empty user or uid headers: nothing is impersonated.
             return Ok(None);
         }
-        return Err(format!("requested {:?} without impersonating a user", (&w.groups, &w.uid, &w.extra)));
+        return Err(Refused::WithoutUser(w));
     }
     Ok(Some(w))
+}
+
+/// Why impersonation headers are refused before anything is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Groups, a uid or extra without a user: 400, [`without_user`]'s message.
+    WithoutUser(Wanted),
+    /// A value that is not UTF-8 (500).
+    Invalid(String),
+}
+
+/// The apiserver's 400 message for impersonation without a user: constrained impersonation's
+/// (`%#v` of the wanted `user.DefaultInfo`) or legacy impersonation's (`%v` of the
+/// `ObjectReference`s it would check: groups, extra values, the uid).
+pub fn without_user(w: &Wanted, constrained: bool) -> String {
+    let q = |s: &str| crate::resource::go_quote(s);
+    if constrained {
+        let list = |v: &[String]| v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", ");
+        let groups = if w.groups.is_empty() {
+            "[]string(nil)".to_string()
+        } else {
+            format!("[]string{{{}}}", list(&w.groups))
+        };
+        let extra = if w.extra.is_empty() {
+            "map[string][]string(nil)".to_string()
+        } else {
+            let kv: Vec<String> =
+                w.extra.iter().map(|(k, v)| format!("{}:[]string{{{}}}", q(k), list(v))).collect();
+            format!("map[string][]string{{{}}}", kv.join(", "))
+        };
+        let uid = q(w.uid.as_deref().unwrap_or(""));
+        return format!(
+            "requested &user.DefaultInfo{{Name:\"\", UID:{uid}, Groups:{groups}, Extra:{extra}}} without impersonating a user name"
+        );
+    }
+    // `v1.ObjectReference`'s fields: Kind Namespace Name UID APIVersion ResourceVersion FieldPath.
+    let reference =
+        |kind: &str, name: &str, api: &str, path: &str| format!("{{{kind}  {name}  {api}  {path}}}");
+    let mut refs: Vec<String> = w.groups.iter().map(|g| reference("Group", g, "", "")).collect();
+    for (k, vs) in &w.extra {
+        refs.extend(vs.iter().map(|v| reference("UserExtra", v, "authentication.k8s.io/v1", k)));
+    }
+    if let Some(uid) = &w.uid {
+        refs.push(reference("UID", uid, "authentication.k8s.io/v1", ""));
+    }
+    format!("requested [{}] without impersonating a user", refs.join(" "))
 }
 
 /// The apiserver's `unescapeExtraKey`: `url.PathUnescape`, or the key as it came when an
 /// escape in it is malformed (a `%` not followed by two hex digits), never a partial decoding.
 /// A decoding that is not UTF-8 is refused (Go would keep its bytes; none of them can be
 /// named in a SubjectAccessReview's JSON).
-fn unescape_extra_key(key: &str) -> Result<String, String> {
+fn unescape_extra_key(key: &str) -> Result<String, Refused> {
     let b = key.as_bytes();
     let malformed = b.iter().enumerate().any(|(i, &c)| {
         c == b'%' && !(b.len() > i + 2 && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit())
@@ -88,7 +134,7 @@ fn unescape_extra_key(key: &str) -> Result<String, String> {
     }
     match percent_decode_str(key).decode_utf8() {
         Ok(k) => Ok(k.into_owned()),
-        Err(_) => Err("invalid impersonation extra key".to_string()),
+        Err(_) => Err(Refused::Invalid("invalid impersonation extra key".into())),
     }
 }
 

@@ -13,6 +13,7 @@
 //! | `authn` | TokenReview + cache |
 //! | `authz` | SubjectAccessReview + cache, [`Attributes`] |
 //! | `impersonate` | `Impersonate-*` headers |
+//! | `constrained` | constrained impersonation's modes and their checks |
 //! | `cache` | the bounded, coalescing TTL cache both use |
 //! | `rate` | token buckets: review rates per source, per user and address |
 //! | `seats` | SubjectAccessReviews' seats in the air, handed round robin between users at addresses |
@@ -22,6 +23,7 @@
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod constrained;
 pub mod impersonate;
 pub mod rate;
 pub mod seats;
@@ -52,11 +54,15 @@ pub struct AuthOptions {
     pub anonymous: bool,
     pub authn: AuthnOptions,
     pub authz: AuthzOptions,
+    /// Constrained impersonation (1.36's `ConstrainedImpersonation`): its modes are tried
+    /// before legacy impersonation, and impersonation without a user is refused with its text.
+    pub constrained_impersonation: bool,
 }
 
 /// Authentication and authorization against the upstream.
 pub struct Auth {
     anonymous: bool,
+    constrained: bool,
     metrics: Arc<Metrics>,
     tokens: authn::TokenAuthenticator,
     authz: authz::Authorizer,
@@ -69,6 +75,7 @@ impl Auth {
     pub fn new(upstream: Upstream, opts: AuthOptions, metrics: Arc<Metrics>) -> Auth {
         Auth {
             anonymous: opts.anonymous,
+            constrained: opts.constrained_impersonation,
             tokens: authn::TokenAuthenticator::new(upstream.clone(), opts.authn, metrics.clone()),
             authz: authz::Authorizer::new(upstream, opts.authz, metrics.clone()),
             metrics,
@@ -147,25 +154,81 @@ impl Auth {
     }
 
     /// Applies the caller's `Impersonate-*` headers: every wanted value must be allowed for
-    /// verb `impersonate`, else 403 like the apiserver.
+    /// verb `impersonate`, or, with constrained impersonation on, by one of its modes on the
+    /// request's attributes (`request`), else 403 like the apiserver.
     pub async fn impersonate(
         &self,
         mut caller: Caller,
         headers: &HeaderMap,
+        request: Option<&Attributes>,
         source: Option<std::net::IpAddr>,
     ) -> Result<Caller, Response<Body>> {
         let wanted = match impersonate::parse(headers) {
             Ok(None) => return Ok(caller),
             Ok(Some(w)) => w,
-            Err(e) => return Err(body::error(Error::Internal(e))),
+            Err(impersonate::Refused::WithoutUser(w)) => {
+                return Err(body::error(Error::BadRequest(impersonate::without_user(&w, self.constrained))))
+            }
+            Err(impersonate::Refused::Invalid(e)) => return Err(body::error(Error::Internal(e))),
         };
-        for a in impersonate::checks(&wanted) {
-            self.authorize(&caller.user, &a, source).await?;
-        }
+        let user = if self.constrained {
+            self.constrained_user(&caller.user, &wanted, request, source).await?
+        } else {
+            for a in impersonate::checks(&wanted) {
+                self.authorize(&caller.user, &a, source).await?;
+            }
+            impersonate::user(&wanted)
+        };
         tracing::debug!(user = %caller.user.name, as_user = %wanted.user, "impersonating");
-        caller.effective = Arc::new(impersonate::user(&wanted));
+        caller.effective = Arc::new(user);
         caller.impersonating = true;
         Ok(caller)
+    }
+
+    /// The user `requestor` acts as by the first constrained impersonation mode whose checks
+    /// all pass (`constrained::modes`), or the first failing mode's 403.
+    async fn constrained_user(
+        &self,
+        requestor: &Arc<UserInfo>,
+        wanted: &impersonate::Wanted,
+        request: Option<&Attributes>,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<UserInfo, Response<Body>> {
+        use constrained::Check;
+        let mut first = None;
+        'modes: for mode in constrained::modes(wanted, requestor, request) {
+            let mut skip = 0;
+            for check in mode.checks {
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                let (attrs, reason) = match check {
+                    Check::Refuse { attrs, reason } => (attrs, reason),
+                    Check::Wildcard { attrs, skip: n } => {
+                        if self.decide(requestor, &attrs, source).await?.allowed {
+                            skip = n;
+                        }
+                        continue;
+                    }
+                    Check::Ask { user, attrs } => {
+                        let asking = user.map_or_else(|| requestor.clone(), Arc::new);
+                        let d = self.decide(&asking, &attrs, source).await?;
+                        if d.allowed {
+                            continue;
+                        }
+                        (attrs, d.reason)
+                    }
+                };
+                if first.is_none() {
+                    first = Some(status::forbidden(&requestor.name, &attrs, &reason));
+                }
+                continue 'modes;
+            }
+            tracing::debug!(user = %requestor.name, mode = mode.name, "impersonation mode allowed");
+            return Ok(mode.user);
+        }
+        Err(first.unwrap_or_else(|| body::error(Error::Internal("all impersonation modes failed".into()))))
     }
 
     /// Allows `user` (asking from `source`) to do `attrs`, or answers 403 (500 when the
@@ -176,17 +239,29 @@ impl Auth {
         attrs: &Attributes,
         source: Option<std::net::IpAddr>,
     ) -> Result<(), Response<Body>> {
+        let d = self.decide(user, attrs, source).await?;
+        if d.allowed {
+            Ok(())
+        } else {
+            Err(status::forbidden(&user.name, attrs, &d.reason))
+        }
+    }
+
+    /// The upstream's decision on `user` doing `attrs` (a cached one when it has one), or the
+    /// answer when there is none (429, 500).
+    async fn decide(
+        &self,
+        user: &Arc<UserInfo>,
+        attrs: &Attributes,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<authz::Decision, Response<Body>> {
         let check = self.authz.check(user, attrs, source).await;
         self.metrics.auth_cache(Review::Access, matches!(check, Ok((_, cache::Lookup::Hit))));
         match check {
             Ok((d, how)) => {
                 tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource,
                     namespace = %attrs.namespace, allowed = d.allowed, cache = ?how, "authorization");
-                if d.allowed {
-                    Ok(())
-                } else {
-                    Err(status::forbidden(&user.name, attrs, &d.reason))
-                }
+                Ok(d)
             }
             Err(authz::CheckError::Limited) => {
                 tracing::warn!(user = %user.name,

@@ -26,13 +26,17 @@ pub struct Authenticate {
 impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         let arrived = arrived(&req);
+        // The request's attributes, which constrained impersonation's modes are asked on.
+        let request = super::context(&req).and_then(|c| c.info.as_ref()).map(super::authorize::attributes);
         let caller = match &self.auth {
             None => Caller::trusted(),
             Some(auth) => match auth.authenticate(&req, proxy::source(&req)).await {
-                Ok(c) => match auth.impersonate(c, req.headers(), proxy::source(&req)).await {
-                    Ok(c) => c,
-                    Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
-                },
+                Ok(c) => {
+                    match auth.impersonate(c, req.headers(), request.as_ref(), proxy::source(&req)).await {
+                        Ok(c) => c,
+                        Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
+                    }
+                }
                 Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
             },
         };
