@@ -854,6 +854,29 @@ mod tests {
     }
 
     #[test]
+    fn feature_gates_as_the_kube_components_read_them() {
+        let unset = parse_feature_gates("").unwrap();
+        assert!(!unset.constrained_impersonation(Some(35)), "off before 1.36");
+        assert!(unset.constrained_impersonation(Some(36)), "on by default from 1.36");
+        assert!(!unset.constrained_impersonation(None), "off when the version is unknown");
+        let off = parse_feature_gates("ConstrainedImpersonation=false").unwrap();
+        assert!(!off.constrained_impersonation(Some(37)));
+        let on = parse_feature_gates(" ConstrainedImpersonation=True ,").unwrap();
+        assert!(on.constrained_impersonation(Some(28)));
+        assert_eq!(parse_feature_gates("Foo=true").unwrap_err(), "unrecognized feature gate: Foo");
+        assert!(parse_feature_gates("ConstrainedImpersonation").is_err());
+        assert!(parse_feature_gates("ConstrainedImpersonation=yes").is_err());
+        let args = serve(&[
+            "--resources",
+            "pods",
+            "--insecure-listen",
+            "127.0.0.1:1",
+            "--feature-gates=ConstrainedImpersonation=false",
+        ]);
+        assert_eq!(args.unwrap().security.feature_gates, off);
+    }
+
+    #[test]
     fn flags_win_over_the_config_file() {
         let dir = std::env::temp_dir().join(format!("kwc-cfg-win-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
