@@ -106,12 +106,58 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     debug_assert!(!headers.contains_key(TRANSFER_ENCODING));
 }
 
+/// Replaces every header value by a copy of its own. hyper reads an HTTP/1.1 message's header
+/// values as slices of its connection's read buffer (a request's up to `--max-header-bytes`,
+/// 1 MiB), and an HTTP/2 connection's HPACK table keeps the values it indexes for as long as
+/// that connection lives: a slice kept there keeps its whole buffer. About 120 forwarded
+/// HTTP/1.1 requests, each with a 1 MiB padding header and a small distinct one, held ~120 MiB on
+/// one shared upstream connection, where the table's own bound is 4 KiB (review). A copy holds
+/// only its bytes.
+pub(crate) fn own_values(headers: &mut HeaderMap) {
+    for v in headers.values_mut() {
+        if let Ok(mut copy) = HeaderValue::from_bytes(v.as_bytes()) {
+            copy.set_sensitive(v.is_sensitive());
+            *v = copy;
+        }
+    }
+}
+
 /// Removes every `Impersonate-*` header a caller sent.
 pub(crate) fn strip_impersonation(headers: &mut HeaderMap) {
     let names: Vec<HeaderName> =
         headers.keys().filter(|n| n.as_str().starts_with("impersonate-")).cloned().collect();
     for name in names {
         headers.remove(name);
+    }
+}
+
+/// A forwarded request's headers from the caller's: hop-by-hop ones dropped (the address
+/// `server::proxy` set in `X-Forwarded-For` kept), `Host` dropped (the client sets the
+/// upstream's), every value a copy of its own ([`own_values`]); with `impersonation` (the
+/// proxy's own identity), the caller's `Authorization` and `Impersonate-*` replaced by these
+/// and `own_authorization`.
+fn outgoing_headers(
+    h: &mut HeaderMap,
+    impersonation: Option<HeaderMap>,
+    own_authorization: Option<HeaderValue>,
+) {
+    // A caller naming `X-Forwarded-For` in `Connection` must not remove it (issue 30 §3).
+    let forwarded_for = h.get(X_FORWARDED_FOR).cloned();
+    strip_hop_by_hop(h);
+    if let Some(v) = forwarded_for {
+        h.insert(X_FORWARDED_FOR, v);
+    }
+    h.remove(HOST);
+    own_values(h);
+    if let Some(imp) = impersonation {
+        h.remove(AUTHORIZATION);
+        strip_impersonation(h);
+        for (name, value) in &imp {
+            h.append(name.clone(), value.clone());
+        }
+        if let Some(auth) = own_authorization {
+            h.insert(AUTHORIZATION, auth);
+        }
     }
 }
 
@@ -159,26 +205,9 @@ impl Upstream {
         *out.method_mut() = parts.method;
         *out.uri_mut() = uri;
         *out.headers_mut() = parts.headers;
-        // The address `server::proxy` set: a caller naming `X-Forwarded-For` in `Connection`
-        // must not remove it (issue 30 §3).
-        let forwarded_for = out.headers().get(X_FORWARDED_FOR).cloned();
-        strip_hop_by_hop(out.headers_mut());
-        if let Some(v) = forwarded_for {
-            out.headers_mut().insert(X_FORWARDED_FOR, v);
-        }
-        out.headers_mut().remove(HOST);
         let own_identity = impersonation.is_some();
-        if let Some(imp) = impersonation {
-            let h = out.headers_mut();
-            h.remove(AUTHORIZATION);
-            strip_impersonation(h);
-            for (name, value) in &imp {
-                h.append(name.clone(), value.clone());
-            }
-            if let Some(auth) = self.inner.own_authorization() {
-                h.insert(AUTHORIZATION, auth);
-            }
-        }
+        let own_authorization = if own_identity { self.inner.own_authorization() } else { None };
+        outgoing_headers(out.headers_mut(), impersonation, own_authorization);
         let what = format!("forward {} {}", out.method(), out.uri().path());
 
         let (Some(proto), Some(caller_side)) = (upgrade, caller_side) else {
@@ -214,6 +243,9 @@ where
 {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    // An HTTP/1.1 upstream's answer: its values are slices of that connection's read buffer,
+    // which a caller's HTTP/2 connection's HPACK table would keep.
+    own_values(&mut parts.headers);
     Response::from_parts(parts, super::rechunk::pumped(body).boxed_unsync())
 }
 
@@ -271,6 +303,27 @@ mod tests {
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["accept", "authorization", "content-length", "impersonate-user"]);
+    }
+
+    /// A value that was a slice of a large buffer (hyper's HTTP/1.1 read buffer) no longer
+    /// keeps it once copied: its bytes live elsewhere; values and sensitivity unchanged.
+    #[test]
+    fn forwarded_header_values_do_not_keep_the_buffer_they_were_read_from() {
+        let buffer = Bytes::from(vec![b'a'; 1 << 20]);
+        let range = buffer.as_ptr() as usize..buffer.as_ptr() as usize + buffer.len();
+        let mut h = HeaderMap::new();
+        h.insert("x-small", HeaderValue::from_maybe_shared(buffer.slice(..3)).unwrap());
+        let mut secret = HeaderValue::from_maybe_shared(buffer.slice(10..20)).unwrap();
+        secret.set_sensitive(true);
+        h.insert(AUTHORIZATION, secret);
+        assert!(h.values().all(|v| range.contains(&(v.as_bytes().as_ptr() as usize))), "the test's premise");
+        outgoing_headers(&mut h, None, None);
+        for v in h.values() {
+            assert!(!range.contains(&(v.as_bytes().as_ptr() as usize)), "{v:?} still in the buffer");
+        }
+        assert_eq!(h["x-small"], "aaa");
+        assert_eq!(h[AUTHORIZATION], "aaaaaaaaaa");
+        assert!(h[AUTHORIZATION].is_sensitive() && !h["x-small"].is_sensitive());
     }
 
     #[test]
