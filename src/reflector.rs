@@ -391,6 +391,10 @@ async fn went_back(upstream: &Upstream, writer: &Writer, opts: &ReflectorOptions
 /// The longest the probe before a re-watch may delay it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long an accepted watch must go without an ERROR before it proves the cache current
+/// (`watch_once`): the apiserver's 410 for a compacted RV follows its 200 at once.
+const ACCEPTED_QUIET: Duration = Duration::from_secs(1);
+
 /// What a full list came to.
 enum Listed {
     /// Installed at this RV.
@@ -504,15 +508,30 @@ async fn watch_once(
             return (WatchEnd::Failed(Failure::WatchStalled, why), rv);
         }
     };
-    // The upstream accepted a watch from our RV: proof that the cache is current.
-    writer.proven();
     // Its warnings about the resource, for a cache restored without a list too.
     writer.set_warnings(std::mem::take(&mut stream.warnings));
+    // An accepted watch is proof that the cache is current only once no ERROR followed it: the
+    // apiserver answers a compacted RV with a 200 and then a 410 event, and a cache stale for
+    // minutes was taken as fresh in between (review). A quiet resource may bring no event nor
+    // bookmark for long (1.28 sends bookmarks only once it has seen an event), so the quiet
+    // watch itself is the proof.
+    let mut quiet_until = Some(tokio::time::Instant::now() + ACCEPTED_QUIET);
     loop {
+        let quiet = async {
+            match quiet_until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let next = tokio::select! {
             biased;
             (at, why) = writer.relist_requested() => return (WatchEnd::Inconsistent(at, why), rv),
             next = tokio::time::timeout(opts.watch_idle_timeout, stream.next()) => next,
+            () = quiet => {
+                writer.proven();
+                quiet_until = None;
+                continue;
+            }
         };
         let next = match next {
             Ok(next) => next,
@@ -625,6 +644,56 @@ mod tests {
         // The relist, at the upstream's RV, clears the request.
         w.replace(Vec::new(), Rv(50));
         assert!(r.relist_reason().is_none());
+    }
+
+    /// A watch the upstream accepts and then answers with a 410 ERROR (a compacted RV) does
+    /// not make a stale cache fresh; one that stays quiet does (a quiet resource brings no
+    /// bookmark on 1.28). Paused time: the staleness is read, never slept for.
+    #[tokio::test(start_paused = true)]
+    async fn an_accepted_watch_proves_the_cache_only_once_no_error_followed() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{chunked_body, client_of, handler, serve};
+        let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 100 (200)","reason":"Expired","code":410}}"#;
+        for answer_gone in [true, false] {
+            let addr = serve(handler(move |_, _| async move {
+                let body = if answer_gone {
+                    chunked_body(&[gone])
+                } else {
+                    // Accepted, then nothing for as long as the test lasts.
+                    http_body_util::BodyExt::boxed_unsync(http_body_util::StreamBody::new(
+                        futures_util::stream::pending::<
+                            Result<hyper::body::Frame<bytes::Bytes>, crate::server::body::BoxError>,
+                        >(),
+                    ))
+                };
+                http::Response::builder().header("content-type", "application/json").body(body).unwrap()
+            }))
+            .await;
+            let upstream = client_of(addr);
+            let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+            let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+            w.replace(Vec::new(), Rv(100));
+            tokio::time::advance(Duration::from_secs(600)).await;
+            let stale = |r: &crate::cache::Reader| r.staleness().unwrap();
+            assert!(stale(&r) >= Duration::from_secs(599), "{:?}", stale(&r));
+            let metrics = Metrics::new();
+            let opts = ReflectorOptions::default();
+            let watching = watch_once(&upstream, &mut w, &opts, &metrics, "configmaps", Rv(100));
+            if answer_gone {
+                assert!(matches!(watching.await.0, WatchEnd::Gone));
+                assert!(stale(&r) >= Duration::from_secs(599), "a 410 after the 200 proves nothing");
+            } else {
+                let mut watching = Box::pin(watching);
+                // Past the quiet second, the watch still open.
+                let open = tokio::time::timeout(ACCEPTED_QUIET * 3, &mut watching).await;
+                assert!(open.is_err(), "the watch stays open");
+                assert!(
+                    stale(&r) < Duration::from_secs(10),
+                    "a quiet accepted watch proves it: {:?}",
+                    stale(&r)
+                );
+            }
+        }
     }
 
     /// A full list installs the upstream's `Warning`s with it (a deprecated API's): the cached
