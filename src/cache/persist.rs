@@ -35,10 +35,13 @@ impl Reader {
     /// (a relist in progress: nothing consistent to save) or once dropped for
     /// `--cache-memory-limit` (perhaps emptied: the file saved before stays).
     pub fn saved(&self) -> Option<Persisted> {
-        if !self.progress().ready {
+        let st = self.shared.state.lock();
+        // Read under the lock: `replace` publishes a relist's unready state under it (a list at
+        // the cache's RV that differs from it sets the floor above the RV), and a state read
+        // ready before it would be saved with that floor (refused at the next start).
+        if !self.progress().ready || st.history.floor() > st.rv {
             return None;
         }
-        let st = self.shared.state.lock();
         // Dropped for --cache-memory-limit: the state may be emptied already (never saved so).
         // Unservable since its progress was read (`cache::unparsable`), or found wrong since
         // (`request_relist`, which marks it under this lock): its state would come back ready
