@@ -166,12 +166,20 @@ impl Prober {
             let (upstream, reader) = (upstream.clone(), reader.clone());
             async move {
                 let before = reader.progress().rv;
+                let histories = reader.histories();
                 match tokio::time::timeout(READ_TIMEOUT, upstream.list_page(reader.kind(), 1, None, None))
                     .await
                 {
                     Ok(r) => {
                         let rv = r.map(|p| p.rv).map_err(|e| e.to_string())?;
-                        not_behind(&reader, before, rv).map(|()| rv)
+                        not_behind(&reader, before, rv)?;
+                        // Answered from a history that is gone since (the cache relisted below
+                        // its RV meanwhile): a watch from it would skip the new history's
+                        // changes up to it (review).
+                        if reader.histories() != histories {
+                            return Err("the upstream's storage went back during the probe".into());
+                        }
+                        Ok(rv)
                     }
                     Err(_) => Err("probe timed out".to_owned()),
                 }
@@ -411,6 +419,44 @@ mod tests {
             r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}}}}"#
         );
         w.parse(bytes::Bytes::from(json)).unwrap()
+    }
+
+    /// A probe answered from the history the cache has left since (it relisted below its RV
+    /// while the probe was out) names no revision of the new one: no fresh RV. The upstream
+    /// answers only when told (a signal, no timing).
+    #[tokio::test]
+    async fn a_probe_answered_from_a_gone_history_is_no_fresh_rv() {
+        use crate::upstream::testutil::{full, handler, serve};
+        let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let r2 = release.clone();
+        let addr = serve(handler(move |_, _| {
+            let (asked_tx, release) = (asked_tx.clone(), r2.clone());
+            async move {
+                let _ = asked_tx.send(());
+                release.notified().await;
+                let body = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":[]}"#;
+                http::Response::builder().header("content-type", "application/json").body(full(body)).unwrap()
+            }
+        }))
+        .await;
+        for went_back in [false, true] {
+            let (mut w, r) = cache_at_10();
+            let prober = Prober::new(crate::upstream::testutil::client_of(addr), r.clone());
+            let probing = tokio::spawn(async move { prober.fresh_rv(Instant::now()).await });
+            asked.recv().await.unwrap();
+            if went_back {
+                // Listed at 8, below the cache's 10: another history.
+                w.replace(Vec::new(), Rv(8));
+            }
+            release.notify_one();
+            let got = probing.await.unwrap();
+            if went_back {
+                assert!(got.as_ref().is_err_and(|e| e.contains("went back during the probe")), "{got:?}");
+            } else {
+                assert_eq!(got, Ok(Rv(20)));
+            }
+        }
     }
 
     /// At most `MAX_PROOFS_IN_THE_AIR` metadata proofs read upstream at once, whatever their
