@@ -81,6 +81,10 @@ pub enum ForwardReason {
     /// every event, for a watch) is CPU the apiserver spends under its own fairness, not on one
     /// of the proxy's workers that every other request shares.
     LargeSelector,
+    /// An upgrade (`Connection: Upgrade`, e.g. a WebSocket watch from a browser console): the
+    /// apiserver answers a watch's with `101` and one event per WebSocket message, which the
+    /// cache does not speak.
+    Upgrade,
 }
 
 /// Label requirements (each counted with as many values as it lists) and field terms a cached
@@ -108,6 +112,7 @@ impl ForwardReason {
             ForwardReason::MemoryLimit => "memory_limit",
             ForwardReason::LargeSelector => "large_selector",
             ForwardReason::Unparsable => "unparsable",
+            ForwardReason::Upgrade => "upgrade",
         }
     }
 }

@@ -51,6 +51,9 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
                 }
                 Classified::Forward(reason)
             }
+            Route::Cache(_) if crate::upstream::upgrade_protocol(req.headers()).is_some() => {
+                Classified::Forward(ForwardReason::Upgrade)
+            }
             Route::Cache(cr) => {
                 let key = (cr.kind.group.clone(), cr.kind.version.clone(), cr.kind.resource.clone());
                 if catalog.caches.contains_key(&key) {
@@ -125,6 +128,27 @@ mod tests {
             }
             _ => panic!("a refusal"),
         }
+    }
+
+    /// A WebSocket watch (a browser console's) of a cached resource is the apiserver's to
+    /// answer (`101`, one event per message): forwarded, not a chunked stream from the cache.
+    #[tokio::test]
+    async fn an_upgrade_of_a_cached_read_is_forwarded() {
+        let (_w, r) = configmaps();
+        let resources = Arc::new(Resources::default());
+        resources.add(&upstream(), r);
+        let s = Classify { resources };
+        let ws = |path: &str| {
+            let mut req = request(path);
+            req.headers_mut().insert("connection", http::HeaderValue::from_static("Upgrade"));
+            req.headers_mut().insert("upgrade", http::HeaderValue::from_static("websocket"));
+            req
+        };
+        let (_, seen) = run_seen(s.clone(), ws("/api/v1/configmaps?watch=1&resourceVersion=0")).await;
+        assert!(matches!(decided(seen), Some(Classified::Forward(ForwardReason::Upgrade))));
+        // The same watch without the upgrade: the cache's.
+        let (_, seen) = run_seen(s, request("/api/v1/configmaps?watch=1&resourceVersion=0")).await;
+        assert!(matches!(decided(seen), Some(Classified::Cache { .. })));
     }
 
     #[tokio::test]
