@@ -67,9 +67,9 @@ impl Inner {
         let observer = ObserverSlot::default();
         let own = lanes(&r, Flavor::Own, per_lane, "own", &observer)?;
         let forward = lanes(&r, Flavor::Forward, per_lane, "forward", &observer)?;
-        let upgrade = client(&r, Flavor::Upgrade, per_lane)?;
+        let upgrade = upgrade_client(&r, Flavor::Upgrade, per_lane)?;
         let forward_own = lanes(&r, Flavor::Own, per_lane, "forward_own", &observer)?;
-        let upgrade_own = client(&r, Flavor::OwnUpgrade, per_lane)?;
+        let upgrade_own = upgrade_client(&r, Flavor::OwnUpgrade, per_lane)?;
         Ok(Inner {
             base_url: r.base_url,
             origin: r.origin,
@@ -267,12 +267,23 @@ where
     Ok(Lanes::new(per_lane, move || builder(per_lane).build(conn.clone())).reporting(made))
 }
 
-fn client<B>(r: &Resolved, flavor: Flavor, per_lane: usize) -> Result<Client<Connector, B>, ConfigError>
+/// The upgrade clients (exec, attach, port-forward, WebSocket watches): never pooled.
+fn upgrade_client<B>(
+    r: &Resolved,
+    flavor: Flavor,
+    per_lane: usize,
+) -> Result<Client<Connector, B>, ConfigError>
 where
     B: http_body::Body + Send + 'static,
     B::Data: Send,
 {
-    Ok(builder(per_lane).build(connector(&r.tls, flavor)?))
+    let mut b = builder(per_lane);
+    // An upgrade's connection is not pooled: a refused upgrade (403) left it idle in the pool
+    // for 90 s, held by no client connection's slot, so a caller's burst of refused upgrades
+    // kept as many upstream connections (files) open past `--max-connections` (review). A
+    // session is rare; its handshake is cheap.
+    b.pool_max_idle_per_host(0);
+    Ok(b.build(connector(&r.tls, flavor)?))
 }
 
 /// A stream's HTTP/2 flow-control window on an upstream connection: 1 MiB in flight per

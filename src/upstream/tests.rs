@@ -865,6 +865,37 @@ async fn forward_upgrade_refused_returns_the_upstream_answer() {
     assert!(body.starts_with(br#"{"kind":"Status""#));
 }
 
+/// A refused upgrade's upstream connection is closed, not kept idle in a pool where no client
+/// connection's slot counts it: the upstream reads the end of its connection after answering.
+#[tokio::test]
+async fn a_refused_upgrades_upstream_connection_is_closed() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let closed = tokio::spawn(async move {
+        let (mut c, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            assert_eq!(c.read(&mut b).await.unwrap(), 1);
+            head.push(b[0]);
+        }
+        c.write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n").await.unwrap();
+        // The proxy closes its side: the read ends (a pooled connection would stay open).
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).await.map(|_| rest.len())
+    });
+    let front = proxy_front(plain_upstream(addr, None)).await;
+    let req = Request::post(format!("http://{front}/api/v1/namespaces/ns/pods/p/exec"))
+        .header("connection", "Upgrade")
+        .header("upgrade", "SPDY/3.1")
+        .body(Full::default())
+        .unwrap();
+    let resp = test_client().request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), closed).await;
+    assert!(matches!(ended, Ok(Ok(Ok(0)))), "the upstream connection stayed open: {ended:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // TLS: CA verification, h2, and the client certificate only on the proxy's own requests
 
