@@ -346,28 +346,17 @@ impl ResourcePath {
 
 /// Whether a request may run for long and is therefore exempt from the in-flight limit and
 /// the request timeout: the apiserver's `BasicLongRunningRequestCheck` (verbs `watch` and
-/// `proxy`, subresource `proxy`) except that `pods/log` counts only with `follow=true` (a plain
-/// log read is short) and `exec` / `attach` / `portforward` only once they have upgraded (the
-/// wait for the upstream's `101` counts as a request like any other; the spliced connection
-/// then holds nothing). Everything comes from the [`RequestInfo`], never from raw query flags
-/// on other paths.
-pub fn is_long_running(info: &RequestInfo, query: Option<&str>) -> bool {
+/// `proxy`, subresources `proxy` and `log`, followed or not: a plain read of a large log over a
+/// slow link was cut at `--request-timeout` here until 2026-11-29, found by a review) except
+/// that `exec` / `attach` / `portforward` count only once they have upgraded (the wait for the
+/// upstream's `101` counts as a request like any other; the spliced connection then holds
+/// nothing). Everything comes from the [`RequestInfo`], never from raw query flags on other
+/// paths.
+pub fn is_long_running(info: &RequestInfo) -> bool {
     if matches!(info.verb.as_str(), "watch" | "proxy") {
         return info.is_resource_request;
     }
-    if !info.is_resource_request {
-        return false;
-    }
-    match info.subresource.as_str() {
-        "proxy" => true,
-        "log" if info.api_group.is_empty() && info.resource == "pods" => {
-            // PodLogOptions.follow: the first value, Go's bool conversion.
-            crate::params::query_pairs(query.unwrap_or(""))
-                .find(|(k, _)| k == "follow")
-                .is_some_and(|(_, v)| crate::params::parse_bool(&v))
-        }
-        _ => false,
-    }
+    info.is_resource_request && matches!(info.subresource.as_str(), "proxy" | "log")
 }
 
 /// Whether a long-running request starts with a read before it streams: a watch with its

@@ -552,9 +552,8 @@ fn cached_reads_agree_with_the_request_info() {
 
 #[test]
 fn long_running_comes_from_the_request_info() {
-    let long = |method: Method, path: &str, query: &str| {
-        is_long_running(&request_info(&method, path, Some(query)), Some(query))
-    };
+    let long =
+        |method: Method, path: &str, query: &str| is_long_running(&request_info(&method, path, Some(query)));
     // Watches, served or forwarded, in every spelling the apiserver accepts.
     assert!(long(Method::GET, CMS, "watch=true"));
     assert!(long(Method::GET, CMS, "watch="));
@@ -570,10 +569,11 @@ fn long_running_comes_from_the_request_info() {
     assert!(!long(Method::GET, CMS, "watch=false&follow=true"));
     assert!(!long(Method::GET, CMS, "watch=0"));
     assert!(!long(Method::GET, "/api/v1/namespaces/ns/configmaps/a", "watch=1"));
-    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/log", ""));
-    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=false"));
-    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=0&follow=1"));
-    assert!(!long(Method::GET, "/apis/example.com/v1/namespaces/a/widgets/w/log", "follow=true"));
+    // Any `log` subresource, followed or not (the apiserver's `longRunningSubresources`).
+    assert!(long(Method::GET, "/api/v1/namespaces/a/pods/p/log", ""));
+    assert!(long(Method::GET, "/api/v1/namespaces/a/pods/p/log", "follow=false"));
+    assert!(long(Method::GET, "/apis/example.com/v1/namespaces/a/widgets/w/log", ""));
+    assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/log", ""), "a pod named log");
     assert!(!long(Method::GET, "/api/v1/namespaces/watch/pods", ""));
     assert!(!long(Method::GET, "/api/v1/pods", "follow=true"));
     // exec/attach/portforward are long-running only once upgraded (the server decides after
@@ -604,7 +604,7 @@ fn request_info_never_panics_on_odd_paths() {
         for method in [Method::GET, Method::DELETE, Method::OPTIONS] {
             for query in [None, Some("watch"), Some("fieldSelector=metadata.name%3D%5C"), Some("%zz=%ff")] {
                 let info = request_info(&method, path, query);
-                let _ = is_long_running(&info, query);
+                let _ = is_long_running(&info);
             }
         }
     }

@@ -29,7 +29,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         let arrived = arrived(&req);
         let info = classify::request_info(req.method(), req.uri().path(), req.uri().query());
-        let long_running = classify::is_long_running(&info, req.uri().query());
+        let long_running = classify::is_long_running(&info);
         let starts_with_a_read = long_running && classify::starts_with_a_read(&info, req.uri().query());
         let verb = info.verb.clone();
         context_mut(&mut req).info = Some(info);

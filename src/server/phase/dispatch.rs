@@ -75,7 +75,7 @@ impl Dispatch {
                 return self.recorder.refused(resp, "reject", "", arrived);
             }
         };
-        let long_running = classify::is_long_running(&info, req.uri().query());
+        let long_running = classify::is_long_running(&info);
         match classified {
             Classified::Forward(reason) => {
                 let fwd = Forwarded { verb: &info.verb, resource: &label, arrived, long_running };

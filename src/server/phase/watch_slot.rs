@@ -1,5 +1,5 @@
 //! Phase 10: a slot for each watch and each other request that holds a stream open — a
-//! followed pod log, an upgraded `exec` / `attach` / `port-forward` session — served or
+//! pod log (followed or not), an upgraded `exec` / `attach` / `port-forward` session — served or
 //! forwarded, per user and client address (`--max-watches-per-user`); 429 past the
 //! limit. The slot is held until the response body ends, and for an upgrade until its spliced
 //! session ends (`upstream::HeldWhileUpgraded`): such requests hold no in-flight permit
@@ -23,13 +23,13 @@ pub struct WatchSlot {
     pub recorder: Recorder,
 }
 
-/// Whether a request holds a stream open once answered: a watch, a followed pod log, or one
+/// Whether a request holds a stream open once answered: a watch, a log (followed or not), or one
 /// asking to upgrade (what `upstream::forward` splices on `101`). Not a `proxy` request: most
 /// are short (metrics scraped through `nodes/<n>/proxy` from one service account on thousands
 /// of nodes), and the apiserver bounds none of them.
 fn holds_a_stream<B>(info: &RequestInfo, req: &Req<B>) -> bool {
     info.verb == "watch"
-        || (info.subresource == "log" && classify::is_long_running(info, req.uri().query()))
+        || (info.subresource == "log" && classify::is_long_running(info))
         || crate::upstream::upgrade_protocol(req.headers()).is_some()
 }
 
@@ -116,6 +116,8 @@ mod tests {
         for (pq, headers) in [
             ("/api/v1/pods?watch=1", &[][..]),
             ("/api/v1/namespaces/a/pods/p/log?follow=true", &[][..]),
+            // A log, followed or not: long-running, as the apiserver's.
+            ("/api/v1/namespaces/a/pods/p/log", &[][..]),
             (
                 "/api/v1/namespaces/a/pods/p/exec?command=sh",
                 &[("connection", "Upgrade"), ("upgrade", "SPDY/3.1")][..],
@@ -141,8 +143,6 @@ mod tests {
         // Short requests, and raw flags on paths where they mean nothing, take none.
         for (pq, headers) in [
             ("/api/v1/pods", &[][..]),
-            ("/api/v1/namespaces/a/pods/p/log", &[][..]),
-            ("/api/v1/namespaces/a/pods/p/log?follow=false", &[][..]),
             ("/api/v1/pods?follow=true", &[][..]),
             ("/api/v1/namespaces/a/pods/p/proxy/x", &[][..]),
             ("/api/v1/nodes/n/proxy/stats", &[][..]),
