@@ -91,6 +91,14 @@ pub enum Error {
     /// 422 on an object (`ConfigMap "x" is invalid: …`); `kind` is the Kind (`ConfigMap`).
     #[error("{} {} is invalid: {}", .kind, go_quote(.name), join_causes(.causes))]
     Invalid { kind: String, group: String, name: String, causes: Vec<Cause> },
+    /// 413 `Request entity too large: …`: a body past the apiserver's 3 MiB, a JSON patch of
+    /// more operations than it applies (`NewRequestEntityTooLargeError`, no details).
+    #[error("Request entity too large: {0}")]
+    RequestEntityTooLarge(String),
+    /// 422 with the message alone, `details: {}`: a JSON patch that does not apply (the
+    /// apiserver's `NewGenericServerResponse(422, …)`).
+    #[error("{0}")]
+    Unprocessable(String),
     /// 405 for a verb the resource does not serve.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
@@ -259,6 +267,8 @@ impl Error {
                 return render_with_meta(410, "Expired", &msg, None, None, Meta { continue_token });
             }
             Error::BadRequest(_) => (400, "BadRequest", None, None),
+            Error::RequestEntityTooLarge(_) => (413, "RequestEntityTooLarge", None, None),
+            Error::Unprocessable(_) => (422, "Invalid", Some(Details::default()), None),
             Error::Unauthorized | Error::UnauthorizedWith(_) => (401, "Unauthorized", None, None),
             Error::Timeout => (504, "Timeout", Some(Details::default()), None),
             Error::Forbidden { name, group, kind, .. } => {

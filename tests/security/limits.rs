@@ -101,13 +101,13 @@ async fn the_in_flight_permit_lasts_until_the_body_ends_and_only_real_long_runne
         let r = env.get(&format!("{small}{query}"), headers).await;
         assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{query} {headers:?}");
     }
-    let r = env.get("/api/v1/namespaces/big/pods/p/log", &[]).await;
-    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a log without follow is a short request");
-    // … what the request is does: watches (served and forwarded) and a followed log.
+    // … what the request is does: watches (served and forwarded) and logs, followed or not
+    // (the apiserver's `longRunningSubresources`).
     for path in [
         "/api/v1/namespaces/big/configmaps?watch=1&resourceVersion=0&fieldSelector=metadata.name%3Dcm-0001",
         "/api/v1/namespaces/big/secrets?watch=true&resourceVersion=0",
         "/api/v1/namespaces/big/pods/p/log?follow=true",
+        "/api/v1/namespaces/big/pods/p/log",
     ] {
         let resp = env.headers_only(path, &[]).await;
         assert_eq!(resp.status(), StatusCode::OK, "{path}");
@@ -216,7 +216,7 @@ async fn followed_logs_and_exec_sessions_count_against_the_per_user_limit() {
     let r = env.get("/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=1", &alice).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a watch shares the limit");
     let r = env.get("/api/v1/namespaces/default/pods/p/log", &alice).await;
-    assert_eq!(r.status, StatusCode::OK, "a log read without follow is short: no slot");
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "a log read without follow is a stream too");
     // Another user has their own.
     let bob = env.headers_only(log, &[("authorization", "Bearer bob-token")]).await;
     assert_eq!(bob.status(), StatusCode::OK);

@@ -223,11 +223,17 @@ pub fn protobuf(status: StatusCode, body: Body, watch: bool) -> Response<Body> {
     resp
 }
 
-/// Reads a request body (at most 3 MiB, the apiserver's limit).
+/// The apiserver's request body limit (`MaxRequestBodyBytes`, 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Reads a request body: past [`MAX_BODY_BYTES`] the apiserver's 413 (`limitedReadBody`).
 pub async fn body_bytes(req: Request<Incoming>) -> Result<Bytes, Error> {
-    let limited = http_body_util::Limited::new(req.into_body(), 3 * 1024 * 1024);
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES);
     match limited.collect().await {
         Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            Err(Error::RequestEntityTooLarge(format!("limit is {MAX_BODY_BYTES}")))
+        }
         Err(e) => Err(Error::BadRequest(format!("unable to read request body: {e}"))),
     }
 }

@@ -419,6 +419,19 @@ async fn not_found_texts_match_recordings() {
     assert_eq!(resp.json(), recording("cluster-scoped-nodes")["steps"][5]["response"]["body"]);
 }
 
+/// A body past 3 MiB: the apiserver's 413 (`limitedReadBody`), not a 400.
+#[tokio::test]
+async fn a_body_past_the_limit_is_413() {
+    let h = start().await;
+    let big = json!({"metadata": {"name": "big"}, "data": {"a": "x".repeat(3 * 1024 * 1024)}});
+    let r = send(&h, Method::POST, "/api/v1/namespaces/default/configmaps", &[], Some(big)).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "Request entity too large: limit is 3145728", "reason": "RequestEntityTooLarge", "code": 413})
+    );
+}
+
 #[tokio::test]
 async fn duplicate_create_is_409_and_stale_update_conflicts() {
     let h = start().await;

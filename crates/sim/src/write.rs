@@ -317,13 +317,14 @@ const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 /// 2 KB body, doubled it 40 times and took the sim down (found by a review).
 const JSON_PATCH_MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
 
-/// RFC 6902 JSON patch: `add`, `remove`, `replace`, `test`, `copy`, `move`. Past the
-/// apiserver's two bounds its texts, as 400s (its codes are 413 and 422).
+/// RFC 6902 JSON patch: `add`, `remove`, `replace`, `test`, `copy`, `move`. As the
+/// apiserver's `applyJSPatch`: a patch that is not an array is a 400, one of too many
+/// operations a 413, one that does not apply (the copy bound too) a 422.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), Error> {
-    let bad = |m: String| Error::BadRequest(m);
-    let ops = patch.as_array().ok_or_else(|| bad("json patch must be an array".into()))?;
+    let bad = |m: String| Error::Unprocessable(m);
+    let ops = patch.as_array().ok_or_else(|| Error::BadRequest("json patch must be an array".into()))?;
     if ops.len() > MAX_JSON_PATCH_OPERATIONS {
-        return Err(bad(format!(
+        return Err(Error::RequestEntityTooLarge(format!(
             "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
             ops.len()
         )));
@@ -453,7 +454,17 @@ mod tests {
         assert!(e.contains("exceeding the limit 3145728"), "{e}");
         let many: Vec<Value> =
             (0..10_001).map(|_| json!({"op": "test", "path": "/data", "value": "y"})).collect();
-        let e = json_patch(&mut doc, &Value::Array(many)).unwrap_err().to_string();
-        assert!(e.contains("The allowed maximum operations in a JSON patch is 10000, got 10001"), "{e}");
+        let e = json_patch(&mut doc, &Value::Array(many)).unwrap_err();
+        assert_eq!(
+            e.to_status().body,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001","reason":"RequestEntityTooLarge","code":413}"#
+        );
+        // One that does not apply: the apiserver's 422 with empty details.
+        let e = json_patch(&mut doc, &json!([{"op": "test", "path": "/data", "value": "y"}])).unwrap_err();
+        assert_eq!(
+            e.to_status().body,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"testing value /data failed","reason":"Invalid","details":{},"code":422}"#
+        );
+        assert_eq!(json_patch(&mut doc, &json!({})).unwrap_err().to_status().code, 400, "not an array");
     }
 }
