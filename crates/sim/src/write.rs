@@ -269,7 +269,46 @@ pub fn delete(sim: &Sim, t: &Target, raw_query: &str) -> Result<Response<Body>, 
         }
     }
     let o = sim.store().delete(t.res, ns, name)?;
-    Ok(respond(StatusCode::OK, &o))
+    if returns_deleted_object(&kind.group, &kind.resource) {
+        return Ok(respond(StatusCode::OK, &o));
+    }
+    // The generic store's `finalizeDelete`: a Success Status naming what was deleted
+    // (list-pagination-snapshot.json, watch-cluster-scoped-nodes.json, crd-watch.json).
+    let v = to_value(&o);
+    let meta =
+        |k: &str| v.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).unwrap_or("").to_owned();
+    let q = |s: &str| Value::String(s.to_owned()).to_string();
+    let group = if kind.group.is_empty() { String::new() } else { format!(r#","group":{}"#, q(&kind.group)) };
+    let status = format!(
+        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Success","details":{{"name":{}{group},"kind":{},"uid":{}}}}}"#,
+        q(&meta("name")),
+        q(&kind.resource),
+        q(&meta("uid"))
+    );
+    Ok(json(StatusCode::OK, full(status)))
+}
+
+/// The resources whose storage returns the deleted object (`ReturnDeletedObject: true` in
+/// kube-apiserver's registries); every other answers a DELETE with a Success Status.
+fn returns_deleted_object(group: &str, resource: &str) -> bool {
+    match group {
+        "" => matches!(
+            resource,
+            "namespaces"
+                | "persistentvolumes"
+                | "persistentvolumeclaims"
+                | "pods"
+                | "podtemplates"
+                | "resourcequotas"
+                | "services"
+                | "serviceaccounts"
+        ),
+        "storage.k8s.io" => {
+            matches!(resource, "csidrivers" | "csinodes" | "storageclasses" | "volumeattachments")
+        }
+        "resource.k8s.io" => true,
+        _ => false,
+    }
 }
 
 /// `pods/<name>/binding`: schedules an unscheduled pod (the scheduler's write), 201 + Status.
