@@ -53,12 +53,15 @@ pub fn run(args: &ProbeArgs) -> Result<(), String> {
     };
     conn.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     conn.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("{authority}: {e}"))?;
+    // One write (`write!` writes each formatted piece apart: a server answering after the first
+    // piece and closing failed the rest with a broken pipe, and the answer went unread).
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    let sent = conn.write_all(request.as_bytes());
     let mut answer = Vec::new();
-    // What came before a read error or the timeout still says the status.
+    // What came before a write or read error, or the timeout, still says the status.
     let read = conn.take(MAX_ANSWER).read_to_end(&mut answer);
     if answer.is_empty() {
+        sent.map_err(|e| format!("{authority}: {e}"))?;
         read.map_err(|e| format!("{authority}: {e}"))?;
     }
     let text = String::from_utf8_lossy(&answer);
@@ -82,8 +85,12 @@ mod tests {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf).unwrap();
+            // The request's head, whole.
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && c.read(&mut b).unwrap() == 1 {
+                head.push(b[0]);
+            }
             c.write_all(answer.as_bytes()).unwrap();
         });
         format!("http://{addr}/readyz")
