@@ -22,7 +22,21 @@ ENV RUSTFLAGS="-C target-feature=+crt-static" \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_PROFILE_RELEASE_DEBUG=false \
     CARGO_TERM_COLOR=never
-ARG TARGET=x86_64-unknown-linux-gnu
+# The Rust target: from buildx's TARGETARCH (amd64, arm64; this stage runs on the target's
+# platform, emulated where it is not the builder's), or as given (`--build-arg TARGET=…`).
+# Before 2026-11-29 it was x86_64 whatever the platform: an arm64 build made no arm64 binary.
+ARG TARGETARCH
+ARG TARGET=""
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN t="$TARGET"; \
+    if [ -z "$t" ]; then \
+      case "${TARGETARCH:-amd64}" in \
+        amd64) t=x86_64-unknown-linux-gnu ;; \
+        arm64) t=aarch64-unknown-linux-gnu ;; \
+        *) echo "unsupported TARGETARCH ${TARGETARCH}: give --build-arg TARGET=<rust target>" >&2; exit 1 ;; \
+      esac; \
+    fi; \
+    echo "$t" > /rust-target
 
 # Dependency layer: only the manifests and empty targets, so this layer (all dependencies
 # compiled) is reused until a Cargo.toml or Cargo.lock changes. The workspace has four members
@@ -42,16 +56,16 @@ RUN mkdir -p src benches crates/cli/src crates/sim/src crates/bench/src \
     && echo 'fn main() {}' > crates/cli/src/main.rs \
     && touch src/lib.rs crates/sim/src/lib.rs crates/bench/src/lib.rs \
     && for b in objects list fanout history queues; do echo 'fn main() {}' > "benches/$b.rs"; done \
-    && cargo build --release --locked --target "$TARGET" -p kube-watchcache-cli --no-default-features \
-    && cargo clean --release --target "$TARGET" -p kube-watchcache -p kube-watchcache-cli \
+    && cargo build --release --locked --target "$(cat /rust-target)" -p kube-watchcache-cli --no-default-features \
+    && cargo clean --release --target "$(cat /rust-target)" -p kube-watchcache -p kube-watchcache-cli \
     && rm -rf src benches crates
 
 # The real sources (benches/ and the other members too: the manifests name their targets).
 COPY src ./src
 COPY benches ./benches
 COPY crates ./crates
-RUN cargo build --release --locked --target "$TARGET" -p kube-watchcache-cli --no-default-features \
-    && cp "target/$TARGET/release/kube-watchcache" /kube-watchcache \
+RUN cargo build --release --locked --target "$(cat /rust-target)" -p kube-watchcache-cli --no-default-features \
+    && cp "target/$(cat /rust-target)/release/kube-watchcache" /kube-watchcache \
     && /kube-watchcache --version
 
 FROM gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
