@@ -379,6 +379,20 @@ def main() -> int:
     must_fail("terminationGracePeriodSeconds not above delay + grace", {"shutdown": {"delaySeconds": 5, "gracePeriodSeconds": 30}, "terminationGracePeriodSeconds": 35})
     must_fail("clientCA from both a ConfigMap and a Secret", {"clientCA": {"configMap": "a", "secret": "b"}})
 
+    must_fail("a period the proxy cannot read", {"consistencyCheckPeriod": "5x"})
+    # What the proxy reads as a period: `0` (never / at shutdown only) and Go's compound
+    # durations (the schema refused both before 2026-11-29).
+    for key, flag, period in [("consistencyCheckPeriod", "--consistency-check-period", "0"),
+                              ("consistencyCheckPeriod", "--consistency-check-period", "1m30s"),
+                              ("state.syncPeriod", "--state-sync-period", "0"),
+                              ("state.syncPeriod", "--state-sync-period", "1m30s")]:
+        values = {"state": {"enabled": True, "syncPeriod": period}} if key.startswith("state.") else {key: period}
+        try:
+            args = one(render(values)[0], "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+            check(f"{key}={period} renders {flag}={period}", arg_value(args, flag) == period, str(arg_value(args, flag)))
+        except Exception as e:  # noqa: BLE001
+            check(f"{key}={period} renders", False, str(e))
+
     print("-- plain manifests (deploy/*.yaml, deploy/sidecar/*.yaml)")
     plain = sorted((ROOT / "deploy").glob("*.yaml")) + sorted((ROOT / "deploy" / "sidecar").glob("*.yaml"))
     check("plain manifests found", len(plain) >= 4)
