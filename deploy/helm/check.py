@@ -17,6 +17,7 @@ import re
 import ssl
 import sys
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import helm_python as helm
@@ -293,6 +294,15 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
             c("selfSigned: extra SANs included", set(v["tls"]["extraDNSNames"]) | set(v["tls"]["extraIPAddresses"]) <= sans, f"{sans}")
             c("selfSigned: a fixed ClusterIP is named", not v["service"]["clusterIP"] or v["service"]["clusterIP"] in sans, f"{sans}")
             c("selfSigned: key is a PEM private key", "PRIVATE KEY-----" in key)
+            ann = s[0]["metadata"].get("annotations", {})
+            not_after = ann.get("kube-watchcache.io/not-after", "")
+            try:
+                said = datetime.fromisoformat(not_after.replace("Z", "+00:00")).timestamp()
+                real = ssl.cert_time_to_seconds(cert["notAfter"])
+                c("selfSigned: the not-after annotation is the certificate's", abs(said - real) < 120, f"{not_after} vs {cert['notAfter']}")
+            except ValueError as e:
+                c("selfSigned: the not-after annotation is a time", False, f"{not_after!r}: {e}")
+            c("selfSigned: the SAN digest annotation is set", len(ann.get("kube-watchcache.io/sans", "")) == 64, str(ann))
         c("selfSigned: NOTES says how to get the CA", f"get secret {tls_secret}" in notes and "ca\\.crt" in notes)
     elif mode == "certManager":
         cert = one(objs, "Certificate")
@@ -332,6 +342,38 @@ def assert_chart(case: str, values: dict, objs: list[dict], notes: str) -> None:
                 c(f"{o['kind']}/{o['metadata']['name']} in the release namespace", False)
 
 
+def self_signed_keep_cases() -> None:
+    """kwc.selfSignedKeep (the chart's own _helpers.tpl, in a scratch chart whose one template
+    calls it with a Secret as `lookup` would find it): which Secrets an upgrade keeps."""
+    now = datetime.now(timezone.utc)
+    at = lambda days: (now + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    files = {"tls.crt": "Y3J0", "tls.key": "a2V5", "ca.crt": "Y2E="}
+    def secret(ann: dict | None, data: dict = files) -> dict:
+        return {"metadata": {"annotations": ann} if ann is not None else {}, "data": data}
+    cases = [
+        ("nothing found", {}, False),
+        ("an older chart's Secret (no annotations)", secret(None), True),
+        ("same names, valid for 100 days", secret({"kube-watchcache.io/not-after": at(100), "kube-watchcache.io/sans": "d1"}), True),
+        ("same names, expiring in 10 days", secret({"kube-watchcache.io/not-after": at(10), "kube-watchcache.io/sans": "d1"}), False),
+        ("expired", secret({"kube-watchcache.io/not-after": at(-1), "kube-watchcache.io/sans": "d1"}), False),
+        ("other names (a clusterIP set since)", secret({"kube-watchcache.io/not-after": at(100), "kube-watchcache.io/sans": "d0"}), False),
+        ("an unreadable time", secret({"kube-watchcache.io/not-after": "soon", "kube-watchcache.io/sans": "d1"}), False),
+        ("a file missing", secret(None, {"tls.crt": "Y3J0", "ca.crt": "Y2E="}), False),
+    ]
+    with tempfile.TemporaryDirectory(prefix="kwc-keep-") as tmp:
+        root = Path(tmp) / "keep"
+        (root / "templates").mkdir(parents=True)
+        (root / "Chart.yaml").write_text("apiVersion: v2\nname: keep\nversion: 0.0.1\n")
+        (root / "templates" / "_helpers.tpl").write_text((CHART / "templates" / "_helpers.tpl").read_text())
+        (root / "templates" / "keep.yaml").write_text(
+            'keep: "{{ include "kwc.selfSignedKeep" (dict "existing" .Values.existing "sans" "d1" "now" now) }}"\n')
+        chart = helm.Chart.load(str(root))
+        for name, existing, want in cases:
+            out = chart.render({"existing": existing}, name=RELEASE, namespace=NAMESPACE)
+            got = yaml.safe_load(out["keep/templates/keep.yaml"])["keep"] == "true"
+            check(f"selfSigned upgrade keeps the Secret: {name}: {want}", got == want, f"got {got}")
+
+
 def must_fail(name: str, values: dict) -> None:
     try:
         render(values)
@@ -365,6 +407,9 @@ def main() -> int:
             for o in objs:
                 validate(o, case)
             assert_chart(case, values, objs, notes)
+
+    print("-- a self-signed Secret found at an upgrade: kept, or made anew")
+    self_signed_keep_cases()
 
     print("-- the values schema is strict and the templates refuse bad combinations")
     must_fail("unknown top-level key", {"bogus": 1})

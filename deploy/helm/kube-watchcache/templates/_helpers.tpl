@@ -130,3 +130,27 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   verbs: ["get"]
 {{- end -}}
 {{- end -}}
+
+{{/*
+kwc.selfSignedKeep: "true" when the self-signed Secret found in the cluster may be kept at an
+upgrade: it has its three files, and either it predates these annotations (an older chart's,
+kept as before) or it names the same addresses (kube-watchcache.io/sans, a digest of the SANs)
+and stays valid for more than 30 days (kube-watchcache.io/not-after). Otherwise a new CA and
+certificate are generated: before 2026-11-29 an expired certificate, or one without a
+service.clusterIP set later, was kept at every upgrade. Args: dict "existing" (the Secret, or
+an empty dict) "sans" (this render's digest) "now" (a time).
+*/}}
+{{- define "kwc.selfSignedKeep" -}}
+{{- $s := .existing | default dict -}}
+{{- $d := $s.data | default dict -}}
+{{- $a := (($s.metadata | default dict).annotations) | default dict -}}
+{{- if and (index $d "tls.crt") (index $d "tls.key") (index $d "ca.crt") -}}
+{{- $notAfter := index $a "kube-watchcache.io/not-after" | default "" -}}
+{{- $sans := index $a "kube-watchcache.io/sans" | default "" -}}
+{{- if and (not $notAfter) (not $sans) -}}true
+{{- else if and $notAfter (eq $sans .sans) -}}
+{{- $left := sub (toDate "2006-01-02T15:04:05Z07:00" $notAfter | unixEpoch | atoi) (.now | unixEpoch | atoi) -}}
+{{- if gt $left (mul 30 86400) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
