@@ -91,6 +91,19 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     b.create(dir)
 }
 
+/// Whether the proxy can write in `dir`: a probe file created (0600) and removed. A `hostPath`
+/// volume the kubelet created is root-owned, and every save then failed with a warning per
+/// resource and per sync, nothing saying why at start.
+pub fn writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".write-probe-{}", std::process::id()));
+    let mut o = fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    o.open(&probe)?;
+    fs::remove_file(&probe)
+}
+
 /// Why a state file must not be read: it is not the proxy's own (another user's), or users
 /// other than the proxy's may write it (anyone, or a group the proxy is not in; a group it is
 /// in — a pod's `fsGroup` — is its own). Such a file could make the proxy serve objects the
@@ -192,6 +205,25 @@ pub fn remove(dir: &Path, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory the proxy cannot write is found at once (the probe leaves nothing behind).
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_the_proxy_cannot_write_is_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("kwc-state-ro-{}", fastrand::u64(..)));
+        ensure_dir(&dir).unwrap();
+        writable(&dir).unwrap();
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "the probe is removed");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o500)).unwrap();
+        // root writes anywhere: the refusal is seen only as another user.
+        let refused = writable(&dir);
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+        let root =
+            fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
+        assert!(root || refused.is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn written_files_are_private_and_replace_the_old_one() {

@@ -37,6 +37,11 @@ impl Loaded {
     pub fn read(opts: &StateOptions, memory_limit: Option<u64>) -> Loaded {
         if let Err(e) = file::ensure_dir(&opts.dir) {
             tracing::warn!(dir = %opts.dir.display(), error = %e, "--state-dir cannot be created");
+        } else if let Err(e) = file::writable(&opts.dir) {
+            tracing::error!(dir = %opts.dir.display(), error = %e,
+                "--state-dir is not writable by this process: no state will be saved (a hostPath \
+                 volume is created root-owned: make the directory writable by the proxy's user, \
+                 65532 in the image)");
         }
         let entries = match file::open_all(&opts.dir) {
             Ok(e) => e,
