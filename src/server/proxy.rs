@@ -106,7 +106,7 @@ pub async fn forward(
         }
         Credential::Trusted => upstream.forward_as_proxy(req).await,
         // Never the proxy's credentials: the token caller's own header, or none at all.
-        Credential::Anonymous | Credential::Token(_) => upstream.forward(req).await,
+        Credential::Anonymous | Credential::Token => upstream.forward(req).await,
     };
     match sent {
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),

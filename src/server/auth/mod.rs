@@ -105,8 +105,8 @@ impl Auth {
             }
             return Ok(Caller::new((**u).clone(), Credential::Certificate));
         }
-        let token = req.headers().get(AUTHORIZATION).and_then(|h| authn::bearer_token(h).map(|t| (h, t)));
-        if let Some((header, token)) = token {
+        let token = req.headers().get(AUTHORIZATION).and_then(authn::bearer_token);
+        if let Some(token) = token {
             if token.len() > self.tokens.max_token_bytes() {
                 tracing::debug!(
                     len = token.len(),
@@ -120,7 +120,7 @@ impl Auth {
             return match review {
                 Ok((Some(u), how)) => {
                     tracing::debug!(user = %u.name, cache = ?how, "token authenticated");
-                    Ok(Caller::new((*u).clone(), Credential::Token(header.clone())))
+                    Ok(Caller::new((*u).clone(), Credential::Token))
                 }
                 Ok((None, _)) => Err(status::unauthorized()),
                 Err(authn::ReviewError::Limited) => {

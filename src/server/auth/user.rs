@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use http::HeaderValue;
 
 pub const ANONYMOUS: &str = "system:anonymous";
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
@@ -69,8 +68,10 @@ pub enum Credential {
     Trusted,
     /// No credentials, `--anonymous-auth` on: forwarded unchanged, without any credentials.
     Anonymous,
-    /// A bearer token (the caller's `Authorization` header, forwarded unchanged).
-    Token(HeaderValue),
+    /// A bearer token (the caller's `Authorization` header, forwarded unchanged with its
+    /// request). Not kept here: a header value is a slice of its HTTP/1.1 connection's read
+    /// buffer (up to 1 MiB), and a caller lives as long as its watch.
+    Token,
     /// A client certificate verified against `--client-ca-file`: forwarded with the proxy's
     /// credentials and impersonation headers.
     Certificate,
