@@ -201,6 +201,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let version = upstream.get_json("/version").await.ok();
     let version = version.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     let upstream_minor = version.as_ref().and_then(crate::proto::minor_of_version);
+    // Feature-gate defaults follow the version the apiserver emulates (`--emulated-version`,
+    // 1.31+), which may be below its binary's.
+    let gates_minor = version.as_ref().and_then(crate::proto::gates_minor_of_version);
     match upstream_minor {
         Some(minor) => tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)"),
         None => {
@@ -275,7 +278,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         consistent_wait: args.consistent_read_wait,
         max_staleness: args.max_staleness,
     };
-    let security = security(&args.security, &upstream, addr, &metrics, upstream_minor)?;
+    let security = security(&args.security, &upstream, addr, &metrics, gates_minor)?;
     let tls = tls.map(|(cfg, reloader)| {
         let interval = args.security.tls_reload_interval;
         tokio::spawn(tls::watch_files(reloader, interval, shutdown_rx.clone(), metrics.clone()));
@@ -368,6 +371,9 @@ fn security(
     upstream_minor: Option<u32>,
 ) -> Result<Security, String> {
     let constrained_impersonation = args.feature_gates.constrained_impersonation(upstream_minor);
+    if !args.feature_gates.ignored.is_empty() {
+        tracing::info!(gates = ?args.feature_gates.ignored, "--feature-gates: gates this proxy does not read, ignored");
+    }
     if args.enabled() {
         tracing::info!(
             constrained_impersonation,

@@ -433,10 +433,13 @@ pub struct SecurityArgs {
     pub feature_gates: FeatureGates,
 }
 
-/// The `--feature-gates` this proxy reads; `None`: the upstream's default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The `--feature-gates` this proxy reads; `None`: the upstream's default. Gates it does not
+/// read are kept by name (`ignored`), so the apiserver's own `--feature-gates` value can be
+/// given as it is (logged at start).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FeatureGates {
     pub constrained_impersonation: Option<bool>,
+    pub ignored: Vec<String>,
 }
 
 impl FeatureGates {
@@ -448,7 +451,9 @@ impl FeatureGates {
 }
 
 /// `--feature-gates` as the kube components parse it (`k=v` pairs, comma-separated, values as
-/// `strconv.ParseBool`): an unknown gate is an error (`unrecognized feature gate`).
+/// `strconv.ParseBool`); a gate this proxy does not read is kept in `ignored` (the kube
+/// components refuse an unknown one, but the apiserver's value names many this proxy has no
+/// use for).
 pub fn parse_feature_gates(s: &str) -> Result<FeatureGates, String> {
     let mut gates = FeatureGates::default();
     for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -458,7 +463,7 @@ pub fn parse_feature_gates(s: &str) -> Result<FeatureGates, String> {
         let v = parse_bool_flag(v.trim()).map_err(|e| format!("invalid value of {k}={v}, err: {e}"))?;
         match k.trim() {
             "ConstrainedImpersonation" => gates.constrained_impersonation = Some(v),
-            other => return Err(format!("unrecognized feature gate: {other}")),
+            other => gates.ignored.push(other.to_owned()),
         }
     }
     Ok(gates)
@@ -863,7 +868,10 @@ mod tests {
         assert!(!off.constrained_impersonation(Some(37)));
         let on = parse_feature_gates(" ConstrainedImpersonation=True ,").unwrap();
         assert!(on.constrained_impersonation(Some(28)));
-        assert_eq!(parse_feature_gates("Foo=true").unwrap_err(), "unrecognized feature gate: Foo");
+        // The apiserver's own value, gates this proxy does not read included.
+        let apiservers = parse_feature_gates("WatchList=true,ConstrainedImpersonation=false").unwrap();
+        assert_eq!(apiservers.ignored, ["WatchList"]);
+        assert!(!apiservers.constrained_impersonation(Some(36)));
         assert!(parse_feature_gates("ConstrainedImpersonation").is_err());
         assert!(parse_feature_gates("ConstrainedImpersonation=yes").is_err());
         let args = serve(&[
@@ -874,6 +882,7 @@ mod tests {
             "--feature-gates=ConstrainedImpersonation=false",
         ]);
         assert_eq!(args.unwrap().security.feature_gates, off);
+        assert!(parse_feature_gates("Foo=maybe").is_err(), "a value that is not a bool");
     }
 
     #[test]

@@ -95,10 +95,10 @@ pub enum Error {
     /// more operations than it applies (`NewRequestEntityTooLargeError`, no details).
     #[error("Request entity too large: {0}")]
     RequestEntityTooLarge(String),
-    /// 422 with the message alone, `details: {}`: a JSON patch that does not apply (the
-    /// apiserver's `NewGenericServerResponse(422, …)`).
-    #[error("{0}")]
-    Unprocessable(String),
+    /// 422 `Invalid`, `details: {}`, and `NewGenericServerResponse`'s fixed text (it drops the
+    /// server's own message): a JSON patch that does not apply.
+    #[error("the server rejected our request due to an error in our request")]
+    Unprocessable,
     /// 405 for a verb the resource does not serve.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
@@ -268,7 +268,7 @@ impl Error {
             }
             Error::BadRequest(_) => (400, "BadRequest", None, None),
             Error::RequestEntityTooLarge(_) => (413, "RequestEntityTooLarge", None, None),
-            Error::Unprocessable(_) => (422, "Invalid", Some(Details::default()), None),
+            Error::Unprocessable => (422, "Invalid", Some(Details::default()), None),
             Error::Unauthorized | Error::UnauthorizedWith(_) => (401, "Unauthorized", None, None),
             Error::Timeout => (504, "Timeout", Some(Details::default()), None),
             Error::Forbidden { name, group, kind, .. } => {

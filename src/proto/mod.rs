@@ -69,6 +69,18 @@ pub fn minor_of_version(version: &serde_json::Value) -> Option<u32> {
     m.trim_end_matches('+').parse().ok()
 }
 
+/// The minor version whose feature-gate defaults the upstream follows: its `emulationMinor`
+/// when it has one (an apiserver run with `--emulated-version`) and it is lower, else its
+/// `minor`.
+pub fn gates_minor_of_version(version: &serde_json::Value) -> Option<u32> {
+    let minor = minor_of_version(version)?;
+    let emulated = version
+        .get("emulationMinor")
+        .and_then(|m| m.as_str())
+        .and_then(|m| m.trim_end_matches('+').parse().ok());
+    Some(emulated.map_or(minor, |e: u32| e.min(minor)))
+}
+
 /// `Content-Type` of protobuf objects and lists.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 /// `Content-Type` of protobuf watch streams.
@@ -297,4 +309,21 @@ pub fn encode_status(json: &[u8]) -> Result<Bytes, Unsupported> {
 pub fn status_event(json: &[u8]) -> Result<Bytes, Unsupported> {
     let status = encode_status(json)?;
     Ok(envelope::watch_event("ERROR", &[&status]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feature gates follow the emulated version when an apiserver has one below its binary's.
+    #[test]
+    fn gate_defaults_follow_the_emulated_version() {
+        let v = |j: &str| serde_json::from_str::<serde_json::Value>(j).unwrap();
+        assert_eq!(gates_minor_of_version(&v(r#"{"major":"1","minor":"36"}"#)), Some(36));
+        let emulating = v(r#"{"major":"1","minor":"36","emulationMajor":"1","emulationMinor":"35"}"#);
+        assert_eq!(gates_minor_of_version(&emulating), Some(35));
+        assert_eq!(minor_of_version(&emulating), Some(36), "the encoding is the binary's");
+        assert_eq!(gates_minor_of_version(&v(r#"{"minor":"28+","emulationMinor":"x"}"#)), Some(28));
+        assert_eq!(gates_minor_of_version(&v(r#"{"major":"1"}"#)), None);
+    }
 }

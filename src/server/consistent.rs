@@ -165,8 +165,10 @@ impl Prober {
         let fetch = move || {
             let (upstream, reader) = (upstream.clone(), reader.clone());
             async move {
-                let before = reader.progress().rv;
+                // The history first: a relist between the two reads then shows as a new history, never
+                // as an upstream below a cache RV read from the history after it.
                 let histories = reader.histories();
+                let before = reader.progress().rv;
                 match tokio::time::timeout(READ_TIMEOUT, upstream.list_page(reader.kind(), 1, None, None))
                     .await
                 {
@@ -199,8 +201,10 @@ impl Prober {
                 let Ok(_one) = PROOFS_IN_THE_AIR.try_acquire() else {
                     return Err(format!("{MAX_PROOFS_IN_THE_AIR} metadata proofs in the air"));
                 };
-                let before = reader.progress().rv;
+                // The history first: a relist between the two reads then shows as a new history, never
+                // as an upstream below a cache RV read from the history after it.
                 let histories = reader.histories();
+                let before = reader.progress().rv;
                 match tokio::time::timeout(READ_TIMEOUT, upstream.list_metadata(reader.kind(), &sel, limit))
                     .await
                 {
@@ -263,8 +267,10 @@ enum Listed {
 /// page when the cache has already reached that page's RV.
 async fn list_initial(upstream: &Upstream, reader: &Reader, sel: &Selection) -> Result<Listed, String> {
     let kind = reader.kind();
-    let before = reader.progress().rv;
+    // The history first: a relist between the two reads then shows as a new history, never
+    // as an upstream below a cache RV read from the history after it.
     let histories = reader.histories();
+    let before = reader.progress().rv;
     let first = upstream.list_metadata(kind, sel, Some(INITIAL_PAGE)).await.map_err(|e| e.to_string())?;
     not_behind(reader, before, first.rv)?;
     let p = reader.progress();

@@ -203,25 +203,28 @@ impl Auth {
                     skip -= 1;
                     continue;
                 }
-                let (attrs, reason) = match check {
-                    Check::Refuse { attrs, reason } => (attrs, reason),
+                // As Go's `checkAuthorization`: a check that cannot be decided fails its mode
+                // (its answer — 429, 500 — is that mode's refusal) and the next mode is tried; a
+                // wildcard that cannot be decided is not allowed.
+                let refusal = match check {
+                    Check::Refuse { attrs, reason } => status::forbidden(&requestor.name, &attrs, &reason),
                     Check::Wildcard { attrs, skip: n } => {
-                        if self.decide(requestor, &attrs, source).await?.allowed {
+                        if self.decide(requestor, &attrs, source).await.is_ok_and(|d| d.allowed) {
                             skip = n;
                         }
                         continue;
                     }
                     Check::Ask { user, attrs } => {
                         let asking = user.map_or_else(|| requestor.clone(), Arc::new);
-                        let d = self.decide(&asking, &attrs, source).await?;
-                        if d.allowed {
-                            continue;
+                        match self.decide(&asking, &attrs, source).await {
+                            Ok(d) if d.allowed => continue,
+                            Ok(d) => status::forbidden(&requestor.name, &attrs, &d.reason),
+                            Err(resp) => resp,
                         }
-                        (attrs, d.reason)
                     }
                 };
                 if first.is_none() {
-                    first = Some(status::forbidden(&requestor.name, &attrs, &reason));
+                    first = Some(refusal);
                 }
                 continue 'modes;
             }

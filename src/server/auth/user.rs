@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-
 pub const ANONYMOUS: &str = "system:anonymous";
 pub const UNAUTHENTICATED: &str = "system:unauthenticated";
 pub const AUTHENTICATED: &str = "system:authenticated";
