@@ -554,12 +554,29 @@ async fn a_most_recent_watch_never_gets_410_after_a_relist() {
     let (mut w, r) = setup();
     // The probe gave 12; a relist at 20 lands before the watch registers.
     w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
-    let mut watch = r.watch(req(Filter::default(), WatchStart::MostRecent(Rv(12)), false)).unwrap();
+    let histories = r.histories();
+    let start = |rv| WatchStart::MostRecent { rv: Rv(rv), histories };
+    let mut watch = r.watch(req(Filter::default(), start(12), false)).unwrap();
     w.apply(EventType::Modified, obj(&w, "a", "x", 21, "a")).unwrap();
     assert_eq!(take(&mut watch, 1).await, vec![("MODIFIED".into(), "x".into(), "21".into())]);
     // Without a relist it is a watch from that RV.
-    let mut watch = r.watch(req(Filter::default(), WatchStart::MostRecent(Rv(20)), false)).unwrap();
+    let mut watch = r.watch(req(Filter::default(), start(20), false)).unwrap();
     assert_eq!(take(&mut watch, 1).await, vec![("MODIFIED".into(), "x".into(), "21".into())]);
+}
+
+/// A Most Recent start probed in a history the cache has left since (the upstream's storage
+/// went back: a list below its RV landed) starts at the cache's RV, not from the probed RV,
+/// which would skip the new history's changes up to it (review).
+#[tokio::test]
+async fn a_most_recent_watch_probed_in_a_gone_history_starts_now() {
+    let (mut w, r) = setup();
+    w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
+    let probed = WatchStart::MostRecent { rv: Rv(30), histories: r.histories() };
+    // Went back: listed at 18, below the cache's 20; the new history moves on to 22.
+    w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(18));
+    let mut watch = r.watch(req(Filter::default(), probed, false)).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 22, "a")).unwrap();
+    assert_eq!(take(&mut watch, 1).await, vec![("MODIFIED".into(), "x".into(), "22".into())]);
 }
 
 #[tokio::test]

@@ -37,8 +37,10 @@ pub enum WatchStart {
     /// Events after `rv`, a revision the upstream issued after the request arrived (RV unset,
     /// `sendInitialEvents=false`): like `After`, but if a relist has moved the history floor
     /// past `rv`, events after the cache RV (a later start is as "most recent"; the apiserver
-    /// never answers such a watch 410).
-    MostRecent(Rv),
+    /// never answers such a watch 410), or if the history `rv` was read in (`histories`,
+    /// `Reader::histories`) is gone since (the upstream's storage went back: `rv` names a
+    /// revision of the old history, and a start from it skipped the new one's changes up to it).
+    MostRecent { rv: Rv, histories: u64 },
     /// Synthetic ADDED for the current state, then (with bookmarks) the
     /// `k8s.io/initial-events-end` BOOKMARK, then live events (watch-list).
     InitialEvents,
@@ -127,8 +129,12 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
             return Err(Error::Relisting);
         }
         let start = match req.start {
-            WatchStart::MostRecent(rv) if rv < st.history.floor() => WatchStart::Now,
-            WatchStart::MostRecent(rv) => WatchStart::After(rv),
+            WatchStart::MostRecent { rv, histories }
+                if rv < st.history.floor() || histories != st.histories =>
+            {
+                WatchStart::Now
+            }
+            WatchStart::MostRecent { rv, .. } => WatchStart::After(rv),
             other => other,
         };
         match start {
@@ -180,7 +186,7 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 watch.replay = replay;
                 return Ok(watch);
             }
-            WatchStart::Now | WatchStart::MostRecent(_) => {
+            WatchStart::Now | WatchStart::MostRecent { .. } => {
                 last_rv = st.rv;
             }
             WatchStart::Proven { rv, snapshot } if rv > st.rv && snapshot.histories == st.histories => {

@@ -128,11 +128,19 @@ pub enum Initial {
     Proven { rv: Rv, snapshot: Snapshot },
 }
 
+/// A probe's answer: a revision the upstream issued after a request arrived, and the cache's
+/// history (`Reader::histories`) it was answered in: a start from it is of that history only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fresh {
+    pub rv: Rv,
+    pub histories: u64,
+}
+
 /// The consistent-read machinery of one resource.
 pub struct Prober {
     upstream: Upstream,
     reader: Reader,
-    probes: Arc<Flights<(), Result<Rv, String>>>,
+    probes: Arc<Flights<(), Result<Fresh, String>>>,
     initial: Arc<Flights<Selection, Result<Initial, String>>>,
     metadata: Arc<Flights<(Selection, Option<u32>), MetadataResult>>,
     /// How probes (`LIST ?limit=1`) and metadata proofs have fared.
@@ -153,13 +161,14 @@ impl Prober {
         })
     }
 
-    /// A revision the upstream issued after `arrived` (a coalesced `LIST ?limit=1`).
+    /// A revision the upstream issued after `arrived` (a coalesced `LIST ?limit=1`), and the
+    /// cache's history it was read in (`Reader::histories`).
     ///
     /// The cache's RV is read before the probe is sent: the upstream's answer is at least every
     /// RV it issued before, unless its storage went back (etcd restored without
     /// `--bump-revision`); then the cache is relisted (as by the consistency check), never
     /// proven fresh by an RV below its own.
-    pub async fn fresh_rv(&self, arrived: Instant) -> Result<Rv, String> {
+    pub async fn fresh_rv(&self, arrived: Instant) -> Result<Fresh, String> {
         let upstream = self.upstream.clone();
         let reader = self.reader.clone();
         let fetch = move || {
@@ -181,7 +190,7 @@ impl Prober {
                         if reader.histories() != histories {
                             return Err("the upstream's storage went back during the probe".into());
                         }
-                        Ok(rv)
+                        Ok(Fresh { rv, histories })
                     }
                     Err(_) => Err("probe timed out".to_owned()),
                 }
@@ -460,7 +469,7 @@ mod tests {
             if went_back {
                 assert!(got.as_ref().is_err_and(|e| e.contains("went back during the probe")), "{got:?}");
             } else {
-                assert_eq!(got, Ok(Rv(20)));
+                assert_eq!(got.map(|f| f.rv), Ok(Rv(20)));
             }
         }
     }

@@ -122,7 +122,7 @@ async fn proven_fresh(src: &Source<'_>, opts: &ServeOptions, arrived: Instant) -
     }
     let started = Instant::now();
     let r = match src.prober.fresh_rv(arrived).await {
-        Ok(r) => r,
+        Ok(f) => f.rv,
         Err(e) => {
             tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
             return false;
@@ -332,7 +332,7 @@ async fn serve_inner(
         // Events after a revision issued after the request arrived; no proof needed: events up
         // to it are skipped and bookmarks held until the cache passes it.
         Plan::WatchMostRecent { initial: false } => match src.prober.fresh_rv(arrived).await {
-            Ok(r) => watch(reader, req, opts, WatchStart::MostRecent(r)),
+            Ok(f) => watch(reader, req, opts, WatchStart::MostRecent { rv: f.rv, histories: f.histories }),
             Err(e) => {
                 tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
                 Ok(Outcome::Forward(ForwardReason::MostRecent))
@@ -357,7 +357,7 @@ async fn serve_inner(
             // gone history unless the upstream issued it again (a probe sent after arrival).
             if reader.gone_ahead(*rv) {
                 match src.prober.fresh_rv(arrived).await {
-                    Ok(r) if r < *rv => return Ok(error_event_stream(&reader.gone(*rv), req.repr)),
+                    Ok(f) if f.rv < *rv => return Ok(error_event_stream(&reader.gone(*rv), req.repr)),
                     Ok(_) => {}
                     Err(e) => {
                         tracing::debug!(error = %e, "consistent-read probe failed; forwarding");
