@@ -248,6 +248,46 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 mod tests {
     use super::*;
 
+    /// Renewals: a quarter of the rate per user, then the shared bucket's way: one account's
+    /// many tokens spend their quarter and what the shared bucket has left, no more, and
+    /// another user's renewal still goes.
+    #[tokio::test]
+    async fn renewals_are_shared_out_per_user_then_fall_back_to_the_shared_bucket() {
+        use crate::upstream::testutil::{client_of, full, handler, serve};
+        use http_body_util::BodyExt;
+        // Every token is valid; its user is what comes before its `-`.
+        let addr = serve(handler(|_, req: http::Request<hyper::body::Incoming>| async move {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            let user = v["spec"]["token"].as_str().unwrap().split('-').next().unwrap().to_owned();
+            let answer = json!({"status": {"authenticated": true, "user": {"username": user}}});
+            http::Response::builder()
+                .header("content-type", "application/json")
+                .body(full(answer.to_string()))
+                .unwrap()
+        }))
+        .await;
+        // No refill within the test: 8 reviews in all, a quarter (2) of the renewals per user.
+        let opts = AuthnOptions { review_qps: 0.001, review_burst: 8, ..AuthnOptions::default() };
+        let a = TokenAuthenticator::new(client_of(addr), opts, Arc::new(Metrics::new()));
+        let tokens = ["bob-1", "bob-2", "bob-3", "bob-4", "bob-5", "alice-1"];
+        for t in tokens {
+            assert!(a.review(t, None).await.unwrap().0.is_some(), "{t}");
+        }
+        // Their answers expire (the cache forgets them; they are remembered valid).
+        for t in tokens {
+            a.cache.remove(&sha256(t.as_bytes()));
+        }
+        // bob: his quarter, then the shared bucket's last two (6 of its 8 spent above), then 429.
+        let mut renewed = Vec::new();
+        for t in &tokens[..5] {
+            renewed.push(a.review(t, None).await.is_ok());
+        }
+        assert_eq!(renewed, [true, true, true, true, false]);
+        // alice: a quarter of her own, whatever bob spent.
+        assert!(a.review("alice-1", None).await.is_ok());
+    }
+
     #[test]
     fn sha256_is_sha256() {
         let h = sha256(b"abc");
