@@ -570,8 +570,15 @@ impl ServeArgs {
         if let Some(path) = &self.config {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
-            let file: FileConfig =
-                serde_saphyr::from_str(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
+            // Where it fails, not what it says there: a file named by mistake (a kubeconfig, a
+            // token) would have its values quoted by the parser's message and snippet.
+            let file: FileConfig = serde_saphyr::from_str(&text).map_err(|e| {
+                format!(
+                    "--config {}: not a configuration file{} (its keys: resources, historyWindow, historyMaxEvents)",
+                    path.display(),
+                    crate::upstream::parse_error_at(&e)
+                )
+            })?;
             if self.resources.is_empty() {
                 self.resources = file.resources.unwrap_or_default();
             }
@@ -737,6 +744,10 @@ mod tests {
             ("https://u:/pw@h", "https://***@h"),
             ("admin:p/ss@h", "***@h"),
             ("http://h:1/a@b", "http://***@b"),
+            // A query or fragment (a token in it) is hidden, with or without userinfo.
+            ("https://gw.example/k8s?access_token=S3CRET", "https://gw.example/k8s?***"),
+            ("https://u:p@gw/k8s?t=S3CRET#x", "https://***@gw/k8s?***"),
+            ("https://gw/k8s#S3CRET", "https://gw/k8s#***"),
         ] {
             assert_eq!(crate::upstream::hide_userinfo(url), shown, "{url}");
         }
@@ -856,6 +867,10 @@ mod tests {
         assert_eq!(ok.history_window, Duration::from_secs(120));
         std::fs::write(&f, "resourcez: [pods]\n").unwrap();
         assert!(serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).is_err());
+        // A kubeconfig named by mistake: its token is not quoted back.
+        std::fs::write(&f, "users:\n- name: a\n  user: {token: S3CRET}\nresources: S3CRET\n").unwrap();
+        let e = serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains(" at line ") && !e.contains("S3CRET"), "where, not what: {e}");
     }
 
     #[test]

@@ -358,15 +358,21 @@ pub(crate) fn normalize_url(url: &str) -> Result<String, ConfigError> {
 /// replaced by `***`. A password may hold a `/`, `?`, `#` or digits after a `:` — none of
 /// which tells it from a host, a port or a path — so any `@` hides all before it: a path
 /// holding one (`http://h:1/a@b` → `http://***@b`) is hidden too, which costs only a log's
-/// detail.
+/// detail. A query or fragment is hidden as well (`?access_token=…`; refused, but logged with
+/// the effective configuration first).
 pub fn hide_userinfo(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    match rest.rfind('@') {
-        Some(at) => format!("{scheme}***{}", &rest[at..]),
-        None => url.to_owned(),
+    let (head, tail) = match rest.rfind('@') {
+        Some(at) => (format!("{scheme}***"), &rest[at..]),
+        None => (scheme, rest),
+    };
+    // A query or fragment may carry a token (`?access_token=…`): hidden too.
+    match tail.find(['?', '#']) {
+        Some(i) => format!("{head}{}***", &tail[..=i]),
+        None => format!("{head}{tail}"),
     }
 }
 

@@ -149,6 +149,16 @@ fn outgoing_headers(
     }
     h.remove(HOST);
     own_values(h);
+    // Never indexed in the shared upstream connection's HPACK table (beside other callers'
+    // requests, a compression oracle's target): a caller's token, in `Authorization` or in a
+    // WebSocket subprotocol (`base64url.bearer.authorization.k8s.io.<token>`).
+    for name in [AUTHORIZATION, http::header::SEC_WEBSOCKET_PROTOCOL] {
+        if let http::header::Entry::Occupied(mut e) = h.entry(name) {
+            for v in e.iter_mut() {
+                v.set_sensitive(true);
+            }
+        }
+    }
     if let Some(imp) = impersonation {
         h.remove(AUTHORIZATION);
         strip_impersonation(h);
@@ -324,6 +334,17 @@ mod tests {
         assert_eq!(h["x-small"], "aaa");
         assert_eq!(h[AUTHORIZATION], "aaaaaaaaaa");
         assert!(h[AUTHORIZATION].is_sensitive() && !h["x-small"].is_sensitive());
+        // A caller's token is never indexed for HPACK, in a WebSocket subprotocol either.
+        let mut h = headers(&[
+            ("authorization", "Bearer caller"),
+            ("sec-websocket-protocol", "base64url.bearer.authorization.k8s.io.dG9r"),
+            ("sec-websocket-protocol", "v4.channel.k8s.io"),
+            ("accept", "application/json"),
+        ]);
+        outgoing_headers(&mut h, None, None);
+        assert!(h[AUTHORIZATION].is_sensitive());
+        assert!(h.get_all("sec-websocket-protocol").iter().all(|v| v.is_sensitive()));
+        assert!(!h["accept"].is_sensitive());
     }
 
     #[test]

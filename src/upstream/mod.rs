@@ -61,6 +61,7 @@ pub use client::PREFIX_ESCAPE;
 pub use config::{hide_userinfo, resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
+pub(crate) use errors::parse_error_at;
 pub(crate) use forward::upgrade_protocol;
 pub use forward::HeldWhileUpgraded;
 pub use identity::{Identity, IdentitySlot};
