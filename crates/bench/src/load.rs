@@ -119,17 +119,24 @@ async fn timed(
     let outcome = tokio::time::timeout(REQUEST_TIMEOUT, fut).await.unwrap_or(Err("timeout"));
     match outcome {
         Ok((status, bytes, kept)) => {
-            k.latency.record_duration(started.elapsed());
-            k.done.fetch_add(1, Relaxed);
-            k.bytes.fetch_add(bytes, Relaxed);
             stats.status(status.as_str());
             if status.is_success() {
+                // Latency and throughput of answered requests only: a quick 429 or 503 would
+                // lower the one and raise the other.
+                k.latency.record_duration(started.elapsed());
+                k.done.fetch_add(1, Relaxed);
+                k.bytes.fetch_add(bytes, Relaxed);
                 return keep.then(|| kept.into());
             }
             k.errors.fetch_add(1, Relaxed);
             None
         }
         Err(label) => {
+            // A request that timed out took at least its deadline: counted so in the latency,
+            // which would otherwise miss exactly the slowest ones.
+            if label == "timeout" {
+                k.latency.record_duration(REQUEST_TIMEOUT);
+            }
             k.errors.fetch_add(1, Relaxed);
             stats.status(label);
             None

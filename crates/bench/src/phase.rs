@@ -389,6 +389,14 @@ impl Phase<'_> {
             let t = w.tracker.lock();
             watch.deliveries_expected += expected.count(w);
             watch.deliveries_received += t.received;
+            // Writer changes outside its selection: a node's watcher (`spec.nodeName`, which
+            // every apiserver applies) or, through the proxy, a shard's (an apiserver before
+            // KEP-5866 sends every shard's changes, which is what the direct column shows).
+            let selected = w.node.is_some() || (w.shard.is_some() && name == "proxy");
+            if selected {
+                watch.unexpected += t.received - expected.arrived_locked(&t, w);
+            }
+            watch.unexpected += t.implausible;
             watch.lost += expected.lost_locked(&t, w);
             watch.duplicated += t.duplicated;
             watch.out_of_order += t.out_of_order;
@@ -481,6 +489,10 @@ impl Expected {
 
     fn lost(&self, w: &Watcher) -> u64 {
         self.lost_locked(&w.tracker.lock(), w)
+    }
+
+    fn arrived_locked(&self, t: &Tracker, w: &Watcher) -> u64 {
+        t.arrived(self.of(w.node, w.shard).iter().copied())
     }
 
     fn lost_locked(&self, t: &Tracker, w: &Watcher) -> u64 {

@@ -44,6 +44,10 @@ pub struct WatchReport {
     /// Sum over watchers of the changes each should have received.
     pub deliveries_expected: u64,
     pub deliveries_received: u64,
+    /// Writer changes received by watchers that should not have had them (outside their node,
+    /// shard or selector), or with a sequence number the writer never reached.
+    #[serde(default)]
+    pub unexpected: u64,
     pub lost: u64,
     pub duplicated: u64,
     pub out_of_order: u64,
@@ -158,9 +162,10 @@ pub struct Report {
     #[serde(default)]
     pub security: String,
     pub targets: Vec<TargetReport>,
-    /// What makes the run fail: lost, duplicated or reordered events, watchers that never
-    /// opened, failed writes past `MAX_FAILED_WRITES`, refused requests (401/403), a phase with
-    /// watchers that expected no delivery at all (it proved nothing).
+    /// What makes the run fail: lost, duplicated, reordered or unexpected events, watchers that
+    /// never opened or ended on an ERROR, failed writes and failed requests (5xx, timeouts) past
+    /// `MAX_FAILED_WRITES`, refused requests (401/403), a phase with watchers that expected no
+    /// delivery at all (it proved nothing).
     pub problems: Vec<String>,
 }
 
@@ -202,6 +207,32 @@ impl Report {
                 if let Some(n) = t.statuses.get(code).filter(|n| **n > 0) {
                     self.problems.push(format!("{}: {n} requests answered {code}", t.name));
                 }
+            }
+            // Server errors and requests without an answer (timeouts, transport errors): past
+            // the same 1 % as writes, the figures are of a failing target.
+            let all: u64 = t.statuses.values().sum();
+            let failures: Vec<(&String, &u64)> = t
+                .statuses
+                .iter()
+                .filter(|(k, _)| k.starts_with('5') || !k.starts_with(|c: char| c.is_ascii_digit()))
+                .collect();
+            let failed: u64 = failures.iter().map(|(_, n)| **n).sum();
+            let which = failures.iter().map(|(k, n)| format!("{k}×{n}")).collect::<Vec<_>>().join(" ");
+            let what = "requests (5xx, timeouts, transport errors)";
+            if let Some(p) = too_many_failed(&t.name, what, all - failed, failed, Some(&which)) {
+                self.problems.push(p);
+            }
+            if w.failed > 0 {
+                self.problems.push(format!(
+                    "{}: {} watches ended with an ERROR event (a 410, a server error) and did not go on",
+                    t.name, w.failed
+                ));
+            }
+            if w.unexpected > 0 {
+                self.problems.push(format!(
+                    "{}: {} writer changes reached watchers whose selection does not hold them (a selector not applied?)",
+                    t.name, w.unexpected
+                ));
             }
             for (n, what) in
                 [(w.lost, "lost"), (w.duplicated, "duplicated"), (w.out_of_order, "out of order")]
@@ -453,6 +484,34 @@ mod tests {
         let mut ok = Report { targets: vec![target("proxy", 1.0, 0)], ..Default::default() };
         ok.check();
         assert!(ok.problems.is_empty());
+    }
+
+    /// Server errors and unanswered requests past 1 %, watches ended by an ERROR and changes
+    /// outside a watcher's selection fail the run (a review: each passed as "0 lost").
+    #[test]
+    fn errors_failed_watches_and_unexpected_events_fail_the_run() {
+        let mut t = target("proxy", 1.0, 0);
+        t.statuses.insert("200".into(), 199);
+        t.statuses.insert("503".into(), 1);
+        let mut r = Report { targets: vec![t.clone()], ..Default::default() };
+        r.check();
+        assert!(r.problems.is_empty(), "1 of 200 is tolerated… {:?}", r.problems);
+        t.statuses.insert("timeout".into(), 1);
+        t.statuses.insert("200".into(), 100);
+        t.statuses.insert("503".into(), 2);
+        t.watch.failed = 1;
+        t.watch.unexpected = 4;
+        let mut r = Report { targets: vec![t], ..Default::default() };
+        r.check();
+        assert_eq!(r.problems.len(), 3, "{:?}", r.problems);
+        assert_eq!(
+            r.problems[0],
+            "proxy: 3 of 103 requests (5xx, timeouts, transport errors) failed (more than 1 %); first: 503×2 timeout×1"
+        );
+        assert!(r.problems[1].contains("1 watches ended with an ERROR event"));
+        assert!(
+            r.problems[2].contains("4 writer changes reached watchers whose selection does not hold them")
+        );
     }
 
     /// Issue 18: failed writes, refused requests and a phase that expected nothing fail the

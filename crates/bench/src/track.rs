@@ -32,7 +32,14 @@ pub struct Tracker {
     pub received: u64,
     pub duplicated: u64,
     pub out_of_order: u64,
+    /// Events stamped with a sequence number no writer of this phase could have reached (more
+    /// than [`MAX_SPAN`] past `base`): not accounted in the bitset, whose size a number read
+    /// from the network would otherwise set.
+    pub implausible: u64,
 }
+
+/// The most writer changes one phase accounts (a bitset of 8 MiB at most per watcher).
+pub const MAX_SPAN: u64 = 1 << 26;
 
 impl Tracker {
     /// A tracker whose watch starts after `start_rv` and accounts writer changes `base..`.
@@ -81,6 +88,10 @@ impl Tracker {
     pub fn observe(&mut self, rv: u64, seq: Option<u64>) -> Seen {
         let in_order = rv > self.last_rv;
         let seen = match seq {
+            Some(s) if s >= self.base && s - self.base >= MAX_SPAN => {
+                self.implausible += 1;
+                Seen::Other
+            }
             Some(s) if s >= self.base => {
                 if self.bit(s) {
                     self.duplicated += 1;
@@ -112,6 +123,12 @@ impl Tracker {
     }
 
     /// How many of the `expected` writer changes (sequence numbers of this phase that match
+    /// this watcher's selector, ascending) arrived.
+    pub fn arrived(&self, expected: impl IntoIterator<Item = u64>) -> u64 {
+        expected.into_iter().filter(|&s| s >= self.base && self.bit(s)).count() as u64
+    }
+
+    /// How many of the `expected` writer changes (sequence numbers of this phase that match
     /// this watcher's selector) never arrived.
     pub fn lost(&self, expected: impl IntoIterator<Item = u64>) -> u64 {
         expected.into_iter().filter(|&s| s >= self.base && !self.bit(s)).count() as u64
@@ -132,6 +149,18 @@ mod tests {
         assert_eq!((t.received, t.duplicated, t.out_of_order), (3, 0, 0));
         assert_eq!(t.lost([10, 11, 200]), 0);
         assert_eq!(t.last_rv(), 300);
+    }
+
+    /// A sequence number read from the network cannot size the bitset: one past any phase's
+    /// reach is counted apart, nothing allocated for it.
+    #[test]
+    fn an_implausible_sequence_number_allocates_nothing() {
+        let mut t = Tracker::new(5, 0);
+        assert_eq!(t.observe(1, Some(5 + MAX_SPAN)), Seen::Other);
+        assert_eq!(t.observe(2, Some(u64::MAX)), Seen::Other);
+        assert_eq!((t.implausible, t.received, t.seen.len()), (2, 0, 0));
+        assert_eq!(t.observe(3, Some(6)), Seen::Fresh);
+        assert_eq!((t.arrived([5, 6]), t.lost([5, 6])), (1, 1));
     }
 
     #[test]
