@@ -109,6 +109,7 @@ pub async fn external(args: &BenchArgs, plan: &Plan, report: &mut Report, seq: u
             backend: backend.clone(),
             seq_base: seq,
             measure: if is_proxy { args.proxy_pid } else { args.direct_pid }.map(Some),
+            measure_upstream: if is_proxy { args.direct_pid } else { None },
             tls: tls.clone(),
             nodes: nodes.clone(),
         };
@@ -200,6 +201,8 @@ async fn in_process_run(
             backend: Backend::Sim(local.sim.sim.clone()),
             seq_base: seq,
             measure: Some(args.proxy_pid),
+            // In-process: the sim is this process too, measured already.
+            measure_upstream: None,
             upstream: phase::UpstreamCount::Sim(local.sim.sim.clone()),
             tls: tls.clone(),
             proxy_metrics: metrics,

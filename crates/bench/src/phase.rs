@@ -186,6 +186,9 @@ pub struct Phase<'a> {
     pub seq_base: u64,
     /// Whose CPU and RSS to measure: `Some(None)` this process, `Some(Some(pid))` another one.
     pub measure: Option<Option<u32>>,
+    /// The upstream's process, measured too while the proxy is (`--direct-pid` in the proxy
+    /// phase): the writes and reviews the proxy phase costs it.
+    pub measure_upstream: Option<u32>,
     pub upstream: UpstreamCount,
     /// The clients' TLS material (trust anchors, client certificate).
     pub tls: ClientTls,
@@ -263,6 +266,7 @@ impl Phase<'_> {
 
         // 2. Load for the duration.
         let cpu0 = self.measure.and_then(procstat::cpu_seconds);
+        let upstream_cpu0 = self.measure_upstream.and_then(|p| procstat::cpu_seconds(Some(p)));
         let up0 = self.upstream.read().await;
         let metrics0 = scrape(&self.proxy_metrics).await;
         let auth0 = metrics0.as_deref().and_then(auth_lookups);
@@ -359,6 +363,7 @@ impl Phase<'_> {
             let _ = s.await;
         }
         let cpu1 = self.measure.and_then(procstat::cpu_seconds);
+        let upstream_cpu1 = self.measure_upstream.and_then(|p| procstat::cpu_seconds(Some(p)));
         let up1 = self.upstream.read().await;
         let metrics1 = scrape(&self.proxy_metrics).await;
         let auth1 = metrics1.as_deref().and_then(auth_lookups);
@@ -431,6 +436,7 @@ impl Phase<'_> {
             watch,
             upstream_requests: up0.zip(up1).map(|(a, b)| b.saturating_sub(a)),
             cpu_seconds: cpu0.zip(cpu1).map(|(a, b)| b - a),
+            upstream_cpu_seconds: upstream_cpu0.zip(upstream_cpu1).map(|(a, b)| b - a),
             peak_rss_bytes: self.measure.map(|_| rss_peak.load(Relaxed)),
             http_versions: stats.versions(),
             auth_lookups: auth0.zip(auth1).map(|(a, b)| AuthLookups {

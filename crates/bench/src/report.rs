@@ -75,6 +75,11 @@ pub struct TargetReport {
     /// CPU seconds used during the phase by the measured process (the whole bench process when
     /// everything runs in-process).
     pub cpu_seconds: Option<f64>,
+    /// The upstream's CPU seconds during a proxy phase (`--direct-pid` given): the writes,
+    /// Lease renewals and reviews it serves meanwhile. The direct column's `cpu_seconds` holds
+    /// the same work, so "proxy + its upstream" against "direct" compares like with like.
+    #[serde(default)]
+    pub upstream_cpu_seconds: Option<f64>,
     /// Largest resident set seen during the phase.
     pub peak_rss_bytes: Option<u64>,
     /// Responses by the HTTP version the connections really spoke (`HTTP/1.1`, `HTTP/2.0`).
@@ -348,6 +353,17 @@ impl Report {
             );
         }
         row("CPU seconds".into(), &|t| t.cpu_seconds, 2);
+        if self.targets.iter().any(|t| t.upstream_cpu_seconds.is_some()) {
+            // Proxy + its upstream in the same phase, against the upstream alone.
+            row(
+                "CPU s with the upstream's".into(),
+                &|t| match t.upstream_cpu_seconds {
+                    Some(u) => t.cpu_seconds.map(|c| c + u),
+                    None => t.cpu_seconds,
+                },
+                2,
+            );
+        }
         row("peak RSS MiB".into(), &|t| t.peak_rss_bytes.map(|b| b as f64 / 1048576.0), 1);
         row("deliveries".into(), &|t| Some(t.deliveries as f64), 0);
         row("MB listed".into(), &|t| Some(t.bytes_listed as f64 / 1e6), 1);
@@ -468,6 +484,14 @@ mod tests {
         let table = r.table();
         let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap().to_owned();
         assert!(row("CPU µs per delivery").ends_with("0.25"), "{table}");
+        assert!(!table.contains("CPU s with the upstream's"), "no upstream measured: no row");
+        // The upstream measured during the proxy phase (`--direct-pid`): proxy + upstream.
+        let mut r = r;
+        r.targets[0].upstream_cpu_seconds = Some(0.4);
+        let table = r.table();
+        let row = |name: &str| table.lines().find(|l| l.starts_with(name)).unwrap().to_owned();
+        let both = row("CPU s with the upstream's");
+        assert!(both.contains("0.60") && both.trim_end().ends_with("0.75"), "{both}");
         let per_mb = row("CPU ms per MB listed");
         assert!(
             per_mb.contains("50.00") && per_mb.trim_end().ends_with('-'),
