@@ -209,7 +209,7 @@ fn upstream_url_without_kubeconfig() {
     for (url, shown) in [
         ("https://admin:hunter2@10.0.0.1:6443", "https://***@10.0.0.1:6443"),
         ("https://tok%40en@10.0.0.1:6443/prefix", "https://***@10.0.0.1:6443/prefix"),
-        ("https://a:b@c@10.0.0.1:6443/x?y=z", "https://***@10.0.0.1:6443/x?y=z"),
+        ("https://a:b@c@10.0.0.1:6443/x?y=z", "https://***@10.0.0.1:6443/x?***"),
         ("admin:hunter2@10.0.0.1:6443", "***@10.0.0.1:6443"),
     ] {
         let opts = UpstreamOptions { upstream: Some(url.into()), ..Default::default() };
