@@ -502,10 +502,9 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Outcome {
     }
     let secs = Instant::now().duration_since(p.since).as_secs_f64();
     let retry_after = (0.06 * secs).exp().clamp(1.0, 30.0) as u32;
-    let message = match &p.last_error {
-        Some(e) => format!("storage is (re)initializing: {e}"),
-        None => "storage is (re)initializing".to_owned(),
-    };
+    // The apiserver's text alone: why the cache is not ready (the upstream's answer to the
+    // proxy's own list, naming its identity) is for the logs and `/readyz?verbose`.
+    let message = "storage is (re)initializing".to_owned();
     Outcome::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.error_proto))
 }
 
@@ -604,9 +603,14 @@ mod tests {
     async fn a_relist_past_max_staleness_is_forwarded() {
         let (mut w, r) = cache::new(kinds()[0].as_ref().clone(), CacheOptions::default());
         w.replace(Vec::new(), Rv(10));
-        w.set_not_ready(Some("relisting".into()));
-        let (code, _, _) = body(run(&r, "/api/v1/configmaps", "resourceVersion=0").await).await;
+        w.set_not_ready(Some(
+            "relisting: upstream answered HTTP 403: User \"system:serviceaccount:kube-system:kwc\"".into(),
+        ));
+        let (code, _, b) = body(run(&r, "/api/v1/configmaps", "resourceVersion=0").await).await;
         assert_eq!(code, 429, "a relist under way");
+        // The apiserver's text alone: why (the upstream's answer to the proxy's own list,
+        // naming its identity) is not the caller's.
+        assert!(b.contains(r#""message":"storage is (re)initializing","#) && !b.contains("kwc"), "{b}");
         tokio::time::advance(Duration::from_secs(181)).await;
         assert!(matches!(
             run(&r, "/api/v1/configmaps", "resourceVersion=0").await,

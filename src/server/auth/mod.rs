@@ -272,8 +272,10 @@ impl Auth {
                 Err(super::limits::too_many())
             }
             Err(e) => {
+                // The upstream's answer to the proxy's own review (naming its identity and its
+                // rights) is for the log, not the caller.
                 tracing::warn!(error = %e, "SubjectAccessReview failed");
-                Err(body::error(Error::Internal(format!("authorization check failed: {e}"))))
+                Err(body::error(Error::Internal("authorization check failed".into())))
             }
         }
     }
