@@ -35,8 +35,9 @@ pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// The credential versions client-go speaks.
 const API_VERSIONS: [&str; 2] = ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"];
 
-/// A plugin, ready to run.
-#[derive(Clone, Debug)]
+/// A plugin, ready to run. Its `Debug` names the command alone: its environment comes from
+/// the kubeconfig and may hold secrets.
+#[derive(Clone)]
 pub(crate) struct ExecPlugin {
     /// The kubeconfig user, for messages.
     pub user: String,
@@ -49,14 +50,34 @@ pub(crate) struct ExecPlugin {
     exec_info: String,
 }
 
-/// What one run returned.
-#[derive(Clone, Debug, PartialEq)]
+/// What one run returned. Its `Debug` says what it holds, never the values.
+#[derive(Clone, PartialEq)]
 pub(crate) struct Credential {
     pub token: Option<String>,
     /// Client certificate chain and key, PEM.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
     /// `status.expirationTimestamp`; `None`: valid until the process ends.
     pub expiry: Option<SystemTime>,
+}
+
+impl std::fmt::Debug for ExecPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecPlugin")
+            .field("user", &self.user)
+            .field("command", &self.command)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("identity", &self.identity.as_ref().map(|_| "<redacted>"))
+            .field("expiry", &self.expiry)
+            .finish()
+    }
 }
 
 /// The cluster as `spec.cluster` carries it for `provideClusterInfo` (client-go's

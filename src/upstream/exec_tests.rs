@@ -199,3 +199,15 @@ async fn the_token_is_renewed_before_it_expires_and_not_before_it_is_due() {
     tokio::task::yield_now().await;
     assert_eq!(exec.runs(), 1);
 }
+
+/// A credential's `Debug` says what it holds, never the values (a `?` in a log line one day).
+#[test]
+fn credentials_debug_without_their_values() {
+    let c = super::exec::Credential {
+        token: Some("S3CRET-token".into()),
+        identity: Some((b"CERT".to_vec(), b"PRIVATE-KEY-S3CRET".to_vec())),
+        expiry: None,
+    };
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("S3CRET") && shown.contains("<redacted>"), "{shown}");
+}

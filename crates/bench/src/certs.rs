@@ -74,7 +74,12 @@ impl Pki {
             std::process::id(),
             fastrand::u64(..)
         ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // 0700: the keys and the sim's admin token written here are this user's alone.
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(err("CA"))?;
         ca.distinguished_name.push(DnType::CommonName, "kube-watchcache bench CA");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -120,6 +125,12 @@ mod tests {
     #[test]
     fn the_serving_certificates_verify_against_the_ca_for_127_0_0_1() {
         let pki = Pki::generate().unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&pki.dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "the keys' directory is the user's alone");
+        }
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_file(&pki.ca).unwrap()).unwrap();
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
