@@ -58,6 +58,14 @@ pub async fn of_objects(
             }
         }
     }
+    // A pod the target does not list would have its changes expected by no watcher: a target
+    // missing it would pass (review). Its absence is the finding.
+    if let Some(i) = out.iter().position(|s| *s == usize::MAX) {
+        return Err(format!(
+            "bench-pod-{i} is not in the target's LIST of pods ({} of {objects} missing): the run cannot say which watchers should get its changes",
+            out.iter().filter(|s| **s == usize::MAX).count()
+        ));
+    }
     Ok(out)
 }
 
