@@ -577,6 +577,9 @@ async fn upstream_count(
     total
 }
 
+/// How long `--restart-command` may take (an apiserver's restart takes seconds to a minute).
+const RESTART_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 async fn restart_upstream(ctx: &Ctx) -> Result<(), String> {
     let command = match &*ctx.upstream.lock() {
         Upstream::External { restart_command, .. } => Some(restart_command.clone()),
@@ -584,16 +587,21 @@ async fn restart_upstream(ctx: &Ctx) -> Result<(), String> {
     };
     if let Some(command) = command {
         eprintln!("restarting the upstream: {command}");
+        // Bounded: a command that hangs fails the run instead of hanging it (killed on drop).
         let status = tokio::process::Command::new("sh")
             .arg("-c")
             .arg(&command)
             .stdout(std::process::Stdio::null())
-            .status()
-            .await;
-        return match status {
-            Ok(s) if s.success() => Ok(()),
-            Ok(s) => Err(format!("--restart-command {command:?} exited with {s}")),
-            Err(e) => Err(format!("--restart-command {command:?}: {e}")),
+            .kill_on_drop(true)
+            .status();
+        return match tokio::time::timeout(RESTART_COMMAND_TIMEOUT, status).await {
+            Ok(Ok(s)) if s.success() => Ok(()),
+            Ok(Ok(s)) => Err(format!("--restart-command {command:?} exited with {s}")),
+            Ok(Err(e)) => Err(format!("--restart-command {command:?}: {e}")),
+            Err(_) => Err(format!(
+                "--restart-command {command:?} did not end within {}s",
+                RESTART_COMMAND_TIMEOUT.as_secs()
+            )),
         };
     }
     let sim = match std::mem::replace(&mut *ctx.upstream.lock(), Upstream::Sim(None)) {
