@@ -855,15 +855,20 @@ async fn forward_upgrade_refused_returns_the_upstream_answer() {
     })
     .await;
     let front = proxy_front(plain_upstream(addr, None)).await;
+    let resp = exec_upgrade(front).await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.starts_with(br#"{"kind":"Status""#));
+}
+
+/// An exec's SPDY upgrade request to `front`, answered.
+async fn exec_upgrade(front: SocketAddr) -> Response<hyper::body::Incoming> {
     let req = Request::post(format!("http://{front}/api/v1/namespaces/ns/pods/p/exec"))
         .header("connection", "Upgrade")
         .header("upgrade", "SPDY/3.1")
         .body(Full::default())
         .unwrap();
-    let resp = test_client().request(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    assert!(body.starts_with(br#"{"kind":"Status""#));
+    test_client().request(req).await.unwrap()
 }
 
 /// A refused upgrade's upstream connection is closed, not kept idle in a pool where no client
@@ -886,12 +891,7 @@ async fn a_refused_upgrades_upstream_connection_is_closed() {
         c.read_to_end(&mut rest).await.map(|_| rest.len())
     });
     let front = proxy_front(plain_upstream(addr, None)).await;
-    let req = Request::post(format!("http://{front}/api/v1/namespaces/ns/pods/p/exec"))
-        .header("connection", "Upgrade")
-        .header("upgrade", "SPDY/3.1")
-        .body(Full::default())
-        .unwrap();
-    let resp = test_client().request(req).await.unwrap();
+    let resp = exec_upgrade(front).await;
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
     let ended = tokio::time::timeout(std::time::Duration::from_secs(10), closed).await;
     assert!(matches!(ended, Ok(Ok(Ok(0)))), "the upstream connection stayed open: {ended:?}");
