@@ -178,7 +178,7 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
             // A GET of one object decodes GetOptions only (`Query::for_get`).
             let get = t.name.is_some() && !t.force_watch;
             let q = if get { Query::for_get(&raw)? } else { Query::from_query(&raw)? };
-            let accept = negotiate(req.headers(), sim.store().kinds.kind(t.res).builtin)?;
+            let accept = negotiate(req.headers(), sim.store().kinds.kind(t.res).builtin, get)?;
             if t.force_watch || (q.watch && t.name.is_none()) {
                 watch::handle(sim, t, q, accept).await
             } else if t.name.is_some() {

@@ -142,7 +142,8 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// only, or protobuf (whole objects of built-in kinds, metadata of any; recorded in
 /// `v1.28.7-raw/protobuf.json`) — else 406 with the apiserver's texts (accept-unsupported.json,
 /// crd-accept-protobuf.json).
-pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Error> {
+/// `get`: a GET of one object, whose 406 names no stream type (recorded).
+pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<Accept, Error> {
     let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Accept::Json);
     };
@@ -151,6 +152,11 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Err
         let as_ = params.iter().find(|(k, _)| k == "as").map(|(_, v)| v.as_str());
         let proto = mt == PROTOBUF;
         if !proto && !matches!(mt.as_str(), "application/json" | "*/*" | "application/*" | "") {
+            continue;
+        }
+        // `application/*` alone: a built-in kind's serializers match none of it (recorded 406);
+        // a custom resource's JSON does (recorded 200).
+        if mt == "application/*" && builtin {
             continue;
         }
         match as_ {
@@ -180,7 +186,14 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool) -> Result<Accept, Err
         };
         return Err(Error::MediaTypesNotAccepted(types.into()));
     }
-    Err(Error::NotAcceptable("406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch".into()))
+    let streams = if get {
+        ""
+    } else {
+        ", application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch"
+    };
+    Err(Error::NotAcceptable(format!(
+        "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf{streams}"
+    )))
 }
 
 /// Whether an error `Status` goes out in protobuf: the most preferred range without a
@@ -250,19 +263,23 @@ mod tests {
 
     #[test]
     fn negotiation() {
-        assert_eq!(negotiate(&http::HeaderMap::new(), true).unwrap(), Accept::Json);
+        assert_eq!(negotiate(&http::HeaderMap::new(), true, false).unwrap(), Accept::Json);
         assert_eq!(
-            negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true).unwrap(),
+            negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true, false).unwrap(),
             Accept::Protobuf
         );
         // Recorded: protobuf-first custom resources get JSON; q orders the ranges.
-        assert_eq!(negotiate(&h("application/vnd.kubernetes.protobuf, */*"), false).unwrap(), Accept::Json);
         assert_eq!(
-            negotiate(&h("application/vnd.kubernetes.protobuf;q=0.5, application/json"), true).unwrap(),
+            negotiate(&h("application/vnd.kubernetes.protobuf, */*"), false, false).unwrap(),
             Accept::Json
         );
         assert_eq!(
-            negotiate(&h("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), false)
+            negotiate(&h("application/vnd.kubernetes.protobuf;q=0.5, application/json"), true, false)
+                .unwrap(),
+            Accept::Json
+        );
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"), false, false)
                 .unwrap(),
             Accept::ProtoMetadataList
         );
@@ -271,17 +288,31 @@ mod tests {
             "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
         )));
         assert_eq!(
-            negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true).unwrap(),
+            negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true, false)
+                .unwrap(),
             Accept::Table
         );
         assert_eq!(
-            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), true).unwrap(),
+            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), true, false)
+                .unwrap(),
             Accept::MetadataList
         );
-        assert!(
-            negotiate(&h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2"), true).is_err()
-        );
-        assert!(negotiate(&h("application/vnd.kubernetes.protobuf"), false).is_err());
-        assert!(negotiate(&h("text/html"), true).is_err());
+        assert!(negotiate(
+            &h("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v2"),
+            true,
+            false
+        )
+        .is_err());
+        assert!(negotiate(&h("application/vnd.kubernetes.protobuf"), false, false).is_err());
+        assert!(negotiate(&h("text/html"), true, false).is_err());
+        // `application/*` alone (v1.28.7-raw/protobuf.json, negotiation 7, 20, 46, 59): a
+        // built-in kind's 406, whose GET names no stream type; a custom resource's JSON.
+        let msg = |get| match negotiate(&h("application/*"), true, get) {
+            Err(Error::NotAcceptable(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(msg(false), "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch");
+        assert_eq!(msg(true), "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf");
+        assert_eq!(negotiate(&h("application/*"), false, true).unwrap(), Accept::Json);
     }
 }

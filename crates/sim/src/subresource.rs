@@ -32,7 +32,7 @@ pub async fn handle(
     let exists = sim.store().get(t.res, &ObjectKey::new(&ns, &name)).is_some();
     match (sub, req.method().clone()) {
         ("status", Method::GET) => {
-            let accept = negotiate(req.headers(), served.kind.builtin)?;
+            let accept = negotiate(req.headers(), served.kind.builtin, true)?;
             read::get(&sim, &t, &Query::for_get(raw_query)?, accept).await
         }
         ("status", Method::PUT) => write::put(&sim, &t, req).await,
