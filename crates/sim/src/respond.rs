@@ -101,6 +101,11 @@ impl Accept {
                 "you requested PartialObjectMetadata, but the requested object is a list ({})",
                 go_type(true)
             ))),
+            // A custom resource's object is unstructured: the apiserver's transform finds it is
+            // not a list only when it converts it (recorded 500, no reason).
+            (Accept::MetadataList | Accept::ProtoMetadataList, false) if !kind.builtin => {
+                Err(Error::InternalRaw("content is not a list".into()))
+            }
             (Accept::MetadataList | Accept::ProtoMetadataList, false) => {
                 Err(Error::TransformNotAcceptable(format!(
                     "you requested PartialObjectMetadataList, but the requested object is not a list ({})",

@@ -34,6 +34,28 @@ use kube_watchcache::resource::{frame_event, frame_object, EventType, Object, Re
 /// Starts a watch; request errors (422, 400, 500 for a bad RV) are HTTP errors, later ones are
 /// ERROR events.
 pub async fn handle(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<http::Response<Body>, Error> {
+    // A watch asked as a list (`as=PartialObjectMetadataList`): the apiserver accepts it (200,
+    // its stream's content type) and sends nothing: no event can become a list, so the stream
+    // ends at the first one (or the timeout) without a byte (recorded: v1.28.7-raw/protobuf.json,
+    // negotiation 35, 36, 74, 75).
+    if matches!(accept, Accept::MetadataList | Accept::ProtoMetadataList) {
+        let proto = accept == Accept::ProtoMetadataList;
+        let events = spawn(sim, t, q, if proto { Accept::Protobuf } else { Accept::Json })?;
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(async move {
+            let mut events = events;
+            let _ = events.recv().await;
+            drop(tx);
+        });
+        let mut resp = if proto {
+            protobuf(StatusCode::OK, channel_body(rx), true)
+        } else {
+            json(StatusCode::OK, channel_body(rx))
+        };
+        resp.headers_mut()
+            .insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache, private"));
+        return Ok(resp);
+    }
     let rx = spawn(sim, t, q, accept)?;
     let mut resp = if matches!(accept, Accept::Protobuf | Accept::ProtoMetadata) {
         protobuf(StatusCode::OK, channel_body(rx), true)
