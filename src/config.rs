@@ -573,9 +573,14 @@ impl ServeArgs {
             // Where it fails, not what it says there: a file named by mistake (a kubeconfig, a
             // token) would have its values quoted by the parser's message and snippet.
             let file: FileConfig = serde_saphyr::from_str(&text).map_err(|e| {
+                // An unknown key is named (a key is no secret); any other message may quote a
+                // value.
+                let text = e.to_string();
+                let unknown = text.lines().next().and_then(|l| l.find("unknown field `").map(|i| &l[i..]));
                 format!(
-                    "--config {}: not a configuration file{} (its keys: resources, historyWindow, historyMaxEvents)",
+                    "--config {}: {}{} (its keys: resources, historyWindow, historyMaxEvents)",
                     path.display(),
+                    unknown.map_or("not a configuration file", |u| u.split(',').next().unwrap_or(u)),
                     crate::upstream::parse_error_at(&e)
                 )
             })?;
@@ -737,8 +742,10 @@ mod tests {
         // Passwords with characters a URL would not take there are hidden whole; a path with an
         // `@` is hidden too (nothing tells it from a password with a `/`).
         for (url, shown) in [
-            ("https://admin:p#ss@h:6443", "https://***@h:6443"),
-            ("https://admin:p?ss@h", "https://***@h"),
+            ("https://admin:p#ss@h:6443", "https://***"),
+            ("https://admin:p?ss@h", "https://***"),
+            // An `@` in the query: nothing shown after the scheme.
+            ("https://gw/k8s?user=a@b.c&access_token=S3CRET", "https://***"),
             ("https://admin:p/ss@h/prefix", "https://***@h/prefix"),
             ("https://u:1234/abc@h", "https://***@h"),
             ("https://u:/pw@h", "https://***@h"),
@@ -866,7 +873,8 @@ mod tests {
         assert_eq!(ok.resources, vec!["pods", "configmaps"]);
         assert_eq!(ok.history_window, Duration::from_secs(120));
         std::fs::write(&f, "resourcez: [pods]\n").unwrap();
-        assert!(serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).is_err());
+        let e = serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).unwrap_err();
+        assert!(e.contains("unknown field `resourcez` at line 1"), "the key is named: {e}");
         // A kubeconfig named by mistake: its token is not quoted back.
         std::fs::write(&f, "users:\n- name: a\n  user: {token: S3CRET}\nresources: S3CRET\n").unwrap();
         let e = serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).unwrap_err();

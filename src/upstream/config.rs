@@ -365,7 +365,11 @@ pub fn hide_userinfo(url: &str) -> String {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
+    // An `@` after a `?` or `#` may be the query's (`?user=a@b&token=…`): nothing after the
+    // scheme is shown then.
+    let query_at = rest.find(['?', '#']);
     let (head, tail) = match rest.rfind('@') {
+        Some(at) if query_at.is_some_and(|q| q < at) => return format!("{scheme}***"),
         Some(at) => (format!("{scheme}***"), &rest[at..]),
         None => (scheme, rest),
     };

@@ -233,6 +233,12 @@ pub struct WriteLog {
 }
 
 impl WriteLog {
+    /// The sequence numbers of writes that failed: a failure the client saw (a timeout, a 504,
+    /// a reset after sending) may still have been committed and reach a watcher.
+    pub fn failed_seqs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.nodes.iter().enumerate().filter(|(_, &n)| n == usize::MAX).map(|(i, _)| self.base + i as u64)
+    }
+
     /// The sequence numbers a watcher of `node` (`None`: all) must receive.
     pub fn expected(&self, node: Option<usize>) -> impl Iterator<Item = u64> + '_ {
         self.nodes
@@ -294,5 +300,6 @@ mod tests {
         assert_eq!(log.expected(None).collect::<Vec<_>>(), vec![10, 11, 13, 14]);
         assert_eq!(log.expected(Some(1)).collect::<Vec<_>>(), vec![11, 13]);
         assert_eq!(log.expected(Some(7)).count(), 0);
+        assert_eq!(log.failed_seqs().collect::<Vec<_>>(), vec![12]);
     }
 }

@@ -399,7 +399,9 @@ impl Phase<'_> {
             // KEP-5866 sends every shard's changes, which is what the direct column shows).
             let selected = w.node.is_some() || (w.shard.is_some() && name == "proxy");
             if selected {
-                watch.unexpected += t.received - expected.arrived_locked(&t, w);
+                // A write the client saw fail may have been committed all the same: not counted.
+                let committed_anyway = t.arrived(log.failed_seqs());
+                watch.unexpected += t.received - expected.arrived_locked(&t, w) - committed_anyway;
             }
             watch.unexpected += t.implausible;
             watch.lost += expected.lost_locked(&t, w);

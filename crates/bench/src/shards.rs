@@ -36,7 +36,8 @@ pub fn of_uid(uid: &str, n: usize) -> usize {
     ((u128::from(h) * n as u128) >> 64) as usize
 }
 
-/// Shard of every bench pod, by object index (`bench-pod-<i>`), from a LIST of the target.
+/// Shard of every bench pod, by object index (`bench-pod-<i>`), from a Most Recent LIST of
+/// the target.
 pub async fn of_objects(
     target: &Target,
     client: &HttpClient,
@@ -44,7 +45,9 @@ pub async fn of_objects(
     n: usize,
 ) -> Result<Vec<usize>, String> {
     let req = target
-        .request(Method::GET, "/api/v1/pods?resourceVersion=0", None)
+        // Most Recent (no resourceVersion): a cache listed at RV 0 may not hold the pods seeded
+        // just before (a review).
+        .request(Method::GET, "/api/v1/pods", None)
         .ok_or("cannot build the LIST of pods")?;
     let body = send(client, req).await?;
     let list: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("pod LIST: {e}"))?;
