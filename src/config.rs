@@ -333,8 +333,9 @@ pub struct SecurityArgs {
     #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false",
           default_missing_value = "true", value_parser = parse_bool_flag)]
     pub anonymous_auth: bool,
-    /// How long a successful TokenReview is cached.
-    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    /// How long a successful TokenReview is cached. Also spelt as the kube components' delegated
+    /// authentication flag, `--authentication-token-webhook-cache-ttl`.
+    #[arg(long, default_value = "2m", value_parser = parse_duration, alias = "authentication-token-webhook-cache-ttl")]
     pub authentication_cache_ttl: Duration,
     /// How long a rejected token is cached.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
@@ -357,11 +358,13 @@ pub struct SecurityArgs {
     /// SubjectAccessReviews a user may send at once above the rate.
     #[arg(long, default_value_t = 100)]
     pub authorization_review_burst: u32,
-    /// How long an allowing SubjectAccessReview is cached.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// How long an allowing SubjectAccessReview is cached. Also spelt as the kube components'
+    /// delegated authorization flag, `--authorization-webhook-cache-authorized-ttl`.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, alias = "authorization-webhook-cache-authorized-ttl")]
     pub authorization_allowed_cache_ttl: Duration,
-    /// How long a denying SubjectAccessReview is cached.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    /// How long a denying SubjectAccessReview is cached. Also spelt
+    /// `--authorization-webhook-cache-unauthorized-ttl`.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, alias = "authorization-webhook-cache-unauthorized-ttl")]
     pub authorization_denied_cache_ttl: Duration,
     /// Entries in each of the token and decision caches.
     #[arg(long, default_value_t = 10_000)]
@@ -879,6 +882,26 @@ mod tests {
         std::fs::write(&f, "users:\n- name: a\n  user: {token: S3CRET}\nresources: S3CRET\n").unwrap();
         let e = serve(&["--insecure-listen", "127.0.0.1:1", "--config", f.to_str().unwrap()]).unwrap_err();
         assert!(e.contains(" at line ") && !e.contains("S3CRET"), "where, not what: {e}");
+    }
+
+    /// The kube components' delegated-auth cache flags are accepted as aliases.
+    #[test]
+    fn delegated_auth_cache_flags_have_the_kube_components_names_too() {
+        let a = serve(&[
+            "--resources",
+            "pods",
+            "--insecure-listen",
+            "127.0.0.1:1",
+            "--authentication-token-webhook-cache-ttl=7s",
+            "--authorization-webhook-cache-authorized-ttl=8s",
+            "--authorization-webhook-cache-unauthorized-ttl=9s",
+        ])
+        .unwrap();
+        let s = &a.security;
+        assert_eq!(
+            (s.authentication_cache_ttl, s.authorization_allowed_cache_ttl, s.authorization_denied_cache_ttl),
+            (Duration::from_secs(7), Duration::from_secs(8), Duration::from_secs(9))
+        );
     }
 
     #[test]
