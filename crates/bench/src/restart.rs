@@ -587,21 +587,25 @@ async fn restart_upstream(ctx: &Ctx) -> Result<(), String> {
     };
     if let Some(command) = command {
         eprintln!("restarting the upstream: {command}");
-        // Bounded: a command that hangs fails the run instead of hanging it (killed on drop).
-        let status = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&command)
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .status();
-        return match tokio::time::timeout(RESTART_COMMAND_TIMEOUT, status).await {
+        // Bounded: a command that hangs fails the run instead of hanging it; it runs in a
+        // process group of its own, killed whole (a compound command's children too).
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(&command).stdout(std::process::Stdio::null()).kill_on_drop(true).process_group(0);
+        let mut child = cmd.spawn().map_err(|e| format!("--restart-command {command:?}: {e}"))?;
+        return match tokio::time::timeout(RESTART_COMMAND_TIMEOUT, child.wait()).await {
             Ok(Ok(s)) if s.success() => Ok(()),
             Ok(Ok(s)) => Err(format!("--restart-command {command:?} exited with {s}")),
             Ok(Err(e)) => Err(format!("--restart-command {command:?}: {e}")),
-            Err(_) => Err(format!(
-                "--restart-command {command:?} did not end within {}s",
-                RESTART_COMMAND_TIMEOUT.as_secs()
-            )),
+            Err(_) => {
+                let group = child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32));
+                if let Some(pid) = group {
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                }
+                Err(format!(
+                    "--restart-command {command:?} did not end within {}s (its process group killed)",
+                    RESTART_COMMAND_TIMEOUT.as_secs()
+                ))
+            }
         };
     }
     let sim = match std::mem::replace(&mut *ctx.upstream.lock(), Upstream::Sim(None)) {
