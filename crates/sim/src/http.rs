@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::query::Query;
-use super::respond::{error_in_proto, error_response, error_response_as, full, indented, negotiate, Body};
+use super::respond::{error_encoding, error_response, error_response_as, full, indented, negotiate, Body};
 use super::route::{route, Route, Target};
 use super::{discovery, read, review, subresource, watch, write, RequestRecord, Sim};
 use kube_watchcache::error::Error;
@@ -147,13 +147,13 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
         Route::Resources(g, v) => discovery::resources(&sim.served_kinds(), &g, &v),
         Route::Resource(t) if sim.is_withdrawn(t.res) => page_not_found(),
         Route::Resource(t) => {
-            let proto = error_in_proto(req.headers());
+            let errors = error_encoding(req.headers());
             let ua = req.headers().get(header::USER_AGENT).map(HeaderValue::as_bytes);
             let pretty = indent::wanted(req.uri().query(), ua);
             let watch = t.force_watch
                 || (t.name.is_none()
                     && Query::from_query(req.uri().query().unwrap_or("")).is_ok_and(|q| q.watch));
-            let resp = resource(sim, t, req).await.unwrap_or_else(|e| error_response_as(e, proto));
+            let resp = resource(sim, t, req).await.unwrap_or_else(|e| error_response_as(e, errors));
             // A watch's stream is never indented; the Status refusing one is.
             if pretty && (!watch || resp.status() != StatusCode::OK) {
                 indented(resp).await

@@ -184,11 +184,9 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<
         }
     }
     if saw_unknown_as || !builtin {
-        let types = if builtin {
-            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
-        } else {
-            "application/json, application/yaml"
-        };
+        // A custom resource's serializers name protobuf too (recorded), though its objects
+        // cannot be written in it.
+        let types = "application/json, application/yaml, application/vnd.kubernetes.protobuf";
         return Err(Error::MediaTypesNotAccepted(types.into()));
     }
     let streams = if get {
@@ -201,24 +199,44 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<
     )))
 }
 
-/// Whether an error `Status` goes out in protobuf: the most preferred range without a
-/// transform is protobuf (the apiserver's `ErrorNegotiated`).
-pub fn error_in_proto(headers: &http::HeaderMap) -> bool {
-    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    ranges(raw)
-        .into_iter()
-        .find(|(mt, p)| {
-            !p.iter().any(|(k, _)| k == "as")
-                && matches!(mt.as_str(), PROTOBUF | "application/json" | "*/*" | "application/*" | "")
-        })
-        .is_some_and(|(mt, _)| mt == PROTOBUF)
+/// How a refusal's `Status` is written, as the apiserver's `ErrorNegotiated`: by the most
+/// preferred range without a transform — protobuf or JSON — and, when no range names one
+/// (only transforms, or other types: `WriteObjectNegotiated` cannot negotiate), as raw JSON,
+/// indented, without a newline (`WriteRawJSON`; recorded in v1.28.7-raw/protobuf.json).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorEncoding {
+    Json,
+    Protobuf,
+    RawJson,
 }
 
-/// An `Error` as a Status in protobuf when `proto` (JSON if it cannot be encoded).
-pub fn error_response_as(e: Error, proto: bool) -> Response<Body> {
-    if !proto {
+/// The [`ErrorEncoding`] of a request's `Accept` header.
+pub fn error_encoding(headers: &http::HeaderMap) -> ErrorEncoding {
+    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return ErrorEncoding::Json;
+    };
+    let first = ranges(raw).into_iter().find(|(mt, p)| {
+        !p.iter().any(|(k, _)| k == "as")
+            && matches!(mt.as_str(), PROTOBUF | "application/json" | "*/*" | "application/*" | "")
+    });
+    match first {
+        Some((mt, _)) if mt == PROTOBUF => ErrorEncoding::Protobuf,
+        Some(_) => ErrorEncoding::Json,
+        None => ErrorEncoding::RawJson,
+    }
+}
+
+/// An `Error` as a Status written the `how` way (JSON if protobuf cannot encode it).
+pub fn error_response_as(e: Error, how: ErrorEncoding) -> Response<Body> {
+    if how == ErrorEncoding::RawJson {
+        let compact = e.to_status().body;
+        let (mut parts, _) = e.into_response::<Bytes>().into_parts();
+        let pretty = kube_watchcache::server::indent::indent(&compact);
+        let raw = Bytes::copy_from_slice(pretty.strip_suffix(b"\n").unwrap_or(&pretty));
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, full(raw));
+    }
+    if how != ErrorEncoding::Protobuf {
         return error_response(e);
     }
     let (mut parts, json) = e.into_response::<Bytes>().into_parts();
@@ -288,10 +306,20 @@ mod tests {
                 .unwrap(),
             Accept::ProtoMetadataList
         );
-        assert!(error_in_proto(&h("application/vnd.kubernetes.protobuf, application/json")));
-        assert!(!error_in_proto(&h(
-            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-        )));
+        assert_eq!(
+            error_encoding(&h("application/vnd.kubernetes.protobuf, application/json")),
+            ErrorEncoding::Protobuf
+        );
+        assert_eq!(
+            error_encoding(&h(
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            )),
+            ErrorEncoding::Json
+        );
+        // Only transforms: raw JSON, indented, no newline (WriteRawJSON).
+        let only = h("application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1");
+        assert_eq!(error_encoding(&only), ErrorEncoding::RawJson);
+        assert_eq!(error_encoding(&http::HeaderMap::new()), ErrorEncoding::Json);
         assert_eq!(
             negotiate(&h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"), true, false)
                 .unwrap(),
