@@ -62,12 +62,6 @@ const SKIPPED: &[(&str, Option<usize>, &str)] = &[
         None,
         "70 s of timing (bookmarks are not compared anyway); too slow for this suite",
     ),
-    ("crd-accept-protobuf", Some(1), "the 406 body is protobuf-encoded; the sim answers JSON"),
-    (
-        "accept-protobuf-list",
-        None,
-        "protobuf bodies: the sim cannot encode protobuf (the proxy forwards them)",
-    ),
     (
         "watch-ignores-list-params",
         Some(2),
