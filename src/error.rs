@@ -102,9 +102,10 @@ pub enum Error {
     /// 405 for a verb the resource does not serve.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
-    /// 415 for a PATCH with a content type that is not a patch type.
-    #[error("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json")]
-    UnsupportedMediaType,
+    /// 415 for a PATCH with a content type that is not one of the resource's patch types
+    /// (`NewUnsupportedMediaTypeError`), which it names in the apiserver's order.
+    #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
+    UnsupportedMediaType(String),
     /// 504 `Timeout: Too large resource version: N, current: C` with `Retry-After: 1`.
     #[error("Timeout: Too large resource version: {requested}, current: {current}")]
     TooLargeResourceVersion { requested: Rv, current: Rv },
@@ -262,7 +263,7 @@ impl Error {
                 (409, "Conflict", Some(Details { name, group, kind: resource, ..Default::default() }), None)
             }
             Error::MethodNotAllowed => (405, "MethodNotAllowed", Some(Details::default()), None),
-            Error::UnsupportedMediaType => (415, "UnsupportedMediaType", Some(Details::default()), None),
+            Error::UnsupportedMediaType(_) => (415, "UnsupportedMediaType", Some(Details::default()), None),
             Error::ExpiredContinue { continue_token } => {
                 return render_with_meta(410, "Expired", &msg, None, None, Meta { continue_token });
             }
@@ -526,7 +527,7 @@ mod tests {
             std::str::from_utf8(&st.body).unwrap(),
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server does not allow this method on the requested resource","reason":"MethodNotAllowed","details":{},"code":405}"#
         );
-        let v = json(&Error::UnsupportedMediaType);
+        let v = json(&Error::UnsupportedMediaType("application/json-patch+json".into()));
         assert_eq!(v["code"], 415);
         assert_eq!(v["reason"], "UnsupportedMediaType");
         assert!(v["message"]

@@ -694,6 +694,42 @@ async fn status_subresource_and_patch_types() {
     )
     .await;
     assert_eq!(resp.status, 415);
+    assert_eq!(
+        resp.json()["message"],
+        "the body of the request was in an unknown format - accepted media types include: \
+         application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, \
+         application/apply-patch+yaml"
+    );
+    // Before the name is looked up: 415 for a missing object too.
+    let resp = send(
+        &h,
+        Method::PATCH,
+        "/api/v1/namespaces/default/pods/nope",
+        &[("content-type", "text/plain")],
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resp.status, 415);
+    // A custom resource has no strategic merge patch.
+    h.sim
+        .create(
+            "example.com/widgets",
+            "default",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+        )
+        .unwrap();
+    let resp = send(
+        &h,
+        Method::PATCH,
+        "/apis/example.com/v1/namespaces/default/widgets/w",
+        &[("content-type", "application/strategic-merge-patch+json")],
+        Some(json!({"metadata": {"labels": {"y": "2"}}})),
+    )
+    .await;
+    assert_eq!(resp.status, 415);
+    assert!(resp.json()["message"].as_str().unwrap().ends_with(
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    ));
     // A no-op update takes no revision.
     let rv = h.sim.current_rv();
     let cur = get(&h, "/api/v1/namespaces/default/pods/p").await.json();

@@ -212,6 +212,13 @@ pub async fn put(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Respon
     Ok(respond(StatusCode::OK, &o))
 }
 
+/// A built-in kind's patch types, in the apiserver's order (`installer.go`).
+const BUILTIN_PATCH_TYPES: &str = "application/json-patch+json, application/merge-patch+json, \
+                                   application/strategic-merge-patch+json, application/apply-patch+yaml";
+/// A custom resource's: no strategic merge patch (it has no Go struct to merge by).
+const CUSTOM_PATCH_TYPES: &str =
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+
 pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Response<Body>, Error> {
     let ct = req
         .headers()
@@ -223,6 +230,14 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
+    // The content type first, before the name or the body (the apiserver's `PatchResource`):
+    // a built-in kind's patch types, and a custom resource's, which have no strategic merge
+    // patch (installer.go; apiextensions' crdHandler).
+    let builtin = sim.store().kinds.kind(t.res).builtin;
+    let accepted = if builtin { BUILTIN_PATCH_TYPES } else { CUSTOM_PATCH_TYPES };
+    if !accepted.split(", ").any(|a| a == ct) {
+        return Err(Error::UnsupportedMediaType(accepted.into()));
+    }
     let patch = parse_body(&body_bytes(req).await?)?;
     let store = sim.store();
     let kind = store.kinds.kind(t.res);
@@ -237,7 +252,8 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
             merge_patch(&mut v, &patch)
         }
         "application/json-patch+json" => json_patch(&mut v, &patch)?,
-        _ => return Err(Error::UnsupportedMediaType),
+        // Server-side apply is not simulated.
+        _ => return Err(Error::UnsupportedMediaType(accepted.into())),
     }
     let status_only = t.sub.as_deref() == Some("status");
     let o = update(sim, t.res, ns, name, v, status_only, Writer::Client)?;
