@@ -102,10 +102,14 @@ pub enum Error {
     /// 405 for a verb the resource does not serve.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
-    /// 415 for a PATCH with a content type that is not one of the resource's patch types
-    /// (`NewUnsupportedMediaTypeError`), which it names in the apiserver's order.
+    /// 415 for a PATCH of a custom resource with a content type that is not one of its patch
+    /// types (`NewUnsupportedMediaTypeError`: named, no details).
     #[error("the body of the request was in an unknown format - accepted media types include: {0}")]
     UnsupportedMediaType(String),
+    /// 415 for a request with a body whose content type a built-in kind's route does not
+    /// consume: go-restful's own text, through `NewGenericServerResponse` (`details: {}`).
+    #[error("415: Unsupported Media Type")]
+    UnsupportedMediaTypeRoute,
     /// 504 `Timeout: Too large resource version: N, current: C` with `Retry-After: 1`.
     #[error("Timeout: Too large resource version: {requested}, current: {current}")]
     TooLargeResourceVersion { requested: Rv, current: Rv },
@@ -263,7 +267,8 @@ impl Error {
                 (409, "Conflict", Some(Details { name, group, kind: resource, ..Default::default() }), None)
             }
             Error::MethodNotAllowed => (405, "MethodNotAllowed", Some(Details::default()), None),
-            Error::UnsupportedMediaType(_) => (415, "UnsupportedMediaType", Some(Details::default()), None),
+            Error::UnsupportedMediaType(_) => (415, "UnsupportedMediaType", None, None),
+            Error::UnsupportedMediaTypeRoute => (415, "UnsupportedMediaType", Some(Details::default()), None),
             Error::ExpiredContinue { continue_token } => {
                 return render_with_meta(410, "Expired", &msg, None, None, Meta { continue_token });
             }

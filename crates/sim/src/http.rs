@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::query::Query;
-use super::respond::{error_encoding, error_response, error_response_as, full, indented, negotiate, Body};
+use super::respond::{error_encoding, error_response_as, full, indented, negotiate, Body};
 use super::route::{route, Route, Target};
 use super::{discovery, read, review, subresource, watch, write, RequestRecord, Sim};
 use kube_watchcache::error::Error;
@@ -138,7 +138,8 @@ pub async fn handle(sim: Sim, req: Request<Incoming>) -> Response<Body> {
     // Resources whose CRD was deleted (`Sim::set_served`) are neither routed nor discovered.
     match route(&sim.store().kinds, req.uri().path()) {
         Route::PageNotFound => page_not_found(),
-        Route::NoSuchResource => error_response(Error::NoSuchResource),
+        // Written as any refusal (`ErrorNegotiated`): protobuf, JSON or raw JSON by the Accept.
+        Route::NoSuchResource => error_response_as(Error::NoSuchResource, error_encoding(req.headers())),
         Route::Health => Response::new(full(Bytes::from_static(b"ok"))),
         Route::Version => discovery::version(),
         Route::CoreVersions => discovery::core_versions(req.headers()),

@@ -694,11 +694,10 @@ async fn status_subresource_and_patch_types() {
     )
     .await;
     assert_eq!(resp.status, 415);
+    // A built-in kind's route refuses it: go-restful's text (the types are not named).
     assert_eq!(
-        resp.json()["message"],
-        "the body of the request was in an unknown format - accepted media types include: \
-         application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, \
-         application/apply-patch+yaml"
+        resp.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "415: Unsupported Media Type", "reason": "UnsupportedMediaType", "details": {}, "code": 415})
     );
     // Before the name is looked up: 415 for a missing object too.
     let resp = send(
@@ -727,9 +726,11 @@ async fn status_subresource_and_patch_types() {
     )
     .await;
     assert_eq!(resp.status, 415);
-    assert!(resp.json()["message"].as_str().unwrap().ends_with(
-        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-    ));
+    // A custom resource's handler names its types (no strategic merge patch), without details.
+    assert_eq!(
+        resp.json(),
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml", "reason": "UnsupportedMediaType", "code": 415})
+    );
     // A no-op update takes no revision.
     let rv = h.sim.current_rv();
     let cur = get(&h, "/api/v1/namespaces/default/pods/p").await.json();

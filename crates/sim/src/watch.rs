@@ -44,8 +44,11 @@ pub async fn handle(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<htt
         let (tx, rx) = mpsc::channel(1);
         tokio::spawn(async move {
             let mut events = events;
-            let _ = events.recv().await;
-            drop(tx);
+            // Until the first event, or the client goes (the watch then ends too).
+            tokio::select! {
+                _ = events.recv() => {}
+                _ = tx.closed() => {}
+            }
         });
         let mut resp = if proto {
             protobuf(StatusCode::OK, channel_body(rx), true)

@@ -236,7 +236,13 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
     let builtin = sim.store().kinds.kind(t.res).builtin;
     let accepted = if builtin { BUILTIN_PATCH_TYPES } else { CUSTOM_PATCH_TYPES };
     if !accepted.split(", ").any(|a| a == ct) {
-        return Err(Error::UnsupportedMediaType(accepted.into()));
+        // A built-in kind's route refuses it before its handler (go-restful's `Consumes`); a
+        // custom resource's handler names its types.
+        return Err(if builtin {
+            Error::UnsupportedMediaTypeRoute
+        } else {
+            Error::UnsupportedMediaType(accepted.into())
+        });
     }
     let patch = parse_body(&body_bytes(req).await?)?;
     let store = sim.store();
@@ -252,8 +258,8 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
             merge_patch(&mut v, &patch)
         }
         "application/json-patch+json" => json_patch(&mut v, &patch)?,
-        // Server-side apply is not simulated.
-        _ => return Err(Error::UnsupportedMediaType(accepted.into())),
+        // Server-side apply is not simulated: said so, not passed for a real refusal.
+        _ => return Err(Error::MethodNotAllowed),
     }
     let status_only = t.sub.as_deref() == Some("status");
     let o = update(sim, t.res, ns, name, v, status_only, Writer::Client)?;
