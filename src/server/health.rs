@@ -243,6 +243,14 @@ pub fn metrics(server: &Server) -> Response<Body> {
 mod tests {
     use super::*;
 
+    /// A server of these caches alone, with default limits, and its shutdown sender (kept).
+    fn server_of(caches: Vec<crate::cache::Reader>) -> (Server, tokio::sync::watch::Sender<bool>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
+        let upstream = crate::server::phase::testing::upstream();
+        (Server::new(caches, upstream, Default::default(), metrics, rx, Default::default()), tx)
+    }
+
     /// A cache that met an object it cannot parse forwards its requests: it is named to those
     /// who may see details, and never holds `/readyz` (a bad object would take every replica
     /// out of service).
@@ -250,10 +258,7 @@ mod tests {
     async fn a_cache_that_cannot_parse_an_object_does_not_block_readiness() {
         use crate::server::phase::testing;
         let (mut w, r) = testing::configmaps();
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-        let server =
-            Server::new(vec![r], testing::upstream(), Default::default(), metrics, rx, Default::default());
+        let (server, _tx) = server_of(vec![r]);
         let names = || {
             checks(&server, Endpoint::Readyz, Access::Detailed)
                 .into_iter()
@@ -277,16 +282,7 @@ mod tests {
     async fn a_listed_cache_relisting_keeps_the_server_ready() {
         use crate::server::phase::testing;
         let (_w, r) = testing::configmaps();
-        let (_tx, rx) = tokio::sync::watch::channel(false);
-        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-        let server = Server::new(
-            vec![r.clone()],
-            testing::upstream(),
-            Default::default(),
-            metrics,
-            rx,
-            Default::default(),
-        );
+        let (server, _tx) = server_of(vec![r.clone()]);
         r.request_relist(crate::resource::Rv(5), r.lists(), "inconsistent; relisting".into());
         assert!(!r.progress().ready);
         assert_eq!(server.ready(), Ok(()));
@@ -299,16 +295,7 @@ mod tests {
         let kind = crate::resource::ResourceKind::new("", "v1", "secrets", "Secret", true, true);
         let (mut w2, r2) = crate::cache::new(kind, Default::default());
         w2.restore(Vec::new(), crate::resource::Rv(7), Vec::new(), crate::resource::Rv(7)).unwrap();
-        let (_tx2, rx2) = tokio::sync::watch::channel(false);
-        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-        let server2 = Server::new(
-            vec![r2.clone()],
-            testing::upstream(),
-            Default::default(),
-            metrics,
-            rx2,
-            Default::default(),
-        );
+        let (server2, _tx2) = server_of(vec![r2.clone()]);
         assert_eq!(server2.ready(), Ok(()), "restored: ready");
         w2.set_not_ready(Some("restored at resourceVersion 7, which the upstream no longer has".into()));
         assert_eq!(server2.ready(), Err(vec!["cache secrets not synced".to_string()]));
@@ -318,10 +305,7 @@ mod tests {
         w3.restore(Vec::new(), crate::resource::Rv(7), Vec::new(), crate::resource::Rv(7)).unwrap();
         w3.bookmark(crate::resource::Rv(9));
         w3.set_not_ready(Some("relisting".into()));
-        let (_tx3, rx3) = tokio::sync::watch::channel(false);
-        let metrics = std::sync::Arc::new(crate::metrics::Metrics::new());
-        let server3 =
-            Server::new(vec![r3], testing::upstream(), Default::default(), metrics, rx3, Default::default());
+        let (server3, _tx3) = server_of(vec![r3]);
         assert_eq!(server3.ready(), Ok(()), "proven here: a relist does not block");
     }
 
