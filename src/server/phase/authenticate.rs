@@ -26,8 +26,13 @@ pub struct Authenticate {
 impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
     async fn call<S: Next<B>>(&self, mut req: Req<B>, next: &S) -> Resp {
         let arrived = arrived(&req);
-        // The request's attributes, which constrained impersonation's modes are asked on.
-        let request = super::context(&req).and_then(|c| c.info.as_ref()).map(super::authorize::attributes);
+        // The request's attributes, which constrained impersonation's modes are asked on: made
+        // only for a request that impersonates (not on every request's path).
+        let impersonating = req.headers().keys().any(|k| k.as_str().starts_with("impersonate-"));
+        let request = super::context(&req)
+            .and_then(|c| c.info.as_ref())
+            .filter(|_| impersonating)
+            .map(super::authorize::attributes);
         let caller = match &self.auth {
             None => Caller::trusted(),
             Some(auth) => match auth.authenticate(&req, proxy::source(&req)).await {
