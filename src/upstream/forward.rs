@@ -113,7 +113,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// HTTP/1.1 requests, each with a 1 MiB padding header and a small distinct one, held ~120 MiB on
 /// one shared upstream connection, where the table's own bound is 4 KiB (review). A copy holds
 /// only its bytes.
-pub fn own_values(headers: &mut HeaderMap) {
+pub(crate) fn own_values(headers: &mut HeaderMap) {
     for v in headers.values_mut() {
         if let Ok(mut copy) = HeaderValue::from_bytes(v.as_bytes()) {
             copy.set_sensitive(v.is_sensitive());

@@ -62,7 +62,6 @@ pub use config::{hide_userinfo, resolve, Resolved, TlsSettings};
 pub use config::{ConfigError, UpstreamOptions};
 pub use discovery::{name_of, Everything, Round, SkipReason, Skipped};
 pub(crate) use errors::parse_error_at;
-pub use forward::own_values;
 pub(crate) use forward::upgrade_protocol;
 pub use forward::HeldWhileUpgraded;
 pub use identity::{Identity, IdentitySlot};

@@ -113,12 +113,14 @@ where
     }
 }
 
-/// A copy of `headers` whose values hold their own bytes (`upstream::own_values`): hyper reads
-/// an HTTP/1.1 request's values as slices of its connection's read buffer, and a record kept
-/// them all alive (up to 100 000 records, each a buffer of up to 1 MiB, in a long load run).
+/// A copy of `headers` whose values hold their own bytes: hyper reads an HTTP/1.1 request's
+/// values as slices of its connection's read buffer, and a record kept them all alive (up to
+/// 100 000 records, each a buffer of up to 1 MiB, in a long load run).
 fn owned(headers: &http::HeaderMap) -> http::HeaderMap {
-    let mut out = headers.clone();
-    kube_watchcache::upstream::own_values(&mut out);
+    let mut out = http::HeaderMap::with_capacity(headers.len());
+    for (k, v) in headers {
+        out.append(k.clone(), http::HeaderValue::from_bytes(v.as_bytes()).unwrap_or_else(|_| v.clone()));
+    }
     out
 }
 
