@@ -345,6 +345,8 @@ const SIM_USES: &[(&str, &str)] = &[
     ("metadata_only", "recordings/v1.28.7-raw/metadata-only.json"),
     // Protobuf: byte-equal to the recorded apiserver's (tests/protobuf/protobuf.rs).
     ("proto", "recordings/v1.28.7-raw/protobuf.json"),
+    // goautoneg's clauses and the error encoding: the 78 recorded negotiations replayed.
+    ("server::classify::autoneg", "recordings/v1.28.7-raw/protobuf.json"),
     // JSON indented for `curl` and `?pretty=true`: byte-equal to the recorded apiserver's.
     ("server::indent", "recordings/v1.28.7-raw/pretty.json"),
     // Not semantics: the rustls crypto provider of the HTTPS listener.

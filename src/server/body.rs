@@ -9,6 +9,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 
 use crate::cache::Watch;
+use crate::server::classify::ErrorEncoding;
 
 /// Error type of every body the server sends.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -36,16 +37,25 @@ pub fn error(e: crate::error::Error) -> http::Response<Body> {
     e.into_response::<Bytes>().map(full)
 }
 
-/// The apiserver `Status` response for an error, in protobuf when the client negotiated it
-/// (as the apiserver's `ErrorNegotiated`); JSON if the Status cannot be encoded.
-pub fn error_as(e: crate::error::Error, proto: bool) -> http::Response<Body> {
-    error_ref_as(&e, proto)
+/// The apiserver `Status` response for an error written as the client's `Accept` has it (the
+/// apiserver's `ErrorNegotiated`): in protobuf (JSON if the Status cannot be encoded), or, when
+/// the client accepts only transforms, as `WriteRawJSON` does — indented, no final newline.
+/// YAML is never asked for here (`classify` forwards such clients): JSON.
+pub fn error_as(e: crate::error::Error, how: ErrorEncoding) -> http::Response<Body> {
+    error_ref_as(&e, how)
 }
 
 /// [`error_as`] of a borrowed error.
-pub fn error_ref_as(e: &crate::error::Error, proto: bool) -> http::Response<Body> {
+pub fn error_ref_as(e: &crate::error::Error, how: ErrorEncoding) -> http::Response<Body> {
     let resp = e.response::<Bytes>();
-    if !proto {
+    if how == ErrorEncoding::RawJson {
+        let (mut parts, json) = resp.into_parts();
+        let pretty = super::indent::indent(&json);
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let raw = pretty.slice(..pretty.len() - usize::from(pretty.ends_with(b"\n")));
+        return http::Response::from_parts(parts, full(raw));
+    }
+    if how != ErrorEncoding::Protobuf {
         return resp.map(full);
     }
     let (mut parts, json) = resp.into_parts();

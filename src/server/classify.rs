@@ -168,9 +168,9 @@ pub struct CacheRequest {
     /// A LIST's or WATCH's parsed `shardSelector` (KEP-5866): only objects in the shard are
     /// served, and a LIST says so in `metadata.shardInfo`.
     pub shard: Option<Arc<ShardSelector>>,
-    /// The cache's error answers in protobuf ([`error_in_proto`]: negotiated apart, as the
+    /// How the cache's error answers are written ([`error_encoding`]: negotiated apart, as the
     /// apiserver's `ErrorNegotiated`, so a metadata-only protobuf reader gets JSON Statuses).
-    pub error_proto: bool,
+    pub error_encoding: ErrorEncoding,
 }
 
 /// The outcome of classification.
@@ -454,9 +454,13 @@ pub fn classify(
     let Some(negotiated) = accept::negotiate(accept, kind.builtin) else {
         return Route::Forward(ForwardReason::Accept);
     };
+    // The cache writes no YAML: a client whose errors the apiserver would write in YAML is its.
+    if error_encoding(accept) == ErrorEncoding::Yaml {
+        return Route::Forward(ForwardReason::Accept);
+    }
     match decide(&rp, kind, query.unwrap_or(""), negotiated) {
         Ok(Route::Cache(mut cr)) => {
-            cr.error_proto = error_in_proto(accept);
+            cr.error_encoding = error_encoding(accept);
             Route::Cache(cr)
         }
         Ok(r) => r,
@@ -555,7 +559,7 @@ fn cache(
         plan,
         repr,
         shard,
-        error_proto: false,
+        error_encoding: ErrorEncoding::Json,
     }))
 }
 
@@ -605,8 +609,10 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
 }
 
 mod accept;
+pub mod autoneg;
 
-pub use accept::{asks_to_drop_managed_fields, error_in_proto, Negotiated, Wanted};
+pub use accept::{asks_to_drop_managed_fields, error_encoding, error_in_proto, Negotiated, Wanted};
+pub use autoneg::ErrorEncoding;
 
 #[cfg(test)]
 mod tests;

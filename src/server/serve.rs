@@ -100,7 +100,7 @@ pub async fn serve(req: &CacheRequest, src: Source<'_>, opts: &ServeOptions, arr
     }
     let mut outcome = match served {
         Ok(s) => s,
-        Err(e) => Outcome::Response(body::error_as(e, req.error_proto)),
+        Err(e) => Outcome::Response(body::error_as(e, req.error_encoding)),
     };
     // The upstream's warnings about the resource (a deprecated API's), as its answers carry.
     if let Outcome::Response(resp) = &mut outcome {
@@ -505,7 +505,7 @@ fn not_ready(req: &CacheRequest, p: &crate::cache::Progress) -> Outcome {
     // The apiserver's text alone: why the cache is not ready (the upstream's answer to the
     // proxy's own list, naming its identity) is for the logs and `/readyz?verbose`.
     let message = "storage is (re)initializing".to_owned();
-    Outcome::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.error_proto))
+    Outcome::Response(body::error_as(Error::TooManyRequests { message, retry_after }, req.error_encoding))
 }
 
 /// The apiserver's `Content-Type` for a representation (a watch stream's in protobuf is

@@ -233,6 +233,17 @@ async fn metadata_informers_are_served_from_the_cache() {
     // And the full GET ends with the newline the apiserver's JSON encoder writes.
     let full = env.get("/api/v1/namespaces/m/configmaps/cm-1?resourceVersion=0").await;
     assert_eq!(full.body.last(), Some(&b'\n'));
+    // A missing object asked for only as metadata: the apiserver writes its 404 without a
+    // transform to negotiate, as raw indented JSON without a newline (`WriteRawJSON`); the
+    // cache's is the sim's byte for byte.
+    let url = env.proxy_url("/api/v1/namespaces/m/configmaps/none?resourceVersion=0");
+    let got = common::send(&env.client, http::Method::GET, &url, None, &h(META)).await;
+    let none_url = env.sim_url("/api/v1/namespaces/m/configmaps/none");
+    let sim = common::send(&env.client, http::Method::GET, &none_url, None, &direct(META)).await;
+    assert_eq!((got.status.as_u16(), sim.status.as_u16()), (404, 404));
+    assert!(sim.body.starts_with(b"{\n  \"kind\": \"Status\"") && !sim.body.ends_with(b"\n"));
+    assert_eq!(String::from_utf8_lossy(&got.body), String::from_utf8_lossy(&sim.body));
+    assert_eq!(got.headers["content-type"], "application/json");
     assert_eq!(upstream_lists(), before, "nothing above went upstream");
 
     // WATCH from the list's RV: live events metadata-only, each the sim's metadata GET of

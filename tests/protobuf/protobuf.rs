@@ -384,7 +384,7 @@ async fn error_statuses_equal_the_apiservers_protobuf() {
         let accept = e["accept"].as_str().unwrap();
         let resp = kube_watchcache::server::body::error_as(
             err,
-            kube_watchcache::server::classify::error_in_proto(Some(accept)),
+            kube_watchcache::server::classify::error_encoding(Some(accept)),
         );
         assert_eq!(resp.status().as_u16() as u64, e["status"].as_u64().unwrap(), "{name}");
         assert_eq!(resp.headers()["content-type"], e["content_type"].as_str().unwrap(), "{name}");

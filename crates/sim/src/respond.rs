@@ -11,6 +11,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 
 use kube_watchcache::error::Error;
+pub use kube_watchcache::server::classify::autoneg::{self, ErrorEncoding};
 
 /// Every response body of the sim.
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -117,62 +118,45 @@ impl Accept {
     }
 }
 
-/// A media range: its type and its parameters (lowercase names).
-type Range = (String, Vec<(String, String)>);
-
-/// The media ranges of an `Accept` header, most preferred first (by `q`, stable; `q=0`
-/// dropped).
-fn ranges(raw: &str) -> Vec<Range> {
-    let mut out: Vec<(f32, Range)> = raw
-        .split(',')
-        .map(|range| {
-            let mut parts = range.split(';').map(str::trim);
-            let mt = parts.next().unwrap_or("").to_ascii_lowercase();
-            let params: Vec<(String, String)> = parts
-                .filter_map(|p| p.split_once('='))
-                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-                .collect();
-            let q = params.iter().find(|(k, _)| k == "q").map_or(1.0, |(_, v)| v.parse().unwrap_or(0.0));
-            (q, (mt, params))
-        })
-        .filter(|(q, _)| *q > 0.0)
-        .collect();
-    out.sort_by(|a, b| b.0.total_cmp(&a.0));
-    out.into_iter().map(|(_, r)| r).collect()
-}
-
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
-/// Content negotiation: the most preferred range the sim can produce — JSON, a Table, metadata
+/// Content negotiation: the most preferred clause the sim can produce — JSON, a Table, metadata
 /// only, or protobuf (whole objects of built-in kinds, metadata of any; recorded in
 /// `v1.28.7-raw/protobuf.json`) — else 406 with the apiserver's texts (accept-unsupported.json,
-/// crd-accept-protobuf.json).
+/// crd-accept-protobuf.json). The clauses are goautoneg's, in its order (`autoneg`); a clause
+/// is taken or skipped as the apiserver's `acceptMediaTypeOptions` and the resource scope's
+/// `AllowsMediaTypeTransform` do (a `g`/`v` without `as` is no transform it knows; a stream
+/// other than `watch`, a server version, skip the clause).
 /// `get`: a GET of one object, whose 406 names no stream type (recorded).
 pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<Accept, Error> {
-    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
+    else {
         return Ok(Accept::Json);
     };
     let mut saw_unknown_as = false;
-    for (mt, params) in ranges(raw) {
-        let as_ = params.iter().find(|(k, _)| k == "as").map(|(_, v)| v.as_str());
-        let proto = mt == PROTOBUF;
-        if !proto && !matches!(mt.as_str(), "application/json" | "*/*" | "application/*" | "") {
+    for c in autoneg::parse(raw).clauses {
+        let proto = c.ty == "application" && c.sub == "vnd.kubernetes.protobuf";
+        if !proto && !c.matches("json") {
             continue;
         }
         // `application/*` alone: a built-in kind's serializers match none of it (recorded 406);
         // a custom resource's JSON does (recorded 200).
-        if mt == "application/*" && builtin {
+        if c.ty == "application" && c.sub == "*" && builtin {
             continue;
         }
-        match as_ {
+        let set = |name| c.param(name).is_some_and(|v| !v.is_empty());
+        if (set("stream") && c.param("stream") != Some("watch")) || set("sv") {
+            continue;
+        }
+        let (g, v) = (c.param("g"), c.param("v"));
+        let meta_v1 = g == Some("meta.k8s.io") && v == Some("v1");
+        match c.param("as") {
+            None if g.is_some() || v.is_some() => continue,
             None if proto && !builtin => continue,
             None if proto => return Ok(Accept::Protobuf),
             None => return Ok(Accept::Json),
-            Some("Table") if !proto => return Ok(Accept::Table),
-            Some(form @ ("PartialObjectMetadata" | "PartialObjectMetadataList"))
-                if params.iter().any(|(k, v)| k == "g" && v == "meta.k8s.io")
-                    && params.iter().any(|(k, v)| k == "v" && v == "v1") =>
-            {
+            Some("Table") if !proto && meta_v1 => return Ok(Accept::Table),
+            Some(form @ ("PartialObjectMetadata" | "PartialObjectMetadataList")) if meta_v1 => {
                 return Ok(match (form == "PartialObjectMetadata", proto) {
                     (true, false) => Accept::Metadata,
                     (false, false) => Accept::MetadataList,
@@ -199,30 +183,15 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<
     )))
 }
 
-/// How a refusal's `Status` is written, as the apiserver's `ErrorNegotiated`: by the most
-/// preferred range without a transform — protobuf or JSON — and, when no range names one
-/// (only transforms, or other types: `WriteObjectNegotiated` cannot negotiate), as raw JSON,
-/// indented, without a newline (`WriteRawJSON`; recorded in v1.28.7-raw/protobuf.json).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorEncoding {
-    Json,
-    Protobuf,
-    RawJson,
-}
-
-/// The [`ErrorEncoding`] of a request's `Accept` header.
+/// How a refusal's `Status` is written: the apiserver's `ErrorNegotiated` (`autoneg`) — by the
+/// first clause without a transform, protobuf or JSON, else raw indented JSON without a
+/// newline (`WriteRawJSON`; recorded in v1.28.7-raw/protobuf.json). The sim writes no YAML: a
+/// YAML error is JSON here.
 pub fn error_encoding(headers: &http::HeaderMap) -> ErrorEncoding {
-    let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
-        return ErrorEncoding::Json;
-    };
-    let first = ranges(raw).into_iter().find(|(mt, p)| {
-        !p.iter().any(|(k, _)| k == "as")
-            && matches!(mt.as_str(), PROTOBUF | "application/json" | "*/*" | "application/*" | "")
-    });
-    match first {
-        Some((mt, _)) if mt == PROTOBUF => ErrorEncoding::Protobuf,
-        Some(_) => ErrorEncoding::Json,
-        None => ErrorEncoding::RawJson,
+    let raw = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    match autoneg::error_encoding(raw) {
+        ErrorEncoding::Yaml => ErrorEncoding::Json,
+        how => how,
     }
 }
 
@@ -291,7 +260,7 @@ mod tests {
             negotiate(&h("application/vnd.kubernetes.protobuf, */*"), true, false).unwrap(),
             Accept::Protobuf
         );
-        // Recorded: protobuf-first custom resources get JSON; q orders the ranges.
+        // Recorded: protobuf-first custom resources get JSON; q orders the clauses.
         assert_eq!(
             negotiate(&h("application/vnd.kubernetes.protobuf, */*"), false, false).unwrap(),
             Accept::Json
@@ -347,5 +316,27 @@ mod tests {
         assert_eq!(msg(false), "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json;stream=watch, application/vnd.kubernetes.protobuf;stream=watch");
         assert_eq!(msg(true), "406: Not Acceptable\n\nAvailable representations: application/json, application/yaml, application/vnd.kubernetes.protobuf");
         assert_eq!(negotiate(&h("application/*"), false, true).unwrap(), Accept::Json);
+        // goautoneg's order and exact names (`autoneg`): a concrete type before a wildcard
+        // whatever q; nothing lowercased; `g`/`v` without `as` and other streams skipped.
+        assert_eq!(
+            negotiate(&h("*/*, application/vnd.kubernetes.protobuf;q=0.5"), true, false).unwrap(),
+            Accept::Protobuf
+        );
+        assert!(negotiate(&h("Application/JSON"), true, false).is_err());
+        assert_eq!(
+            negotiate(
+                &h("application/vnd.kubernetes.protobuf;g=meta.k8s.io;v=v1, application/json"),
+                true,
+                false
+            )
+            .unwrap(),
+            Accept::Json
+        );
+        assert_eq!(
+            negotiate(&h("application/vnd.kubernetes.protobuf;stream=x, application/json"), true, false)
+                .unwrap(),
+            Accept::Json
+        );
+        assert_eq!(negotiate(&h("application/json;q=0"), true, false).unwrap(), Accept::Json);
     }
 }

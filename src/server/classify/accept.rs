@@ -3,8 +3,8 @@
 //! JSON or in protobuf (docs/design.md §3, issue 17).
 //!
 //! The apiserver (`negotiation.NegotiateMediaTypeOptions`) walks the clauses of
-//! `goautoneg.ParseAccept` (sorted by q, then by specificity; stable for the handful of
-//! clauses clients send), skips those whose media type or parameters it does not serve, and
+//! `goautoneg.ParseAccept` (`autoneg`: its order and its quirks; a header whose order this
+//! port cannot vouch for is forwarded), skips those whose media type or parameters it does not serve, and
 //! answers with the first one left. Its representation (the object itself, or
 //! `as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`, or a Table) and its encoding are what
 //! the client gets: JSON and protobuf from the cache (protobuf clauses are skipped for whole
@@ -20,11 +20,13 @@
 //! unknown media type (the next clause answers; none left is a 406, which the cache leaves to
 //! the upstream).
 //!
-//! Errors are negotiated apart (`error_in_proto`), as the apiserver's `ErrorNegotiated` does:
-//! without transforms, so a metadata-only protobuf client gets its Status in JSON.
+//! Errors are negotiated apart (`error_encoding`), as the apiserver's `ErrorNegotiated` does:
+//! without transforms, so a metadata-only protobuf client gets its Status in JSON; a client
+//! whose errors would be YAML or raw JSON is forwarded (`classify`).
 //!
 //! Pure; called by `classify`, tested with a table.
 
+use super::autoneg::{self, ErrorEncoding};
 use crate::metadata_only::Repr;
 
 /// What a clause asks for, as far as the cache is concerned.
@@ -57,72 +59,57 @@ struct Clause {
     wanted: Wanted,
     /// `drop=metadata.managedFields`.
     lean: bool,
-    q: f32,
-    /// 0 for `type/subtype`, 1 for `type/*`, 2 for `*/*` (goautoneg's tie-break).
+    /// 0 for `type/subtype`, 1 for `type/*`, 2 for `*/*`.
     wildcards: u8,
 }
 
-fn parse(range: &str) -> Option<Clause> {
-    let mut it = range.split(';').map(str::trim);
-    let media = it.next()?.to_ascii_lowercase();
-    if media.is_empty() {
-        return None;
-    }
-    let (ty, sub) = media.split_once('/').unwrap_or((media.as_str(), ""));
-    let wildcards = match (ty, sub) {
+/// What the cache makes of one of goautoneg's clauses (exact names and values: the
+/// apiserver lowercases nothing and keeps quotes).
+fn clause(c: &autoneg::Clause<'_>) -> Clause {
+    let wildcards = match (c.ty, c.sub) {
         ("*", _) => 2,
         (_, "*") => 1,
         _ => 0,
     };
-    let media = match media.as_str() {
-        "application/json" | "application/*" | "*/*" => Media::Json,
-        "application/vnd.kubernetes.protobuf" => Media::Protobuf,
-        "application/yaml" => Media::OtherSupported,
+    let media = match (c.ty, c.sub) {
+        ("application", "json" | "*") | ("*", "*") => Media::Json,
+        ("application", "vnd.kubernetes.protobuf") => Media::Protobuf,
+        ("application", "yaml") => Media::OtherSupported,
         _ => Media::Unsupported,
     };
-    let (mut as_, mut g, mut v, mut q, mut other) = (None, None, None, 1.0f32, false);
+    let skipped = Clause { media: Media::Unsupported, wanted: Wanted::Other, lean: false, wildcards };
+    let (mut as_, mut g, mut v, mut other) = (None, None, None, false);
     let mut stream = false;
-    let mut drop = None;
-    for p in it {
-        let (k, val) = p.split_once('=').unwrap_or((p, ""));
-        let val = val.trim().trim_matches('"');
-        match k.trim().to_ascii_lowercase().as_str() {
-            "as" => as_ = Some(val.to_owned()),
-            "g" => g = Some(val.to_owned()),
-            "v" => v = Some(val.to_owned()),
-            "q" => q = val.parse::<f32>().unwrap_or(0.0),
+    let mut lean = false;
+    for &(k, val) in &c.params {
+        match k {
+            "as" => as_ = Some(val),
+            "g" => g = Some(val),
+            "v" => v = Some(val),
             // Recorded: `vnd.kubernetes.protobuf;stream=watch` is served as protobuf (LIST and
-            // GET included); other stream parameters are the apiserver's to judge.
+            // GET included); JSON's is the apiserver's to judge. Another value makes the
+            // apiserver skip the clause.
             "stream" if val == "watch" => stream = true,
-            "drop" => drop = Some(val.to_owned()),
-            "" => {}
+            "stream" if val.is_empty() => {}
+            "stream" => return skipped,
+            // An unknown, repeated or empty target: the apiserver skips the clause.
+            "drop" => match drop_targets(val) {
+                Some(l) => lean = l,
+                None => return skipped,
+            },
             _ => other = true,
         }
     }
-    let lean = match drop.as_deref().map(drop_targets) {
-        None => false,
-        Some(Some(lean)) => lean,
-        // An unknown, repeated or empty target: the apiserver skips the clause.
-        Some(None) => {
-            return Some(Clause {
-                media: Media::Unsupported,
-                wanted: Wanted::Other,
-                lean: false,
-                q,
-                wildcards,
-            })
-        }
-    };
-    let meta_v1 = g.as_deref() == Some("meta.k8s.io") && v.as_deref() == Some("v1");
+    let meta_v1 = g == Some("meta.k8s.io") && v == Some("v1");
     let other = other || (stream && media != Media::Protobuf);
-    let wanted = match (as_.as_deref(), other) {
+    let wanted = match (as_, other) {
         (_, true) => Wanted::Other,
         (None, false) if g.is_none() && v.is_none() => Wanted::Object,
         (Some("PartialObjectMetadata"), false) if meta_v1 => Wanted::MetadataObject,
         (Some("PartialObjectMetadataList"), false) if meta_v1 => Wanted::MetadataList,
         _ => Wanted::Other,
     };
-    Some(Clause { media, wanted, lean, q, wildcards })
+    Clause { media, wanted, lean, wildcards }
 }
 
 /// The fields a 1.38 apiserver can drop (`drop=a+b`).
@@ -141,13 +128,14 @@ fn drop_targets(value: &str) -> Option<bool> {
     Some(seen.contains(&"metadata.managedFields"))
 }
 
-fn clauses(accept: &str) -> Vec<Clause> {
-    let mut clauses: Vec<Clause> = accept.split(',').filter_map(parse).collect();
-    // Stable: equal clauses keep the client's order.
-    clauses.sort_by(|a, b| b.q.total_cmp(&a.q).then(a.wildcards.cmp(&b.wildcards)));
-    // q=0 means "not acceptable" (RFC 9110); the cache never relies on such a clause.
-    clauses.retain(|c| c.q > 0.0 && c.media != Media::Unsupported);
-    clauses
+/// The clauses the apiserver would consider, in its order; `None` when that order is not
+/// surely Go's (`autoneg::Accept::exact`).
+fn clauses(accept: &str) -> Option<Vec<Clause>> {
+    let parsed = autoneg::parse(accept);
+    if !parsed.exact {
+        return None;
+    }
+    Some(parsed.clauses.iter().map(clause).filter(|c| c.media != Media::Unsupported).collect())
 }
 
 /// What negotiation chose: the representation, protobuf or JSON, managedFields dropped.
@@ -167,7 +155,7 @@ pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<Negotiated> {
     let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
         return Some(Negotiated { wanted: Wanted::Object, proto: false, lean: false });
     };
-    let clauses = clauses(accept);
+    let clauses = clauses(accept)?;
     // A custom resource has no protobuf of its own; its PartialObjectMetadata has.
     let usable =
         || clauses.iter().filter(|c| c.media != Media::Protobuf || builtin || c.wanted != Wanted::Object);
@@ -189,17 +177,19 @@ pub fn negotiate(accept: Option<&str>, builtin: bool) -> Option<Negotiated> {
 /// Whether some clause of `accept` asks for `drop=metadata.managedFields` (with a value the
 /// apiserver takes), for the metric of such requests whatever answers them.
 pub fn asks_to_drop_managed_fields(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| clauses(a).iter().any(|c| c.lean))
+    accept.and_then(clauses).is_some_and(|cs| cs.iter().any(|c| c.lean))
 }
 
-/// Whether the apiserver would send an error `Status` for `accept` in protobuf: its
-/// `ErrorNegotiated` takes the first clause it can encode a Status in, transforms (`as=…`)
-/// excluded, so only a plain protobuf clause ahead of every plain JSON one.
+/// How the apiserver would write an error `Status` for `accept` (`autoneg::error_encoding`:
+/// its `ErrorNegotiated`, without transforms, so a metadata-only protobuf client gets its
+/// Status in JSON). An absent header is JSON.
+pub fn error_encoding(accept: Option<&str>) -> ErrorEncoding {
+    autoneg::error_encoding(accept.map(str::trim).unwrap_or(""))
+}
+
+/// Whether the apiserver would send an error `Status` for `accept` in protobuf.
 pub fn error_in_proto(accept: Option<&str>) -> bool {
-    let Some(accept) = accept.map(str::trim).filter(|a| !a.is_empty()) else {
-        return false;
-    };
-    clauses(accept).iter().find(|c| c.wanted == Wanted::Object).is_some_and(|c| c.media == Media::Protobuf)
+    error_encoding(accept) == ErrorEncoding::Protobuf
 }
 
 /// The representation the cache serves a request in, given what negotiation found and the
@@ -258,7 +248,20 @@ mod tests {
             // q-values order the clauses (recorded: plain JSON wins over metadata at q=0.5).
             (&format!("{META_LIST};q=0.5,application/json"), Some((Wanted::Object, J))),
             (&format!("application/json;q=0.5,{META_LIST}"), Some((Wanted::MetadataList, J))),
-            ("application/json;q=0", None),
+            // goautoneg keeps q=0 clauses, and the apiserver serves them.
+            ("application/json;q=0", Some((Wanted::Object, J))),
+            // goautoneg's order: a concrete type before a wildcard whatever q.
+            ("*/*, application/vnd.kubernetes.protobuf;q=0.5", Some((Wanted::Object, P))),
+            ("application/*;q=0.9, application/vnd.kubernetes.protobuf;q=0.1", Some((Wanted::Object, P))),
+            // Nothing lowercased, values kept as written (quotes too): not what the cache serves.
+            ("Application/JSON", None),
+            // `Q` is no q-value there but an unknown parameter (left to the apiserver).
+            ("application/json;Q=0.5, application/vnd.kubernetes.protobuf", None),
+            ("application/json;as=\"PartialObjectMetadata\";g=meta.k8s.io;v=v1", None),
+            // A stream value the apiserver does not serve skips its clause.
+            ("application/vnd.kubernetes.protobuf;stream=other, application/json", Some((Wanted::Object, J))),
+            // More clauses than Go sorts by insertion: the apiserver's.
+            (&["application/json"; 13].join(","), None),
             // Table (kubectl), v1beta1, no g/v, unknown parameters: upstream.
             ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json", None),
             ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1", None),
@@ -311,7 +314,8 @@ mod tests {
                 format!("application/json;drop=spec.x+metadata.managedFields, {pb}"),
                 n(Wanted::Object, P, false),
             ),
-            (format!("application/json;drop=, {pb}"), n(Wanted::Object, P, false)),
+            // goautoneg drops a parameter without a value: plain JSON.
+            (format!("application/json;drop=, {pb}"), n(Wanted::Object, J, false)),
             // No clause left: the apiserver's 406, left to the upstream.
             ("application/json;drop=spec".to_owned(), None),
             // YAML first: the apiserver's.

@@ -35,7 +35,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
         let resource = cached_resource(info, &catalog.kinds);
         let classified = match route {
             Route::Reject(e) => {
-                Classified::Refuse { error: Arc::new(e), proto: classify::error_in_proto(accept) }
+                Classified::Refuse { error: Arc::new(e), encoding: classify::error_encoding(accept) }
             }
             Route::Forward(ForwardReason::NotCached) if dropped(info, &catalog) => {
                 // Not cached because of --cache-memory-limit: said apart (metrics, logs).
@@ -123,7 +123,7 @@ mod tests {
         let (_, seen) =
             run_seen(s, request("/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact")).await;
         match decided(seen) {
-            Some(Classified::Refuse { error, proto: false }) => {
+            Some(Classified::Refuse { error, encoding: classify::ErrorEncoding::Json }) => {
                 assert_eq!(error.to_status().code.as_u16(), 422)
             }
             _ => panic!("a refusal"),

@@ -81,8 +81,8 @@ impl Dispatch {
                 let fwd = Forwarded { verb: &info.verb, resource: &label, arrived, long_running };
                 self.forward(req, reason, &caller, fwd).await
             }
-            Classified::Refuse { error, proto } => {
-                self.recorder.refused(body::error_ref_as(&error, proto), &info.verb, &label, arrived)
+            Classified::Refuse { error, encoding } => {
+                self.recorder.refused(body::error_ref_as(&error, encoding), &info.verb, &label, arrived)
             }
             Classified::Cache { cr, catalog, key } => {
                 let Some((reader, prober)) = catalog.caches.get(&key) else {

@@ -68,10 +68,10 @@ pub enum Classified {
     Forward(ForwardReason),
     /// The apiserver's own refusal of the request (bad list options, selectors: 400 / 422),
     /// answered here once the caller is authorized as the apiserver would first (its handlers
-    /// validate after `WithAuthorization`); `proto`: the Status in protobuf.
+    /// validate after `WithAuthorization`); `encoding`: how its Status is written.
     Refuse {
         error: Arc<crate::error::Error>,
-        proto: bool,
+        encoding: crate::server::classify::ErrorEncoding,
     },
 }
 
