@@ -21,7 +21,9 @@
 //!   state at R: the cache's bytes are served with list RV R (an RV the upstream issued; a
 //!   continue token at R is served by the upstream, tokens being interchangeable). Otherwise the
 //!   LIST is forwarded. Objects created and deleted again before R do not matter to a LIST.
-//!   At most `MAX_PROOFS_IN_THE_AIR` such reads at once for the whole proxy; past that, forwarded.
+//!   At most [`MAX_OWN_READS`] upstream reads of these two kinds at once for the whole proxy,
+//!   [`MAX_OWN_READS_PER_USER`] on behalf of one user; past that, forwarded (`OwnRead`). A
+//!   proof of a LIST without a limit (or one past a page) also takes a long list's slot.
 //! - **Initial lists** (watch-list, `sendInitialEvents=true` with RV unset, what client-go ≥
 //!   1.34 informers send): one coalesced, paginated upstream consistent LIST of the watch's own
 //!   namespace and selectors, metadata only, at RV L. If the cache has already reached L when
@@ -90,16 +92,82 @@ pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// (the apiserver's own cache waits as long for freshness); past it the watch is forwarded.
 pub(crate) const PROOF_WAIT: Duration = Duration::from_secs(3);
 
-/// Metadata proofs' upstream reads in the air at once, across every resource. The proxy makes
-/// them as itself, in its own API Priority and Fairness flow, which every caller's
-/// TokenReviews and SubjectAccessReviews share too: one caller sending Most Recent LISTs that
-/// share no read (another `limit` each) must not pile them up there. Past it the LIST is
-/// forwarded, under the caller's own identity and flow.
-const MAX_PROOFS_IN_THE_AIR: usize = 64;
-static PROOFS_IN_THE_AIR: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_PROOFS_IN_THE_AIR);
+/// Upstream reads the proxy makes as itself for callers' requests — metadata proofs and
+/// initial lists (their first page; a longer one holds its read through) — in the air at once,
+/// across every resource. They go in the proxy's own API Priority and Fairness flow, which
+/// every caller's TokenReviews and SubjectAccessReviews share too: one caller sending
+/// Most Recent LISTs or watch-lists that share no read (`x>1`, `x>2`, … — one review, each a
+/// read of its own; a review found the watch-lists unbounded) must not pile them up there.
+/// Past it a proof's LIST is forwarded at once, a watch-list start waits up to
+/// [`OWN_READ_WAIT`] (first come, first served) and then is forwarded: under the caller's own
+/// identity and flow, where the apiserver charges it.
+const MAX_OWN_READS: usize = 64;
+static OWN_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_OWN_READS);
+/// Of [`MAX_OWN_READS`], at most this many for one user's requests (by the user who
+/// authenticated, not one it impersonates); past it that user's reads are forwarded at once,
+/// so one user cannot hold the proxy's reads from the others. A node's kubelet starts a handful
+/// of watch-lists; a controller manager's restart tens, which then wait their turn or go
+/// upstream as themselves. Not counted with `--auth=none` (every caller is the proxy).
+const MAX_OWN_READS_PER_USER: usize = 8;
+/// How long a watch-list start waits for one of [`OWN_READS`].
+const OWN_READ_WAIT: Duration = Duration::from_secs(5);
+static OWN_READS_BY_USER: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::HashMap<Arc<str>, usize>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// One of [`OWN_READS`] and, for an authenticated caller, one of its user's
+/// [`MAX_OWN_READS_PER_USER`]; both given back when dropped.
+struct OwnRead {
+    _permit: tokio::sync::SemaphorePermit<'static>,
+    _share: Option<UserShare>,
+}
+
+/// One of a user's [`MAX_OWN_READS_PER_USER`].
+struct UserShare(Arc<str>);
+
+impl UserShare {
+    fn take(user: &Arc<str>) -> Result<UserShare, String> {
+        let mut by_user = OWN_READS_BY_USER.lock();
+        let n = by_user.entry(user.clone()).or_default();
+        if *n >= MAX_OWN_READS_PER_USER {
+            return Err(format!("{MAX_OWN_READS_PER_USER} upstream reads for this user in the air"));
+        }
+        *n += 1;
+        Ok(UserShare(user.clone()))
+    }
+}
+
+impl Drop for UserShare {
+    fn drop(&mut self) {
+        let mut by_user = OWN_READS_BY_USER.lock();
+        if let Some(n) = by_user.get_mut(&self.0) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_user.remove(&self.0);
+            }
+        }
+    }
+}
+
+impl OwnRead {
+    /// A read for `user` (`None`: `--auth=none`), waiting up to `wait` for the proxy's slot
+    /// (zero: not at all); the user's share is never waited for.
+    async fn take(user: Option<&Arc<str>>, wait: Duration) -> Result<OwnRead, String> {
+        let share = user.map(UserShare::take).transpose()?;
+        let permit = if wait.is_zero() {
+            OWN_READS.try_acquire().ok()
+        } else {
+            tokio::time::timeout(wait, OWN_READS.acquire()).await.ok().and_then(Result::ok)
+        };
+        let permit = permit.ok_or_else(|| format!("{MAX_OWN_READS} upstream reads in the air"))?;
+        Ok(OwnRead { _permit: permit, _share: share })
+    }
+}
 
 /// Initial lists read past their first page (selections of more than [`INITIAL_PAGE`]
-/// objects: controllers' informers, not kubelets') at once, across every resource: each holds
+/// objects: controllers' informers, not kubelets') at once, across every resource, and metadata
+/// proofs of LISTs without a limit or past a page (which read whole selections; refused at once
+/// past it, the LIST forwarded): each holds
 /// its selection's keys and versions (~90 B an object) while it proves, and is read as the
 /// proxy. One caller's watch-lists of distinct selections (`a!=1`, `a!=2`, … each a flight of its
 /// own) made as many whole-collection reads as its in-flight share allowed (found by a review:
@@ -200,15 +268,27 @@ impl Prober {
     }
 
     /// What the upstream has now (sent after `arrived`) in `sel`'s first `limit` items, metadata
-    /// only: keys and resourceVersions, to compare with the cache.
-    pub async fn metadata(&self, sel: Selection, limit: Option<u32>, arrived: Instant) -> MetadataResult {
+    /// only: keys and resourceVersions, to compare with the cache; for `user`'s request
+    /// (`None`: `--auth=none`), refused at once past [`MAX_OWN_READS`] or the user's share, and
+    /// past [`MAX_LONG_INITIAL_LISTS`] for a read of more than a page.
+    pub async fn metadata(
+        &self,
+        sel: Selection,
+        limit: Option<u32>,
+        arrived: Instant,
+        user: Option<Arc<str>>,
+    ) -> MetadataResult {
         let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
         let key = (sel.clone(), limit);
         let fetch = move || {
-            let (upstream, reader, sel) = (upstream.clone(), reader.clone(), sel.clone());
+            let (upstream, reader, sel, user) = (upstream.clone(), reader.clone(), sel.clone(), user.clone());
             async move {
-                let Ok(_one) = PROOFS_IN_THE_AIR.try_acquire() else {
-                    return Err(format!("{MAX_PROOFS_IN_THE_AIR} metadata proofs in the air"));
+                let _one = OwnRead::take(user.as_ref(), Duration::ZERO).await?;
+                let _long = match limit {
+                    Some(l) if l <= INITIAL_PAGE => None,
+                    _ => Some(LONG_INITIAL_LISTS.try_acquire().map_err(|_| {
+                        format!("{MAX_LONG_INITIAL_LISTS} lists of more than one page in the air")
+                    })?),
                 };
                 // The history first: a relist between the two reads then shows as a new history, never
                 // as an upstream below a cache RV read from the history after it.
@@ -238,19 +318,30 @@ impl Prober {
     }
 
     /// The initial state of a watch-list of `sel` (selecting as `filter` does, without a
-    /// shard) that arrived at `arrived`.
-    pub async fn initial(&self, sel: Selection, filter: Filter, arrived: Instant) -> Result<Initial, String> {
+    /// shard) that arrived at `arrived`, for `user`'s request (`None`: `--auth=none`): its read
+    /// waits up to [`OWN_READ_WAIT`] for one of [`MAX_OWN_READS`], refused at once past the
+    /// user's share.
+    pub async fn initial(
+        &self,
+        sel: Selection,
+        filter: Filter,
+        arrived: Instant,
+        user: Option<Arc<str>>,
+    ) -> Result<Initial, String> {
         let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
         let key = sel.clone();
         let fetch = move || {
-            let (upstream, reader, sel, filter) =
-                (upstream.clone(), reader.clone(), sel.clone(), filter.clone());
+            let (upstream, reader, sel, filter, user) =
+                (upstream.clone(), reader.clone(), sel.clone(), filter.clone(), user.clone());
             async move {
+                let one = OwnRead::take(user.as_ref(), OWN_READ_WAIT).await?;
                 let listed =
                     match tokio::time::timeout(READ_TIMEOUT, list_initial(&upstream, &reader, &sel)).await {
                         Ok(r) => r?,
                         Err(_) => return Err("initial list timed out".to_owned()),
                     };
+                // Read: the proof below asks the upstream nothing.
+                drop(one);
                 match listed {
                     Listed::Fresh => Ok(Initial::Cache),
                     // A long list's slot is held while it proves (its items are held).
@@ -474,7 +565,7 @@ mod tests {
         }
     }
 
-    /// At most `MAX_PROOFS_IN_THE_AIR` metadata proofs read upstream at once, whatever their
+    /// At most `MAX_OWN_READS` metadata proofs read upstream at once, whatever their
     /// keys: the next is refused at once (its LIST forwarded), and a slot comes back when a read
     /// ends (here: its only waiter gave up, which cancels it).
     #[tokio::test]
@@ -494,10 +585,11 @@ mod tests {
         let sel =
             || Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
         let mut waiting = Vec::new();
-        for limit in 0..MAX_PROOFS_IN_THE_AIR as u32 {
+        for limit in 0..MAX_OWN_READS as u32 {
             let p = prober.clone();
-            waiting
-                .push(tokio::spawn(async move { p.metadata(sel(), Some(limit + 1), Instant::now()).await }));
+            waiting.push(tokio::spawn(async move {
+                p.metadata(sel(), Some(limit + 1), Instant::now(), None).await
+            }));
         }
         let until = |f: fn() -> bool| async move {
             tokio::time::timeout(Duration::from_secs(5), async {
@@ -508,19 +600,150 @@ mod tests {
             .await
             .is_ok()
         };
-        assert!(until(|| PROOFS_IN_THE_AIR.available_permits() == 0).await, "every slot taken");
-        let refused = prober.metadata(sel(), Some(100_000), Instant::now()).await;
-        assert!(refused.is_err_and(|e| e.contains("metadata proofs in the air")));
+        assert!(until(|| OWN_READS.available_permits() == 0).await, "every slot taken");
+        let refused = prober.metadata(sel(), Some(100_000), Instant::now(), None).await;
+        assert!(refused.is_err_and(|e| e.contains("upstream reads in the air")));
         // One waiter gives up: its read is cancelled and its slot comes back.
         waiting.pop().unwrap().abort();
-        assert!(until(|| PROOFS_IN_THE_AIR.available_permits() == 1).await, "the slot is back");
+        assert!(until(|| OWN_READS.available_permits() == 1).await, "the slot is back");
         let next = tokio::time::timeout(
             Duration::from_millis(200),
-            prober.metadata(sel(), Some(100_001), Instant::now()),
+            prober.metadata(sel(), Some(100_001), Instant::now(), None),
         )
         .await;
         assert!(next.is_err(), "in the air, not refused");
         for t in waiting {
+            t.abort();
+        }
+        held.abort();
+    }
+
+    /// One user's requests hold at most `MAX_OWN_READS_PER_USER` of the proxy's upstream reads,
+    /// metadata proofs and watch-list starts alike (a review: `labelSelector=x>1`, `x>2`, … one
+    /// access review, each a read as the proxy): past them that user's next read is refused at
+    /// once (its request forwarded as itself), while another user's still goes up; a read
+    /// ended gives its share back. A watch-list start waits for the proxy's slots (it does not
+    /// wait for its user's share).
+    #[tokio::test]
+    async fn one_users_upstream_reads_are_bounded_and_others_go_on() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let upstream = crate::upstream::testutil::client_of(addr);
+        let (_w, r) = cache_at_10();
+        let prober = Prober::new(upstream, r);
+        let sel = |labels: &str| Selection {
+            namespace: None,
+            label_selector: labels.to_owned(),
+            field_selector: String::new(),
+        };
+        let filter = crate::cache::Filter::new(
+            None,
+            None,
+            crate::selector::LabelSelector::default(),
+            crate::selector::FieldSelector::default(),
+        );
+        let mallory: Arc<str> = Arc::from("mallory");
+        let in_air = || OWN_READS_BY_USER.lock().get("mallory").copied().unwrap_or(0);
+        let mut held_reads = Vec::new();
+        for i in 0..MAX_OWN_READS_PER_USER {
+            let (p, u, f) = (prober.clone(), mallory.clone(), filter.clone());
+            held_reads.push(if i % 2 == 0 {
+                tokio::spawn(async move {
+                    p.metadata(sel(&format!("x>{i}")), Some(1), Instant::now(), Some(u)).await.map(|_| ())
+                })
+            } else {
+                tokio::spawn(async move {
+                    p.initial(sel(&format!("x>{i}")), f, Instant::now(), Some(u)).await.map(|_| ())
+                })
+            });
+        }
+        while in_air() < MAX_OWN_READS_PER_USER {
+            tokio::task::yield_now().await;
+        }
+        let refused = prober.metadata(sel("x>100"), Some(1), Instant::now(), Some(mallory.clone())).await;
+        assert!(refused.is_err_and(|e| e.contains("for this user")));
+        let refused =
+            prober.initial(sel("x>101"), filter.clone(), Instant::now(), Some(mallory.clone())).await;
+        assert!(
+            refused.is_err_and(|e| e.contains("for this user")),
+            "a watch-list start is refused at once too"
+        );
+        // Another user's read goes up (in the air, not refused).
+        let alice = tokio::time::timeout(
+            Duration::from_millis(200),
+            prober.initial(sel("x>102"), filter.clone(), Instant::now(), Some(Arc::from("alice"))),
+        )
+        .await;
+        assert!(alice.is_err(), "in the air, not refused");
+        // One of mallory's reads ends: its share is back.
+        held_reads.pop().unwrap().abort();
+        while in_air() == MAX_OWN_READS_PER_USER {
+            tokio::task::yield_now().await;
+        }
+        let next = tokio::time::timeout(
+            Duration::from_millis(200),
+            prober.metadata(sel("x>103"), Some(1), Instant::now(), Some(mallory.clone())),
+        )
+        .await;
+        assert!(next.is_err(), "in the air, not refused");
+        for t in held_reads {
+            t.abort();
+        }
+        held.abort();
+    }
+
+    /// A watch-list start takes one of the proxy's `MAX_OWN_READS` for its first page: with
+    /// every one taken it waits (first come, first served) and goes up when one is given back.
+    #[tokio::test]
+    async fn a_watch_list_start_waits_for_the_proxys_reads() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let upstream = crate::upstream::testutil::client_of(addr);
+        let (_w, r) = cache_at_10();
+        let prober = Prober::new(upstream, r);
+        let sel =
+            || Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
+        let filter = crate::cache::Filter::new(
+            None,
+            None,
+            crate::selector::LabelSelector::default(),
+            crate::selector::FieldSelector::default(),
+        );
+        let mut proofs = Vec::new();
+        for limit in 0..MAX_OWN_READS as u32 {
+            let p = prober.clone();
+            proofs.push(tokio::spawn(async move {
+                p.metadata(sel(), Some(limit + 1), Instant::now(), None).await
+            }));
+        }
+        while OWN_READS.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let p = prober.clone();
+        let start =
+            tokio::spawn(async move { p.initial(sel(), filter, Instant::now(), None).await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!start.is_finished(), "waiting for a read");
+        assert_eq!(OWN_READS.available_permits(), 0);
+        proofs.pop().unwrap().abort();
+        // The start takes the slot given back (its read now in the air).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(OWN_READS.available_permits(), 0, "taken by the start");
+        assert!(!start.is_finished(), "its read in the air");
+        start.abort();
+        for t in proofs {
             t.abort();
         }
         held.abort();
@@ -597,7 +820,9 @@ mod tests {
         );
         let start = |labels: String| {
             let (p, f) = (prober.clone(), filter.clone());
-            tokio::spawn(async move { p.initial(sel(&labels), f, Instant::now()).await.map(|_| ()) })
+            // Each start its own user's: the users' shares are another test's.
+            let user = Some(Arc::from(labels.as_str()));
+            tokio::spawn(async move { p.initial(sel(&labels), f, Instant::now(), user).await.map(|_| ()) })
         };
         let mut waiting: Vec<_> = (0..MAX_LONG_INITIAL_LISTS).map(|i| start(format!("a!={i}"))).collect();
         // Until every long read is in the air (each took its slot before asking).
@@ -606,7 +831,7 @@ mod tests {
         }
         assert_eq!(LONG_INITIAL_LISTS.available_permits(), 0);
         // A selection of one page needs no slot: proven (nothing listed, nothing cached).
-        assert!(prober.initial(sel(""), filter.clone(), Instant::now()).await.is_ok());
+        assert!(prober.initial(sel(""), filter.clone(), Instant::now(), None).await.is_ok());
         // The next long one waits, and takes the slot of a read given up.
         let next = start("a!=next".into());
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -5,6 +5,7 @@
 //! Called by `phase::dispatch` with a `CacheRequest` from `classify` and the resource's
 //! `cache::Reader`. Bodies are the stored bytes, streamed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{header, HeaderValue, Response, StatusCode};
@@ -69,6 +70,9 @@ pub struct Source<'a> {
     pub reader: &'a Reader,
     pub prober: &'a Prober,
     pub metrics: &'a Metrics,
+    /// Who authenticated (`None` with `--auth=none`): the upstream reads the proxy makes for
+    /// the request are counted against that user's share (`consistent`).
+    pub user: Option<Arc<str>>,
 }
 
 /// `reader.wait_for`, observed as a freshness read wait.
@@ -157,7 +161,7 @@ async fn proven_by_metadata(
     }
     let upstream_limit = limit.map(|l| l.min(u32::MAX as usize) as u32);
     let histories = reader.histories();
-    let meta = match src.prober.metadata(selection(req), upstream_limit, arrived).await {
+    let meta = match src.prober.metadata(selection(req), upstream_limit, arrived, src.user.clone()).await {
         Ok(m) => m,
         Err(e) => {
             tracing::debug!(error = %e, "metadata proof failed; forwarding");
@@ -341,7 +345,11 @@ async fn serve_inner(
         // Watch-list: the initial state proven by one upstream consistent metadata LIST
         // (shared), the initial objects and the live stream from the cache.
         Plan::WatchMostRecent { initial: true } => {
-            match src.prober.initial(selection(req), filter(req, true).with_shard(None), arrived).await {
+            match src
+                .prober
+                .initial(selection(req), filter(req, true).with_shard(None), arrived, src.user.clone())
+                .await
+            {
                 Ok(Initial::Cache) => watch(reader, req, opts, WatchStart::InitialEvents),
                 Ok(Initial::Proven { rv, snapshot }) => {
                     watch(reader, req, opts, WatchStart::Proven { rv, snapshot })
@@ -558,7 +566,8 @@ mod tests {
         let prober = Prober::new(upstream, reader.clone());
         let opts = ServeOptions { freshness_wait: Duration::from_millis(200), ..Default::default() };
         let metrics = crate::metrics::Metrics::new();
-        serve(&cr, Source { reader, prober: &prober, metrics: &metrics }, &opts, Instant::now()).await
+        serve(&cr, Source { reader, prober: &prober, metrics: &metrics, user: None }, &opts, Instant::now())
+            .await
     }
 
     async fn body(s: Outcome) -> (u16, Option<String>, String) {

@@ -14,7 +14,7 @@ use super::{
     arrived, missing, Classified, FromCache, FromUpstream, Next, Recorder, Req, RequestContext, Resp,
 };
 use crate::metrics::Served;
-use crate::server::auth::Caller;
+use crate::server::auth::{Caller, Credential};
 use crate::server::body;
 use crate::server::classify::{self, ForwardReason, RequestInfo};
 use crate::server::limits;
@@ -91,7 +91,11 @@ impl Dispatch {
                 };
                 let gr = reader.kind().group_resource();
                 let verb = cr.plan.verb();
-                let src = serve::Source { reader, prober, metrics: &self.recorder.0 };
+                let user = match caller.credential {
+                    Credential::Trusted => None,
+                    _ => Some(Arc::from(caller.user.name.as_str())),
+                };
+                let src = serve::Source { reader, prober, metrics: &self.recorder.0, user };
                 match serve::serve(&cr, src, &self.serve, arrived).await {
                     serve::Outcome::Response(mut resp) => {
                         self.recorder.record(verb, &gr, resp.status().as_u16(), Served::Cache, arrived);
