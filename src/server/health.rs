@@ -16,11 +16,14 @@
 //! (`ping`, `shutdown`, `upstream`, `cache-sync`, `resources`) with failure reasons withheld, as
 //! the apiserver withholds them on its public endpoints; a caller allowed `get` on the path (or
 //! any caller with `--auth=none`) gets one check per cached resource (`cache/<resource>`) and
-//! per resource not cached yet (`resource/<name>`), with the reasons, and passing lines for
+//! per resource not cached yet (`resource/<name>`), and passing lines for
 //! what a wildcard skipped (`skipped/<reason>/<name>`) and what `--cache-memory-limit` stopped
 //! caching (`dropped/memory-limit/<resource>`) or cannot parse an object of
 //! (`forwarded/unparsable/<resource>`, in place of its `cache/<resource>`). Per-check paths are not
-//! public (as in the apiserver, whose public-info-viewer role covers the root paths only).
+//! public (as in the apiserver, whose public-info-viewer role covers the root paths only). A
+//! failure's reason is shown at its per-check path; the root paths withhold it from everyone
+//! (the apiserver's `handleRootHealth`: the public role lets every caller `get /readyz`, and
+//! the reasons carry the upstream's answers to the proxy's own requests) but with `--auth=none`.
 //!
 //! Called by `phase::health`, which decides the access, and `phase::authenticate` (the
 //! metrics page, through `stack`).
@@ -70,8 +73,15 @@ pub fn route(path: &str) -> Option<(Endpoint, Option<&str>)> {
 /// Whether the caller may see the detailed checks and their reasons.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
+    /// The public checks, reasons withheld.
     Public,
+    /// A caller allowed `get` on the path: the detailed checks; their reasons at a per-check
+    /// path only (the root paths withhold them, as the apiserver's `handleRootHealth` does:
+    /// its `system:public-info-viewer` role lets every caller, even anonymous, `get /readyz`,
+    /// and the reasons carry the upstream's answers to the proxy's own requests).
     Detailed,
+    /// `--auth=none` (everyone is trusted): the detailed checks with their reasons everywhere.
+    Unsecured,
 }
 
 /// One check's outcome: `None` when it passes, else why not.
@@ -117,7 +127,7 @@ fn checks_of(st: &Readiness, e: Endpoint, access: Access) -> Vec<Check> {
                 st.missing.iter().map(|(n, why)| format!("resource {n} not cached yet: {why}")).collect();
             out.push(check("resources", (!missing.is_empty()).then(|| missing.join("; "))));
         }
-        Access::Detailed => {
+        Access::Detailed | Access::Unsecured => {
             for (gr, synced) in &st.caches {
                 let why = st.not_ready.iter().find(|(g, _)| g == gr).map(|(_, w)| format!(": {w}"));
                 out.push(check(
@@ -202,7 +212,7 @@ pub fn handle<B>(
         match &c.failure {
             None => lines.push_str(&format!("[+]{} ok\n", c.name)),
             Some(why) => {
-                let shown = if access == Access::Detailed { why.as_str() } else { "reason withheld" };
+                let shown = if access == Access::Unsecured { why.as_str() } else { "reason withheld" };
                 lines.push_str(&format!("[-]{} failed: {shown}\n", c.name));
                 failed.push(c);
             }

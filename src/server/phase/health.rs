@@ -41,7 +41,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Health {
 #[allow(clippy::result_large_err)]
 async fn access<B>(server: &Server, req: &Req<B>, per_check: bool) -> Result<Access, Resp> {
     let Some(auth) = server.auth() else {
-        return Ok(Access::Detailed);
+        return Ok(Access::Unsecured);
     };
     let verbose =
         req.uri().query().is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
