@@ -241,6 +241,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         shutdown_rx.clone(),
         ReflectorOptions {
             watch_idle_timeout: args.upstream_watch_idle_timeout,
+            max_staleness: args.max_staleness,
             ..ReflectorOptions::default()
         },
         wanted.clone(),

@@ -36,6 +36,9 @@ pub struct ReflectorOptions {
     /// factor in [1, 2)) before the next full list, which brings the cache back only if every
     /// object of it parses; it doubles, up to ten times this, while lists keep holding one.
     pub unparsable_retry: Duration,
+    /// `--max-staleness`: past it without proof of being current, the cache's watches are
+    /// ended (`Writer::end_watchers_if_stale`); zero: never.
+    pub max_staleness: Duration,
 }
 
 impl Default for ReflectorOptions {
@@ -48,6 +51,7 @@ impl Default for ReflectorOptions {
             backoff_initial: Duration::from_millis(800),
             backoff_max: Duration::from_secs(30),
             unparsable_retry: Duration::from_secs(60),
+            max_staleness: Duration::ZERO,
         }
     }
 }
@@ -68,8 +72,10 @@ enum State {
 
 /// Why a watch ended.
 enum WatchEnd {
-    /// Clean end (timeout): re-watch at once.
-    Closed,
+    /// Clean end: re-watch at once; `early`: before its `timeoutSeconds` (the upstream ended
+    /// it: a drain, its watch cache re-initialised, perhaps on a restored storage), so the
+    /// upstream is first asked whether it went back.
+    Closed { early: bool },
     /// The upstream no longer has our RV (410): relist.
     Gone,
     /// A failure (what, and its message): back off, then re-watch.
@@ -268,6 +274,7 @@ async fn step(
                         "its list passed --cache-memory-limit at {bytes} bytes"
                     )));
                 }
+                end_stale_watchers(writer, opts, resource);
                 backoff.wait().await;
                 State::Empty
             }
@@ -294,6 +301,7 @@ async fn step(
                 if writer.progress_rv() == Rv(0) {
                     writer.set_not_ready(Some(e.to_string()));
                 }
+                end_stale_watchers(writer, opts, resource);
                 backoff.wait().await;
                 State::Empty
             }
@@ -311,8 +319,16 @@ async fn step(
             let watching =
                 |rv| if resuming && rv == from { State::Resuming { rv } } else { State::Synced { rv } };
             match end {
-                WatchEnd::Closed => {
+                WatchEnd::Closed { early } => {
                     backoff.reset();
+                    // An apiserver whose storage was restored (etcd without a revision bump)
+                    // ends its watches cleanly when its watch cache re-initialises; a re-watch
+                    // from our RV, ahead of it, is accepted and waits in silence, and after the
+                    // quiet second the gone state would pass for current (a review).
+                    if early && went_back(upstream, writer, opts).await {
+                        metrics.reflector_error(resource, "upstream_behind");
+                        return State::Empty;
+                    }
                     watching(rv)
                 }
                 WatchEnd::Inconsistent(at, why) => {
@@ -339,6 +355,7 @@ async fn step(
                 }
                 WatchEnd::Failed(r, e) => {
                     failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
+                    end_stale_watchers(writer, opts, resource);
                     backoff.wait().await;
                     if went_back(upstream, writer, opts).await {
                         metrics.reflector_error(resource, "upstream_behind");
@@ -348,6 +365,20 @@ async fn step(
                 }
             }
         }
+    }
+}
+
+/// After a failed list or watch: a cache without proof of being current for longer than
+/// `--max-staleness` ends its watches (`Writer::end_watchers_if_stale`). Only there: a healthy
+/// watch of a quiet resource may bring no proof for minutes, and is no reason.
+fn end_stale_watchers(writer: &mut Writer, opts: &ReflectorOptions, resource: &str) {
+    let ended = writer.end_watchers_if_stale(opts.max_staleness);
+    if ended > 0 {
+        tracing::info!(
+            resource,
+            watches = ended,
+            "ended the cache's watches: no proof of being current for longer than --max-staleness; their clients re-watch, upstream"
+        );
     }
 }
 
@@ -387,6 +418,9 @@ async fn went_back(upstream: &Upstream, writer: &Writer, opts: &ReflectorOptions
         _ => false,
     }
 }
+
+/// A watch that ends cleanly this long before its `timeoutSeconds` was ended by the upstream.
+const EARLY_MARGIN: Duration = Duration::from_secs(2);
 
 /// The longest the probe before a re-watch may delay it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -492,6 +526,7 @@ async fn watch_once(
 ) -> (WatchEnd, Rv) {
     // The answer's head is bounded like the stream: a pooled connection that was partitioned
     // while idle takes the request and never answers (nothing else would end that wait).
+    let since = tokio::time::Instant::now();
     let started = tokio::time::timeout(
         opts.watch_idle_timeout,
         upstream.watch(writer.kind(), rv, opts.watch_timeout_secs),
@@ -545,7 +580,11 @@ async fn watch_once(
         };
         let ev: RawEvent = match next {
             Ok(Some(ev)) => ev,
-            Ok(None) => return (WatchEnd::Closed, rv),
+            Ok(None) => {
+                let ran = since.elapsed();
+                let early = ran + EARLY_MARGIN < Duration::from_secs(u64::from(opts.watch_timeout_secs));
+                return (WatchEnd::Closed { early }, rv);
+            }
             Err(e) => return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string()), rv),
         };
         match ev.kind {

@@ -510,6 +510,20 @@ impl Writer {
         self.publish(st.rv, false, reason);
     }
 
+    /// Ends every watch after what it already has when the cache has gone longer than `max`
+    /// without proof of being current (its relist failing or refused, its upstream watch
+    /// failing): their clients re-watch, and `server::serve` forwards stale caches' requests.
+    /// The apiserver ends its watchers as soon as its own list-and-watch restarts; a watch left
+    /// open here would look quiet and current, a BOOKMARK at the cache's RV before its
+    /// deadline saying so (a review). New watches are not refused. Returns how many ended.
+    pub fn end_watchers_if_stale(&mut self, max: Duration) -> usize {
+        let stale = Reader { shared: self.shared.clone() }.staleness().is_some_and(|s| s > max);
+        if max.is_zero() || !stale {
+            return 0;
+        }
+        self.shared.state.lock().watchers.end_all()
+    }
+
     /// Ends every watch and refuses new ones (the reflector stops: shutdown). A watch request
     /// that arrives after it, on a connection still draining, gets 503 instead of a stream that
     /// would never see an event (a tier above would wait on it for its whole timeout).

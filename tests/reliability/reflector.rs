@@ -45,8 +45,23 @@ struct Script {
     at: Mutex<Vec<std::time::Instant>>,
 }
 
+/// The reflector's probe before a re-watch (`limit=1`), after a watch the upstream ended early.
+fn is_probe(q: &str) -> bool {
+    q.split('&').any(|p| p == "limit=1")
+}
+
+fn json(body: String) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    Ok(resp)
+}
+
 async fn answer(script: Arc<Script>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let q = req.uri().query().unwrap_or("").to_owned();
+    if is_probe(&q) {
+        // Never behind: the re-watch goes on (this script's watches all end early).
+        return json(list(1000, &[]));
+    }
     let n = {
         let mut log = script.log.lock();
         log.push(q.clone());
@@ -158,6 +173,133 @@ async fn list_watch_rewatch_relist() {
     assert!(log[2].contains("resourceVersion=15"), "re-watch from the bookmark RV: {log:?}");
     assert!(!log[3].contains("watch"), "relist after 410: {log:?}");
     assert!(log[4].contains("resourceVersion=25"), "watch from the relist RV: {log:?}");
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+/// The upstream of `a_watch_ended_early_by_an_upstream_gone_back_relists`: a list at 10, the
+/// watch from it ended at once and cleanly (an apiserver re-initialising its watch cache on
+/// an etcd restored without a revision bump), the probe and the next list at 7.
+async fn answer_gone_back(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    let n = {
+        let mut log = script.log.lock();
+        log.push(q.clone());
+        log.len()
+    };
+    if is_probe(&q) {
+        return json(list(7, &[]));
+    }
+    json(match (n, q.contains("watch=true")) {
+        (1, false) => list(10, &[cm("a", 5), cm("b", 6)]),
+        (2, true) => String::new(),
+        (_, false) => list(7, &[cm("a", 5), cm("c", 7)]),
+        _ => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            String::new()
+        }
+    })
+}
+
+/// A watch the upstream ends cleanly before its `timeoutSeconds` is followed by the probe
+/// failed watches get: an upstream whose storage went back (etcd restored without a revision
+/// bump: its watch cache re-initialises and ends every watch cleanly) would accept the re-watch
+/// from our RV, ahead of it, and stay silent, and after a quiet second the gone state would be
+/// served as current (a review). Here the probe sees it behind: the cache relists at once.
+#[tokio::test]
+async fn a_watch_ended_early_by_an_upstream_gone_back_relists() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer_gone_back(s, r))).await;
+    let upstream =
+        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
+            .unwrap();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
+    let metrics = Arc::new(Metrics::new());
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, metrics.clone(), stop));
+    let mut rx = reader.subscribe();
+    tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|p| p.ready && p.rv == Rv(7)))
+        .await
+        .expect("relisted at the upstream's RV")
+        .unwrap();
+    let keys: Vec<String> = reader.snapshot().store.keys().map(|k| k.as_str().to_owned()).collect();
+    assert_eq!(keys, ["ns/a", "ns/c"]);
+    let log = script.log.lock().clone();
+    assert!(log[1].contains("watch=true") && log[1].contains("resourceVersion=10"), "{log:?}");
+    assert!(is_probe(&log[2]), "probed before re-watching: {log:?}");
+    assert!(!log[3].contains("watch") && !is_probe(&log[3]), "then relisted: {log:?}");
+    let text = metrics.render();
+    assert!(
+        text.contains(
+            r#"watchcache_reflector_errors_total{reason="upstream_behind",resource="configmaps"} 1"#
+        ),
+        "{text}"
+    );
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+/// The upstream of `a_cache_whose_relist_keeps_failing_ends_its_watches_past_max_staleness`:
+/// a list at 10, the watch from it answered 410, every list after it a 500.
+async fn answer_relist_failing(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    let n = {
+        let mut log = script.log.lock();
+        log.push(q.clone());
+        log.len()
+    };
+    if n == 1 {
+        return json(list(10, &[cm("a", 5)]));
+    }
+    if q.contains("watch=true") {
+        return json(r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 10 (20)","reason":"Expired","code":410}}
+"#.to_owned());
+    }
+    let mut resp = json(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","code":500}"#.to_owned())?;
+    *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+    Ok(resp)
+}
+
+/// A cache whose relist keeps failing after a 410 holds a state it cannot prove current: past
+/// `--max-staleness` its watches end (their clients re-watch; the proxy forwards a stale
+/// cache's requests), as the apiserver ends its watchers when its own list-and-watch restarts,
+/// instead of staying open, quiet, with a BOOKMARK at the old RV before their deadline saying
+/// all is current (a review).
+#[tokio::test]
+async fn a_cache_whose_relist_keeps_failing_ends_its_watches_past_max_staleness() {
+    let (addr, _script) = scripted(|s, r| Box::pin(answer_relist_failing(s, r))).await;
+    let upstream =
+        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
+            .unwrap();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions {
+        backoff_initial: Duration::from_millis(10),
+        backoff_max: Duration::from_millis(50),
+        max_staleness: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
+    let mut w = reader
+        .watch(WatchRequest {
+            filter: Filter::default(),
+            start: WatchStart::After(Rv(10)),
+            bookmarks: true,
+            deadline: tokio::time::Instant::now() + Duration::from_secs(60),
+        })
+        .unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), w.next()).await.expect("ended past max staleness");
+    assert!(end.is_none(), "nothing more, no BOOKMARK at the old RV: {end:?}");
+    assert!(reader.staleness().is_some_and(|s| s > Duration::from_millis(300)));
     stop_tx.send(true).unwrap();
     task.await.unwrap();
 }
