@@ -126,7 +126,7 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// crd-accept-protobuf.json). The clauses are goautoneg's, in its order (`autoneg`); a clause
 /// is taken or skipped as the apiserver's `acceptMediaTypeOptions` and the resource scope's
 /// `AllowsMediaTypeTransform` do (a `g`/`v` without `as` is no transform it knows; a stream
-/// other than `watch`, a server version, skip the clause).
+/// other than `watch`, a server version but `v1`, skip the clause).
 /// `get`: a GET of one object, whose 406 names no stream type (recorded).
 pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<Accept, Error> {
     let Some(raw) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty())
@@ -145,7 +145,9 @@ pub fn negotiate(headers: &http::HeaderMap, builtin: bool, get: bool) -> Result<
             continue;
         }
         let set = |name| c.param(name).is_some_and(|v| !v.is_empty());
-        if (set("stream") && c.param("stream") != Some("watch")) || set("sv") {
+        // A resource scope allows its meta group's version as the server version (`v1`).
+        if (set("stream") && c.param("stream") != Some("watch")) || (set("sv") && c.param("sv") != Some("v1"))
+        {
             continue;
         }
         let (g, v) = (c.param("g"), c.param("v"));

@@ -12,7 +12,7 @@
 //!   (or subtype) before a wildcard one whatever their q-values. `sort.Sort` is an insertion
 //!   sort up to 12 clauses (`pdqsort`'s `maxInsertion`), which is what [`parse`] does; past
 //!   that, and for a `q` written in a form this port does not read as Go's `ParseFloat` does
-//!   (hexadecimal), [`Accept::exact`] is false and the proxy leaves the request to
+//!   (hexadecimal, underscores), [`Accept::exact`] is false and the proxy leaves the request to
 //!   the apiserver.
 //!
 //! Pure. Called by `accept` (the proxy's negotiation) and by the simulated apiserver (its own
@@ -67,10 +67,11 @@ fn trim(s: &str) -> &str {
 }
 
 /// `strconv.ParseFloat(s, 32)` as goautoneg uses it (an error is 0); `None` for a form this
-/// port does not read as Go does (Go's hexadecimal floats).
+/// port does not read as Go does (Go's hexadecimal floats, and underscores between digits,
+/// which Go takes as in its literals: `1_0` is 10).
 fn go_q(s: &str) -> Option<f64> {
     let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if unsigned.starts_with("0x") || unsigned.starts_with("0X") {
+    if unsigned.starts_with("0x") || unsigned.starts_with("0X") || s.contains('_') {
         return None;
     }
     // Go reads a sign before `inf` but not before `nan` (a syntax error: 0).
@@ -150,7 +151,8 @@ pub fn parse(header: &str) -> Accept<'_> {
 /// `WriteObjectNegotiated` with `DefaultEndpointRestrictions`): in the first clause's
 /// encoding among those that ask for no transform (no `as`, `g` or `v`), no server version
 /// (`sv`) and no stream but `watch`; when none does, raw indented JSON without a newline
-/// (`WriteRawJSON`). An absent or empty header is JSON.
+/// (`WriteRawJSON`). JSON with `pretty=1` is its pretty serializer, `json.MarshalIndent` too:
+/// the same bytes as `RawJson`. An absent or empty header is JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorEncoding {
     Json,
@@ -179,6 +181,9 @@ pub fn error_encoding(header: &str) -> ErrorEncoding {
         let stream = c.param("stream").unwrap_or("");
         for (sub, streams, encoding) in SERIALIZERS {
             if c.matches(sub) && (stream.is_empty() || (streams && stream == "watch")) {
+                if encoding == ErrorEncoding::Json && c.param("pretty") == Some("1") {
+                    return ErrorEncoding::RawJson;
+                }
                 return encoding;
             }
         }
@@ -236,7 +241,7 @@ mod tests {
         assert!(h.exact);
         assert!(!parse("a/b;q=0x1p-1").exact);
         assert!(!parse("a/b;q=-0X1p-1").exact);
-        assert_eq!(order("a/b;q=1_0"), ["a/b 0"]);
+        assert!(!parse("a/b;q=1_0").exact, "Go reads 10");
         assert!(parse(&["a/b"; 12].join(",")).exact);
         assert!(!parse(&["a/b"; 13].join(",")).exact);
         assert!(parse("").clauses.is_empty());
@@ -265,6 +270,10 @@ mod tests {
             (format!("{pb};sv=v1, application/json"), Json),
             (format!("{pb};sv=, application/json"), Protobuf),
             ("text/html".into(), RawJson),
+            // `pretty=1`: JSON's pretty serializer, the same bytes as WriteRawJSON's.
+            (format!("application/json;{meta}, application/json;pretty=1"), RawJson),
+            ("application/json;pretty=true".into(), Json),
+            (format!("{pb};pretty=1"), Protobuf),
             ("Application/Json".into(), RawJson),
             (format!("*/*, {pb};q=0.1"), Protobuf),
         ];

@@ -27,10 +27,16 @@ impl<B: Send + Sync + 'static> Phase<B> for Classify {
                 &computed
             }
         };
-        let accept = req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        // Go reads the header's bytes as they are (`é` in a parameter is no reason to ignore
+        // the header); bytes that are not UTF-8 are the apiserver's to read.
+        let accept_header = req.headers().get(http::header::ACCEPT);
+        let accept = accept_header.and_then(|v| std::str::from_utf8(v.as_bytes()).ok());
         let catalog = self.resources.snapshot();
-        let route =
-            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &catalog.kinds[..]);
+        let route = if accept_header.is_some() && accept.is_none() {
+            Route::Forward(ForwardReason::Accept)
+        } else {
+            classify::classify(req.method(), req.uri().path(), req.uri().query(), accept, &catalog.kinds[..])
+        };
         // A label only for cached resources: bounded whatever callers send.
         let resource = cached_resource(info, &catalog.kinds);
         let classified = match route {
@@ -128,6 +134,37 @@ mod tests {
             }
             _ => panic!("a refusal"),
         }
+    }
+
+    /// An `Accept` header is read as Go reads it, bytes and all (a review: a byte past ASCII
+    /// made it absent, JSON, where the apiserver negotiates it): UTF-8 is negotiated, anything
+    /// else is the apiserver's.
+    #[tokio::test]
+    async fn an_accept_header_past_ascii_is_negotiated_or_forwarded() {
+        let (_w, r) = configmaps();
+        let resources = Arc::new(Resources::default());
+        resources.add(&upstream(), r);
+        let s = Classify { resources };
+        let with = |accept: &[u8]| {
+            let mut req = request("/api/v1/configmaps?resourceVersion=0");
+            req.headers_mut().insert(http::header::ACCEPT, http::HeaderValue::from_bytes(accept).unwrap());
+            req
+        };
+        let (_, seen) = run_seen(s.clone(), with("application/vnd.kubernetes.protobuf;x=é".as_bytes())).await;
+        let ctx = seen.unwrap().get::<super::super::RequestContext>().cloned().unwrap();
+        match ctx.classified {
+            // An unknown parameter: the apiserver's (forwarded), not the JSON of no header.
+            Some(Classified::Forward(ForwardReason::Accept)) => {}
+            _ => panic!("not as expected"),
+        }
+        let (_, seen) =
+            run_seen(s.clone(), with("application/vnd.kubernetes.protobuf, é/é".as_bytes())).await;
+        match decided(seen) {
+            Some(Classified::Cache { cr, .. }) => assert!(cr.repr.is_proto()),
+            _ => panic!("not as expected"),
+        }
+        let (_, seen) = run_seen(s, with(b"application/json;x=\xff")).await;
+        assert!(matches!(decided(seen), Some(Classified::Forward(ForwardReason::Accept))));
     }
 
     /// A WebSocket watch (a browser console's) of a cached resource is the apiserver's to
