@@ -103,11 +103,12 @@ pub(crate) const PROOF_WAIT: Duration = Duration::from_secs(3);
 /// identity and flow, where the apiserver charges it.
 const MAX_OWN_READS: usize = 64;
 static OWN_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_OWN_READS);
-/// Of [`MAX_OWN_READS`], at most this many for one user's requests (by the user who
-/// authenticated, not one it impersonates); past it that user's reads are forwarded at once,
-/// so one user cannot hold the proxy's reads from the others. A node's kubelet starts a handful
-/// of watch-lists; a controller manager's restart tens, which then wait their turn or go
-/// upstream as themselves. Not counted with `--auth=none` (every caller is the proxy).
+/// Of [`MAX_OWN_READS`], at most this many for one user's requests in the air (by the user who
+/// authenticated, not one it impersonates; each request counts, whichever's read is sent), so
+/// one user cannot hold the proxy's reads from the others: past it that user's Most Recent
+/// LISTs are forwarded at once, its watch-list starts wait up to [`OWN_READ_WAIT`] for one of
+/// its own to end (a controller manager's restart starts tens at once), then are forwarded.
+/// Not counted with `--auth=none` (every caller is the proxy).
 const MAX_OWN_READS_PER_USER: usize = 8;
 /// How long a watch-list start waits for one of [`OWN_READS`].
 const OWN_READ_WAIT: Duration = Duration::from_secs(5);
@@ -115,15 +116,13 @@ static OWN_READS_BY_USER: std::sync::LazyLock<
     parking_lot::Mutex<std::collections::HashMap<Arc<str>, usize>>,
 > = std::sync::LazyLock::new(Default::default);
 
-/// One of [`OWN_READS`] and, for an authenticated caller, one of its user's
-/// [`MAX_OWN_READS_PER_USER`]; both given back when dropped.
-struct OwnRead {
-    _permit: tokio::sync::SemaphorePermit<'static>,
-    _share: Option<UserShare>,
-}
-
-/// One of a user's [`MAX_OWN_READS_PER_USER`].
+/// One of a user's [`MAX_OWN_READS_PER_USER`], taken by each of its requests that may need a
+/// read as the proxy (whichever request's read is in the air: a flight's later reads run the
+/// first request's closure), given back when the request is answered.
 struct UserShare(Arc<str>);
+
+/// Rung when a user's share is given back (those waiting try again).
+static SHARE_FREED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
 impl UserShare {
     fn take(user: &Arc<str>) -> Result<UserShare, String> {
@@ -135,33 +134,52 @@ impl UserShare {
         *n += 1;
         Ok(UserShare(user.clone()))
     }
-}
 
-impl Drop for UserShare {
-    fn drop(&mut self) {
-        let mut by_user = OWN_READS_BY_USER.lock();
-        if let Some(n) = by_user.get_mut(&self.0) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                by_user.remove(&self.0);
+    /// A share for `user` (`None`: `--auth=none`, nothing counted), waiting up to `wait` for
+    /// one of the user's own to be given back (zero: not at all).
+    async fn wait(user: Option<&Arc<str>>, wait: Duration) -> Result<Option<UserShare>, String> {
+        let Some(user) = user else { return Ok(None) };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let freed = SHARE_FREED.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match UserShare::take(user) {
+                Ok(share) => return Ok(Some(share)),
+                Err(e) if wait.is_zero() => return Err(e),
+                Err(e) => {
+                    if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                        return Err(e);
+                    }
+                }
             }
         }
     }
 }
 
-impl OwnRead {
-    /// A read for `user` (`None`: `--auth=none`), waiting up to `wait` for the proxy's slot
-    /// (zero: not at all); the user's share is never waited for.
-    async fn take(user: Option<&Arc<str>>, wait: Duration) -> Result<OwnRead, String> {
-        let share = user.map(UserShare::take).transpose()?;
-        let permit = if wait.is_zero() {
-            OWN_READS.try_acquire().ok()
-        } else {
-            tokio::time::timeout(wait, OWN_READS.acquire()).await.ok().and_then(Result::ok)
-        };
-        let permit = permit.ok_or_else(|| format!("{MAX_OWN_READS} upstream reads in the air"))?;
-        Ok(OwnRead { _permit: permit, _share: share })
+impl Drop for UserShare {
+    fn drop(&mut self) {
+        {
+            let mut by_user = OWN_READS_BY_USER.lock();
+            if let Some(n) = by_user.get_mut(&self.0) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    by_user.remove(&self.0);
+                }
+            }
+        }
+        SHARE_FREED.notify_waiters();
     }
+}
+
+/// One of [`OWN_READS`], waiting up to `wait` for it (zero: not at all); held by the read.
+async fn own_read(wait: Duration) -> Result<tokio::sync::SemaphorePermit<'static>, String> {
+    let permit = if wait.is_zero() {
+        OWN_READS.try_acquire().ok()
+    } else {
+        tokio::time::timeout(wait, OWN_READS.acquire()).await.ok().and_then(Result::ok)
+    };
+    permit.ok_or_else(|| format!("{MAX_OWN_READS} upstream reads in the air"))
 }
 
 /// Initial lists read past their first page (selections of more than [`INITIAL_PAGE`]
@@ -278,12 +296,13 @@ impl Prober {
         arrived: Instant,
         user: Option<Arc<str>>,
     ) -> MetadataResult {
+        let _share = UserShare::wait(user.as_ref(), Duration::ZERO).await?;
         let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
         let key = (sel.clone(), limit);
         let fetch = move || {
-            let (upstream, reader, sel, user) = (upstream.clone(), reader.clone(), sel.clone(), user.clone());
+            let (upstream, reader, sel) = (upstream.clone(), reader.clone(), sel.clone());
             async move {
-                let _one = OwnRead::take(user.as_ref(), Duration::ZERO).await?;
+                let _one = own_read(Duration::ZERO).await?;
                 let _long = match limit {
                     Some(l) if l <= INITIAL_PAGE => None,
                     _ => Some(LONG_INITIAL_LISTS.try_acquire().map_err(|_| {
@@ -318,9 +337,9 @@ impl Prober {
     }
 
     /// The initial state of a watch-list of `sel` (selecting as `filter` does, without a
-    /// shard) that arrived at `arrived`, for `user`'s request (`None`: `--auth=none`): its read
-    /// waits up to [`OWN_READ_WAIT`] for one of [`MAX_OWN_READS`], refused at once past the
-    /// user's share.
+    /// shard) that arrived at `arrived`, for `user`'s request (`None`: `--auth=none`): it waits
+    /// up to [`OWN_READ_WAIT`] for one of its user's shares, its read as long again for one
+    /// of [`MAX_OWN_READS`].
     pub async fn initial(
         &self,
         sel: Selection,
@@ -328,13 +347,14 @@ impl Prober {
         arrived: Instant,
         user: Option<Arc<str>>,
     ) -> Result<Initial, String> {
+        let _share = UserShare::wait(user.as_ref(), OWN_READ_WAIT).await?;
         let (upstream, reader) = (self.upstream.clone(), self.reader.clone());
         let key = sel.clone();
         let fetch = move || {
-            let (upstream, reader, sel, filter, user) =
-                (upstream.clone(), reader.clone(), sel.clone(), filter.clone(), user.clone());
+            let (upstream, reader, sel, filter) =
+                (upstream.clone(), reader.clone(), sel.clone(), filter.clone());
             async move {
-                let one = OwnRead::take(user.as_ref(), OWN_READ_WAIT).await?;
+                let one = own_read(OWN_READ_WAIT).await?;
                 let listed =
                     match tokio::time::timeout(READ_TIMEOUT, list_initial(&upstream, &reader, &sel)).await {
                         Ok(r) => r?,
@@ -663,17 +683,20 @@ mod tests {
                 })
             });
         }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while in_air() < MAX_OWN_READS_PER_USER {
-            tokio::task::yield_now().await;
+            assert!(tokio::time::Instant::now() < deadline, "every share taken in time");
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let refused = prober.metadata(sel("x>100"), Some(1), Instant::now(), Some(mallory.clone())).await;
-        assert!(refused.is_err_and(|e| e.contains("for this user")));
-        let refused =
-            prober.initial(sel("x>101"), filter.clone(), Instant::now(), Some(mallory.clone())).await;
-        assert!(
-            refused.is_err_and(|e| e.contains("for this user")),
-            "a watch-list start is refused at once too"
-        );
+        assert!(refused.is_err_and(|e| e.contains("for this user")), "a LIST's proof at once");
+        // A watch-list start waits for one of its user's reads to end (a controller manager's
+        // burst of starts), the others' going on.
+        let (p, u, f) = (prober.clone(), mallory.clone(), filter.clone());
+        let waiting =
+            tokio::spawn(
+                async move { p.initial(sel("x>101"), f, Instant::now(), Some(u)).await.map(|_| ()) },
+            );
         // Another user's read goes up (in the air, not refused).
         let alice = tokio::time::timeout(
             Duration::from_millis(200),
@@ -681,17 +704,15 @@ mod tests {
         )
         .await;
         assert!(alice.is_err(), "in the air, not refused");
-        // One of mallory's reads ends: its share is back.
+        assert!(!waiting.is_finished(), "waiting for its user's share");
+        // One of mallory's reads ends: the waiting start takes its share.
         held_reads.pop().unwrap().abort();
-        while in_air() == MAX_OWN_READS_PER_USER {
-            tokio::task::yield_now().await;
-        }
-        let next = tokio::time::timeout(
-            Duration::from_millis(200),
-            prober.metadata(sel("x>103"), Some(1), Instant::now(), Some(mallory.clone())),
-        )
-        .await;
-        assert!(next.is_err(), "in the air, not refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "its read in the air");
+        assert_eq!(in_air(), MAX_OWN_READS_PER_USER, "the share given back is the start's");
+        let refused = prober.metadata(sel("x>103"), Some(1), Instant::now(), Some(mallory.clone())).await;
+        assert!(refused.is_err_and(|e| e.contains("for this user")));
+        waiting.abort();
         for t in held_reads {
             t.abort();
         }
@@ -704,9 +725,13 @@ mod tests {
     async fn a_watch_list_start_waits_for_the_proxys_reads() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        // Connections accepted: each read in the air has its own (HTTP/1.1).
+        let accepted = Arc::new(AtomicU32::new(0));
+        let counted = accepted.clone();
         let held = tokio::spawn(async move {
             let mut conns = Vec::new();
             while let Ok((c, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
                 conns.push(c);
             }
         });
@@ -728,18 +753,24 @@ mod tests {
                 p.metadata(sel(), Some(limit + 1), Instant::now(), None).await
             }));
         }
-        while OWN_READS.available_permits() > 0 {
-            tokio::task::yield_now().await;
+        let all = MAX_OWN_READS as u32;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while accepted.load(Ordering::SeqCst) < all {
+            assert!(tokio::time::Instant::now() < deadline, "every proof's read in the air in time");
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let p = prober.clone();
         let start =
             tokio::spawn(async move { p.initial(sel(), filter, Instant::now(), None).await.map(|_| ()) });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!start.is_finished(), "waiting for a read");
-        assert_eq!(OWN_READS.available_permits(), 0);
+        assert_eq!(accepted.load(Ordering::SeqCst), all, "nothing more sent");
         proofs.pop().unwrap().abort();
-        // The start takes the slot given back (its read now in the air).
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The start takes the slot given back: its read goes up.
+        while accepted.load(Ordering::SeqCst) == all {
+            assert!(tokio::time::Instant::now() < deadline, "the start's read sent in time");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(OWN_READS.available_permits(), 0, "taken by the start");
         assert!(!start.is_finished(), "its read in the air");
         start.abort();
