@@ -58,3 +58,4 @@ pub mod shutdown;
 pub mod state;
 pub mod upstream;
 pub mod wanted;
+pub mod warn_gate;

@@ -156,6 +156,9 @@ struct Failures {
     on_not_found: Option<std::sync::Arc<tokio::sync::Notify>>,
     last_warn: Option<tokio::time::Instant>,
     unlogged: u64,
+    /// Since when lists or watches have failed without a list installed, an event applied or a
+    /// watch ended cleanly in between (`end_stale_watchers`).
+    failing_since: Option<tokio::time::Instant>,
 }
 
 /// The least time between two warnings of one reflector.
@@ -169,10 +172,22 @@ impl Failures {
             on_not_found: opts.on_not_found.clone(),
             last_warn: None,
             unlogged: 0,
+            failing_since: None,
         }
     }
 
+    /// A failure that is no cause of its own for the log (a list refused by the byte budget).
+    fn failing(&mut self) {
+        self.failing_since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    /// The upstream answered as it should.
+    fn recovered(&mut self) {
+        self.failing_since = None;
+    }
+
     fn record(&mut self, metrics: &Metrics, failure: Failure, rv: Rv, what: &str, error: &str) {
+        self.failing();
         let reason = failure.reason();
         let reason = reason.as_str();
         metrics.reflector_error(&self.resource, reason);
@@ -274,7 +289,8 @@ async fn step(
                         "its list passed --cache-memory-limit at {bytes} bytes"
                     )));
                 }
-                end_stale_watchers(writer, opts, resource);
+                failures.failing();
+                end_stale_watchers(writer, opts, failures, resource);
                 backoff.wait().await;
                 State::Empty
             }
@@ -284,6 +300,7 @@ async fn step(
             }
             Ok(Listed::Installed(rv)) => {
                 metrics.relist(resource);
+                failures.recovered();
                 backoff.reset();
                 failures.unparsable_retry = opts.unparsable_retry;
                 State::Synced { rv }
@@ -301,7 +318,7 @@ async fn step(
                 if writer.progress_rv() == Rv(0) {
                     writer.set_not_ready(Some(e.to_string()));
                 }
-                end_stale_watchers(writer, opts, resource);
+                end_stale_watchers(writer, opts, failures, resource);
                 backoff.wait().await;
                 State::Empty
             }
@@ -314,6 +331,7 @@ async fn step(
             // longer than the one before).
             if rv > from {
                 backoff.reset();
+                failures.recovered();
             }
             // Still resuming a restored state while nothing came.
             let watching =
@@ -321,6 +339,7 @@ async fn step(
             match end {
                 WatchEnd::Closed { early } => {
                     backoff.reset();
+                    failures.recovered();
                     // An apiserver whose storage was restored (etcd without a revision bump)
                     // ends its watches cleanly when its watch cache re-initialises; a re-watch
                     // from our RV, ahead of it, is accepted and waits in silence, and after the
@@ -355,7 +374,7 @@ async fn step(
                 }
                 WatchEnd::Failed(r, e) => {
                     failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
-                    end_stale_watchers(writer, opts, resource);
+                    end_stale_watchers(writer, opts, failures, resource);
                     backoff.wait().await;
                     if went_back(upstream, writer, opts).await {
                         metrics.reflector_error(resource, "upstream_behind");
@@ -368,10 +387,15 @@ async fn step(
     }
 }
 
-/// After a failed list or watch: a cache without proof of being current for longer than
-/// `--max-staleness` ends its watches (`Writer::end_watchers_if_stale`). Only there: a healthy
-/// watch of a quiet resource may bring no proof for minutes, and is no reason.
-fn end_stale_watchers(writer: &mut Writer, opts: &ReflectorOptions, resource: &str) {
+/// After a failed list or watch: a cache whose lists or watches have failed for longer than
+/// `--max-staleness`, without proof of being current for as long, ends its watches
+/// (`Writer::end_watchers_if_stale`). Both: a quiet resource's cache may have no proof for
+/// minutes while healthy, and one failure (a connection reset, an apiserver rolling) is no
+/// reason to send every watch of it upstream at once (a review).
+fn end_stale_watchers(writer: &mut Writer, opts: &ReflectorOptions, failures: &Failures, resource: &str) {
+    if failures.failing_since.is_none_or(|t| t.elapsed() <= opts.max_staleness) {
+        return;
+    }
     let ended = writer.end_watchers_if_stale(opts.max_staleness);
     if ended > 0 {
         tracing::info!(
@@ -609,6 +633,10 @@ async fn watch_once(
                         if brv > rv {
                             writer.bookmark(brv);
                             rv = brv;
+                        } else if brv == rv {
+                            // Nothing happened up to now: the cache is current (a quiet
+                            // resource's only proof between its watches).
+                            writer.proven();
                         }
                     }
                 }

@@ -3,8 +3,10 @@
 //! TokenReview, is one line every half minute rather than one line a request (the rest at
 //! debug; the counts are in the metrics).
 //!
-//! Used by `auth::Auth::authenticate`, `proxy` (a forward that failed) and `conn` (a connection
-//! closed for its resets).
+//! Used by `server::auth` (reviews past their rate or failing, certificates refused),
+//! `server::proxy` (a forward that failed), `server::conn` (a connection closed for its
+//! resets), `server::loopback` (`--auth=none` refusals) and `cache::watchers` (watchers closed
+//! for not keeping up). Top-level: the cache and the server both use it.
 
 use std::time::Duration;
 

@@ -286,7 +286,7 @@ impl Watchers {
         for id in ids {
             if self.remove(&id) {
                 self.terminated += 1;
-                tracing::warn!("closing a watcher that is too slow to keep up");
+                too_slow(None);
             }
         }
     }
@@ -556,7 +556,7 @@ fn send_all(
                 }
                 None => {
                     *out.dropped += 1;
-                    tracing::warn!(rv = %d.event.rv, "closing a watcher that is too slow to keep up");
+                    too_slow(Some(d.event.rv));
                     false
                 }
             },
@@ -564,6 +564,17 @@ fn send_all(
         }
     });
     sent
+}
+
+/// A watcher closed for not keeping up: a caller can open many and never read them, so one
+/// warning per 30 s (`crate::warn_gate`; the count is `watchcache_terminated_watchers_total`).
+fn too_slow(rv: Option<crate::resource::Rv>) {
+    static SLOW: crate::warn_gate::WarnGate = crate::warn_gate::WarnGate::new();
+    const WHAT: &str = "closing a watcher that is too slow to keep up";
+    match SLOW.pass() {
+        Some(held) => tracing::warn!(rv = ?rv, similar_since_last = held, "{WHAT}"),
+        None => tracing::debug!(rv = ?rv, "{WHAT}"),
+    }
 }
 
 #[cfg(test)]

@@ -142,7 +142,7 @@ impl Drop for Handling {
     fn drop(&mut self) {
         if let Some(a) = self.0.take() {
             if !a.resets.take() && !a.aborted.swap(true, Ordering::AcqRel) {
-                static CLOSED: super::warn_gate::WarnGate = super::warn_gate::WarnGate::new();
+                static CLOSED: crate::warn_gate::WarnGate = crate::warn_gate::WarnGate::new();
                 const WHAT: &str =
                     "closing an HTTP/2 connection: too many streams reset by the client while handled";
                 match CLOSED.pass() {

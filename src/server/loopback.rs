@@ -87,7 +87,15 @@ impl LoopbackGuard {
         match refused {
             None => Ok(()),
             Some(why) => {
-                tracing::warn!(%method, path = %raw, reason = %why, "--auth=none: request refused");
+                // A web page can send these at will: one line per 30 s, the path cut short.
+                static REFUSED: crate::warn_gate::WarnGate = crate::warn_gate::WarnGate::new();
+                let path: String = raw.chars().take(200).collect();
+                match REFUSED.pass() {
+                    Some(held) => {
+                        tracing::warn!(%method, %path, reason = %why, similar_since_last = held, "--auth=none: request refused")
+                    }
+                    None => tracing::debug!(%method, %path, reason = %why, "--auth=none: request refused"),
+                }
                 let message = format!("forbidden: {why}");
                 Err(body::error(Error::Forbidden {
                     message,

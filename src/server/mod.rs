@@ -19,7 +19,7 @@
 //! Connections: `listener` accepts (and terminates TLS, `tls`), `conn` serves each with the
 //! protocol it speaks and drains it on shutdown; an HTTP/2 connection runs once for all the
 //! streams that sent (`coalesce`) and writes what that poll produced at its end (`batch` in the
-//! clear, `tlsio` over TLS, which also keeps TLS records full). `warn_gate` holds back warnings
+//! clear, `tlsio` over TLS, which also keeps TLS records full). `crate::warn_gate` holds back warnings
 //! a caller could repeat at will.
 
 pub mod auth;
@@ -45,7 +45,6 @@ pub mod stack;
 pub mod state;
 pub mod tls;
 pub mod tlsio;
-pub mod warn_gate;
 
 use auth::Auth;
 pub use body::Body;

@@ -111,7 +111,7 @@ pub async fn forward(
     match sent {
         Ok(resp) => resp.map(|b| b.map_err(Into::into).boxed_unsync()),
         Err(e) => {
-            static FAILED: super::warn_gate::WarnGate = super::warn_gate::WarnGate::new();
+            static FAILED: crate::warn_gate::WarnGate = crate::warn_gate::WarnGate::new();
             match FAILED.pass() {
                 Some(held) => {
                     tracing::warn!(error = %e, similar_since_last = held, "forwarding upstream failed")

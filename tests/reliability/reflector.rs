@@ -304,6 +304,74 @@ async fn a_cache_whose_relist_keeps_failing_ends_its_watches_past_max_staleness(
     task.await.unwrap();
 }
 
+/// The upstream of `one_failure_of_a_quiet_current_cache_leaves_its_watches_open`: a list at
+/// 10; the watch from it answered 500 after 1.5 s; then quiet watches and probes at 10.
+async fn answer_one_failure(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    let n = {
+        let mut log = script.log.lock();
+        log.push(q.clone());
+        log.len()
+    };
+    if n == 1 || is_probe(&q) {
+        return json(list(10, &[cm("a", 5)]));
+    }
+    if n == 2 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut resp = json(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"rolling","code":500}"#.to_owned())?;
+        *resp.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        return Ok(resp);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    json(String::new())
+}
+
+/// One failure (an apiserver rolling) of a cache that has had no proof for longer than
+/// `--max-staleness` — a quiet resource between its watches — is no reason to end its watches:
+/// only failures lasting that long are (a review of the first version, which sent every watch
+/// of such a resource upstream at once).
+#[tokio::test]
+async fn one_failure_of_a_quiet_current_cache_leaves_its_watches_open() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer_one_failure(s, r))).await;
+    let upstream =
+        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
+            .unwrap();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions {
+        backoff_initial: Duration::from_millis(10),
+        max_staleness: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
+    let mut w = reader
+        .watch(WatchRequest {
+            filter: Filter::default(),
+            start: WatchStart::After(Rv(10)),
+            bookmarks: false,
+            deadline: tokio::time::Instant::now() + Duration::from_secs(60),
+        })
+        .unwrap();
+    // Until the failed watch is behind and the reflector watches again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while script.log.lock().len() < 5 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(script.log.lock().len() >= 5, "{:?}", script.log.lock());
+    assert!(reader.staleness().is_some_and(|s| s > Duration::from_millis(300)), "stale by proof age");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), w.next()).await.is_err(),
+        "the watch is still open"
+    );
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
 /// The upstream of `an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_parses`.
 async fn answer_unparsable(
     script: Arc<Script>,

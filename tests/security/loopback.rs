@@ -88,3 +88,44 @@ async fn a_web_page_cannot_use_the_sidecar() {
     }
     assert_eq!(seen(&env, secrets), 3);
 }
+
+/// What the proxy logs at warn, captured (this test's runtime runs on one thread: the proxy's
+/// tasks see the subscriber set for it).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A web page can make the sidecar refuse requests at will (a review: each refusal was a warning
+/// with its whole path, 16 KiB a line): one warning per 30 s with the count held back, the path
+/// cut short.
+#[tokio::test]
+async fn refusals_a_page_can_repeat_are_warned_once_per_period() {
+    let captured = Captured::default();
+    let w = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    let _log = tracing::subscriber::set_default(subscriber);
+    let env = start().await;
+    let long = format!("/api/v1/namespaces/{}/secrets", "a".repeat(10_000));
+    for _ in 0..50 {
+        let r = send(&env.client, Method::GET, &env.proxy_url(&long), None, &[("host", "attacker.example")])
+            .await;
+        assert_eq!(r.status, 403);
+    }
+    let text = String::from_utf8_lossy(&captured.0.lock()).into_owned();
+    let refusals: Vec<&str> = text.lines().filter(|l| l.contains("request refused")).collect();
+    assert_eq!(refusals.len(), 1, "{text}");
+    assert!(refusals[0].len() < 1_000, "the path cut short: {} bytes", refusals[0].len());
+}

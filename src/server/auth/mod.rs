@@ -67,8 +67,10 @@ pub struct Auth {
     tokens: authn::TokenAuthenticator,
     authz: authz::Authorizer,
     /// Rate-limited reviews and failed reviews: warned about at most every half minute each.
-    limited_warn: crate::server::warn_gate::WarnGate,
-    failed_warn: crate::server::warn_gate::WarnGate,
+    limited_warn: crate::warn_gate::WarnGate,
+    failed_warn: crate::warn_gate::WarnGate,
+    review_limited_warn: crate::warn_gate::WarnGate,
+    review_failed_warn: crate::warn_gate::WarnGate,
 }
 
 impl Auth {
@@ -81,6 +83,8 @@ impl Auth {
             metrics,
             limited_warn: Default::default(),
             failed_warn: Default::default(),
+            review_limited_warn: Default::default(),
+            review_failed_warn: Default::default(),
         }
     }
 
@@ -100,7 +104,12 @@ impl Auth {
             // header would change is refused rather than authorized as one string and sent as
             // another.
             if let Err(why) = u.check_header_safe() {
-                tracing::warn!(reason = %why, "client certificate refused: its subject cannot be forwarded unchanged");
+                static REFUSED: crate::warn_gate::WarnGate = crate::warn_gate::WarnGate::new();
+                const WHAT: &str = "client certificate refused: its subject cannot be forwarded unchanged";
+                match REFUSED.pass() {
+                    Some(held) => tracing::warn!(reason = %why, similar_since_last = held, "{WHAT}"),
+                    None => tracing::debug!(reason = %why, "{WHAT}"),
+                }
                 return Err(status::unauthorized());
             }
             return Ok(Caller::new((**u).clone(), Credential::Certificate));
@@ -267,14 +276,24 @@ impl Auth {
                 Ok(d)
             }
             Err(authz::CheckError::Limited) => {
-                tracing::warn!(user = %user.name,
-                    source = ?source, "SubjectAccessReview rate limit of the user at its address reached (--authorization-review-qps); answering 429");
+                const WHAT: &str = "SubjectAccessReview rate limit of the user at its address reached (--authorization-review-qps); answering 429";
+                match self.review_limited_warn.pass() {
+                    Some(held) => {
+                        tracing::warn!(user = %user.name, source = ?source, similar_since_last = held, "{WHAT}")
+                    }
+                    None => tracing::debug!(user = %user.name, source = ?source, "{WHAT}"),
+                }
                 Err(super::limits::too_many())
             }
             Err(e) => {
                 // The upstream's answer to the proxy's own review (naming its identity and its
                 // rights) is for the log, not the caller.
-                tracing::warn!(error = %e, "SubjectAccessReview failed");
+                match self.review_failed_warn.pass() {
+                    Some(held) => {
+                        tracing::warn!(error = %e, similar_since_last = held, "SubjectAccessReview failed")
+                    }
+                    None => tracing::debug!(error = %e, "SubjectAccessReview failed"),
+                }
                 Err(body::error(Error::Internal("authorization check failed".into())))
             }
         }
