@@ -311,7 +311,7 @@ async fn relist_at_the_cache_rv_keeps_the_watches_no_difference_concerns() {
     // history starts after 12), so it relists rather than keep y for ever; not ready until
     // the upstream moves past 12.
     let e = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).err().unwrap();
-    assert_eq!(e.to_string(), "too old resource version: 12 (13)");
+    assert_eq!(e.to_string(), "too old resource version: 12 (12)");
     assert!(!r.progress().ready);
     w.apply(EventType::Modified, obj(&w, "b", "z", 13, "b")).unwrap();
     assert_eq!(take(&mut app_b, 1).await, vec![("MODIFIED".into(), "z".into(), "13".into())], "no BOOKMARK");
@@ -328,7 +328,7 @@ async fn a_relist_at_the_cache_rv_that_differs_distrusts_that_rv() {
     w.replace(vec![obj(&w, "a", "x", 12, "a"), obj(&w, "b", "z", 7, "b")], Rv(12));
     assert!(!r.progress().ready);
     let e = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).err().unwrap();
-    assert_eq!(e.to_string(), "too old resource version: 12 (13)");
+    assert_eq!(e.to_string(), "too old resource version: 12 (12)");
     assert!(r.snapshot_at(Rv(12)).is_none());
     w.bookmark(Rv(13));
     assert!(r.progress().ready);
@@ -741,6 +741,38 @@ async fn a_quiet_watch_gets_only_the_bookmark_before_its_deadline() {
     request.deadline = Instant::now() + Duration::from_secs(70);
     let mut watch = r.watch(request).unwrap();
     assert!(watch.next().await.is_none());
+}
+
+/// A quiet watch-list gets its end-of-initial-events bookmark and no other at that RV: the
+/// apiserver's watcher sends one at its start RV only while none was (`wasBookmarkAfterRvSent`;
+/// a review: a second one went out 2 s before the deadline). A change after it brings the
+/// pre-deadline bookmark back.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_watch_list_gets_its_end_bookmark_and_no_other_at_its_rv() {
+    let (mut w, r) = setup();
+    let mut request = req(Filter::default(), WatchStart::InitialEvents, true);
+    request.deadline = Instant::now() + Duration::from_secs(70);
+    let start = Instant::now();
+    let mut watch = r.watch(request).unwrap();
+    let mut frames = Vec::new();
+    while let Some(f) = watch.next().await {
+        frames.push(parse_frame(&f));
+    }
+    let bookmarks: Vec<_> = frames.iter().filter(|f| f.0 == "BOOKMARK").collect();
+    assert_eq!(bookmarks.len(), 1, "{frames:?}");
+    assert_eq!(bookmarks[0].2, "10");
+    assert_eq!(start.elapsed().as_secs(), 70);
+    // With a change after the end bookmark: the one before the deadline carries it.
+    let mut request = req(Filter::default(), WatchStart::InitialEvents, true);
+    request.deadline = Instant::now() + Duration::from_secs(70);
+    let mut watch = r.watch(request).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "a")).unwrap();
+    let mut frames = Vec::new();
+    while let Some(f) = watch.next().await {
+        frames.push(parse_frame(&f));
+    }
+    let last = frames.last().unwrap();
+    assert_eq!((last.0.as_str(), last.2.as_str()), ("BOOKMARK", "12"), "{frames:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1333,7 +1365,7 @@ fn a_cache_found_wrong_distrusts_every_rv_it_served() {
     w.bookmark(Rv(15));
     assert!(r.progress().ready);
     let e = r.watch(req(Filter::default(), WatchStart::After(Rv(12)), false)).err().unwrap();
-    assert_eq!(e.to_string(), "too old resource version: 12 (13)");
+    assert_eq!(e.to_string(), "too old resource version: 12 (12)");
     assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(15)), false)).is_ok());
 }
 
@@ -1353,7 +1385,7 @@ fn a_relist_at_the_distrusted_rv_waits_for_the_upstream_to_move() {
     w.bookmark(Rv(13));
     assert!(r.progress().ready, "past it: served again");
     let e = r.watch(req(Filter::default(), WatchStart::After(Rv(10)), false)).err().unwrap();
-    assert_eq!(e.to_string(), "too old resource version: 10 (11)");
+    assert_eq!(e.to_string(), "too old resource version: 10 (10)");
     assert!(r.watch(req(Filter::default(), WatchStart::After(Rv(13)), false)).is_ok());
 }
 

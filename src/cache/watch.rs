@@ -91,6 +91,9 @@ pub struct Watch {
     initial: Option<Unsent>,
     /// The end-of-initial-events bookmark to send after `initial` (watch-list with bookmarks).
     end_bookmark: Option<Rv>,
+    /// The RV of the end-of-initial-events bookmark once sent: no other bookmark at it (the
+    /// apiserver's `wasBookmarkAfterRvSent`).
+    end_sent: Option<Rv>,
     /// RV of the newest event or bookmark sent; bookmarks never go back or repeat.
     last_rv: Rv,
     bookmarks: bool,
@@ -140,7 +143,10 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
         match start {
             WatchStart::After(rv) => {
                 if rv < st.history.floor() {
-                    return Err(Error::TooOldResourceVersion { requested: rv, oldest: st.history.floor() });
+                    return Err(Error::TooOldResourceVersion {
+                        requested: rv,
+                        oldest: st.history.oldest_shown(),
+                    });
                 }
                 // A replayed event without an exact protobuf encoding: the apiserver serves it
                 // (made now, once per event version, kept with the event for the replay).
@@ -240,6 +246,7 @@ fn finish(
         replay: None,
         initial: initial.map(|i| Unsent::new(i, deadline)),
         end_bookmark,
+        end_sent: None,
         last_rv,
         bookmarks,
         repr,
@@ -405,6 +412,7 @@ impl Watch {
             }
             if let Some(rv) = self.end_bookmark.take() {
                 self.last_rv = self.last_rv.max(rv);
+                self.end_sent = Some(rv);
                 if let Some(f) =
                     bookmark_frame(&self.shared.kind, &self.shared.typing.proto, rv, true, self.repr)
                 {
@@ -483,9 +491,12 @@ impl Watch {
         // when nothing happened since the last event or bookmark (at that same RV), as the
         // apiserver's does (its cacher sends the cache RV, which its progress notifications
         // keep moving, whenever it is past the watch's start): the client re-watches from a
-        // fresh RV. Never backwards: a watch from a future RV waits silently.
+        // fresh RV. Never backwards: a watch from a future RV waits silently. Never at the
+        // end-of-initial-events bookmark's RV again: the apiserver's watcher sends one at its
+        // start RV only while `wasBookmarkAfterRvSent` is false (a review).
         let last = !self.bookmarks;
-        if cache_rv > self.last_rv || (last && cache_rv == self.last_rv && cache_rv > Rv(0)) {
+        let repeat = last && cache_rv == self.last_rv && cache_rv > Rv(0) && self.end_sent != Some(cache_rv);
+        if cache_rv > self.last_rv || repeat {
             self.last_rv = cache_rv;
             if let Some(f) =
                 bookmark_frame(&self.shared.kind, &self.shared.typing.proto, cache_rv, false, self.repr)
