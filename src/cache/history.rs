@@ -29,6 +29,9 @@ pub struct History {
     /// Every change with RV in `(floor, newest]` is in `events`: a watch may start at any RV ≥ floor.
     /// It is the list RV after a relist, then the RV before the oldest kept event after evictions.
     floor: Rv,
+    /// The floor is one past an RV the upstream issued (`reset_above`: that RV is distrusted),
+    /// not one itself: a 410 names that RV (`oldest_shown`), never one the proxy made up.
+    above_issued: bool,
     max_events: usize,
     /// At most this many events now: `max_events`, or fewer while `--cache-memory-limit`
     /// has shortened this history (`set_cap`).
@@ -53,6 +56,7 @@ impl History {
         History {
             events: VecDeque::new(),
             floor: Rv(0),
+            above_issued: false,
             max_events: max_events.max(1),
             cap: max_events.max(1),
             max_age,
@@ -107,7 +111,35 @@ impl History {
     pub fn reset(&mut self, list_rv: Rv) {
         self.generation += 1;
         self.events.clear();
-        self.floor = self.floor.max(list_rv);
+        self.raise_floor(list_rv);
+    }
+
+    /// [`History::reset`] past `rv` itself: a watch from `rv` (a state served wrong there) is
+    /// 410 too.
+    pub fn reset_above(&mut self, rv: Rv) {
+        self.generation += 1;
+        self.events.clear();
+        if Rv(rv.0.saturating_add(1)) > self.floor {
+            self.floor = Rv(rv.0.saturating_add(1));
+            self.above_issued = true;
+        }
+    }
+
+    fn raise_floor(&mut self, rv: Rv) {
+        if rv > self.floor {
+            self.floor = rv;
+            self.above_issued = false;
+        }
+    }
+
+    /// The RV a 410 names as the oldest (the apiserver's `oldest − 1`): the floor, or the
+    /// issued RV just below it after [`History::reset_above`].
+    pub fn oldest_shown(&self) -> Rv {
+        if self.above_issued {
+            Rv(self.floor.0 - 1)
+        } else {
+            self.floor
+        }
     }
 
     /// Starts a new window at a relist whose list RV is *below* the cache's: the upstream's
@@ -122,6 +154,7 @@ impl History {
         self.generation += 1;
         self.events.clear();
         self.floor = list_rv;
+        self.above_issued = false;
         self.moves.retain(|(_, rv)| *rv <= list_rv);
         self.passed_below = self.passed_below.min(list_rv);
     }
@@ -169,7 +202,7 @@ impl History {
 
     fn evict_one(&mut self) {
         if let Some((_, e)) = self.events.pop_front() {
-            self.floor = self.floor.max(e.rv);
+            self.raise_floor(e.rv);
         }
     }
 
@@ -215,7 +248,7 @@ impl History {
     /// `too old resource version: N (floor)` (docs/apiserver-watch-cache.md §2.3).
     pub fn since(&self, rv: Rv) -> Result<Vec<Arc<Event>>, Error> {
         if rv < self.floor {
-            return Err(Error::TooOldResourceVersion { requested: rv, oldest: self.floor });
+            return Err(Error::TooOldResourceVersion { requested: rv, oldest: self.oldest_shown() });
         }
         Ok(self.newer_than(rv).cloned().collect())
     }

@@ -339,7 +339,7 @@ impl Writer {
         } else if differed {
             // The RV the wrong state was served at answers 410 from now on (as after
             // `distrust_through`): a client that read it must relist, not resume from it.
-            st.history.reset(Rv(list_rv.0.saturating_add(1)));
+            st.history.reset_above(list_rv);
         } else {
             st.history.reset(list_rv);
         }
@@ -755,7 +755,10 @@ impl Reader {
 
     /// The 410 a watch from `rv` gets when it is of a gone history (`gone_ahead`).
     pub fn gone(&self, rv: Rv) -> Error {
-        Error::TooOldResourceVersion { requested: rv, oldest: self.shared.state.lock().history.floor() }
+        Error::TooOldResourceVersion {
+            requested: rv,
+            oldest: self.shared.state.lock().history.oldest_shown(),
+        }
     }
 
     /// Waits until the cache RV is at least `rv` (and the cache is ready), at most `timeout`.

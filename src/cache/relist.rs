@@ -147,7 +147,7 @@ impl Writer {
             return;
         }
         let through = at.max(st.rv);
-        st.history.reset(Rv(through.0.saturating_add(1)));
+        st.history.reset_above(through);
     }
 
     /// Resolves when a relist was asked for (where the cache was found wrong, and why),
