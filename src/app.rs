@@ -31,6 +31,10 @@ use crate::upstream::Upstream;
 use crate::wanted::Wanted;
 
 /// A running proxy.
+/// The longest reading `--state-dir` at start, or saving to it at shutdown, may take (a hung
+/// mount): 30 s, within the default `--shutdown-grace-period` and a startup probe's patience.
+const STATE_IO_LIMIT: Duration = Duration::from_secs(30);
+
 pub struct Running {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -89,7 +93,12 @@ impl Running {
         }
         // The reflectors stopped and ended every watch: the caches no longer change.
         if let Some(saver) = &self.saver {
-            saver.save_all(&self.caching.readers(), &self.caching.dropped_kinds()).await;
+            // Bounded: a hung mount (NFS, a stuck hostPath) must not hold the shutdown past the
+            // grace period; the files are written whole or not at all (`write_atomic`).
+            let (readers, dropped) = (self.caching.readers(), self.caching.dropped_kinds());
+            if tokio::time::timeout(STATE_IO_LIMIT, saver.save_all(&readers, &dropped)).await.is_err() {
+                tracing::warn!(limit = ?STATE_IO_LIMIT, "shutdown: saving the caches to --state-dir took too long; given up");
+            }
         }
         let _ = self.server_task.await;
     }
@@ -191,7 +200,15 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
             metrics.state_enabled(state::LOAD_RESULTS);
             let o = o.clone();
             let read = tokio::task::spawn_blocking(move || Loaded::read(&o, memory_limit));
-            Some(read.await.map_err(|e| e.to_string())?)
+            // Bounded: on a hung mount the proxy starts cold rather than never (its listener
+            // not bound, no /livez, nothing said).
+            match tokio::time::timeout(STATE_IO_LIMIT, read).await {
+                Ok(r) => Some(r.map_err(|e| e.to_string())?),
+                Err(_) => {
+                    tracing::warn!(limit = ?STATE_IO_LIMIT, "reading --state-dir took too long; starting cold");
+                    None
+                }
+            }
         }
         None => None,
     };

@@ -186,9 +186,32 @@ fn open_file(path: &Path) -> std::io::Result<File> {
     opts.open(path)
 }
 
+/// Removes a file for good: the directory is synced after the unlink, as after a rename
+/// (`write_atomic`), so a power loss cannot bring back a state the proxy removed because it
+/// must not come back (found by a review: the unlinks were not made durable).
+pub fn remove_durable(path: &Path) -> std::io::Result<()> {
+    fs::remove_file(path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The names of the state files in `dir` (`*.state`; temporary files are not).
+pub fn state_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".state") {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 /// Removes the state of a resource that must not be on disk (excluded since it was written).
 pub fn remove(dir: &Path, name: &str) {
-    match fs::remove_file(dir.join(name)) {
+    match remove_durable(&dir.join(name)) {
         Ok(()) => {
             tracing::info!(
                 file = name,

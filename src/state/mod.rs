@@ -115,6 +115,8 @@ pub enum Refusal {
     NotCached,
     #[error("{bytes} bytes of state past --cache-memory-limit ({limit} bytes) with the smaller states; the resource lists")]
     MemoryLimit { bytes: u64, limit: u64 },
+    #[error("the file {file} holds the state of {holds}, whose file is another (a copy?)")]
+    Misnamed { file: String, holds: String },
 }
 
 impl Refusal {
@@ -129,6 +131,7 @@ impl Refusal {
             Refusal::OtherVersion { .. } => "other_version",
             Refusal::Unchecked(_) => "unchecked",
             Refusal::UpstreamBehind { .. } => "upstream_behind",
+            Refusal::Misnamed { .. } => "misnamed",
             Refusal::BadObject(_) | Refusal::Restore(_) => "corrupt",
             Refusal::NotCached => "not_cached",
             Refusal::MemoryLimit { .. } => "memory_limit",
@@ -146,6 +149,7 @@ pub const LOAD_RESULTS: &[&str] = &[
     "checksum",
     "format_version",
     "identity_unknown",
+    "misnamed",
     "other_cluster",
     "other_version",
     "unchecked",

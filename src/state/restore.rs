@@ -145,6 +145,11 @@ impl Warm {
         let mut written = HashMap::new();
         for (name, state) in loaded.files {
             let checked = state.and_then(|s| match identity {
+                // Only the file named for its content: a copy (`x.old.state`) would be taken
+                // in its place, keyed by what it holds (a review).
+                _ if name != file::name_of(&s.group, &s.resource) => {
+                    Err(Refusal::Misnamed { file: name.clone(), holds: file::name_of(&s.group, &s.resource) })
+                }
                 Err(e) => Err(Refusal::IdentityUnknown(e.clone())),
                 Ok(id) if *id != s.identity => {
                     Err(Refusal::OtherCluster { saved: describe(&s.identity), now: describe(id) })
@@ -339,6 +344,36 @@ mod tests {
     use crate::cache::{self, CacheOptions};
     use crate::resource::Header;
     use bytes::Bytes;
+
+    /// Only the file named for what it holds is taken: a copy (`core_configmaps.old.state`)
+    /// sorted after the real one was taken in its place, keyed by its content (a review).
+    #[test]
+    fn a_file_not_named_for_its_resource_is_refused() {
+        let id = Identity { server: "https://a".into(), cluster_uid: "u".into() };
+        let saved = |rv| Saved {
+            identity: id.clone(),
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            builtin: true,
+            rv: Rv(rv),
+            floor: Rv(rv),
+            objects: Vec::new(),
+            events: Vec::new(),
+        };
+        let loaded = Loaded {
+            files: vec![
+                ("core_configmaps.state".into(), Ok(saved(10))),
+                ("core_configmaps.state.old.state".into(), Ok(saved(5))),
+            ],
+            written: HashMap::new(),
+        };
+        let metrics = Metrics::new();
+        let warm = Warm::new(loaded, &Ok(id.clone()), &metrics);
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        assert_eq!(warm.take(&kind).map(|s| s.rv), Some(Rv(10)), "the real one");
+        assert!(metrics.render().contains(r#"watchcache_state_loads_total{result="misnamed"} 1"#));
+    }
 
     fn cm(i: usize) -> Bytes {
         Bytes::from(format!(

@@ -93,7 +93,15 @@ impl Saver {
             // it is (a restart counts its staleness from the file's time; found by a review).
             let proven_at = r.staleness().and_then(|s| std::time::SystemTime::now().checked_sub(s));
             let written = tokio::task::spawn_blocking(move || {
-                let Some(saved) = snapshot(&reader, &id) else { return Ok(None) };
+                let Some(saved) = snapshot(&reader, &id) else {
+                    // Nothing consistent to save: if the cache became unservable or distrusted
+                    // since `discarded` was asked, its last file must go now (a review: it was
+                    // neither replaced nor removed).
+                    if let Some(why) = discarded(&reader) {
+                        remove(&path, &reader.kind().group_resource(), why);
+                    }
+                    return Ok(None);
+                };
                 let bytes = format::encode(&saved);
                 // A file the next start would not trust is not written (`write_atomic`).
                 file::write_atomic(&path, &bytes, proven_at).map(|()| Some((saved.rv, bytes.len())))
@@ -114,6 +122,17 @@ impl Saver {
                     self.metrics.state_saved(&resource, 0, false);
                     tracing::warn!(resource, error = %e, "state not saved");
                 }
+            }
+        }
+        // Files of resources no longer cached here (a custom resource deleted, an API turned
+        // off: its cache retired while running) or named otherwise: kept, a restart would
+        // restore a state nothing has kept up to date — the deleted resource's objects, if it
+        // was made again (a review). Such a resource cached again starts cold.
+        let cached: std::collections::HashSet<String> =
+            readers.iter().map(|r| file::name_of(&r.kind().group, &r.kind().resource)).collect();
+        if let Ok(names) = file::state_names(&self.opts.dir) {
+            for name in names.iter().filter(|n| !cached.contains(*n)) {
+                remove(&self.opts.dir.join(name), name, "its resource is not cached any more");
             }
         }
         let took = started.elapsed();
@@ -145,7 +164,7 @@ impl Saver {
 
 /// Removes a state file that must not come back at a restart (a missing one is fine).
 fn remove(path: &std::path::Path, resource: &str, why: &str) {
-    match std::fs::remove_file(path) {
+    match file::remove_durable(path) {
         Ok(()) => tracing::info!(resource, "state file removed: {why}"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(resource, error = %e, "could not remove a state file"),
@@ -246,6 +265,43 @@ mod tests {
         r.release_at_stop();
         saver.save_all(&[], &[r.kind().clone()]).await;
         assert!(!path.exists(), "a dropped cache leaves no state");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The file of a resource no longer cached (a custom resource deleted while the proxy ran:
+    /// its cache retired) or of another name (a copy) goes at the next save: a restart would
+    /// restore a state nothing kept up to date (a review). Temporary files are not touched.
+    #[tokio::test]
+    async fn files_of_resources_not_cached_go_at_the_next_save() {
+        let dir = std::env::temp_dir().join(format!("kwc-save-retired-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StateOptions {
+            dir: dir.clone(),
+            sync_period: Duration::from_secs(60),
+            resources: crate::wanted::Wanted::parse(&["*".into()]).unwrap(),
+        };
+        let upstream = Upstream::new(&UpstreamOptions {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let id = Identity { server: "http://127.0.0.1:9".into(), cluster_uid: "u".into() };
+        let saver = Saver::new(opts, upstream, Arc::new(Metrics::new()), Some(id));
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (mut w, r) = cache::new(kind, CacheOptions::default());
+        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
+        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
+        let widgets = dir.join(file::name_of("example.com", "widgets"));
+        let copy = dir.join("core_configmaps.old.state");
+        let temporary = dir.join(".core_configmaps.state.tmp-1");
+        for p in [&widgets, &copy, &temporary] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
+        assert!(dir.join(file::name_of("", "configmaps")).exists());
+        assert!(!widgets.exists(), "a resource not cached any more");
+        assert!(!copy.exists(), "a copy");
+        assert!(temporary.exists(), "not a state file");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
