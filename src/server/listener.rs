@@ -173,16 +173,27 @@ pub async fn run(
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
+                    // In the crowd from its accept: a connection that sends nothing, or half a
+                    // ClientHello, holds its slot for the handshake's 10 s and must give way
+                    // like an idle one (a review: a connect flood kept every slot).
+                    let activity = conn::Activity::new();
+                    let _member = crowd.map(|c| c.join(source, activity.clone()));
                     // Boxed: the handshake's state is not kept for the connection's life.
                     let accept =
                         Box::pin(tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)));
-                    let tls = match accept.await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    let tls = tokio::select! {
+                        r = accept => match r {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        },
+                        () = activity.told_to_close() => {
+                            tracing::debug!(%peer, "TLS handshake given up: its slot given to a waiting connection");
                             return;
                         }
-                        Err(_) => return,
                     };
                     let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
                     // An X.509 v1 certificate passed the handshake unverified (`tls`): it
@@ -195,8 +206,6 @@ pub async fn run(
                         Some(b"http/1.1") => Proto::Http1,
                         _ => Proto::Detect,
                     };
-                    let activity = conn::Activity::new();
-                    let _member = crowd.map(|c| c.join(source, activity.clone()));
                     let svc = service(
                         server,
                         peer_user,

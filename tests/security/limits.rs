@@ -344,6 +344,44 @@ async fn at_the_bound_an_idle_connection_gives_way() {
     );
 }
 
+/// Over TLS, connections that never finish their handshake (silent, or half a ClientHello) give
+/// way like idle ones: at the bound a newcomer is served once one of them has been silent for
+/// `crowd::MIN_IDLE`, not when the handshake's 10 s run out (a review: unfinished handshakes
+/// were no members of the crowd, and a connect flood kept every slot).
+#[tokio::test]
+async fn at_the_bound_an_unfinished_tls_handshake_gives_way() {
+    let testdata =
+        |n: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(n);
+    let env = start(|a| {
+        a.max_connections = 2;
+        a.insecure_listen = None;
+        a.secure_port = 0;
+        a.bind_address = "127.0.0.1".parse().unwrap();
+        a.tls_cert_file = Some(testdata("server1.crt"));
+        a.tls_private_key_file = Some(testdata("server1.key"));
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap());
+    }
+    let client = common::tls::https(common::tls::config().with_no_client_auth(), false);
+    let url = format!("https://localhost:{}/livez", env.proxy.addr.port());
+    let req = Request::get(url).body(Full::new(Bytes::new())).unwrap();
+    let resp =
+        tokio::time::timeout(Duration::from_secs(20), client.request(req)).await.expect("answered").unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let took = started.elapsed();
+    // The handshake timeout would have freed a slot at 10 s; a silent one gives way from 5 s.
+    assert!(took < Duration::from_millis(9_500), "served after {took:?}");
+    assert!(
+        ends_within(&mut silent[0], Duration::ZERO).await
+            || ends_within(&mut silent[1], Duration::ZERO).await,
+        "a silent connection was closed"
+    );
+}
+
 /// Whether `s` ends (its peer closes it) within `dur`, whatever it reads meanwhile.
 async fn ends_within(s: &mut tokio::net::TcpStream, dur: Duration) -> bool {
     use tokio::io::AsyncReadExt;
