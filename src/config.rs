@@ -155,9 +155,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0.0)]
     pub goaway_chance: f64,
     /// A cache with no proof of being current (an event, a bookmark, a list, an upstream watch
-    /// that started) for longer than this fails /readyz and has its reads forwarded; shorter
-    /// upstream outages keep being served from the cache. 0 disables. Upstream bookmarks arrive
-    /// about every 60 s on a quiet resource, hence the margin.
+    /// that started) for longer than this has its reads forwarded; /readyz fails only when
+    /// every synced cache is so (the upstream is away). Shorter upstream outages keep being
+    /// served from the cache. 0 disables. Upstream bookmarks arrive about every 60 s on a quiet
+    /// resource, hence the margin.
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     pub max_staleness: Duration,
     /// How often the cached resources are looked up again in the upstream's discovery, so that
