@@ -471,7 +471,15 @@ impl Object {
                     "type" => raw.type_.as_ref().and_then(Scalar::text),
                     "reason" => raw.reason.as_ref().and_then(Scalar::text),
                     "reportingComponent" => raw.reporting_component.as_ref().and_then(Scalar::text),
-                    "source" => raw.source.as_ref().and_then(|s| s.get("component")),
+                    // `source.component`, else `reportingComponent` (core/v1's name of the
+                    // internal `ReportingController`): the apiserver's `ToSelectableFields`, so
+                    // an event written through events.k8s.io is found by its controller.
+                    "source" => raw
+                        .source
+                        .as_ref()
+                        .and_then(|s| s.get("component"))
+                        .filter(|c| !c.is_empty())
+                        .or_else(|| raw.reporting_component.as_ref().and_then(Scalar::text)),
                     _ => None,
                 },
             };
@@ -1305,6 +1313,31 @@ mod tests {
         let o = Object::parse(&events, &typing(&events), Bytes::from_static(raw)).unwrap();
         assert_eq!(o.header.fields().get("reason"), Some("Started"));
         assert_eq!(o.header.fields().get("type"), Some(""));
+    }
+
+    /// An event's `source` is `source.component`, else its `reportingComponent` (the
+    /// apiserver's `ToSelectableFields`: an event written through events.k8s.io has no
+    /// `source.component`; a review found `fieldSelector=source=…` missed it).
+    #[test]
+    fn an_events_source_falls_back_to_its_reporting_component() {
+        let events = ResourceKind::new("", "v1", "events", "Event", true, true);
+        let source = |body: &str| {
+            let raw =
+                format!(r#"{{"metadata":{{"name":"e","namespace":"ns","resourceVersion":"4"}},{body}}}"#);
+            let o = Object::parse(&events, &typing(&events), Bytes::from(raw)).unwrap();
+            o.header.fields().get("source").map(str::to_owned)
+        };
+        assert_eq!(
+            source(r#""source":{"component":"kubelet"},"reportingComponent":"x""#).as_deref(),
+            Some("kubelet")
+        );
+        assert_eq!(
+            source(r#""source":{},"reportingComponent":"default-scheduler""#).as_deref(),
+            Some("default-scheduler")
+        );
+        assert_eq!(source(r#""source":{"component":""},"reportingComponent":"r""#).as_deref(), Some("r"));
+        assert_eq!(source(r#""reportingComponent":"r""#).as_deref(), Some("r"));
+        assert_eq!(source(r#""type":"Normal""#).as_deref(), Some(""));
     }
 
     #[test]
