@@ -110,9 +110,11 @@ pub enum Error {
     /// consume: go-restful's own text, through `NewGenericServerResponse` (`details: {}`).
     #[error("415: Unsupported Media Type")]
     UnsupportedMediaTypeRoute,
-    /// 504 `Timeout: Too large resource version: N, current: C` with `Retry-After: 1`.
+    /// 504 `Timeout: Too large resource version: N, current: C`, with `Retry-After: 1` from a
+    /// watch cache (`retry_after` 1); from etcd (`retry_after` 0: the apiserver's storage,
+    /// a kind it does not cache, events) without it (recorded: events-not-cached.json).
     #[error("Timeout: Too large resource version: {requested}, current: {current}")]
-    TooLargeResourceVersion { requested: Rv, current: Rv },
+    TooLargeResourceVersion { requested: Rv, current: Rv, retry_after: u32 },
     /// 429 while a resource's cache is (re)initializing.
     #[error("{message}")]
     TooManyRequests { message: String, retry_after: u32 },
@@ -288,7 +290,7 @@ impl Error {
             }
             Error::NoSuchResource => (404, "NotFound", Some(Details::default()), None),
             Error::TooOldResourceVersion { .. } | Error::Expired(_) => (410, "Expired", None, None),
-            Error::TooLargeResourceVersion { .. } => (
+            Error::TooLargeResourceVersion { retry_after, .. } => (
                 504,
                 "Timeout",
                 Some(Details {
@@ -297,10 +299,10 @@ impl Error {
                         message: "Too large resource version",
                         field: "",
                     }],
-                    retry_after_seconds: 1,
+                    retry_after_seconds: *retry_after,
                     ..Default::default()
                 }),
-                Some(1),
+                (*retry_after > 0).then_some(*retry_after),
             ),
             Error::TooManyRequests { retry_after, .. } => (
                 429,
@@ -407,7 +409,7 @@ mod tests {
 
     #[test]
     fn too_large_matches_reference() {
-        let e = Error::TooLargeResourceVersion { requested: Rv(1500), current: Rv(1200) };
+        let e = Error::TooLargeResourceVersion { requested: Rv(1500), current: Rv(1200), retry_after: 1 };
         let st = e.to_status();
         assert_eq!(st.code, 504);
         assert_eq!(st.retry_after, Some(1));

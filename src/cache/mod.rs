@@ -771,7 +771,11 @@ impl Reader {
             // It will not move until a list parses whole (`cache::unparsable`).
             Ok(Ok(p)) if p.unservable => Err(Error::Unparsable),
             Ok(Ok(_)) => Ok(()),
-            _ => Err(Error::TooLargeResourceVersion { requested: rv, current: self.progress().rv }),
+            _ => Err(Error::TooLargeResourceVersion {
+                requested: rv,
+                current: self.progress().rv,
+                retry_after: 1,
+            }),
         }
     }
 

@@ -151,7 +151,7 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
         } else {
             let at = Rv(c.rv as u64);
             if at > store.current_rv() {
-                store.wait_for(at).await?;
+                reached(store, &kind, at).await?;
             }
             match store.snapshot_at(t.res, at) {
                 Ok(objs) => (at, Source::All(objs), from, limit),
@@ -168,7 +168,7 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
         (cur, objs, None, if is_cached(&kind) && q.resource_version == "0" { 0 } else { limit })
     } else if exact {
         if rv > store.current_rv() {
-            store.wait_for(rv).await?;
+            reached(store, &kind, rv).await?;
         }
         match store.snapshot_at(t.res, rv) {
             Ok(objs) => (rv, Source::All(objs), None, limit),
@@ -177,7 +177,7 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
             }
         }
     } else {
-        store.wait_for(rv).await?;
+        reached(store, &kind, rv).await?;
         let (cur, objs) = current();
         (cur, objs, None, limit)
     };
@@ -240,6 +240,16 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
 
 /// Whether the apiserver keeps a watch cache for the resource: every kind but core events
 /// (`--watch-cache-sizes` default `events=0`, docs/apiserver-watch-cache.md §0.2).
+/// Waits for the revision `rv` as the watch cache does, or, for a kind the apiserver does not
+/// cache, answers at once as etcd does (`Store::at_least`).
+async fn reached(store: &super::store::Store, kind: &ResourceKind, rv: Rv) -> Result<(), Error> {
+    if is_cached(kind) {
+        store.wait_for(rv).await
+    } else {
+        store.at_least(rv)
+    }
+}
+
 pub fn is_cached(kind: &ResourceKind) -> bool {
     !(kind.group.is_empty() && kind.resource == "events")
 }
@@ -257,7 +267,7 @@ pub async fn get(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Res
     let kind = store.kinds.kind(t.res);
     let rv = rv_of(q.rv_for_get_or_watch()?);
     if rv > store.current_rv() {
-        store.wait_for(rv).await?;
+        reached(store, kind, rv).await?;
     }
     let name = t.name.as_deref().unwrap_or("");
     let key = ObjectKey::new(if kind.namespaced { t.namespace.as_deref().unwrap_or("") } else { "" }, name);

@@ -126,14 +126,29 @@ impl Store {
     }
 
     /// Waits until the revision reaches `rv`, at most 3 s (the cacher's `blockTimeout`);
-    /// `Err` carries the 504 TooLarge.
+    /// `Err` carries the 504 TooLarge (with the cacher's `Retry-After: 1`).
     pub async fn wait_for(&self, rv: Rv) -> Result<(), Error> {
         let mut rx = self.subscribe();
         let res = tokio::time::timeout(std::time::Duration::from_secs(3), rx.wait_for(|r| *r >= rv.0)).await;
         match res {
             Ok(Ok(_)) => Ok(()),
-            _ => Err(Error::TooLargeResourceVersion { requested: rv, current: self.current_rv() }),
+            _ => Err(Error::TooLargeResourceVersion {
+                requested: rv,
+                current: self.current_rv(),
+                retry_after: 1,
+            }),
         }
+    }
+
+    /// A read of a kind the apiserver does not cache (events): etcd's storage answers a
+    /// revision past its own at once, with no `Retry-After` (`validateMinimumResourceVersion`;
+    /// recorded: events-not-cached.json, a 504 after 0.0 s without one).
+    pub fn at_least(&self, rv: Rv) -> Result<(), Error> {
+        let current = self.current_rv();
+        if rv > current {
+            return Err(Error::TooLargeResourceVersion { requested: rv, current, retry_after: 0 });
+        }
+        Ok(())
     }
 
     /// The current objects of a resource and the revision they are at.

@@ -515,6 +515,43 @@ async fn future_rv_list_waits_three_seconds_then_504() {
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
 }
 
+/// A kind the apiserver does not cache (events): a read past the current revision is etcd's
+/// 504 at once, without `Retry-After` (recorded: events-not-cached.json step 3, after 0.0 s);
+/// a cached kind's waits 3 s and says `Retry-After: 1` (the cacher's).
+#[tokio::test]
+async fn an_uncached_kinds_future_read_is_etcds_504_at_once() {
+    let h = start().await;
+    let future = h.sim.current_rv().0 + 100_000;
+    let t0 = std::time::Instant::now();
+    let r = get(&h, &format!("/api/v1/namespaces/default/events?resourceVersion={future}")).await;
+    assert!(t0.elapsed() < Duration::from_secs(2), "at once");
+    assert_eq!(r.status, 504);
+    assert!(r.headers.get("retry-after").is_none());
+    let want = recording("events-not-cached")["steps"][2]["response"]["body"].clone();
+    let mut got = r.json();
+    // The recorded revisions are the recording's own.
+    got["message"] = want["message"].clone();
+    assert_eq!(got, want);
+}
+
+/// A Secret written without a type is `Opaque`, its `stringData` merged into `data` (base64,
+/// winning over `data`) and never stored, as the apiserver's conversion and defaults do.
+#[tokio::test]
+async fn a_secrets_type_and_string_data_are_the_apiservers() {
+    let h = start().await;
+    let body = json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},
+        "data":{"a":"eA==","b":"eQ=="},"stringData":{"b":"two","c":"three"}});
+    let r = send(&h, Method::POST, "/api/v1/namespaces/default/secrets", &[], Some(body)).await;
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let s = get(&h, "/api/v1/namespaces/default/secrets/s").await.json();
+    assert_eq!(s["type"], "Opaque");
+    assert!(s.get("stringData").is_none());
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    assert_eq!(s["data"], json!({"a": "eA==", "b": b64("two"), "c": b64("three")}));
+    let l = get(&h, "/api/v1/namespaces/default/secrets?fieldSelector=type%3DOpaque").await.json();
+    assert!(l["items"].as_array().unwrap().iter().any(|i| i["metadata"]["name"] == "s"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn periodic_bookmarks_with_paused_time() {
     let sim = Sim::new(SimOptions::default());

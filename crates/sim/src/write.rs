@@ -110,7 +110,31 @@ fn defaults(group: &str, resource: &str, obj: &mut Map<String, Value>) {
                 s.entry("phase").or_insert_with(|| Value::String("Pending".into()));
             }
         }
+        ("", "secrets") => secret(obj),
         _ => {}
+    }
+}
+
+/// What decoding a v1 Secret does on every write: `stringData` merged into `data` (base64,
+/// winning over `data`'s keys) and never stored (`Convert_v1_Secret_To_core_Secret`), and an
+/// empty `type` defaulted to `Opaque` (`SetDefaults_Secret`): a `type=Opaque` field selector
+/// finds a secret created without one (a review).
+fn secret(obj: &mut Map<String, Value>) {
+    use base64::Engine;
+    if let Some(Value::Object(strings)) = obj.remove("stringData") {
+        let data = obj.entry("data").or_insert_with(|| Value::Object(Map::new()));
+        if !data.is_object() {
+            *data = Value::Object(Map::new());
+        }
+        if let Value::Object(data) = data {
+            for (k, v) in strings {
+                let text = v.as_str().unwrap_or_default().to_owned();
+                data.insert(k, Value::String(base64::engine::general_purpose::STANDARD.encode(text)));
+            }
+        }
+    }
+    if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+        obj.insert("type".into(), Value::String("Opaque".into()));
     }
 }
 
@@ -156,6 +180,9 @@ pub fn update(
         _ => {}
     }
     let ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_owned();
+    if kind.group.is_empty() && kind.resource == "secrets" {
+        secret(&mut obj);
+    }
     let has_status = store.kinds.all[res].subresources.contains(&"status");
     if status_only || has_status {
         let key = ObjectKey::new(&ns, url_name);
