@@ -532,6 +532,25 @@ mod tests {
     use crate::cache::{new, CacheOptions};
     use crate::resource::{EventType, ResourceKind};
 
+    /// The tests of the process-wide bounds (`OWN_READS`, `LONG_INITIAL_LISTS`, the users'
+    /// shares) run one at a time: under `cargo test` they share one process.
+    static BOUNDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    /// Takes [`BOUNDS`] once the test before has given every permit and share back (its
+    /// aborted tasks are dropped with its runtime, just after its lock).
+    async fn bounds_to_myself() -> tokio::sync::MutexGuard<'static, ()> {
+        let guard = BOUNDS.lock().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while OWN_READS.available_permits() < MAX_OWN_READS
+            || LONG_INITIAL_LISTS.available_permits() < MAX_LONG_INITIAL_LISTS
+            || !OWN_READS_BY_USER.lock().is_empty()
+        {
+            assert!(tokio::time::Instant::now() < deadline, "the bounds given back");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        guard
+    }
+
     /// A configmaps cache ready at RV 10, empty.
     fn cache_at_10() -> (crate::cache::Writer, Reader) {
         let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
@@ -590,6 +609,7 @@ mod tests {
     /// ends (here: its only waiter gave up, which cancels it).
     #[tokio::test]
     async fn metadata_proofs_in_the_air_are_bounded_across_keys() {
+        let _one_at_a_time = bounds_to_myself().await;
         // An upstream that accepts and never answers: every read stays in the air.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -646,6 +666,7 @@ mod tests {
     /// wait for its user's share).
     #[tokio::test]
     async fn one_users_upstream_reads_are_bounded_and_others_go_on() {
+        let _one_at_a_time = bounds_to_myself().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let held = tokio::spawn(async move {
@@ -723,6 +744,7 @@ mod tests {
     /// every one taken it waits (first come, first served) and goes up when one is given back.
     #[tokio::test]
     async fn a_watch_list_start_waits_for_the_proxys_reads() {
+        let _one_at_a_time = bounds_to_myself().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         // Connections accepted: each read in the air has its own (HTTP/1.1).
@@ -787,6 +809,7 @@ mod tests {
     /// of one page takes none.
     #[tokio::test]
     async fn initial_lists_longer_than_a_page_are_bounded_across_selections() {
+        let _one_at_a_time = bounds_to_myself().await;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // First pages (no `continue=`) answered at revision 20 with a continuation; continued
         // pages never answered: every long read stays in the air.
