@@ -191,7 +191,7 @@ async fn resource(sim: Sim, t: Target, req: Request<Incoming>) -> Result<Respons
         (Method::POST, false) => write::post(&sim, &t, req).await,
         (Method::PUT, true) => write::put(&sim, &t, req).await,
         (Method::PATCH, true) => write::patch(&sim, &t, req).await,
-        (Method::DELETE, true) => write::delete(&sim, &t, &raw),
+        (Method::DELETE, true) => write::delete(&sim, &t, &raw, req).await,
         _ => Err(Error::MethodNotAllowed),
     }
 }

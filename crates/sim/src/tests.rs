@@ -552,6 +552,39 @@ async fn a_secrets_type_and_string_data_are_the_apiservers() {
     assert!(l["items"].as_array().unwrap().iter().any(|i| i["metadata"]["name"] == "s"));
 }
 
+/// A DELETE's options are its body's `DeleteOptions` when it has one (client-go and kube-rs
+/// send them), else its query's: a bound pod deleted with `{"gracePeriodSeconds":0}` in the
+/// body is removed, not left terminating for its 30 s (a review).
+#[tokio::test]
+async fn a_deletes_options_come_from_its_body() {
+    let h = start().await;
+    let pod = |name: &str| {
+        json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":name},
+            "spec":{"nodeName":"node-a","containers":[{"name":"c","image":"i"}]}})
+    };
+    for name in ["p-body", "p-none"] {
+        let r = send(&h, Method::POST, "/api/v1/namespaces/default/pods", &[], Some(pod(name))).await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+    }
+    let path = "/api/v1/namespaces/default/pods/p-body?gracePeriodSeconds=30";
+    let r = send(
+        &h,
+        Method::DELETE,
+        path,
+        &[],
+        Some(json!({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0})),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(get(&h, "/api/v1/namespaces/default/pods/p-body").await.status, 404, "removed at once");
+    // Without a body, the pod's own grace: marked, still there.
+    let r = send(&h, Method::DELETE, "/api/v1/namespaces/default/pods/p-none", &[], None).await;
+    assert_eq!(r.status, 200);
+    let p = get(&h, "/api/v1/namespaces/default/pods/p-none").await;
+    assert_eq!(p.status, 200);
+    assert!(p.json()["metadata"]["deletionTimestamp"].is_string());
+}
+
 #[tokio::test(start_paused = true)]
 async fn periodic_bookmarks_with_paused_time() {
     let sim = Sim::new(SimOptions::default());

@@ -296,7 +296,16 @@ pub async fn patch(sim: &Sim, t: &Target, req: Request<Incoming>) -> Result<Resp
 /// DELETE. A pod bound to a node is deleted gracefully, as without a kubelet: first a MODIFIED
 /// with `deletionTimestamp`; with a grace period of 0 it is then removed (DELETED), otherwise it
 /// stays (watch-pod-graceful-delete.json, watch-field-selector-nodename.json).
-pub fn delete(sim: &Sim, t: &Target, raw_query: &str) -> Result<Response<Body>, Error> {
+/// The options are the body's `DeleteOptions` when it has one (client-go and kube-rs send
+/// them so), else the query's, as the apiserver's `DeleteResource` reads them.
+pub async fn delete(
+    sim: &Sim,
+    t: &Target,
+    raw_query: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Error> {
+    let body = body_bytes(req).await?;
+    let options = if body.iter().all(u8::is_ascii_whitespace) { None } else { Some(parse_body(&body)?) };
     let ns = t.namespace.as_deref().unwrap_or("");
     let name = t.name.as_deref().unwrap_or("");
     let kind = sim.store().kinds.kind(t.res);
@@ -305,9 +314,13 @@ pub fn delete(sim: &Sim, t: &Target, raw_query: &str) -> Result<Response<Body>, 
         if let Some(cur) = sim.store().get(t.res, &key) {
             let v = to_value(&cur);
             if v.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
-                let grace = form_urlencoded::parse(raw_query.as_bytes())
-                    .find(|(k, _)| k == "gracePeriodSeconds")
-                    .and_then(|(_, v)| v.parse::<i64>().ok())
+                let asked = match &options {
+                    Some(o) => o.get("gracePeriodSeconds").and_then(Value::as_i64),
+                    None => form_urlencoded::parse(raw_query.as_bytes())
+                        .find(|(k, _)| k == "gracePeriodSeconds")
+                        .and_then(|(_, v)| v.parse::<i64>().ok()),
+                };
+                let grace = asked
                     .or_else(|| v.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
                     .unwrap_or(30);
                 let marked = sim.store().mark_deleting(t.res, &key, grace)?;
