@@ -199,14 +199,18 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         Some(o) => {
             metrics.state_enabled(state::LOAD_RESULTS);
             let o = o.clone();
-            let read = tokio::task::spawn_blocking(move || Loaded::read(&o, memory_limit));
-            // Bounded: on a hung mount the proxy starts cold rather than never (its listener
-            // not bound, no /livez, nothing said).
+            let given_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stop = given_up.clone();
+            let read = tokio::task::spawn_blocking(move || Loaded::read_until(&o, memory_limit, &stop));
+            // Bounded: on a slow or hung mount the proxy starts cold rather than never (its
+            // listener not bound, no /livez, nothing said); the read stops at its next file,
+            // and the caches are still saved (a review: no Saver was made).
             match tokio::time::timeout(STATE_IO_LIMIT, read).await {
                 Ok(r) => Some(r.map_err(|e| e.to_string())?),
                 Err(_) => {
+                    given_up.store(true, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(limit = ?STATE_IO_LIMIT, "reading --state-dir took too long; starting cold");
-                    None
+                    Some(Loaded { files: Vec::new(), written: Default::default() })
                 }
             }
         }

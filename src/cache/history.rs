@@ -126,7 +126,8 @@ impl History {
     }
 
     fn raise_floor(&mut self, rv: Rv) {
-        if rv > self.floor {
+        // At the floor too: the floor is then an RV the upstream issued.
+        if rv >= self.floor {
             self.floor = rv;
             self.above_issued = false;
         }

@@ -215,13 +215,11 @@ impl Activity {
     /// Resolves once the connection is told to finish ([`Activity::ask_to_close`]), without
     /// consuming the telling (the connection, if it goes on, sends its GOAWAY).
     pub async fn told_to_close(&self) {
-        let told = self.goaway.notified();
-        tokio::pin!(told);
-        told.as_mut().enable();
         if self.goaway_sent.load(Ordering::Acquire) {
             return;
         }
-        told.await;
+        // Told since the load: the permit is taken here, and given back below.
+        self.goaway.notified().await;
         // Given back for whoever serves the connection next.
         self.goaway.notify_one();
     }

@@ -147,9 +147,12 @@ pub async fn run(
                 tokio::spawn(async move {
                     let activity = conn::Activity::new();
                     let _member = crowd.map(|c| c.join(source, activity.clone()));
-                    // Within the head timeout: a silent connection is closed when it ends.
-                    let proto =
-                        sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))).await;
+                    // Within the head timeout: a silent connection is closed when it ends, or
+                    // when it is asked to give way (as over TLS: a review).
+                    let proto = tokio::select! {
+                        p = sniff(&stream, conn_opts.read_header_timeout.min(Duration::from_secs(10))) => p,
+                        () = activity.told_to_close() => return,
+                    };
                     let svc = service(
                         server,
                         None,

@@ -451,7 +451,7 @@ mod tests {
         v1.extend_from_slice(&1u32.to_le_bytes());
         v1.extend_from_slice(&[0; 8 + 32]);
         let e = decode(&v1).unwrap_err();
-        assert_eq!(e.to_string(), "format version 1, this build reads 2");
+        assert_eq!(e.to_string(), format!("format version 1, this build reads {VERSION}"));
         assert_eq!(e.as_str(), "format_version");
     }
 

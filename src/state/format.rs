@@ -47,8 +47,9 @@ use crate::resource::{field_labels, EventType, Header, Rv};
 pub const MAGIC: &[u8; 8] = b"KWCSTATE";
 /// The format this build writes and the only one it reads (version 1 kept the objects' JSON
 /// only and parsed it again at every load: such a file is refused and the resource starts
-/// cold once, then is saved in this format).
-pub const VERSION: u32 = 2;
+/// cold once, then is saved in this format; version 2 held events' `source` field without its
+/// `reportingComponent` fallback, 2026-11-29).
+pub const VERSION: u32 = 3;
 /// Bytes before the meta: magic, version, meta length.
 pub const HEAD_LEN: usize = 8 + 4 + 4;
 /// Bytes before a block's records: count, two lengths, CRC-32.

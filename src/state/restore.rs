@@ -35,6 +35,16 @@ impl Loaded {
     /// list, through the budget like any list. Decoding them all first held every state at
     /// once, whatever the limit (a limit lowered after an OOM kill, the `emptyDir` kept).
     pub fn read(opts: &StateOptions, memory_limit: Option<u64>) -> Loaded {
+        Loaded::read_until(opts, memory_limit, &std::sync::atomic::AtomicBool::new(false))
+    }
+
+    /// [`Loaded::read`], stopping before the next file once `given_up` is set (the start gave
+    /// up waiting: a slow or hung mount; what was read is dropped).
+    pub fn read_until(
+        opts: &StateOptions,
+        memory_limit: Option<u64>,
+        given_up: &std::sync::atomic::AtomicBool,
+    ) -> Loaded {
         if let Err(e) = file::ensure_dir(&opts.dir) {
             tracing::warn!(dir = %opts.dir.display(), error = %e, "--state-dir cannot be created");
         } else if let Err(e) = file::writable(&opts.dir) {
@@ -54,6 +64,9 @@ impl Loaded {
         let mut files = Vec::new();
         let mut written = HashMap::new();
         for (name, opened) in entries {
+            if given_up.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
             // Excluded by its name: removed without being read (its content is checked again
             // below, once decoded, for a file whose name and content disagree).
             if resource_of(&name).is_some_and(|(g, r)| !opts.persists(g, r)) {

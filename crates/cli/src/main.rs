@@ -62,6 +62,9 @@ fn main() {
             Command::Bench(args) => kube_watchcache_bench::run(*args).await,
         }
     });
+    // Blocking work left (a state file read or written on a hung mount, past its bound) does
+    // not hold the exit: dropping the runtime would wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     if let Err(e) = result {
         eprintln!("kube-watchcache: {e}");
         std::process::exit(2);

@@ -238,8 +238,6 @@ pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Re
     Ok(json_response(StatusCode::OK, chunks_body(chunks)))
 }
 
-/// Whether the apiserver keeps a watch cache for the resource: every kind but core events
-/// (`--watch-cache-sizes` default `events=0`, docs/apiserver-watch-cache.md §0.2).
 /// Waits for the revision `rv` as the watch cache does, or, for a kind the apiserver does not
 /// cache, answers at once as etcd does (`Store::at_least`).
 async fn reached(store: &super::store::Store, kind: &ResourceKind, rv: Rv) -> Result<(), Error> {
@@ -250,6 +248,8 @@ async fn reached(store: &super::store::Store, kind: &ResourceKind, rv: Rv) -> Re
     }
 }
 
+/// Whether the apiserver keeps a watch cache for the resource: every kind but core events
+/// (`--watch-cache-sizes` default `events=0`, docs/apiserver-watch-cache.md §0.2).
 pub fn is_cached(kind: &ResourceKind) -> bool {
     !(kind.group.is_empty() && kind.resource == "events")
 }
