@@ -41,6 +41,8 @@ fn list(rv: u64, items: &[String]) -> String {
 /// The scripted upstream: answers each request in turn and records what it was asked.
 struct Script {
     log: Mutex<Vec<String>>,
+    /// Probes answered by `answer` (not logged).
+    probes: std::sync::atomic::AtomicUsize,
     /// When each request came (`answer_unparsable` only).
     at: Mutex<Vec<std::time::Instant>>,
 }
@@ -60,6 +62,7 @@ async fn answer(script: Arc<Script>, req: Request<Incoming>) -> Result<Response<
     let q = req.uri().query().unwrap_or("").to_owned();
     if is_probe(&q) {
         // Never behind: the re-watch goes on (this script's watches all end early).
+        script.probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         return json(list(1000, &[]));
     }
     let n = {
@@ -100,7 +103,11 @@ type BoxedAnswer =
 async fn scripted(answer: Answer) -> (std::net::SocketAddr, Arc<Script>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let script = Arc::new(Script { log: Mutex::new(Vec::new()), at: Mutex::new(Vec::new()) });
+    let script = Arc::new(Script {
+        log: Mutex::new(Vec::new()),
+        probes: std::sync::atomic::AtomicUsize::new(0),
+        at: Mutex::new(Vec::new()),
+    });
     let s2 = script.clone();
     tokio::spawn(async move {
         loop {
@@ -173,6 +180,36 @@ async fn list_watch_rewatch_relist() {
     assert!(log[2].contains("resourceVersion=15"), "re-watch from the bookmark RV: {log:?}");
     assert!(!log[3].contains("watch"), "relist after 410: {log:?}");
     assert!(log[4].contains("resourceVersion=25"), "watch from the relist RV: {log:?}");
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
+/// A watch that ends at its `timeoutSeconds` (here 1 s, the script's watches ending after
+/// 200 ms: within the 2 s margin) is re-watched without the probe: only one the upstream ended
+/// well before its time is.
+#[tokio::test]
+async fn a_watch_ended_at_its_time_is_re_watched_without_a_probe() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
+    let upstream =
+        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
+            .unwrap();
+    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions {
+        backoff_initial: Duration::from_millis(10),
+        watch_timeout_secs: 1,
+        ..Default::default()
+    };
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    reader.wait_for(Rv(25), Duration::from_secs(5)).await.unwrap();
+    // Until a few quiet watches have ended (the script's 5th request on).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while script.log.lock().len() < 7 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(script.log.lock().len() >= 7, "{:?}", script.log.lock());
+    assert_eq!(script.probes.load(std::sync::atomic::Ordering::SeqCst), 0);
     stop_tx.send(true).unwrap();
     task.await.unwrap();
 }
