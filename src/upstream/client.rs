@@ -264,7 +264,11 @@ where
             o.upstream_lanes(name, n);
         }
     };
-    Ok(Lanes::new(per_lane, move || builder(per_lane).build(conn.clone())).reporting(made))
+    // The own clients present the proxy's certificate: new connections once it is renewed.
+    let identity = if flavor == Flavor::Own { r.tls.identity.clone() } else { None };
+    Ok(Lanes::new(per_lane, move || builder(per_lane).build(conn.clone()))
+        .reporting(made)
+        .presenting(identity))
 }
 
 /// The upgrade clients (exec, attach, port-forward, WebSocket watches): never pooled.

@@ -57,17 +57,27 @@ pub(crate) fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, St
 
 /// The certificate the own connections present; replaced in place on renewal.
 #[derive(Debug)]
-pub struct IdentitySlot(RwLock<Arc<CertifiedKey>>);
+pub struct IdentitySlot(RwLock<Arc<CertifiedKey>>, std::sync::atomic::AtomicU64);
 
 impl IdentitySlot {
     pub fn new(id: &Identity) -> Result<Arc<IdentitySlot>, ConfigError> {
-        Ok(Arc::new(IdentitySlot(RwLock::new(id.certified()?))))
+        Ok(Arc::new(IdentitySlot(RwLock::new(id.certified()?), std::sync::atomic::AtomicU64::new(0))))
     }
 
-    /// New connections present `id` from now on (open ones keep theirs, as with client-go).
+    /// New connections present `id` from now on; the own clients' lanes see the
+    /// [`IdentitySlot::generation`] change and open new connections (`lanes`), as client-go's
+    /// exec authenticator closes its connections when the certificate changes (a review: a
+    /// busy shared HTTP/2 connection presented the old one until it expired, then every own
+    /// request got 401).
     pub fn replace(&self, id: &Identity) -> Result<(), ConfigError> {
         *self.0.write() = id.certified()?;
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// How many times the certificate was replaced.
+    pub fn generation(&self) -> u64 {
+        self.1.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn current(&self) -> Arc<CertifiedKey> {
@@ -104,8 +114,10 @@ mod tests {
         let slot = IdentitySlot::new(&first).unwrap();
         assert_eq!(slot.current().cert, first.chain);
         let second = Identity::from_pem(SERVER_PEM.as_bytes(), SERVER_KEY.as_bytes()).unwrap();
+        assert_eq!(slot.generation(), 0);
         slot.replace(&second).unwrap();
         assert_eq!(slot.current().cert, second.chain);
+        assert_eq!(slot.generation(), 1);
         assert!(Identity::from_pem(b"no", b"no").is_err());
     }
 }

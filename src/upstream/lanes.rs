@@ -17,7 +17,7 @@
 //! connection each) do not need it.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -45,6 +45,10 @@ pub(crate) struct Lanes<B> {
     made: Box<dyn Fn(usize) + Send + Sync>,
     lanes: Mutex<Vec<Arc<Lane<B>>>>,
     per_lane: usize,
+    /// The client certificate the lanes' connections present, and the generation of it they
+    /// were made with: a renewed one leaves the lanes behind (their open requests finish on
+    /// their connections, which close with them) for new ones that present it.
+    identity: Option<(Arc<super::identity::IdentitySlot>, AtomicU64)>,
 }
 
 struct Lane<B> {
@@ -65,7 +69,17 @@ where
             made: Box::new(|_| {}),
             lanes: Mutex::new(Vec::new()),
             per_lane: per_lane.max(1),
+            identity: None,
         }
+    }
+
+    /// Lanes whose connections present `slot`'s certificate: new ones after each renewal.
+    pub fn presenting(mut self, slot: Option<Arc<super::identity::IdentitySlot>>) -> Lanes<B> {
+        self.identity = slot.map(|s| {
+            let seen = AtomicU64::new(s.generation());
+            (s, seen)
+        });
+        self
     }
 
     /// Reports the number of lanes to `made` whenever one is made.
@@ -99,6 +113,13 @@ where
     /// handle on the lane's pool) so that no lock is held while the request is sent.
     fn lease(&self) -> (Client<Connector, B>, Lease) {
         let mut lanes = self.lanes.lock();
+        if let Some((slot, seen)) = &self.identity {
+            let now = slot.generation();
+            // Under the lanes' lock: one request leaves the old lanes behind.
+            if seen.swap(now, Ordering::Relaxed) != now {
+                lanes.clear();
+            }
+        }
         let free = lanes.iter().find(|l| l.open.load(Ordering::Relaxed) < self.per_lane).cloned();
         let lane = free.unwrap_or_else(|| {
             let lane = Arc::new(Lane { client: (self.make)(), open: Arc::new(AtomicUsize::new(0)) });
@@ -154,6 +175,46 @@ impl<T: Body<Data = Bytes> + Unpin> Body for Leased<T> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A renewed client certificate leaves the own lanes behind: the next request is sent on a
+    /// new lane (new connections, whose handshakes present it), not on a busy connection that
+    /// presented the old one until it expired (a review).
+    #[test]
+    fn a_renewed_identity_leaves_the_lanes_behind() {
+        use super::Lanes;
+        use crate::upstream::identity::{Identity, IdentitySlot};
+        use crate::upstream::testutil::{CLIENT_KEY, CLIENT_PEM, SERVER_KEY, SERVER_PEM};
+        use hyper_util::client::legacy::Client;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let first = Identity::from_pem(CLIENT_PEM.as_bytes(), CLIENT_KEY.as_bytes()).unwrap();
+        let slot = IdentitySlot::new(&first).unwrap();
+        let made = Arc::new(AtomicUsize::new(0));
+        let counted = made.clone();
+        let conn = crate::upstream::tls::connector(
+            &crate::upstream::config::TlsSettings::default(),
+            crate::upstream::tls::Flavor::Own,
+        )
+        .unwrap();
+        let lanes: Lanes<http_body_util::Full<Bytes>> = Lanes::new(2, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Client::builder(hyper_util::rt::TokioExecutor::new()).build(conn.clone())
+        })
+        .presenting(Some(slot.clone()));
+        let (_c, lease) = lanes.lease();
+        drop(lease);
+        let (_c, held) = lanes.lease();
+        assert_eq!(made.load(Ordering::SeqCst), 1, "one lane while nothing changes");
+        let second = Identity::from_pem(SERVER_PEM.as_bytes(), SERVER_KEY.as_bytes()).unwrap();
+        slot.replace(&second).unwrap();
+        let (_c, _lease) = lanes.lease();
+        assert_eq!(made.load(Ordering::SeqCst), 2, "a new lane for the renewed certificate");
+        assert_eq!(lanes.lanes(), 1, "the old one left behind");
+        // The request open on the old lane keeps its slot until it ends.
+        drop(held);
+        let (_c, _lease) = lanes.lease();
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+    }
     use std::time::Duration;
 
     use bytes::Bytes;
