@@ -56,6 +56,9 @@ pub struct Resolved {
     pub auth: Credentials,
 }
 
+/// client-go's refusal of a certificate authority together with insecure-skip-tls-verify.
+const INSECURE_WITH_ROOTS: &str = "specifying a root certificates file with the insecure flag is not allowed";
+
 /// What the TLS layer needs.
 #[derive(Default)]
 pub struct TlsSettings {
@@ -190,7 +193,13 @@ fn from_kubeconfig(mut kc: Kubeconfig, label: &str, context: Option<&str>) -> Re
             None => format!("kubeconfig {label}"),
         },
         tls: TlsSettings {
-            roots,
+            roots: {
+                // client-go refuses such a cluster rather than not verify what it was told to.
+                if cfg.accept_invalid_certs && !roots.is_empty() {
+                    return Err(ConfigError::Tls(INSECURE_WITH_ROOTS.into()));
+                }
+                roots
+            },
             insecure: cfg.accept_invalid_certs,
             server_name: cfg.tls_server_name.filter(|s| !s.is_empty()),
             identity,
@@ -321,9 +330,15 @@ fn apply_flags(r: &mut Resolved, opts: &UpstreamOptions) -> Result<(), ConfigErr
             ))
         }
     }
+    if opts.certificate_authority.is_some() && opts.insecure_skip_tls_verify {
+        return Err(ConfigError::Tls(INSECURE_WITH_ROOTS.into()));
+    }
     if let Some(path) = &opts.certificate_authority {
         r.tls.roots = parse_certs(&read(path, "certificate authority")?)
             .map_err(|e| ConfigError::read_file("certificate authority", path, e))?;
+        // A CA given verifies: it overrides a kubeconfig's insecure-skip-tls-verify, as
+        // kubectl's flag does (a review: the roots were loaded and nothing verified).
+        r.tls.insecure = false;
     }
     if opts.insecure_skip_tls_verify {
         r.tls.insecure = true;

@@ -112,6 +112,34 @@ fn kubeconfig_context_selection_insecure_and_token_file() {
     assert!(matches!(c.auth, auth::Credentials::None));
 }
 
+/// A certificate authority verifies: `--certificate-authority` overrides a kubeconfig's
+/// insecure-skip-tls-verify (as kubectl's flag does); the two flags together, or a kubeconfig
+/// cluster with both, are client-go's refusal (a review: the roots were loaded and nothing
+/// was verified).
+#[test]
+fn a_certificate_authority_is_never_combined_with_insecure() {
+    let dir = TempDir::new();
+    let path = kubeconfig(&dir);
+    let ca = dir.write("ca.pem", CA_PEM);
+    let mut opts = opts_kubeconfig(&path, Some("b"));
+    opts.certificate_authority = Some(ca);
+    let r = resolve_with(&opts, &no_env()).unwrap();
+    assert!(!r.tls.insecure, "the CA given verifies");
+    assert_eq!(r.tls.roots.len(), 1);
+    opts.insecure_skip_tls_verify = true;
+    let e = resolve_with(&opts, &no_env()).err().unwrap().to_string();
+    assert!(e.contains("specifying a root certificates file with the insecure flag is not allowed"), "{e}");
+    let both = dir.write(
+        "both",
+        &format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority-data: {}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nusers:\n- name: u\n  user: {{token: t}}\n",
+            b64(CA_PEM)
+        ),
+    );
+    let e = resolve_with(&opts_kubeconfig(&both, None), &no_env()).err().unwrap().to_string();
+    assert!(e.contains("specifying a root certificates file with the insecure flag is not allowed"), "{e}");
+}
+
 #[test]
 fn kubeconfig_errors_are_one_line() {
     let dir = TempDir::new();

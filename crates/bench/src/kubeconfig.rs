@@ -92,6 +92,10 @@ mod tests {
         assert!(c.tls.identity.is_some() && c.auth.is_none());
         let insecure =
             kc.replace("    tls-server-name: apiserver.test", "    insecure-skip-tls-verify: true");
+        // A certificate authority with insecure-skip-tls-verify: client-go's refusal.
+        assert!(load(&write("insecure-ca", &insecure), None).is_err());
+        let ca_line = format!("\n    certificate-authority-data: {}", b64("server-ca.crt"));
+        let insecure = insecure.replace(&ca_line, "");
         assert!(load(&write("insecure", &insecure), None).unwrap().tls.insecure);
     }
 }
