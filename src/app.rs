@@ -225,12 +225,24 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     // Feature-gate defaults follow the version the apiserver emulates (`--emulated-version`,
     // 1.31+), which may be below its binary's.
     let gates_minor = version.as_ref().and_then(crate::proto::gates_minor_of_version);
-    match upstream_minor {
-        Some(minor) => tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)"),
-        None => {
-            tracing::warn!("upstream /version has no minor version: protobuf answers use the newest schema")
+    let protobuf_unproven = match upstream_minor {
+        Some(minor) if crate::proto::provable(Some(minor)) => {
+            tracing::info!(minor, "upstream Kubernetes minor version (protobuf encoding)");
+            false
         }
-    }
+        Some(minor) => {
+            tracing::warn!(
+                minor,
+                schema = crate::proto::SCHEMA_MINOR,
+                "the upstream is newer than the protobuf schema: protobuf reads are forwarded"
+            );
+            true
+        }
+        None => {
+            tracing::warn!("upstream /version gave no minor version: protobuf reads are forwarded");
+            true
+        }
+    };
     let tls = match (&args.insecure_listen, &args.tls_cert_file, &args.tls_private_key_file) {
         (None, Some(cert), Some(key)) => Some(tls::server_config(&TlsFiles {
             cert: cert.clone(),
@@ -251,6 +263,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         history_window: args.history_window,
         history_max_events: args.history_max_events,
         upstream_minor,
+        protobuf_unproven,
         delivery_lag: metrics.delivery_lag(),
         memory: memory_budget.clone(),
         ..CacheOptions::default()

@@ -66,6 +66,9 @@ pub struct CacheOptions {
     /// fields its types do not have yet. `None`: the newest. Per cache, never process-wide:
     /// two proxies in one process (tiers, tests) may front different versions.
     pub upstream_minor: Option<u32>,
+    /// The upstream's minor version is unknown or newer than the protobuf schema's
+    /// (`proto::SCHEMA_MINOR`): protobuf reads are forwarded (`ProtoType::unproven`).
+    pub protobuf_unproven: bool,
     /// Where sampled watch-delivery lags are observed (`cache::lag`; off by default).
     pub delivery_lag: DeliveryLag,
     /// `--cache-memory-limit` (`cache::memory`): rung after every full list (a relist can
@@ -82,6 +85,7 @@ impl Default for CacheOptions {
             watcher_queue: 1000,
             bookmark_interval: Duration::from_secs(60),
             upstream_minor: None,
+            protobuf_unproven: false,
             delivery_lag: DeliveryLag::default(),
             memory: None,
         }
@@ -190,6 +194,9 @@ pub fn new(kind: ResourceKind, opts: CacheOptions) -> (Writer, Reader) {
     let typing = typing(&kind);
     if let Some(minor) = opts.upstream_minor {
         typing.proto.set_upstream_minor(minor);
+    }
+    if opts.protobuf_unproven {
+        typing.proto.unproven();
     }
     let delivery_lag = opts.delivery_lag.for_resource(&kind.group_resource());
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);

@@ -63,6 +63,17 @@ impl Encoded<'_> {
 /// The newest Kubernetes minor version: every field the schema has is written.
 pub const NEWEST: u32 = u32::MAX;
 
+/// The newest minor version the schema is taken from (k8s.io/api v0.36): an upstream newer
+/// than it may have fields the schema does not know that Go writes even when zero (JSON leaves
+/// them out): its protobuf cannot be proven, and is forwarded (`ProtoType::unproven`).
+pub const SCHEMA_MINOR: u32 = 36;
+
+/// Whether protobuf answers can be proven for an upstream of `minor` (its `/version`; `None`
+/// when it gave none): a minor the schema knows.
+pub fn provable(minor: Option<u32>) -> bool {
+    minor.is_some_and(|m| m <= SCHEMA_MINOR)
+}
+
 /// The minor version in a `/version` answer (`"minor":"28"` or `"28+"`).
 pub fn minor_of_version(version: &serde_json::Value) -> Option<u32> {
     let m = version.get("minor")?.as_str()?;
@@ -142,6 +153,15 @@ impl ProtoType {
     /// Records the upstream's minor version (from its `/version`).
     pub fn set_upstream_minor(&self, minor: u32) {
         self.minor.store(minor, Ordering::Relaxed);
+    }
+
+    /// No protobuf read of this resource is served: the upstream's minor version is unknown
+    /// or newer than [`SCHEMA_MINOR`] (a review: a `/version` that failed at start meant the
+    /// newest schema for good, writing 1.33's zero `observedGeneration`s to a 1.28's clients).
+    pub fn unproven(&self) {
+        for f in &self.failed {
+            f.store(true, Ordering::Relaxed);
+        }
     }
 
     fn minor(&self) -> u32 {
@@ -313,6 +333,18 @@ pub fn status_event(json: &[u8]) -> Result<Bytes, Unsupported> {
 
 #[cfg(test)]
 mod tests {
+
+    /// Protobuf is served only for an upstream whose minor version the schema knows: unknown
+    /// (no `/version`) or newer, every protobuf read of every resource is forwarded.
+    #[test]
+    fn protobuf_is_proven_only_for_a_known_minor() {
+        assert!(provable(Some(28)) && provable(Some(SCHEMA_MINOR)));
+        assert!(!provable(None) && !provable(Some(SCHEMA_MINOR + 1)));
+        let p = ProtoType::new("", "v1", "Pod", true, "pods".into());
+        assert!(p.serves(false) && p.serves(true));
+        p.unproven();
+        assert!(!p.serves(false) && !p.serves(true));
+    }
     use super::*;
 
     /// Feature gates follow the emulated version when an apiserver has one below its binary's.

@@ -918,12 +918,17 @@ fn special(cx: &Cx, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Out> {
             if let Some(v) = v {
                 let t: jiff::Timestamp =
                     string(v)?.parse().map_err(|e| Unsupported(format!("time {}: {e}", v.get())))?;
+                // Go's `Unix()` floors and `Nanosecond()` is never negative: before 1970 a
+                // fraction is a second less and a positive remainder (jiff's seconds round
+                // toward zero; a review).
+                let total = t.as_nanosecond();
+                let (seconds, subsec) = (total.div_euclid(1_000_000_000), total.rem_euclid(1_000_000_000));
                 let nanos = match sp {
                     // Time.ProtoTime drops the nanoseconds ("our JSON only handled seconds").
                     Special::Time => 0,
-                    _ => i64::from(t.subsec_nanosecond()) / 1000 * 1000,
+                    _ => subsec / 1000 * 1000,
                 };
-                wire::varint_field(&mut out, 1, t.as_second() as u64);
+                wire::varint_field(&mut out, 1, seconds as i64 as u64);
                 wire::varint_field(&mut out, 2, nanos as u64);
             }
         }
@@ -1122,6 +1127,16 @@ mod tests {
         assert_eq!(
             t("k8s.io.apimachinery.pkg.apis.meta.v1.Time", r#""1970-01-01T00:00:01.5Z""#),
             [0x08, 1, 0x10, 0]
+        );
+        // Before 1970, as Go's `Unix()` (floored) and `Nanosecond()` (never negative): -1 s and
+        // 500 000 000 ns, not 0 s and -500 000 000 (a review).
+        let mut want = vec![0x08];
+        want.extend_from_slice(&[0xff; 9]);
+        want.push(0x01);
+        want.extend_from_slice(&[0x10, 0x80, 0xca, 0xb5, 0xee, 0x01]);
+        assert_eq!(
+            t("k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime", r#""1969-12-31T23:59:59.500000Z""#),
+            want
         );
     }
 
