@@ -551,6 +551,33 @@ mod tests {
         guard
     }
 
+    /// An upstream that accepts connections and never answers (every read stays in the air),
+    /// the connections it accepted, and its task.
+    async fn silent_upstream() -> (Upstream, Arc<AtomicU32>, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicU32::new(0));
+        let counted = accepted.clone();
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                conns.push(c);
+            }
+        });
+        (crate::upstream::testutil::client_of(addr), accepted, held)
+    }
+
+    /// A filter selecting every object.
+    fn every() -> crate::cache::Filter {
+        crate::cache::Filter::new(
+            None,
+            None,
+            crate::selector::LabelSelector::default(),
+            crate::selector::FieldSelector::default(),
+        )
+    }
+
     /// A configmaps cache ready at RV 10, empty.
     fn cache_at_10() -> (crate::cache::Writer, Reader) {
         let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
@@ -611,15 +638,7 @@ mod tests {
     async fn metadata_proofs_in_the_air_are_bounded_across_keys() {
         let _one_at_a_time = bounds_to_myself().await;
         // An upstream that accepts and never answers: every read stays in the air.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let held = tokio::spawn(async move {
-            let mut conns = Vec::new();
-            while let Ok((c, _)) = listener.accept().await {
-                conns.push(c);
-            }
-        });
-        let upstream = crate::upstream::testutil::client_of(addr);
+        let (upstream, _accepted, held) = silent_upstream().await;
         let (_w, r) = cache_at_10();
         let prober = Prober::new(upstream, r);
         let sel =
@@ -667,15 +686,7 @@ mod tests {
     #[tokio::test]
     async fn one_users_upstream_reads_are_bounded_and_others_go_on() {
         let _one_at_a_time = bounds_to_myself().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let held = tokio::spawn(async move {
-            let mut conns = Vec::new();
-            while let Ok((c, _)) = listener.accept().await {
-                conns.push(c);
-            }
-        });
-        let upstream = crate::upstream::testutil::client_of(addr);
+        let (upstream, _accepted, held) = silent_upstream().await;
         let (_w, r) = cache_at_10();
         let prober = Prober::new(upstream, r);
         let sel = |labels: &str| Selection {
@@ -683,12 +694,7 @@ mod tests {
             label_selector: labels.to_owned(),
             field_selector: String::new(),
         };
-        let filter = crate::cache::Filter::new(
-            None,
-            None,
-            crate::selector::LabelSelector::default(),
-            crate::selector::FieldSelector::default(),
-        );
+        let filter = every();
         let mallory: Arc<str> = Arc::from("mallory");
         let in_air = || OWN_READS_BY_USER.lock().get("mallory").copied().unwrap_or(0);
         let mut held_reads = Vec::new();
@@ -745,29 +751,13 @@ mod tests {
     #[tokio::test]
     async fn a_watch_list_start_waits_for_the_proxys_reads() {
         let _one_at_a_time = bounds_to_myself().await;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         // Connections accepted: each read in the air has its own (HTTP/1.1).
-        let accepted = Arc::new(AtomicU32::new(0));
-        let counted = accepted.clone();
-        let held = tokio::spawn(async move {
-            let mut conns = Vec::new();
-            while let Ok((c, _)) = listener.accept().await {
-                counted.fetch_add(1, Ordering::SeqCst);
-                conns.push(c);
-            }
-        });
-        let upstream = crate::upstream::testutil::client_of(addr);
+        let (upstream, accepted, held) = silent_upstream().await;
         let (_w, r) = cache_at_10();
         let prober = Prober::new(upstream, r);
         let sel =
             || Selection { namespace: None, label_selector: String::new(), field_selector: String::new() };
-        let filter = crate::cache::Filter::new(
-            None,
-            None,
-            crate::selector::LabelSelector::default(),
-            crate::selector::FieldSelector::default(),
-        );
+        let filter = every();
         let mut proofs = Vec::new();
         for limit in 0..MAX_OWN_READS as u32 {
             let p = prober.clone();
@@ -866,12 +856,7 @@ mod tests {
             label_selector: labels.to_owned(),
             field_selector: String::new(),
         };
-        let filter = crate::cache::Filter::new(
-            None,
-            None,
-            crate::selector::LabelSelector::default(),
-            crate::selector::FieldSelector::default(),
-        );
+        let filter = every();
         let start = |labels: String| {
             let (p, f) = (prober.clone(), filter.clone());
             // Each start its own user's: the users' shares are another test's.
@@ -1013,12 +998,7 @@ mod tests {
             remaining: None,
             items: vec![("ns".into(), "a".into(), Rv(5)), ("ns".into(), "b".into(), Rv(7))],
         };
-        let filter = Filter::new(
-            None,
-            None,
-            crate::selector::LabelSelector::default(),
-            crate::selector::FieldSelector::default(),
-        );
+        let filter = every();
         let reader = r.clone();
         let proving = tokio::spawn(async move { prove(&reader, &filter, &meta, histories).await });
         tokio::time::sleep(Duration::from_millis(50)).await;

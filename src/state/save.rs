@@ -218,14 +218,14 @@ mod tests {
     use crate::resource::Rv;
     use crate::upstream::UpstreamOptions;
 
-    /// A cache that cannot parse an object, or is known wrong, leaves no state on disk: its last
-    /// one would come back ready at a restart.
-    #[tokio::test]
-    async fn an_unservable_or_known_wrong_cache_leaves_no_state_file() {
-        let dir = std::env::temp_dir().join(format!("kwc-save-unservable-{}", fastrand::u64(..)));
-        std::fs::create_dir_all(&dir).unwrap();
+    const CM: &str = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
+
+    /// A saver into `dir` (made) for every resource, and a configmaps cache ready at RV 7 with
+    /// one object.
+    fn saver_and_cache(dir: &std::path::Path) -> (Saver, cache::Writer, Reader) {
+        std::fs::create_dir_all(dir).unwrap();
         let opts = StateOptions {
-            dir: dir.clone(),
+            dir: dir.to_owned(),
             sync_period: Duration::from_secs(60),
             resources: crate::wanted::Wanted::parse(&["*".into()]).unwrap(),
         };
@@ -238,8 +238,17 @@ mod tests {
         let saver = Saver::new(opts, upstream, Arc::new(Metrics::new()), Some(id));
         let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
         let (mut w, r) = cache::new(kind, CacheOptions::default());
-        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
-        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
+        w.replace(vec![w.parse(bytes::Bytes::from(CM)).unwrap()], Rv(7));
+        (saver, w, r)
+    }
+
+    /// A cache that cannot parse an object, or is known wrong, leaves no state on disk: its last
+    /// one would come back ready at a restart.
+    #[tokio::test]
+    async fn an_unservable_or_known_wrong_cache_leaves_no_state_file() {
+        let dir = std::env::temp_dir().join(format!("kwc-save-unservable-{}", fastrand::u64(..)));
+        let (saver, mut w, r) = saver_and_cache(&dir);
+        let json = CM;
         let path = dir.join(file::name_of("", "configmaps"));
         saver.save_all(std::slice::from_ref(&r), &[]).await;
         assert!(path.exists(), "a ready cache is saved");
@@ -274,23 +283,7 @@ mod tests {
     #[tokio::test]
     async fn files_of_resources_not_cached_go_at_the_next_save() {
         let dir = std::env::temp_dir().join(format!("kwc-save-retired-{}", fastrand::u64(..)));
-        std::fs::create_dir_all(&dir).unwrap();
-        let opts = StateOptions {
-            dir: dir.clone(),
-            sync_period: Duration::from_secs(60),
-            resources: crate::wanted::Wanted::parse(&["*".into()]).unwrap(),
-        };
-        let upstream = Upstream::new(&UpstreamOptions {
-            upstream: Some("http://127.0.0.1:9".into()),
-            ..Default::default()
-        })
-        .unwrap();
-        let id = Identity { server: "http://127.0.0.1:9".into(), cluster_uid: "u".into() };
-        let saver = Saver::new(opts, upstream, Arc::new(Metrics::new()), Some(id));
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-        let (mut w, r) = cache::new(kind, CacheOptions::default());
-        let json = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}"#;
-        w.replace(vec![w.parse(bytes::Bytes::from(json)).unwrap()], Rv(7));
+        let (saver, _w, r) = saver_and_cache(&dir);
         let widgets = dir.join(file::name_of("example.com", "widgets"));
         let copy = dir.join("core_configmaps.old.state");
         let temporary = dir.join(".core_configmaps.state.tmp-1");

@@ -124,15 +124,21 @@ async fn scripted(answer: Answer) -> (std::net::SocketAddr, Arc<Script>) {
     (addr, script)
 }
 
-#[tokio::test]
-async fn list_watch_rewatch_relist() {
-    let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
-
+/// A client of the scripted upstream at `addr`, and an empty configmaps cache for a reflector.
+fn configmaps_against(addr: std::net::SocketAddr) -> (Upstream, cache::Writer, cache::Reader) {
     let upstream =
         Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
             .unwrap();
     let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
     let (writer, reader) = cache::new(kind, CacheOptions::default());
+    (upstream, writer, reader)
+}
+
+#[tokio::test]
+async fn list_watch_rewatch_relist() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
+
+    let (upstream, writer, reader) = configmaps_against(addr);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
     let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
@@ -190,11 +196,7 @@ async fn list_watch_rewatch_relist() {
 #[tokio::test]
 async fn a_watch_ended_at_its_time_is_re_watched_without_a_probe() {
     let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
-    let upstream =
-        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
-            .unwrap();
-    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (upstream, writer, reader) = configmaps_against(addr);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
@@ -249,11 +251,7 @@ async fn answer_gone_back(
 #[tokio::test]
 async fn a_watch_ended_early_by_an_upstream_gone_back_relists() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_gone_back(s, r))).await;
-    let upstream =
-        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
-            .unwrap();
-    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (upstream, writer, reader) = configmaps_against(addr);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
     let metrics = Arc::new(Metrics::new());
@@ -312,11 +310,7 @@ async fn answer_relist_failing(
 #[tokio::test]
 async fn a_cache_whose_relist_keeps_failing_ends_its_watches_past_max_staleness() {
     let (addr, _script) = scripted(|s, r| Box::pin(answer_relist_failing(s, r))).await;
-    let upstream =
-        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
-            .unwrap();
-    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (upstream, writer, reader) = configmaps_against(addr);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
@@ -373,11 +367,7 @@ async fn answer_one_failure(
 #[tokio::test]
 async fn one_failure_of_a_quiet_current_cache_leaves_its_watches_open() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_one_failure(s, r))).await;
-    let upstream =
-        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
-            .unwrap();
-    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (upstream, writer, reader) = configmaps_against(addr);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
@@ -453,11 +443,7 @@ async fn answer_unparsable(
 #[tokio::test]
 async fn an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_parses() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_unparsable(s, r))).await;
-    let upstream =
-        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
-            .unwrap();
-    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (writer, reader) = cache::new(kind, CacheOptions::default());
+    let (upstream, writer, reader) = configmaps_against(addr);
     let mut progress = reader.subscribe();
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
@@ -551,11 +537,7 @@ async fn answer_restored(
 #[tokio::test]
 async fn a_restored_state_the_upstream_no_longer_has_is_not_served_while_it_relists() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_restored(s, r))).await;
-    let upstream =
-        Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
-            .unwrap();
-    let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
-    let (mut writer, reader) = cache::new(kind, CacheOptions::default());
+    let (upstream, mut writer, reader) = configmaps_against(addr);
     // What a restore leaves: the cache ready at the saved RV, its reflector to resume from it.
     writer.replace(Vec::new(), Rv(10));
     assert!(reader.progress().ready);
