@@ -38,7 +38,12 @@ proto fields (Time, MicroTime via Timestamp; Quantity), the fields are taken
 from generated.proto: scalars `one` (the hand-written Marshal always writes
 them), messages `opt`.
 
-`since=<minor>` (last token, after `inline`) marks a field that the v0.28.0
+`omitempty` (after `inline`) marks a `[]byte` field whose json tag has
+`omitempty`: Go's JSON leaves it out both when nil and when empty, while the
+generated Marshal writes an empty one (`if m.X != nil`), so the JSON does not
+say what the protobuf holds when the member is absent.
+
+`since=<minor>` (last token, after `omitempty`) marks a field that the v0.28.0
 release of its repository does not have in the generated.proto of its package
 (so a Kubernetes 1.28 apiserver never writes it): <minor> is the smallest N in
 28..36 whose tag v0.N.0 (else the newest v0.N.x) has that message with a field
@@ -1112,7 +1117,7 @@ def main():
             fail("%s should be special but nothing marks it" % req)
 
     # ---- messages
-    out_msgs = {}        # full -> (flags, [(num, json, type, card, inline)])
+    out_msgs = {}        # full -> (flags, [(num, json, type, card, inline, omitempty)])
     go_fields_of = {}    # full -> {GoFieldName: (card, number)}
     skipped_dash = []
     no_json_tag = []
@@ -1167,7 +1172,7 @@ def main():
                 continue
             t = ptype(pf, pf1)
             check_type(full, "items", t, el)
-            lines.append((1, "items", t, "rep", False))
+            lines.append((1, "items", t, "rep", False, False))
             out_msgs[full] = (flags, lines)
             continue
         st = world.struct_of(gopath, name)
@@ -1273,7 +1278,8 @@ def main():
                 check_type(full, gf.name + " value", pf.resolve(pfield.val), vv)
             else:
                 check_type(full, gf.name, t, el)
-            lines.append((num, jsonname, t, card, inline))
+            omitempty = kind[0] == "bytes" and "omitempty" in jopts and full not in special
+            lines.append((num, jsonname, t, card, inline, omitempty))
             gomap[gf.name] = (card, num)
         for num, pfield in sorted(pfields.items()):
             if num in seen_nums:
@@ -1282,7 +1288,7 @@ def main():
                 # hand-written Marshal over a Go struct without this field (Time, MicroTime, Quantity…)
                 t = ptype(pf, pfield)
                 card = {"optional": "opt" if t not in OUT_SCALARS else "one", "repeated": "rep", "map": "map"}[pfield.label]
-                lines.append((num, pfield.name, t, card, False))
+                lines.append((num, pfield.name, t, card, False, False))
                 from_proto.append("%s field %d %s (%s)" % (full, num, pfield.name, card))
             else:
                 fail("%s: generated.proto field %d %s has no Go field" % (full, num, pfield.name))
@@ -1328,7 +1334,7 @@ def main():
     for full in sorted(out_msgs):
         gopath, pf, name = all_msgs[full]
         per = old_fields[proto_src[gopath]]
-        for num, jn, t, card, inline in out_msgs[full][1]:
+        for num, jn, t, card, inline, _ in out_msgs[full][1]:
             first = None
             for minor, msgs in per:
                 if msgs is not None and num in msgs.get(name, ()):
@@ -1427,8 +1433,9 @@ def main():
     for full in sorted(out_msgs):
         flags, lines = out_msgs[full]
         out.append(" ".join(["m", full] + flags))
-        for num, jn, t, card, inline in lines:
-            out.append("f %d %s %s %s%s%s" % (num, jn, t, card, " inline" if inline else "",
+        for num, jn, t, card, inline, omitempty in lines:
+            out.append("f %d %s %s %s%s%s%s" % (num, jn, t, card, " inline" if inline else "",
+                                               " omitempty" if omitempty else "",
                                                " since=%d" % since[(full, num)] if (full, num) in since else ""))
     text = "\n".join(out) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -88,6 +88,10 @@ pub struct Field {
     /// The Kubernetes minor version whose types first have the field (0: 1.28 or older): an
     /// older apiserver does not write it, not even as a zero value.
     pub since: u32,
+    /// A `[]byte` whose JSON member Go leaves out both when nil and when empty, where its
+    /// protobuf differs (nothing against an empty field): an object without it cannot be
+    /// encoded exactly.
+    pub omitempty: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -170,8 +174,9 @@ enum RawTy {
     Map(Scalar, Box<RawTy>),
 }
 
-/// A field line before message names are resolved: number, JSON name, type, card, inline, since.
-type RawField = (u32, String, RawTy, Card, bool, u32);
+/// A field line before message names are resolved: number, JSON name, type, card, inline,
+/// since, omitempty.
+type RawField = (u32, String, RawTy, Card, bool, u32, bool);
 
 fn raw_ty(word: &str) -> Result<RawTy, String> {
     if let Some(inner) = word.strip_prefix("map<").and_then(|w| w.strip_suffix('>')) {
@@ -226,6 +231,7 @@ impl Schema {
                         _ => return Err(bad()),
                     };
                     let inline = w[5..].contains(&"inline");
+                    let omitempty = w[5..].contains(&"omitempty");
                     let since = match w[5..].iter().find_map(|t| t.strip_prefix("since=")) {
                         Some(n) => n.parse().map_err(|_| bad())?,
                         None => 0,
@@ -237,6 +243,7 @@ impl Schema {
                         card,
                         inline,
                         since,
+                        omitempty,
                     ));
                 }
                 _ => return Err(bad()),
@@ -244,12 +251,15 @@ impl Schema {
         }
         for (i, fields) in raw_fields.into_iter().enumerate() {
             let mut out = Vec::with_capacity(fields.len());
-            for (number, json, ty, card, inline, since) in fields {
+            for (number, json, ty, card, inline, since, omitempty) in fields {
                 let ty = s.resolve(ty).map_err(|e| format!("{}.{json}: {e}", s.messages[i].name))?;
                 if inline && !matches!(ty, Ty::Message(_)) {
                     return Err(format!("{}.{json}: inline but not a message", s.messages[i].name));
                 }
-                out.push(Field { number, json, ty, card, inline, since });
+                if omitempty && ty != Ty::Scalar(Scalar::Bytes) {
+                    return Err(format!("{}.{json}: omitempty but not bytes", s.messages[i].name));
+                }
+                out.push(Field { number, json, ty, card, inline, since, omitempty });
             }
             out.sort_by_key(|f| f.number);
             s.messages[i].fields = out;

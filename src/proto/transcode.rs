@@ -743,6 +743,10 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, out: &mut Out) ->
             // A field the upstream's version does not have: it writes nothing for it.
             continue;
         }
+        if v.is_none() && f.omitempty {
+            // Nil or empty: Go's protobuf writes an empty one (`12 00`), its JSON neither.
+            return unsupported(format!("{}.{}: absent, so nil or empty", m.name, f.json));
+        }
         match (f.card, v) {
             (Card::One, None) => single(cx, f.number, &f.ty, None, out)?,
             (_, None) => {}
@@ -785,7 +789,11 @@ fn map(cx: &Cx, number: u32, ty: &Ty, v: &RawValue, out: &mut Out) -> R<()> {
     for (k, val) in entries {
         let mut entry = Out::default();
         wire::len_field(&mut entry, 1, k.as_bytes());
-        single(cx, 2, value_ty, Some(val).filter(|v| !is_null(v)), &mut entry)?;
+        match Some(val).filter(|v| !is_null(v)) {
+            // A nil `[]byte` value (JSON `null`): gogo writes the key alone (`if v != nil`).
+            None if **value_ty == Ty::Scalar(Scalar::Bytes) => {}
+            v => single(cx, 2, value_ty, v, &mut entry)?,
+        }
         out.message_field(number, entry);
     }
     Ok(())
@@ -1067,7 +1075,8 @@ mod tests {
              m t.Vol\nf 1 name string one\nf 2 src t.Src one inline\n\
              m t.Obj\nf 1 name string one\nf 2 n int32 one\nf 3 p int64 opt\nf 4 on bool one\n\
              f 5 tags string rep\nf 6 labels map<string,string> map\nf 7 vols t.Vol rep\n\
-             f 8 t k8s.io.apimachinery.pkg.apis.meta.v1.Time one\nf 9 dt k8s.io.apimachinery.pkg.apis.meta.v1.Time opt\nf 10 data map<string,bytes> map\nf 11 ratio double opt\n",
+             f 8 t k8s.io.apimachinery.pkg.apis.meta.v1.Time one\nf 9 dt k8s.io.apimachinery.pkg.apis.meta.v1.Time opt\nf 10 data map<string,bytes> map\nf 11 ratio double opt\n\
+             m t.Hook\nf 1 ca bytes opt omitempty\nf 2 raw bytes opt\n",
         )
         .unwrap()
     }
@@ -1119,6 +1128,26 @@ mod tests {
     /// A string Go's JSON wrote with `\ufffd` held bytes that are not UTF-8, which its
     /// protobuf keeps and the JSON no longer says: not encoded (its protobuf reads forwarded).
     /// A real U+FFFD, written as is, is.
+    /// gogo writes a `[]byte` set but empty (`12 00`), not a nil one; Go's JSON writes `""`
+    /// and `null` for them, except under `omitempty`, where both are absent (a webhook's
+    /// `caBundle`): that object is not encoded (its protobuf readers are forwarded).
+    #[test]
+    fn bytes_nil_and_empty_as_gogo_writes_them() {
+        let s = schema();
+        let hook =
+            |json: &str| object(&s, s.message("t.Hook").unwrap(), json.as_bytes(), super::super::NEWEST);
+        assert_eq!(hook(r#"{"ca":"Zm8=","raw":""}"#).unwrap(), [0x0a, 2, b'f', b'o', 0x12, 0]);
+        assert_eq!(hook(r#"{"ca":"","raw":null}"#).unwrap(), [0x0a, 0]);
+        assert!(hook(r#"{"raw":""}"#).is_err(), "no caBundle: nil or empty, the JSON does not say");
+        assert!(hook(r#"{"ca":null}"#).is_err());
+        // A map's nil value is its key alone; an empty one is written.
+        // (after the zero values of name, n, on and t)
+        assert_eq!(
+            enc(r#"{"data":{"b":"","a":null}}"#).unwrap()[8..],
+            [0x52, 3, 0x0a, 1, b'a', 0x52, 5, 0x0a, 1, b'b', 0x12, 0]
+        );
+    }
+
     #[test]
     fn a_string_that_held_bytes_not_utf8_is_unsupported() {
         assert!(enc(r#"{"name":"a\ufffdb"}"#).is_err());
