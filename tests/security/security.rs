@@ -314,6 +314,15 @@ async fn anonymous_access_when_enabled_but_invalid_tokens_stay_401() {
     assert!(message(&r).contains(r#"User "system:anonymous" cannot list"#), "{}", message(&r));
     let r = env.get_as(Some("expired-token"), "/api/v1/configmaps?resourceVersion=0", &[]).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // A token that is not text is a token all the same (it was taken for none: anonymous).
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(env.proxy.addr).await.unwrap();
+    c.write_all(b"GET /api/v1/configmaps?resourceVersion=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xffabc\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 401"), "{}", String::from_utf8_lossy(&answer));
 }
 
 #[tokio::test]

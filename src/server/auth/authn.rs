@@ -193,13 +193,25 @@ impl TokenAuthenticator {
 /// authenticator reads it (`strings.SplitN(auth, " ", 3)` of the header value without its
 /// surrounding blanks; the scheme `bearer` in any case; the token is the second part and must
 /// not be empty): `Bearer  <token>` (two spaces) carries no token; `Bearer <token> <more>`
-/// carries `<token>`.
-pub fn bearer_token(value: &http::HeaderValue) -> Option<&str> {
-    let v = value.to_str().ok()?.trim_matches([' ', '\t']);
-    let mut parts = v.splitn(3, ' ');
+/// carries `<token>`. Read as bytes, as Go reads a header: a token that is not text is still a
+/// token, which no review accepts (a review: it was taken as no credentials, so anonymous).
+pub fn bearer_token(value: &http::HeaderValue) -> Option<Bearer<'_>> {
+    let v = value.as_bytes().trim_ascii();
+    let mut parts = v.splitn(3, |b| *b == b' ');
     let scheme = parts.next()?;
     let token = parts.next()?;
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
+        return None;
+    }
+    Some(std::str::from_utf8(token).map_or(Bearer::NotText, Bearer::Token))
+}
+
+/// A bearer token as [`bearer_token`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bearer<'a> {
+    Token(&'a str),
+    /// Bytes that are not UTF-8: 401, as the apiserver's review of it is.
+    NotText,
 }
 
 /// `status.authenticated` and `status.user` of a TokenReview answer.
@@ -298,9 +310,14 @@ mod tests {
     #[test]
     fn bearer_tokens() {
         let h = |s: &str| http::HeaderValue::from_str(s).unwrap();
-        assert_eq!(bearer_token(&h("Bearer abc")), Some("abc"));
-        assert_eq!(bearer_token(&h("bearer abc ")), Some("abc"), "the value is trimmed");
-        assert_eq!(bearer_token(&h("Bearer abc def")), Some("abc"), "the second part");
+        let token = |t| Some(Bearer::Token(t));
+        assert_eq!(bearer_token(&h("Bearer abc")), token("abc"));
+        assert_eq!(bearer_token(&h("bearer abc ")), token("abc"), "the value is trimmed");
+        assert_eq!(bearer_token(&h("Bearer abc def")), token("abc"), "the second part");
+        let bytes = |b: &[u8]| http::HeaderValue::from_bytes(b).unwrap();
+        assert_eq!(bearer_token(&bytes(b"Bearer \xffabc")), Some(Bearer::NotText));
+        assert_eq!(bearer_token(&bytes(b"Bearer abc \xff")), token("abc"));
+        assert_eq!(bearer_token(&bytes(b"Basic \xffabc")), None);
         // Go: `parts[1]` is empty, the token authenticator does not authenticate.
         assert_eq!(bearer_token(&h("Bearer  abc")), None);
         assert_eq!(bearer_token(&h("bearer   abc ")), None);

@@ -116,6 +116,10 @@ impl Auth {
         }
         let token = req.headers().get(AUTHORIZATION).and_then(authn::bearer_token);
         if let Some(token) = token {
+            let authn::Bearer::Token(token) = token else {
+                tracing::debug!("a bearer token that is not UTF-8; answering 401");
+                return Err(status::unauthorized());
+            };
             if token.len() > self.tokens.max_token_bytes() {
                 tracing::debug!(
                     len = token.len(),

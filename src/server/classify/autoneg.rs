@@ -55,6 +55,10 @@ pub struct Accept<'a> {
 
 /// `pdqsort`'s `maxInsertion`: `sort.Sort` of at most this many elements is an insertion sort.
 const GO_INSERTION_MAX: usize = 12;
+/// Parameters read in one clause. Past them the header is not read on (not exact: forwarded):
+/// Go keeps them in a map, a list here would be quadratic (a review: one 1 MiB header of
+/// distinct parameters held a worker for seconds).
+const MAX_PARAMS: usize = 32;
 
 /// Go's `nextSplitElement`.
 fn split(s: &str, sep: char) -> (&str, &str) {
@@ -88,12 +92,17 @@ fn less(a: &Clause<'_>, b: &Clause<'_>) -> bool {
     a.q > b.q || (a.ty != "*" && b.ty == "*") || (a.sub != "*" && b.sub == "*")
 }
 
-/// goautoneg's `ParseAccept`, sorted as Go's `sort.Sort` sorts up to 12 clauses.
+/// goautoneg's `ParseAccept`, sorted as Go's `sort.Sort` sorts up to 12 clauses. More clauses,
+/// or more than [`MAX_PARAMS`] parameters in one, are not read on (not exact): the work is
+/// bounded whatever the header's length (a review: an insertion sort of 10⁵ clauses).
 pub fn parse(header: &str) -> Accept<'_> {
     let mut clauses = Vec::new();
     let mut exact = true;
     let mut remaining = header;
     while !remaining.is_empty() {
+        if !exact {
+            return Accept { clauses, exact };
+        }
         let part;
         (part, remaining) = split(remaining, ',');
         let part = trim(part);
@@ -130,10 +139,16 @@ pub fn parse(header: &str) -> Accept<'_> {
                     Some(q) => clause.q = q,
                     None => exact = false,
                 }
+            } else if clause.params.len() == MAX_PARAMS {
+                exact = false;
+                break;
             } else {
                 clause.params.retain(|(k, _)| *k != name);
                 clause.params.push((name, trim(value)));
             }
+        }
+        if clauses.len() == GO_INSERTION_MAX {
+            return Accept { clauses, exact: false };
         }
         clauses.push(clause);
     }
@@ -145,7 +160,6 @@ pub fn parse(header: &str) -> Accept<'_> {
             j -= 1;
         }
     }
-    exact &= clauses.len() <= GO_INSERTION_MAX;
     Accept { clauses, exact }
 }
 
@@ -246,6 +260,14 @@ mod tests {
         assert!(!parse("a/b;q=1_0").exact, "Go reads 10");
         assert!(parse(&["a/b"; 12].join(",")).exact);
         assert!(!parse(&["a/b"; 13].join(",")).exact);
+        assert!(parse(&(["a/b"; 12].join(",") + ", x, ,")).exact, "skipped parts are no clauses");
+        let params = |n: usize| format!("a/b{}", (0..n).map(|i| format!(";p{i}=1")).collect::<String>());
+        assert!(parse(&params(MAX_PARAMS)).exact);
+        assert!(!parse(&params(MAX_PARAMS + 1)).exact);
+        // A header as long as the proxy takes is read no further than its 13th clause.
+        let long = "*,".repeat(200_000) + &"a/b,".repeat(100_000);
+        let parsed = parse(&long);
+        assert!(!parsed.exact && parsed.clauses.len() == GO_INSERTION_MAX);
         assert!(parse("").clauses.is_empty());
     }
 
