@@ -494,7 +494,9 @@ async fn a_relist_request_made_before_a_relist_landed_is_dropped() {
     w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
     let found_at = r.lists();
     w.replace(vec![obj(&w, "a", "x", 15, "a")], Rv(20));
-    let mut from_20 = r.watch(req(Filter::default(), WatchStart::After(Rv(20)), false)).unwrap();
+    let mut request = req(Filter::default(), WatchStart::After(Rv(20)), false);
+    request.deadline = Instant::now() + Duration::from_secs(300); // past the 60 s waited below
+    let mut from_20 = r.watch(request).unwrap();
     // Reported after the relist: dropped at once, the cache stays ready.
     r.request_relist(Rv(11), found_at, "inconsistent at 11".into());
     assert!(r.progress().ready && r.relist_reason().is_none());
@@ -714,6 +716,22 @@ async fn periodic_bookmarks_follow_the_cache_rv() {
     assert_eq!(start.elapsed().as_secs(), 68, "one bookmark 2 s before the deadline");
     assert!(watch.next().await.is_none());
     assert_eq!(start.elapsed().as_secs(), 70);
+}
+
+/// A watch ends at its deadline even when events are waiting for it: a client reading as fast
+/// as they come kept its queue from ever being empty, and the deadline was looked at only then
+/// (a review: a watch outlived its `timeoutSeconds`, which bounds what its authorization allowed).
+#[tokio::test(start_paused = true)]
+async fn a_busy_watch_ends_at_its_deadline() {
+    let (mut w, r) = setup();
+    let mut request = req(Filter::default(), WatchStart::After(Rv(10)), false);
+    request.deadline = Instant::now() + Duration::from_secs(5);
+    let mut watch = r.watch(request).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 11, "a")).unwrap();
+    w.apply(EventType::Modified, obj(&w, "a", "x", 12, "b")).unwrap();
+    assert_eq!(parse_frame(&watch.next().await.unwrap()).2, "11");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(watch.next().await.is_none(), "the event at 12 waits, the deadline has passed");
 }
 
 /// Periodic bookmarks carry news only; the one 2 s before the deadline goes out even when

@@ -347,12 +347,16 @@ impl Watch {
         std::future::poll_fn(|cx| self.poll_next(cx)).await
     }
 
-    /// Polls for the next frame: what is queued first (replay, initial events, the end
-    /// bookmark), then live events, then the deadline and the bookmark timer, in that order.
+    /// Polls for the next frame: none past the deadline; then what is queued first (replay,
+    /// initial events, the end bookmark), then live events, then the deadline and the bookmark
+    /// timer, in that order.
     /// Once it has returned `Ready(None)` it always does.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         loop {
-            if self.done {
+            // The deadline first: a watch whose queue is never empty when read (a client as
+            // fast as the events) would otherwise outlive it (a review).
+            if self.done || Instant::now() >= self.deadline {
+                self.done = true;
                 return Poll::Ready(None);
             }
             if let Some(f) = self.pending.pop_front() {
