@@ -135,6 +135,18 @@ async fn initial_events_then_end_bookmark_then_live() {
     assert_eq!(got[3].2, "10");
 }
 
+/// A legacy watch from RV 0 or unset (a `/watch/` path: not defaulted to a watch-list) gets the
+/// same state, with bookmarks allowed, but no initial-events-end bookmark (the cacher's).
+#[tokio::test]
+async fn a_legacy_watch_of_the_state_has_no_end_bookmark() {
+    let (mut w, r) = setup();
+    let mut watch = r.watch(req(Filter::default(), WatchStart::State, true)).unwrap();
+    w.apply(EventType::Modified, obj(&w, "b", "z", 11, "b")).unwrap();
+    let got = take(&mut watch, 4).await;
+    let types: Vec<_> = got.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(types, vec!["ADDED", "ADDED", "ADDED", "MODIFIED"]);
+}
+
 #[tokio::test]
 async fn end_bookmark_is_annotated() {
     let (_w, r) = setup();

@@ -44,6 +44,9 @@ pub enum WatchStart {
     /// Synthetic ADDED for the current state, then (with bookmarks) the
     /// `k8s.io/initial-events-end` BOOKMARK, then live events (watch-list).
     InitialEvents,
+    /// Synthetic ADDED for the current state, then live events, no end BOOKMARK (a legacy
+    /// watch from RV 0 or unset, which is not a watch-list).
+    State,
     /// A watch-list whose initial state is `snapshot`'s selection, proven to be the upstream's
     /// state at `rv` (ahead of the cache: `server::consistent`): ADDED for it, the end BOOKMARK
     /// at `rv`, then live events after `rv`; events ≤ `rv` are skipped and no BOOKMARK goes out
@@ -201,6 +204,10 @@ pub(super) fn start(reader: &Reader, req: WatchRequest) -> Result<Watch, Error> 
                 if req.bookmarks {
                     end_bookmark = Some(rv);
                 }
+            }
+            WatchStart::State => {
+                last_rv = st.rv;
+                initial = Some(Initial::of_store(&st.store, filter.clone(), shared.kind.namespaced));
             }
             WatchStart::InitialEvents | WatchStart::Proven { .. } => {
                 last_rv = st.rv;

@@ -138,6 +138,10 @@ pub enum Plan {
     WatchList { min_rv: Option<Rv> },
     /// Most Recent watch (RV unset): needs a consistent read; `initial` = sendInitialEvents.
     WatchMostRecent { initial: bool },
+    /// Legacy watch from RV 0 or unset without `sendInitialEvents` (a `/watch/` path, which is
+    /// not defaulted): the cache's current state as ADDED, then live events; no wait, no
+    /// initial-events-end bookmark (the cacher's "legacy case", RV 0 required).
+    WatchState,
 }
 
 impl Plan {
@@ -499,12 +503,15 @@ fn decide(
             None,
         ));
     }
-    opts.watch |= rp.watch_prefix;
     let labels = LabelSelector::parse(&opts.label_selector)?;
     // Decoding parses the field selector too, before validation (`ListOptions::check_selector_syntax`).
     crate::selector::parse_terms(&opts.field_selector)?;
+    // Defaulted and validated as the query says (`get.go` `listOpts`); a `/watch/` path makes
+    // it a watch only then (`forceWatch`), so such a watch is never defaulted to a watch-list
+    // (a review: it got the initial-events-end bookmark, and the list's 422s were not given).
     opts.apply_defaults();
     opts.validate()?;
+    opts.watch |= rp.watch_prefix;
     let fields = match FieldSelector::parse(&opts.field_selector, &kind) {
         Ok(f) => f,
         // A custom resource may declare selectable fields the proxy does not know: let the
@@ -602,9 +609,8 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
         (Some(false), RvParam::Unset) => Plan::WatchMostRecent { initial: false },
         (Some(false), RvParam::Zero) => Plan::WatchNow,
         (_, RvParam::At(rv)) => Plan::WatchAfter { rv },
-        // Defaulting turned RV unset/0 without sendInitialEvents into a watch-list.
-        (None, RvParam::Unset) => Plan::WatchMostRecent { initial: true },
-        (None, RvParam::Zero) => Plan::WatchList { min_rv: None },
+        // Not defaulted (a `/watch/` path): the legacy watch.
+        (None, RvParam::Unset | RvParam::Zero) => Plan::WatchState,
     })
 }
 

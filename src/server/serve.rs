@@ -376,6 +376,7 @@ async fn serve_inner(
             watch(reader, req, opts, WatchStart::After(*rv))
         }
         Plan::WatchNow => watch(reader, req, opts, WatchStart::Now),
+        Plan::WatchState => watch(reader, req, opts, WatchStart::State),
         Plan::WatchList { min_rv } => {
             if let Some(rv) = min_rv {
                 if let Err(e) = wait_fresh(src, *rv, opts.freshness_wait).await {

@@ -359,11 +359,37 @@ fn watch_plans() {
     );
     // Watches ignore limit and continue, even a malformed one.
     assert_eq!(plan(CMS, "watch=1&resourceVersion=5&limit=1&continue=abc!"), Plan::WatchAfter { rv: Rv(5) });
-    // `watch=false` on a /watch/ path is still a watch.
+    // `watch=false` on a /watch/ path is still a watch, but defaulted and validated as the
+    // query says (1.36 `get.go`: `listOpts`, then `forceWatch`): a legacy watch, never a
+    // watch-list, and a list's 422s (a review).
+    let prefix = "/api/v1/watch/namespaces/ns/configmaps";
+    assert_eq!(plan(prefix, "resourceVersion=0&watch=false"), Plan::WatchState);
+    assert_eq!(plan(prefix, "allowWatchBookmarks=true"), Plan::WatchState);
+    assert_eq!(plan(prefix, "resourceVersion=5&resourceVersionMatch=Exact"), Plan::WatchAfter { rv: Rv(5) });
+    let Route::Reject(e) =
+        route(Method::GET, prefix, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan", None)
+    else {
+        panic!("a 422")
+    };
     assert_eq!(
-        plan("/api/v1/watch/namespaces/ns/configmaps", "resourceVersion=0&watch=false"),
-        Plan::WatchList { min_rv: None }
+        (
+            e.to_status().code.as_u16(),
+            serde_json::from_slice::<serde_json::Value>(&e.to_status().body).unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        ),
+        (
+            422,
+            "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: resourceVersionMatch is \
+             forbidden unless resourceVersion is provided, sendInitialEvents: Forbidden: sendInitialEvents is \
+             forbidden for list]"
+                .into()
+        )
     );
+    // Only the texts "" and "0" are defaulted: `00` is a legacy watch from the current state.
+    assert_eq!(plan(CMS, "watch=1&resourceVersion=00&allowWatchBookmarks=true"), Plan::WatchState);
+    assert_eq!(plan(CMS, "watch=1&allowWatchBookmarks=true"), Plan::WatchMostRecent { initial: true });
     // Non-numeric RV on WATCH: 500.
     assert_eq!(reject(CMS, "watch=1&resourceVersion=abc").0, 500);
     // 422s.
