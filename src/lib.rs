@@ -43,6 +43,7 @@ pub mod caches;
 pub mod config;
 pub mod consistency;
 pub mod error;
+pub mod go_duration;
 pub mod managed_fields;
 pub mod memory;
 pub mod metadata_only;

@@ -81,12 +81,31 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, s
     })
 }
 
+/// The first value of `key` as Go's `req.URL.Query().Get(key)` gives it, as bytes (a value
+/// that is not UTF-8 kept as it is, for an error text that quotes it as Go does).
+pub fn query_value_bytes(query: &str, key: &str) -> Option<Vec<u8>> {
+    query.split('&').find_map(|pair| {
+        if pair.is_empty() || pair.contains(';') {
+            return None;
+        }
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = unescape_bytes(v)?;
+        (query_unescape(k)? == key).then_some(v)
+    })
+}
+
 /// Go's `url.QueryUnescape`: `%XX` (two hex digits, else `None`) and `+` for a space; bytes
 /// that are not UTF-8 are replaced.
 fn query_unescape(s: &str) -> Option<Cow<'_, str>> {
     if !s.contains(['%', '+']) {
         return Some(Cow::Borrowed(s));
     }
+    let out = unescape_bytes(s)?;
+    Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+}
+
+/// [`query_unescape`]'s bytes.
+fn unescape_bytes(s: &str) -> Option<Vec<u8>> {
     let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -108,7 +127,7 @@ fn query_unescape(s: &str) -> Option<Cow<'_, str>> {
             }
         }
     }
-    Some(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+    Some(out)
 }
 
 /// Go's `Convert_Slice_string_To_bool`: absent → false; `0` / case-insensitive `false` →

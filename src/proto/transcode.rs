@@ -1029,37 +1029,7 @@ fn special(cx: &Cx, m: &Message, sp: Special, v: Option<&RawValue>) -> R<Out> {
 
 /// Go's `time.ParseDuration`, in nanoseconds (what `metav1.Duration`'s JSON holds).
 fn go_duration(s: &str) -> Option<i64> {
-    let (neg, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let n: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        total += n * scale;
-        rest = &rest[unit_end..];
-    }
-    let ns = total.round() as i64;
-    Some(if neg { -ns } else { ns })
+    crate::go_duration::parse(s.as_bytes()).ok()
 }
 
 #[cfg(test)]

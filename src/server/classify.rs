@@ -617,7 +617,9 @@ fn watch_plan(opts: &ListOptions) -> Result<Plan, Error> {
 mod accept;
 pub mod autoneg;
 
-pub use accept::{asks_to_drop_managed_fields, error_encoding, error_in_proto, Negotiated, Wanted};
+pub use accept::{
+    asks_to_drop_managed_fields, error_encoding, error_encoding_known, error_in_proto, Negotiated, Wanted,
+};
 pub use autoneg::ErrorEncoding;
 
 #[cfg(test)]

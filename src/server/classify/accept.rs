@@ -187,6 +187,16 @@ pub fn error_encoding(accept: Option<&str>) -> ErrorEncoding {
     autoneg::error_encoding(accept.map(str::trim).unwrap_or(""))
 }
 
+/// [`error_encoding`] when the proxy can write it as the apiserver would: not for a YAML
+/// client, nor for a header whose order is not surely Go's (`autoneg::Accept::exact`); those
+/// requests are the apiserver's to answer.
+pub fn error_encoding_known(accept: Option<&str>) -> Option<ErrorEncoding> {
+    if accept.is_some_and(|a| !autoneg::parse(a.trim()).exact) {
+        return None;
+    }
+    Some(error_encoding(accept)).filter(|e| *e != ErrorEncoding::Yaml)
+}
+
 /// Whether the apiserver would send an error `Status` for `accept` in protobuf.
 pub fn error_in_proto(accept: Option<&str>) -> bool {
     error_encoding(accept) == ErrorEncoding::Protobuf

@@ -36,6 +36,30 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         if long_running && !starts_with_a_read {
             return pass(next, req).await;
         }
+        let mut timeout = self.limits.opts.request_timeout;
+        if !long_running {
+            // The apiserver's `WithRequestDeadline`, which runs before its in-flight limit and
+            // authentication: `?timeout=` shortens the deadline, and one Go cannot read is 400
+            // (a review: it was ignored by what the cache served).
+            match user_timeout(req.uri().query()) {
+                Ok(Some(t)) if t < timeout => timeout = t,
+                Ok(_) => {}
+                Err(message) => {
+                    let accept = req.headers().get(http::header::ACCEPT).map(|v| v.to_str());
+                    // One the proxy cannot write as the apiserver would goes on, to be forwarded.
+                    let known = match accept {
+                        None => classify::error_encoding_known(None),
+                        Some(Ok(a)) => classify::error_encoding_known(Some(a)),
+                        Some(Err(_)) => None,
+                    };
+                    if let Some(how) = known {
+                        let resp =
+                            crate::server::body::error_as(crate::error::Error::BadRequest(message), how);
+                        return self.recorder.refused(resp, &verb, "", arrived);
+                    }
+                }
+            }
+        }
         let ticket = match self.limits.admit() {
             Ok(t) => t,
             Err(resp) => return self.recorder.refused(resp, &verb, "", arrived),
@@ -57,7 +81,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
                 Err(_) => self.recorder.refused(limits::timed_out(), &verb, "", arrived),
             };
         }
-        let deadline = tokio::time::Instant::now() + self.limits.opts.request_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
             // The ticket stays taken until the body has been sent (or the deadline, or the
             // client stopped taking it).
@@ -68,6 +92,22 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
             }
             Err(_) => self.recorder.refused(limits::timed_out(), &verb, "", arrived),
         }
+    }
+}
+
+/// The `timeout` query parameter as the apiserver's `parseTimeout` reads it: absent or empty is
+/// none, zero or negative is none (the server's own), else Go's `time.ParseDuration` or the
+/// 400's message.
+fn user_timeout(query: Option<&str>) -> Result<Option<std::time::Duration>, String> {
+    let Some(value) = query.and_then(|q| crate::params::query_value_bytes(q, "timeout")) else {
+        return Ok(None);
+    };
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match crate::go_duration::parse(&value) {
+        Ok(ns) => Ok(u64::try_from(ns).ok().filter(|ns| *ns > 0).map(std::time::Duration::from_nanos)),
+        Err(e) => Err(format!("invalid timeout specified in the request URL - {e}")),
     }
 }
 
@@ -141,6 +181,66 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(120));
         let (after, _) = run_seen(s, request("/api/v1/pods")).await;
         assert_eq!(after.status(), 200, "the permit came back");
+    }
+
+    /// `?timeout=` as the apiserver's `WithRequestDeadline` takes it: Go's duration, before the
+    /// in-flight limit; shorter than `--request-timeout` it is the deadline; one Go cannot read
+    /// is 400 with Go's text, unless the proxy cannot write that 400 as the apiserver would (a
+    /// YAML client: forwarded); a watch's is not read.
+    #[tokio::test(start_paused = true)]
+    async fn the_timeout_parameter_is_the_apiservers() {
+        use std::time::Duration;
+        let opts =
+            LimitOptions { max_in_flight: 1, request_timeout: Duration::from_secs(60), ..Default::default() };
+        let s = Admit { limits: Arc::new(Limits::new(opts)), recorder: Recorder::default() };
+        let (resp, reached) = run_seen(s.clone(), request("/api/v1/pods?timeout=abc&limit=1")).await;
+        assert_eq!((resp.status().as_u16(), reached.is_some()), (400, false));
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            status["message"],
+            r#"invalid timeout specified in the request URL - time: invalid duration "abc""#
+        );
+        assert_eq!(status["reason"], "BadRequest");
+        let msg = |q: &str| {
+            let s = s.clone();
+            let q = q.to_owned();
+            async move {
+                let body = run_seen(s, request(&format!("/api/v1/pods?{q}"))).await.0.into_body();
+                let v: serde_json::Value =
+                    serde_json::from_slice(&body.collect().await.unwrap().to_bytes()).unwrap();
+                v["message"].as_str().unwrap().to_owned()
+            }
+        };
+        assert_eq!(
+            msg("timeout=5").await,
+            r#"invalid timeout specified in the request URL - time: missing unit in duration "5""#
+        );
+        assert_eq!(
+            msg("timeout=1%FFs").await,
+            r#"invalid timeout specified in the request URL - time: unknown unit "\xffs" in duration "1\xffs""#
+        );
+        // The first value counts; empty, zero and negative are the server's own.
+        for fine in
+            ["timeout=&timeout=abc", "timeout=0", "timeout=-1s", "timeout=1s&timeout=abc", "timeout=1%ZZ"]
+        {
+            let (resp, reached) = run_seen(s.clone(), request(&format!("/api/v1/pods?{fine}"))).await;
+            assert_eq!((resp.status().as_u16(), reached.is_some()), (200, true), "{fine}");
+        }
+        let mut yaml = request("/api/v1/pods?timeout=abc");
+        yaml.headers_mut().insert(http::header::ACCEPT, http::HeaderValue::from_static("application/yaml"));
+        assert!(run_seen(s.clone(), yaml).await.1.is_some(), "the apiserver's to answer in YAML");
+        assert!(run_seen(s.clone(), request("/api/v1/pods?watch=1&resourceVersion=5&timeout=abc"))
+            .await
+            .1
+            .is_some());
+        // A short one is the deadline; a long one is not.
+        let started = tokio::time::Instant::now();
+        assert_eq!(s.call(request("/api/v1/pods?timeout=1500ms"), &Hangs).await.status(), 504);
+        assert_eq!(started.elapsed(), Duration::from_millis(1500));
+        let started = tokio::time::Instant::now();
+        assert_eq!(s.call(request("/api/v1/pods?timeout=2h"), &Hangs).await.status(), 504);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
     }
 
     /// Why admit is not tower's `ConcurrencyLimit` and `Timeout` (the README's claim, checked):
