@@ -84,13 +84,17 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, s
 /// The first value of `key` as Go's `req.URL.Query().Get(key)` gives it, as bytes (a value
 /// that is not UTF-8 kept as it is, for an error text that quotes it as Go does).
 pub fn query_value_bytes(query: &str, key: &str) -> Option<Vec<u8>> {
-    query.split('&').find_map(|pair| {
+    query_pairs_bytes(query).find_map(|(k, v)| (k == key.as_bytes()).then_some(v))
+}
+
+/// [`query_pairs`] as bytes.
+pub fn query_pairs_bytes(query: &str) -> impl Iterator<Item = (Vec<u8>, Vec<u8>)> + '_ {
+    query.split('&').filter_map(|pair| {
         if pair.is_empty() || pair.contains(';') {
             return None;
         }
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = unescape_bytes(v)?;
-        (query_unescape(k)? == key).then_some(v)
+        Some((unescape_bytes(k)?, unescape_bytes(v)?))
     })
 }
 

@@ -85,6 +85,11 @@ pub enum ForwardReason {
     /// apiserver answers a watch's with `101` and one event per WebSocket message, which the
     /// cache does not speak.
     Upgrade,
+    /// A refused query the proxy cannot refuse in the apiserver's words: one with a value
+    /// holding characters Go's `strconv.Quote` escapes otherwise (or bytes that are not UTF-8),
+    /// or a continue token (Go's decoders read them more leniently: trailing bits, line breaks,
+    /// keys in any case, duplicates). The apiserver answers it, or serves it.
+    UnusualQuery,
 }
 
 /// Label requirements (each counted with as many values as it lists) and field terms a cached
@@ -113,6 +118,7 @@ impl ForwardReason {
             ForwardReason::LargeSelector => "large_selector",
             ForwardReason::Unparsable => "unparsable",
             ForwardReason::Upgrade => "upgrade",
+            ForwardReason::UnusualQuery => "unusual_query",
         }
     }
 }
@@ -468,8 +474,15 @@ pub fn classify(
             Route::Cache(cr)
         }
         Ok(r) => r,
+        Err(_) if query.is_some_and(unusual_query) => Route::Forward(ForwardReason::UnusualQuery),
         Err(e) => Route::Reject(e),
     }
+}
+
+/// Whether a refusal of `query` might not be in the apiserver's words ([`ForwardReason::UnusualQuery`]).
+fn unusual_query(query: &str) -> bool {
+    crate::params::query_pairs_bytes(query)
+        .any(|(k, v)| (k == b"continue" && !v.is_empty()) || v.iter().any(|b| !(b' '..=b'~').contains(b)))
 }
 
 fn decide(

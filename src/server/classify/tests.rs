@@ -262,20 +262,23 @@ fn list_errors_in_the_apiserver_order() {
     let (code, msg) = reject(CMS, "resourceVersion=abc");
     assert_eq!(code, 400);
     assert!(msg.starts_with("invalid resource version: resourceVersion: Invalid value: \"abc\""), "{msg}");
-    // Validation before continue checks.
+    // A refused continue token, or a refused value with characters Go quotes otherwise, is the
+    // apiserver's to refuse (its decoders read tokens more leniently: a review): forwarded.
     let t = ContinueToken::after(198, "cm-2").encode();
-    assert_eq!(
-        reject(CMS, &format!("continue={t}&resourceVersionMatch=NotOlderThan&resourceVersion=5")).0,
-        422
-    );
-    assert_eq!(
-        reject(CMS, &format!("continue={t}&resourceVersion=5")),
-        (400, "specifying resource version is not allowed when using continue".into())
-    );
-    assert_eq!(
-        reject(CMS, "continue=abc!").1,
-        "invalid continue token: continue key is not valid: illegal base64 data at input byte 3"
-    );
+    for q in [
+        format!("continue={t}&resourceVersionMatch=NotOlderThan&resourceVersion=5"),
+        format!("continue={t}&resourceVersion=5"),
+        "continue=abc!".into(),
+        // The apiserver's token with its last character's unused bits set: Go serves the page.
+        "continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6NSwic3RhcnQiOiJhXHUwMDAwIn1".into(),
+        "limit=%07".into(),
+        "resourceVersion=%C2%A0".into(),
+        "limit=%FF".into(),
+    ] {
+        assert_eq!(forward(CMS, &q), ForwardReason::UnusualQuery, "{q}");
+    }
+    assert_eq!(reject(CMS, "limit=x").1, r#"strconv.ParseInt: parsing "x": invalid syntax"#);
+    assert_eq!(plan(CMS, &format!("continue={t}")), plan(CMS, &format!("continue={t}&limit=0")));
     // Field labels: per-resource wording.
     assert_eq!(
         reject("/api/v1/pods", "fieldSelector=spec.foo%3Dbar"),
@@ -731,7 +734,8 @@ fn shard_selectors() {
     let text = "invalid shard selector: unsupported field path \"object.metadata.name\"; supported: object.metadata.uid, object.metadata.namespace";
     assert_eq!(reject(CMS, &q(bad, "resourceVersion=0")), (500, text.into()));
     // Before the continue token and the resourceVersion, after ListOptions validation.
-    assert_eq!(reject(CMS, &q(bad, "continue=x")).0, 500);
+    // (with a continue token: the apiserver's to refuse, `UnusualQuery`)
+    assert_eq!(forward(CMS, &q(bad, "continue=x")), ForwardReason::UnusualQuery);
     assert_eq!(reject(CMS, &q(bad, "resourceVersion=x")).0, 500);
     assert_eq!(reject(CMS, &q(bad, "resourceVersionMatch=Exact")).0, 422);
     assert_eq!(reject(CMS, &q(bad, "labelSelector=a%20b")).0, 400);
