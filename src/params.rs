@@ -201,8 +201,8 @@ impl ListOptions {
     /// [`ListOptions::validate`] (`fieldSelector=foo&resourceVersionMatch=Exact` is the field
     /// selector's 400; recorded from kube-apiserver 1.28.7). Whether a field is selectable for
     /// the resource is the registry's question, asked after validation.
-    pub fn check_selector_syntax(&self) -> Result<(), Error> {
-        crate::selector::LabelSelector::parse(&self.label_selector)?;
+    pub fn check_selector_syntax(&self, texts: crate::selector::Texts) -> Result<(), Error> {
+        crate::selector::LabelSelector::parse_as(&self.label_selector, texts)?;
         crate::selector::parse_terms(&self.field_selector)?;
         Ok(())
     }

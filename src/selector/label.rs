@@ -10,7 +10,7 @@ use std::fmt;
 use crate::error::Error;
 use crate::resource::go_quote;
 
-use super::validation::{is_qualified_name, is_valid_label_value};
+use super::validation::{is_label_key, is_qualified_name, is_valid_label_value, Texts};
 
 use LabelOp as Op;
 
@@ -61,9 +61,17 @@ impl LabelSet for BTreeMap<String, String> {
 }
 
 impl LabelSelector {
-    /// Parses like apimachinery `labels.Parse`; errors are `Error::BadRequest` with its text.
+    /// Parses like apimachinery `labels.Parse`; errors are `Error::BadRequest` with its text
+    /// (1.35 and later: [`Texts::Content`]).
     pub fn parse(s: &str) -> Result<LabelSelector, Error> {
-        let mut reqs = Parser::new(s).parse().map_err(Error::BadRequest)?;
+        LabelSelector::parse_as(s, Texts::Content)
+    }
+
+    /// [`LabelSelector::parse`] with the error texts of `texts` (the sim's are 1.28's).
+    pub fn parse_as(s: &str, texts: Texts) -> Result<LabelSelector, Error> {
+        let mut parser = Parser::new(s);
+        parser.texts = texts;
+        let mut reqs = parser.parse().map_err(Error::BadRequest)?;
         // Go sorts by key only (unstably); the rest of the order is ours, for a canonical form.
         reqs.sort();
         Ok(LabelSelector { reqs })
@@ -301,6 +309,7 @@ enum Ctx {
 struct Parser {
     items: Vec<(Tok, String)>,
     position: usize,
+    texts: Texts,
 }
 
 impl Parser {
@@ -315,7 +324,7 @@ impl Parser {
                 break;
             }
         }
-        Parser { items, position: 0 }
+        Parser { items, position: 0, texts: Texts::Content }
     }
 
     fn lookahead(&self, ctx: Ctx) -> (Tok, String) {
@@ -362,14 +371,14 @@ impl Parser {
     fn parse_requirement(&mut self) -> Result<Requirement, String> {
         let (key, op) = self.parse_key_and_infer_operator()?;
         if let Some(op @ (Op::Exists | Op::DoesNotExist)) = op {
-            return new_requirement(key, op, Vec::new());
+            return new_requirement(key, op, Vec::new(), self.texts);
         }
         let op = self.parse_operator()?;
         let values = match op {
             Op::In | Op::NotIn => self.parse_values()?,
             _ => self.parse_exact_value()?,
         };
-        new_requirement(key, op, values.into_iter().collect())
+        new_requirement(key, op, values.into_iter().collect(), self.texts)
     }
 
     /// The key, and `Exists` / `DoesNotExist` when no binary operator follows.
@@ -383,7 +392,10 @@ impl Parser {
         if tok != Tok::Identifier {
             return Err(format!("found '{lit}', expected: identifier"));
         }
-        let errs = is_qualified_name(&lit);
+        let errs = match self.texts {
+            Texts::Qualified => is_qualified_name(&lit),
+            Texts::Content => is_label_key(&lit),
+        };
         if !errs.is_empty() {
             // The parser's field path is nil, which Go prints as `<nil>`.
             return Err(invalid("<nil>", &lit, &errs.join("; ")));
@@ -482,7 +494,7 @@ impl Parser {
 
 /// Go's `NewRequirement` as the parser reaches it: the key is already validated and the
 /// number of values already fits the operator, so only the values are checked here.
-fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<Requirement, String> {
+fn new_requirement(key: String, op: Op, values: Vec<String>, texts: Texts) -> Result<Requirement, String> {
     let mut errs = Vec::new();
     if matches!(op, Op::GreaterThan | Op::LessThan) {
         for (i, v) in values.iter().enumerate() {
@@ -493,7 +505,7 @@ fn new_requirement(key: String, op: Op, values: Vec<String>) -> Result<Requireme
         }
     }
     for (i, v) in values.iter().enumerate() {
-        let problems = is_valid_label_value(v);
+        let problems = is_valid_label_value(v, texts);
         if !problems.is_empty() {
             errs.push(invalid(&format!("values[{i}][{key}]"), v, &problems.join("; ")));
         }

@@ -20,7 +20,7 @@ mod validation;
 pub use field::{escape as escape_field_value, parse_terms, FieldSelector, RawTerm};
 pub use label::{LabelOp, LabelSelector, LabelSet};
 pub use shard::{fnv1a64, ShardError, ShardField, ShardRange, ShardSelector};
-pub use validation::{is_dns1123_label_name, is_dns1123_subdomain, is_dns1123_subdomain_name};
+pub use validation::{is_dns1123_label_name, is_dns1123_subdomain, is_dns1123_subdomain_name, Texts};
 
 #[cfg(test)]
 mod tests;

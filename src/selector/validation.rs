@@ -1,5 +1,7 @@
 //! apimachinery's label key / value validation (`k8s.io/apimachinery/pkg/util/validation`):
-//! `IsQualifiedName`, `IsValidLabelValue`, `IsDNS1123Subdomain`, with their exact texts.
+//! `IsQualifiedName`, `IsValidLabelValue`, `IsDNS1123Subdomain`, with their exact texts; and
+//! 1.35's `pkg/api/validate/content` (`IsLabelKey`, `IsLabelValue`), which label selectors use
+//! since: "a valid label key", lengths in bytes ([`Texts`]).
 //!
 //! Called by `selector::label` while parsing; returns the list of problems (empty = valid),
 //! which the caller joins with `"; "` as apimachinery does.
@@ -14,8 +16,30 @@ const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
 
+/// Which apimachinery's texts a label selector's errors have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Texts {
+    /// Up to 1.34 (`validation.IsQualifiedName`: "a qualified name", "characters"): the sim's.
+    Qualified,
+    /// 1.35 and later (`content.IsLabelKey` / `IsLabelValue`: "a valid label key", "bytes").
+    Content,
+}
+
 /// `IsQualifiedName`: `[prefix/]name`, prefix a DNS-1123 subdomain, name ≤ 63 characters.
 pub(crate) fn is_qualified_name(value: &str) -> Vec<String> {
+    key_errors(value, Texts::Qualified)
+}
+
+/// 1.35's `content.IsLabelKey`: `IsQualifiedName` with its own wording.
+pub(crate) fn is_label_key(value: &str) -> Vec<String> {
+    key_errors(value, Texts::Content)
+}
+
+fn key_errors(value: &str, texts: Texts) -> Vec<String> {
+    let what = match texts {
+        Texts::Qualified => "a qualified name",
+        Texts::Content => "a valid label key",
+    };
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
     let name = match parts.as_slice() {
@@ -24,13 +48,13 @@ pub(crate) fn is_qualified_name(value: &str) -> Vec<String> {
             if prefix.is_empty() {
                 errs.push(format!("prefix part {}", empty_error()));
             } else {
-                errs.extend(is_dns1123_subdomain(prefix).into_iter().map(|m| format!("prefix part {m}")));
+                errs.extend(subdomain_errors(prefix, texts).into_iter().map(|m| format!("prefix part {m}")));
             }
             *name
         }
         _ => {
             errs.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                "{what} {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
                 regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
             ));
             return errs;
@@ -39,7 +63,7 @@ pub(crate) fn is_qualified_name(value: &str) -> Vec<String> {
     if name.is_empty() {
         errs.push(format!("name part {}", empty_error()));
     } else if name.len() > QUALIFIED_NAME_MAX {
-        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX)));
+        errs.push(format!("name part {}", max_len_error(QUALIFIED_NAME_MAX, texts)));
     }
     if !is_qualified_name_part(name) {
         errs.push(format!(
@@ -51,10 +75,10 @@ pub(crate) fn is_qualified_name(value: &str) -> Vec<String> {
 }
 
 /// `IsValidLabelValue`: empty, or a qualified-name part of ≤ 63 characters.
-pub(crate) fn is_valid_label_value(value: &str) -> Vec<String> {
+pub(crate) fn is_valid_label_value(value: &str, texts: Texts) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > LABEL_VALUE_MAX {
-        errs.push(max_len_error(LABEL_VALUE_MAX));
+        errs.push(max_len_error(LABEL_VALUE_MAX, texts));
     }
     if !value.is_empty() && !is_qualified_name_part(value) {
         errs.push(regex_error(LABEL_VALUE_ERR, LABEL_VALUE_FMT, &["MyValue", "my_value", "12345"]));
@@ -76,9 +100,13 @@ pub fn is_dns1123_subdomain_name(s: &str) -> bool {
 
 /// `IsDNS1123Subdomain`: its error messages, none for a valid name.
 pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+    subdomain_errors(value, Texts::Qualified)
+}
+
+fn subdomain_errors(value: &str, texts: Texts) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX));
+        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX, texts));
     }
     if !value.split('.').all(is_dns1123_label) {
         errs.push(regex_error(DNS1123_SUBDOMAIN_ERR, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
@@ -113,8 +141,12 @@ fn empty_error() -> &'static str {
     "must be non-empty"
 }
 
-fn max_len_error(n: usize) -> String {
-    format!("must be no more than {n} characters")
+/// `MaxLenError`: characters up to 1.34, bytes in `content` (the length was always in bytes).
+fn max_len_error(n: usize, texts: Texts) -> String {
+    match texts {
+        Texts::Qualified => format!("must be no more than {n} characters"),
+        Texts::Content => format!("must be no more than {n} bytes"),
+    }
 }
 
 /// `RegexError`, including its quirk of a double space before each " or ".
@@ -161,10 +193,29 @@ mod tests {
             ]
         );
         assert_eq!(
-            is_valid_label_value("b_"),
+            is_valid_label_value("b_", Texts::Qualified),
             vec!["a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"]
         );
-        assert_eq!(is_valid_label_value(&"a".repeat(64)), vec!["must be no more than 63 characters"]);
-        assert!(is_valid_label_value("").is_empty());
+        assert_eq!(
+            is_valid_label_value(&"a".repeat(64), Texts::Qualified),
+            vec!["must be no more than 63 characters"]
+        );
+        assert!(is_valid_label_value("", Texts::Qualified).is_empty());
+    }
+
+    /// 1.35's `content` package (what 1.36's label selectors say): "a valid label key", bytes.
+    #[test]
+    fn content_texts() {
+        assert_eq!(
+            is_label_key("a/b/c"),
+            vec!["a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+        );
+        assert_eq!(is_label_key(&"a".repeat(64)), vec!["name part must be no more than 63 bytes"]);
+        assert_eq!(
+            is_label_key(&format!("{}/a", "b".repeat(254))),
+            vec!["prefix part must be no more than 253 bytes"]
+        );
+        assert_eq!(is_valid_label_value(&"a".repeat(64), Texts::Content), vec!["must be no more than 63 bytes"]);
+        assert_eq!(is_qualified_name("a/b/c")[0][..16], *"a qualified name");
     }
 }

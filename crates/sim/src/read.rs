@@ -21,7 +21,7 @@ use kube_watchcache::error::Error;
 use kube_watchcache::metadata_only::{self, Repr};
 use kube_watchcache::proto::envelope;
 use kube_watchcache::resource::{Header, Object, ObjectKey, ResourceKind, Rv};
-use kube_watchcache::selector::{FieldSelector, LabelSelector};
+use kube_watchcache::selector::{FieldSelector, LabelSelector, Texts};
 
 /// Selectors and scope of a LIST or WATCH. Selectors are parsed only when given, so that
 /// requests without them never depend on `kube_watchcache::selector`.
@@ -38,7 +38,8 @@ impl Filter {
     /// `metadata.namespace` / `metadata.name` requirements.
     pub fn new(kind: &ResourceKind, t: &Target, q: &Query) -> Result<Filter, Error> {
         let given = |s: &String| (!s.is_empty()).then(|| s.clone());
-        let label = given(&q.label_selector).map(|s| LabelSelector::parse(&s)).transpose()?;
+        let label =
+            given(&q.label_selector).map(|s| LabelSelector::parse_as(&s, Texts::Qualified)).transpose()?;
         let field = given(&q.field_selector).map(|s| FieldSelector::parse(&s, kind)).transpose()?;
         let mut f = Filter { namespace: t.namespace.clone(), name: t.name.clone(), label, field };
         if let Some(fs) = &f.field {
@@ -119,7 +120,7 @@ enum Source {
 pub async fn list(sim: &Sim, t: &Target, q: &Query, accept: Accept) -> Result<Response<Body>, Error> {
     let store = sim.store();
     let kind = store.kinds.kind(t.res).clone();
-    q.check_selector_syntax()?;
+    q.check_selector_syntax(Texts::Qualified)?;
     q.validate()?;
     let filter = Filter::new(&kind, t, q)?;
     let token = q.continue_for_list()?;

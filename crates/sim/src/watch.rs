@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use kube_watchcache::selector::Texts;
+
 use super::encode;
 use super::query::{rv_of, watch_query, Query};
 use super::read::{is_cached, no_protobuf, Filter};
@@ -84,7 +86,7 @@ pub fn spawn(sim: Sim, t: Target, q: Query, accept: Accept) -> Result<mpsc::Rece
     let typing = sim.store().typing(t.res).clone();
     // The legacy `/watch/` path is a watch whatever the `watch` parameter says.
     let q = watch_query(q);
-    q.check_selector_syntax()?;
+    q.check_selector_syntax(Texts::Qualified)?;
     q.validate()?;
     let filter = Filter::new(&kind, &t, &q)?;
     let rv = rv_of(q.rv_for_get_or_watch()?);
