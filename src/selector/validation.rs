@@ -215,7 +215,10 @@ mod tests {
             is_label_key(&format!("{}/a", "b".repeat(254))),
             vec!["prefix part must be no more than 253 bytes"]
         );
-        assert_eq!(is_valid_label_value(&"a".repeat(64), Texts::Content), vec!["must be no more than 63 bytes"]);
+        assert_eq!(
+            is_valid_label_value(&"a".repeat(64), Texts::Content),
+            vec!["must be no more than 63 bytes"]
+        );
         assert_eq!(is_qualified_name("a/b/c")[0][..16], *"a qualified name");
     }
 }

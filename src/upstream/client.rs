@@ -46,6 +46,17 @@ pub(crate) struct Inner {
     pub upgrade_own: Client<Connector, Incoming>,
     /// Told about every own request (metrics).
     pub observer: ObserverSlot,
+    /// Reads the client certificate's files again (`IdentitySlot::reload_files`); stopped with
+    /// the clients.
+    cert_reload: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(t) = &self.cert_reload {
+            t.abort();
+        }
+    }
 }
 
 impl Inner {
@@ -70,7 +81,12 @@ impl Inner {
         let upgrade = upgrade_client(&r, Flavor::Upgrade, per_lane)?;
         let forward_own = lanes(&r, Flavor::Own, per_lane, "forward_own", &observer)?;
         let upgrade_own = upgrade_client(&r, Flavor::OwnUpgrade, per_lane)?;
+        let cert_reload = match (&r.tls.identity, tokio::runtime::Handle::try_current()) {
+            (Some(slot), Ok(_)) => slot.reload_files(),
+            _ => None,
+        };
         Ok(Inner {
+            cert_reload,
             base_url: r.base_url,
             origin: r.origin,
             has_identity: r.tls.identity.is_some(),

@@ -243,7 +243,16 @@ fn user_credentials(
         (None, Some(p)) if !p.is_empty() => Some(read(Path::new(p), "client key")?),
         _ => None,
     };
+    // client-go reads files again (`ReloadTLSFiles`) only when both are files.
+    let files =
+        match (&a.client_certificate_data, &a.client_certificate, secret("client-key-data"), &a.client_key) {
+            (None, Some(c), None, Some(k)) if !c.is_empty() && !k.is_empty() => Some((c.into(), k.into())),
+            _ => None,
+        };
     let identity = match (cert, key) {
+        (Some(_), Some(_)) if files.is_some() => {
+            files.map(|(c, k)| IdentitySlot::from_files(c, k)).transpose()?
+        }
         (Some(c), Some(k)) => Some(identity(&c, &k)?),
         (None, None) => None,
         (Some(_), None) => {
@@ -321,7 +330,7 @@ fn apply_flags(r: &mut Resolved, opts: &UpstreamOptions) -> Result<(), ConfigErr
     }
     match (&opts.client_certificate, &opts.client_key) {
         (Some(c), Some(k)) => {
-            r.tls.identity = Some(identity(&read(c, "client certificate")?, &read(k, "client key")?)?);
+            r.tls.identity = Some(IdentitySlot::from_files(c.clone(), k.clone())?);
         }
         (None, None) => {}
         _ => {

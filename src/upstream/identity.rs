@@ -1,13 +1,15 @@
 //! The proxy's client certificate: parsed from PEM ([`Identity`]) and, once the TLS layer is
 //! built, held in an [`IdentitySlot`] that every own connection's handshake reads, so that a
-//! certificate an exec plugin renews is presented by the next connection without rebuilding
-//! the clients.
+//! certificate an exec plugin renews, or that its files are rewritten with (cert-manager,
+//! kubelet-style rotation), is presented by the next connection without rebuilding the clients.
 //!
 //! Used by `config.rs` (flags, kubeconfig data and files, an exec plugin's first answer),
-//! `tls.rs` (the client-certificate resolver) and `auth.rs` (renewals). Depends only on
-//! `errors.rs`.
+//! `tls.rs` (the client-certificate resolver), `auth.rs` (renewals) and `client.rs` (which
+//! starts [`IdentitySlot::reload_files`]). Depends only on `errors.rs`.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::RwLock;
 use rustls::sign::CertifiedKey;
@@ -55,13 +57,78 @@ pub(crate) fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, St
     Ok(certs)
 }
 
+/// How often client certificate and key files are read again: client-go's
+/// `CertCallbackRefreshDuration`, after which its rotating dialer closes the connections that
+/// presented the old certificate.
+pub const CERT_FILES_REFRESH: Duration = Duration::from_secs(300);
+
 /// The certificate the own connections present; replaced in place on renewal.
 #[derive(Debug)]
-pub struct IdentitySlot(RwLock<Arc<CertifiedKey>>, std::sync::atomic::AtomicU64);
+pub struct IdentitySlot {
+    current: RwLock<Arc<CertifiedKey>>,
+    generation: std::sync::atomic::AtomicU64,
+    /// The certificate and key files it was read from, when both were files (client-go reloads
+    /// only then, `ReloadTLSFiles`): read again every [`CERT_FILES_REFRESH`].
+    files: Option<(PathBuf, PathBuf)>,
+}
 
 impl IdentitySlot {
     pub fn new(id: &Identity) -> Result<Arc<IdentitySlot>, ConfigError> {
-        Ok(Arc::new(IdentitySlot(RwLock::new(id.certified()?), std::sync::atomic::AtomicU64::new(0))))
+        Ok(Arc::new(IdentitySlot {
+            current: RwLock::new(id.certified()?),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            files: None,
+        }))
+    }
+
+    /// From certificate and key files, read now (an error stops the start) and again later
+    /// ([`IdentitySlot::reload_files`]).
+    pub fn from_files(cert: PathBuf, key: PathBuf) -> Result<Arc<IdentitySlot>, ConfigError> {
+        let id = read_files(&cert, &key)?;
+        Ok(Arc::new(IdentitySlot {
+            current: RwLock::new(id.certified()?),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            files: Some((cert, key)),
+        }))
+    }
+
+    /// Reads the files again every [`CERT_FILES_REFRESH`] while the slot lives; a new
+    /// certificate is [`IdentitySlot::replace`]d in (so the own lanes open new connections), a
+    /// failed read or parse keeps the current one with a warning. Each read runs on a thread of
+    /// its own (a mount that hangs holds that thread, not the proxy); `None` without files.
+    pub fn reload_files(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let (cert, key) = self.files.clone()?;
+        let slot = Arc::downgrade(self);
+        Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(CERT_FILES_REFRESH).await;
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let (c, k) = (cert.clone(), key.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("client-cert-files".into())
+                    .spawn(move || drop(tx.send(read_files(&c, &k))));
+                let read = match spawned {
+                    Ok(_) => rx.await.unwrap_or_else(|_| Err(ConfigError::Tls("the read ended".into()))),
+                    Err(e) => Err(ConfigError::Tls(format!("no thread to read them: {e}"))),
+                };
+                let Some(slot) = slot.upgrade() else { return };
+                match read {
+                    Ok(id) if id.chain != slot.current().cert => match slot.replace(&id) {
+                        Ok(()) => tracing::info!(
+                            cert = %cert.display(),
+                            "client certificate files changed: new upstream connections present the new certificate"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(cert = %cert.display(), "keeping the current client certificate: {e}")
+                        }
+                    },
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(cert = %cert.display(), "keeping the current client certificate: {e}")
+                    }
+                }
+            }
+        }))
     }
 
     /// New connections present `id` from now on; the own clients' lanes see the
@@ -70,19 +137,26 @@ impl IdentitySlot {
     /// busy shared HTTP/2 connection presented the old one until it expired, then every own
     /// request got 401).
     pub fn replace(&self, id: &Identity) -> Result<(), ConfigError> {
-        *self.0.write() = id.certified()?;
-        self.1.fetch_add(1, std::sync::atomic::Ordering::Release);
+        *self.current.write() = id.certified()?;
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
     /// How many times the certificate was replaced.
     pub fn generation(&self) -> u64 {
-        self.1.load(std::sync::atomic::Ordering::Acquire)
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn current(&self) -> Arc<CertifiedKey> {
-        self.0.read().clone()
+        self.current.read().clone()
     }
+}
+
+fn read_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Identity, ConfigError> {
+    let read = |path: &std::path::Path, what: &'static str| {
+        std::fs::read(path).map_err(|e| ConfigError::read_file(what, path, e))
+    };
+    Identity::from_pem(&read(cert, "client certificate")?, &read(key, "client key")?)
 }
 
 /// Offered whenever the server asks for a client certificate, if its key can sign with a
@@ -105,7 +179,49 @@ impl rustls::client::ResolvesClientCert for IdentitySlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::testutil::{CLIENT_KEY, CLIENT_PEM, SERVER_KEY, SERVER_PEM};
+    use crate::upstream::testutil::{TempDir, CLIENT_KEY, CLIENT_PEM, SERVER_KEY, SERVER_PEM};
+
+    /// Files rewritten with another certificate are read again within
+    /// [`CERT_FILES_REFRESH`] (client-go's period) and presented by new connections (the
+    /// generation moves, so the own lanes leave the old ones); unchanged files move nothing; an
+    /// unreadable pair keeps the current certificate. Data given inline is never re-read.
+    #[tokio::test(start_paused = true)]
+    async fn certificate_files_are_read_again() {
+        let dir = TempDir::new();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, CLIENT_PEM).unwrap();
+        std::fs::write(&key, CLIENT_KEY).unwrap();
+        let slot = IdentitySlot::from_files(cert.clone(), key.clone()).unwrap();
+        let first = slot.current().cert.clone();
+        let task = slot.reload_files().expect("files are watched");
+        // One period, unchanged: nothing.
+        let settle = |want: u64| {
+            let slot = slot.clone();
+            async move {
+                for _ in 0..1000 {
+                    if slot.generation() == want {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                slot.generation()
+            }
+        };
+        tokio::time::sleep(CERT_FILES_REFRESH + Duration::from_secs(1)).await;
+        assert_eq!(settle(0).await, 0);
+        std::fs::write(&cert, SERVER_PEM).unwrap();
+        std::fs::write(&key, SERVER_KEY).unwrap();
+        tokio::time::sleep(CERT_FILES_REFRESH).await;
+        assert_eq!(settle(1).await, 1, "the rewritten pair is read within a period");
+        assert_ne!(slot.current().cert, first);
+        std::fs::write(&key, "not a key").unwrap();
+        tokio::time::sleep(CERT_FILES_REFRESH * 2).await;
+        assert_eq!(settle(1).await, 1, "a broken pair keeps the current certificate");
+        task.abort();
+        let inline =
+            IdentitySlot::new(&Identity::from_pem(CLIENT_PEM.as_bytes(), CLIENT_KEY.as_bytes()).unwrap());
+        assert!(inline.unwrap().reload_files().is_none());
+    }
 
     /// A certificate an exec plugin renews is what the next handshake presents.
     #[test]

@@ -95,6 +95,34 @@ fn kubeconfig_current_context_with_ca_data_and_token() {
     assert_eq!(r.origin, format!("kubeconfig {}, context a", path.display()));
 }
 
+/// A client certificate whose certificate and key are both files is read again later
+/// (client-go's `ReloadTLSFiles`), from the flags or a kubeconfig; inline data is not.
+#[tokio::test]
+async fn certificate_files_are_watched_data_is_not() {
+    let dir = TempDir::new();
+    let (cert, key) = (dir.write("c.pem", CLIENT_PEM), dir.write("c.key", CLIENT_KEY));
+    let flags = UpstreamOptions {
+        upstream: Some("https://127.0.0.1:6443".into()),
+        client_certificate: Some(cert.clone()),
+        client_key: Some(key.clone()),
+        ..Default::default()
+    };
+    let watched = |o: &UpstreamOptions| {
+        resolve_with(o, &no_env()).unwrap().tls.identity.unwrap().reload_files().map(|t| t.abort()).is_some()
+    };
+    assert!(watched(&flags));
+    let config = |user: String| {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {{server: \"http://127.0.0.1:8080\"}}\ncontexts:\n- name: a\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {user}\n"
+        );
+        opts_kubeconfig(&dir.write("config", &yaml), None)
+    };
+    let files = format!("{{client-certificate: {}, client-key: {}}}", cert.display(), key.display());
+    assert!(watched(&config(files)));
+    let data = format!("{{client-certificate-data: {}, client-key: {}}}", b64(CLIENT_PEM), key.display());
+    assert!(!watched(&config(data)));
+}
+
 #[test]
 fn kubeconfig_context_selection_insecure_and_token_file() {
     let dir = TempDir::new();
