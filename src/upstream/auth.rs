@@ -49,6 +49,15 @@ impl Credentials {
         }
     }
 
+    /// The upstream answered 401 to a request sent with `sent`: an exec plugin's credential is
+    /// renewed now, unless it was since (client-go's exec round tripper, `maybeRefreshCreds`:
+    /// a credential without an expiry, or revoked before it, is otherwise kept for good).
+    pub fn unauthorized(&self, sent: Option<&HeaderValue>) {
+        if let Credentials::Exec(e) = self {
+            e.unauthorized(sent);
+        }
+    }
+
     /// For the startup log; never the token itself.
     pub fn describe(&self) -> String {
         match self {
@@ -133,12 +142,15 @@ fn read_token(path: &Path) -> Result<HeaderValue, String> {
 }
 
 /// Credentials from an exec plugin: the first answer (obtained at start), then a task that runs
-/// the plugin again at [`renew_at`] and swaps the new token (and certificate) in. A failed
-/// renewal keeps the current credential, says why in the log (with the plugin's stderr) and is
-/// retried every [`EXEC_RETRY`]; an expired token is still sent, so the upstream's 401 shows.
+/// the plugin again at [`renew_at`], or when the upstream answered the current credential 401,
+/// and swaps the new token (and certificate) in. A failed renewal keeps the current credential,
+/// says why in the log (with the plugin's stderr) and is retried every [`EXEC_RETRY`]; an
+/// expired token is still sent, so the upstream's 401 shows.
 pub struct ExecAuth {
     plugin: ExecPlugin,
     state: Arc<Mutex<ExecState>>,
+    /// Told by [`ExecAuth::unauthorized`]; the renewal task runs the plugin then.
+    refused: Arc<tokio::sync::Notify>,
     /// The TLS layer's client certificate, when the plugin returns one (set by `client.rs`).
     identity: OnceLock<Arc<IdentitySlot>>,
     task: OnceLock<tokio::task::JoinHandle<()>>,
@@ -165,6 +177,7 @@ impl ExecAuth {
         Ok(ExecAuth {
             plugin,
             state: Arc::new(Mutex::new(state)),
+            refused: Arc::new(tokio::sync::Notify::new()),
             identity: OnceLock::new(),
             task: OnceLock::new(),
         })
@@ -180,11 +193,21 @@ impl ExecAuth {
         if self.task.get().is_none() {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 let _ = self.task.get_or_init(|| {
-                    rt.spawn(renew(self.plugin.clone(), self.state.clone(), self.identity.get().cloned()))
+                    let (plugin, state, refused) =
+                        (self.plugin.clone(), self.state.clone(), self.refused.clone());
+                    rt.spawn(renew(plugin, state, refused, self.identity.get().cloned()))
                 });
             }
         }
         self.state.lock().header.clone()
+    }
+
+    /// [`Credentials::unauthorized`]: only a refusal of the current token renews it (the
+    /// answers to requests sent before a renewal do not renew it again).
+    fn unauthorized(&self, sent: Option<&HeaderValue>) {
+        if self.state.lock().header.as_ref() == sent {
+            self.refused.notify_one();
+        }
     }
 
     /// How many times the plugin has answered.
@@ -202,12 +225,33 @@ impl Drop for ExecAuth {
     }
 }
 
-async fn renew(plugin: ExecPlugin, state: Arc<Mutex<ExecState>>, identity: Option<Arc<IdentitySlot>>) {
+async fn renew(
+    plugin: ExecPlugin,
+    state: Arc<Mutex<ExecState>>,
+    refused: Arc<tokio::sync::Notify>,
+    identity: Option<Arc<IdentitySlot>>,
+) {
     let mut last_run = Instant::now();
     loop {
-        let Some(at) = state.lock().renew_at else { return };
-        let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
-        tokio::time::sleep_until((Instant::now() + wait).max(last_run + EXEC_MIN_INTERVAL)).await;
+        let due = state.lock().renew_at;
+        let at_expiry = async {
+            match due {
+                Some(at) => {
+                    let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+                    tokio::time::sleep_until(Instant::now() + wait).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = at_expiry => {}
+            () = refused.notified() => {
+                tracing::info!(user = %plugin.user, "the upstream refused the exec plugin's credential (401); running the plugin again");
+                // A plugin that keeps giving a refused token is not run more often than this.
+                tokio::time::sleep_until(last_run + EXEC_RETRY).await;
+            }
+        }
+        tokio::time::sleep_until(last_run + EXEC_MIN_INTERVAL).await;
         last_run = Instant::now();
         let obtained = SystemTime::now();
         let applied = plugin.run().await.and_then(|c| {

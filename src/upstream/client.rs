@@ -159,6 +159,12 @@ impl Inner {
         self.auth.header()
     }
 
+    /// The upstream answered 401 to a request sent with the proxy's `sent` credential
+    /// (`Credentials::unauthorized`).
+    pub fn own_unauthorized(&self, sent: Option<&HeaderValue>) {
+        self.auth.unauthorized(sent);
+    }
+
     /// Sends an own request and waits (at most [`REQUEST_TIMEOUT`]) for the response headers.
     /// A non-2xx answer is read and returned as [`UpstreamError::Status`].
     pub async fn send_own(
@@ -167,6 +173,7 @@ impl Inner {
     ) -> Result<Response<Leased<Incoming>>, UpstreamError> {
         let what = format!("{} {}", req.method(), req.uri().path());
         let method = req.method().clone();
+        let authorization = req.headers().get(AUTHORIZATION).cloned();
         let started = tokio::time::Instant::now();
         let sent = tokio::time::timeout(REQUEST_TIMEOUT, self.own.request(req)).await;
         if let Some(o) = self.observer.get() {
@@ -181,6 +188,9 @@ impl Inner {
             return Ok(resp);
         }
         let code = resp.status();
+        if code == http::StatusCode::UNAUTHORIZED {
+            self.auth.unauthorized(authorization.as_ref());
+        }
         let body = tokio::time::timeout(REQUEST_TIMEOUT, resp.into_body().collect())
             .await
             .map_err(|_| timeout(&what))?

@@ -200,6 +200,69 @@ async fn the_token_is_renewed_before_it_expires_and_not_before_it_is_due() {
     assert_eq!(exec.runs(), 1);
 }
 
+/// A token the upstream refuses (401) is renewed at once, whatever its expiry said (client-go's
+/// `maybeRefreshCreds`: one revoked, or without an expiry, was otherwise sent for good); a 401
+/// to a request sent with an older token renews nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_is_renewed() {
+    let dir = TempDir::new();
+    let cmd = plugin(&dir);
+    let r = resolve_with(&kubeconfig(&dir, &cmd, "", &[]), &env()).unwrap();
+    let Credentials::Exec(exec) = &r.auth else { panic!("exec credentials") };
+    let first = r.auth.header().unwrap();
+    assert_eq!(first, "Bearer tok-1");
+    r.auth.unauthorized(Some(&http::HeaderValue::from_static("Bearer tok-0")));
+    tokio::task::yield_now().await;
+    assert_eq!(exec.runs(), 1, "an older token's refusal");
+    r.auth.unauthorized(Some(&first));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while r.auth.header().unwrap() == "Bearer tok-1" {
+        assert!(tokio::time::Instant::now() < deadline, "never renewed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(r.auth.header().unwrap(), "Bearer tok-2");
+    assert_eq!(runs(&dir), 2);
+}
+
+/// The proxy's own request answered 401 renews the token it carried (the wiring in
+/// `send_own`): an upstream that refuses everything sees the next request with a new token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_own_request_answered_401_renews_the_token() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 8192];
+            let n = c.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let auth = head.lines().find_map(|l| l.strip_prefix("authorization: ")).unwrap_or("").to_owned();
+            log.lock().push(auth);
+            let _ = c
+                .write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    let dir = TempDir::new();
+    let cmd = plugin(&dir);
+    let opts = kubeconfig(&dir, &cmd, "", &[]);
+    let path = opts.kubeconfig.clone().unwrap();
+    let yaml =
+        std::fs::read_to_string(&path).unwrap().replace("https://127.0.0.1:6443", &format!("http://{addr}"));
+    std::fs::write(&path, yaml).unwrap();
+    let inner = super::client::Inner::build(resolve_with(&opts, &env()).unwrap(), 0).unwrap();
+    assert!(inner.request_bytes(http::Method::GET, "/version", None).await.is_err());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while runs(&dir) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never renewed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = inner.request_bytes(http::Method::GET, "/version", None).await;
+    assert_eq!(*seen.lock(), ["Bearer tok-1", "Bearer tok-2"]);
+}
+
 /// A credential's `Debug` says what it holds, never the values (a `?` in a log line one day).
 #[test]
 fn credentials_debug_without_their_values() {

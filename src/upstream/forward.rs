@@ -217,12 +217,16 @@ impl Upstream {
         *out.headers_mut() = parts.headers;
         let own_identity = impersonation.is_some();
         let own_authorization = if own_identity { self.inner.own_authorization() } else { None };
+        let sent = own_authorization.clone();
         outgoing_headers(out.headers_mut(), impersonation, own_authorization);
         let what = format!("forward {} {}", out.method(), out.uri().path());
 
         let (Some(proto), Some(caller_side)) = (upgrade, caller_side) else {
             let client = if own_identity { &self.inner.forward_own } else { &self.inner.forward };
             let resp = client.request(out).await.map_err(|e| transport(&what, &e))?;
+            if own_identity && resp.status() == StatusCode::UNAUTHORIZED {
+                self.inner.own_unauthorized(sent.as_ref());
+            }
             return Ok(passthrough(resp));
         };
         out.headers_mut().insert(CONNECTION, HeaderValue::from_static("Upgrade"));
