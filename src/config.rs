@@ -73,9 +73,10 @@ impl UpstreamArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub upstream: UpstreamArgs,
-    /// Resources to cache, comma separated, as `resource` (core group) or `group/resource`:
-    /// e.g. `pods,nodes,configmaps,apps/deployments,example.com/widgets`. The version is found
-    /// by discovery. Everything else is forwarded.
+    /// Resources to cache, comma separated, as `resource` (core group), `group/resource` or
+    /// `resource.group` (kubectl's form): e.g. `pods,nodes,apps/deployments,widgets.example.com`.
+    /// `*` caches everything listable, `-resource` excludes after it. The version is found by
+    /// discovery. Everything else is forwarded.
     #[arg(long, value_delimiter = ',', env = "WATCHCACHE_RESOURCES")]
     pub resources: Vec<String>,
     /// YAML config file (see config/watchcache.yaml); flags given on the command line win.

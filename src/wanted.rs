@@ -1,5 +1,6 @@
 //! What the operator asked to cache (`--resources`, or `resources:` in the config file):
-//! resource names (`pods`, `apps/deployments`, `example.com/widgets`), the wildcard `*` (every
+//! resource names (`pods`, `apps/deployments`, `example.com/widgets`, or as kubectl and
+//! kube-apiserver's `--watch-cache-sizes` write them, `deployments.apps`), the wildcard `*` (every
 //! resource the upstream serves itself that can be listed and watched, as the apiserver's own
 //! watch cache covers), and exclusions (`-events`, `-events.k8s.io/events`), which only make
 //! sense after a wildcard.
@@ -22,11 +23,15 @@ pub struct Wanted {
 }
 
 /// Splits `"apps/deployments"` into `("apps", "deployments")`; `"pods"` is the core group,
-/// and so is `"core/pods"` (as kubectl names it).
+/// and so is `"core/pods"` (as kubectl names it). `"deployments.apps"` is the same as
+/// `"apps/deployments"` (kubectl's `resource.group`, kube-apiserver's `--watch-cache-sizes`):
+/// no resource name has a dot, every non-core group has one.
 pub fn group_resource(name: &str) -> Option<(&str, &str)> {
-    let (group, resource) = match name.split_once('/') {
-        Some((g, r)) => (g, r),
-        None => ("", name),
+    let (group, resource) = match (name.split_once('/'), name.split_once('.')) {
+        (Some((g, r)), _) => (g, r),
+        (None, Some((r, g))) if !g.is_empty() => (g, r),
+        (None, Some(_)) => return None,
+        (None, None) => ("", name),
     };
     if resource.is_empty() || resource.contains('/') || (name.contains('/') && group.is_empty()) {
         return None;
@@ -43,12 +48,13 @@ impl Wanted {
             if raw == "*" {
                 w.all = true;
             } else if let Some(ex) = raw.strip_prefix('-') {
-                let (g, r) = group_resource(ex)
-                    .ok_or_else(|| format!("--resources: {raw:?} is not `-resource` or `-group/resource`"))?;
+                let (g, r) = group_resource(ex).ok_or_else(|| {
+                    format!("--resources: {raw:?} is not `-resource`, `-group/resource` or `-resource.group`")
+                })?;
                 w.excluded.insert((g.to_owned(), r.to_owned()));
             } else {
                 group_resource(raw).ok_or_else(|| {
-                    format!("--resources: {raw:?} is not `*`, `resource`, `group/resource` or an exclusion `-group/resource`")
+                    format!("--resources: {raw:?} is not `*`, `resource`, `group/resource`, `resource.group` or an exclusion `-group/resource`")
                 })?;
                 if !w.named.iter().any(|n| n == raw) {
                     w.named.push(raw.to_owned());
@@ -104,6 +110,16 @@ mod tests {
         assert!(!w.is_excluded("", "pods"));
         let w = p("*,-core/events,pods").unwrap();
         assert!(w.is_excluded("", "events") && w.names("", "pods"));
+        // kubectl's `resource.group`.
+        let w = p("deployments.apps,widgets.example.com").unwrap();
+        assert!(w.names("apps", "deployments") && w.names("example.com", "widgets"));
+        let w = p("*,-events.events.k8s.io,-leases.coordination.k8s.io").unwrap();
+        assert!(w.is_excluded("events.k8s.io", "events") && w.is_excluded("coordination.k8s.io", "leases"));
+        assert_eq!(
+            group_resource("validatingwebhookconfigurations.admissionregistration.k8s.io"),
+            Some(("admissionregistration.k8s.io", "validatingwebhookconfigurations"))
+        );
+        assert!(p("pods.").is_err() && p(".apps").is_err());
     }
 
     #[test]

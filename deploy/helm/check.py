@@ -143,9 +143,21 @@ def expected_resource_rules(resources: list[str]) -> dict[str, list[str]]:
         return {"*": ["*"]}
     rules: dict[str, list[str]] = {}
     for r in resources:
-        group, _, res = r.rpartition("/")
+        group, res = group_resource(r)
         rules.setdefault(group, []).append(res)
     return rules
+
+
+def group_resource(r: str) -> tuple[str, str]:
+    # As the proxy reads them (src/wanted.rs): `group/resource`, `resource.group`, `resource`;
+    # `core/pods` is the core group.
+    if "/" in r:
+        group, _, res = r.rpartition("/")
+    elif "." in r:
+        res, _, group = r.partition(".")
+    else:
+        group, res = "", r
+    return ("" if group == "core" else group, res)
 
 
 def arg_value(args: list[str], flag: str) -> str | None:
@@ -465,7 +477,7 @@ def main() -> int:
                 check(f"{rel}: {ctr['name']}: every --flag is defined in src/config.rs or crates/cli/src/cli.rs", flags <= known, f"unknown: {sorted(flags - known)}")
                 res = (arg_value(args, "--resources") or "").split(",")
                 if rel in ("deploy/deployment.yaml", "deploy/sidecar/kube-apiserver.yaml"):
-                    need = {(r.rpartition("/")[0], r.rpartition("/")[2]) for r in res}
+                    need = {group_resource(r) for r in res}
                     check(f"{rel}: --resources covered by deploy/rbac.yaml", need <= rbac_rules, f"missing {sorted(need - rbac_rules)}")
 
     for flag, why in PENDING_FLAGS.items():

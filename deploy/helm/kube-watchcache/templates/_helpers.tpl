@@ -102,12 +102,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $groups := list -}}
 {{- $byGroup := dict -}}
 {{- range .Values.config.resources -}}
+{{- /* `group/resource`, `resource.group` (kubectl's form) or `resource`; `core` is "" */ -}}
 {{- $parts := splitList "/" . -}}
 {{- $group := "" -}}
 {{- $resource := . -}}
 {{- if eq (len $parts) 2 -}}
 {{- $group = index $parts 0 -}}
 {{- $resource = index $parts 1 -}}
+{{- else if contains "." . -}}
+{{- $dot := splitn "." 2 . -}}
+{{- $resource = $dot._0 -}}
+{{- $group = $dot._1 -}}
+{{- end -}}
+{{- if eq $group "core" -}}
+{{- $group = "" -}}
 {{- end -}}
 {{- if not (hasKey $byGroup $group) -}}
 {{- $groups = append $groups $group -}}
