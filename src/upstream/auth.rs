@@ -99,8 +99,23 @@ struct Cached {
 impl TokenFile {
     pub fn open(path: &Path) -> Result<TokenFile, ConfigError> {
         let header = read_token(path).map_err(|e| ConfigError::read_file("token file", path, e))?;
+        Ok(TokenFile::with(path, header))
+    }
+
+    /// A kubeconfig user with both `token` and `tokenFile`: the file wins, as in client-go
+    /// (`NewBearerAuthWithRefreshRoundTripper`), and `token` is sent while the file cannot be
+    /// read (it was the other way round: the file was never read).
+    pub fn open_or(path: &Path, token: HeaderValue) -> TokenFile {
+        let header = read_token(path).unwrap_or_else(|e| {
+            tracing::warn!(path = %path.display(), "sending the kubeconfig's token until the token file can be read: {e}");
+            token
+        });
+        TokenFile::with(path, header)
+    }
+
+    fn with(path: &Path, header: HeaderValue) -> TokenFile {
         let cached = Cached { header, read_at: Instant::now(), reading: false };
-        Ok(TokenFile { path: path.to_owned(), state: Arc::new(Mutex::new(cached)) })
+        TokenFile { path: path.to_owned(), state: Arc::new(Mutex::new(cached)) }
     }
 
     /// The current `Authorization` header; starts a re-read of the file when one is due.

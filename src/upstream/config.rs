@@ -223,9 +223,16 @@ fn user_credentials(
     let secret =
         |k: &str| secrets.get(k).and_then(|v| v.as_str()).filter(|s| !s.is_empty()).map(str::to_owned);
 
+    let token_file = a.token_file.as_deref().filter(|p| !p.is_empty());
     let auth = if let Some(token) = secret("token") {
-        Credentials::token(token.trim()).map_err(|e| err(format!("user \"{user}\": {e}")))?
-    } else if let Some(path) = a.token_file.as_deref().filter(|p| !p.is_empty()) {
+        let fixed = Credentials::token(token.trim()).map_err(|e| err(format!("user \"{user}\": {e}")))?;
+        match (token_file, fixed) {
+            (Some(path), Credentials::Token(h)) => {
+                Credentials::TokenFile(TokenFile::open_or(Path::new(path), h))
+            }
+            (_, fixed) => fixed,
+        }
+    } else if let Some(path) = token_file {
         Credentials::TokenFile(TokenFile::open(Path::new(path))?)
     } else {
         Credentials::None

@@ -123,6 +123,25 @@ async fn certificate_files_are_watched_data_is_not() {
     assert!(!watched(&config(data)));
 }
 
+/// A user with both `token` and `tokenFile`: the file's token is sent (client-go's
+/// `NewBearerAuthWithRefreshRoundTripper`), the fixed one while the file cannot be read.
+#[test]
+fn token_file_wins_over_token() {
+    let dir = TempDir::new();
+    let file = dir.write("tok", "from-file\n");
+    let config = |file: &std::path::Path| {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\nclusters:\n- name: c\n  cluster: {{server: \"http://127.0.0.1:8080\"}}\ncontexts:\n- name: a\n  context: {{cluster: c, user: u}}\nusers:\n- name: u\n  user: {{token: fixed, tokenFile: {}}}\n",
+            file.display()
+        );
+        opts_kubeconfig(&dir.write("config", &yaml), None)
+    };
+    let r = resolve_with(&config(&file), &no_env()).unwrap();
+    assert_eq!(r.auth.header().unwrap(), "Bearer from-file");
+    let r = resolve_with(&config(&dir.path().join("absent")), &no_env()).unwrap();
+    assert_eq!(r.auth.header().unwrap(), "Bearer fixed");
+}
+
 #[test]
 fn kubeconfig_context_selection_insecure_and_token_file() {
     let dir = TempDir::new();
