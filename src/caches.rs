@@ -493,7 +493,14 @@ impl Caching {
         };
         catalog.clear_missing("*");
         let cached = self.wild_caches();
+        let unread = |k: &ResourceKind| all.unread.iter().any(|(g, v)| *g == k.group && *v == k.version);
+        // Cached in a group-version this round could not read: kept as is, not placed elsewhere.
+        let kept: Vec<&String> = cached.iter().filter(|(_, k)| unread(k)).map(|(n, _)| n).collect();
         for (name, kind) in &cached {
+            if kept.contains(&name) {
+                tracing::debug!(resource = %name, "its group-version's discovery failed this round; kept");
+                continue;
+            }
             match all.kinds.iter().find(|(n, _)| n == name) {
                 Some((_, now)) if now == kind => {}
                 Some(_) => {
@@ -510,7 +517,7 @@ impl Caching {
             catalog.clear_missing(name);
         }
         for (name, kind) in all.kinds {
-            if !cached.iter().any(|(n, k)| *n == name && *k == kind) {
+            if !kept.contains(&&name) && !cached.iter().any(|(n, k)| *n == name && *k == kind) {
                 tracing::info!(resource = %name, "found by the wildcard; caching it");
                 self.spawn_wild(&name, kind, catalog);
             }

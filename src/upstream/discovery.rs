@@ -121,6 +121,11 @@ pub(crate) fn find_resource(
 pub struct Everything {
     pub kinds: Vec<(String, ResourceKind)>,
     pub skipped: Vec<Skipped>,
+    /// `(group, version)`s the upstream lists but whose discovery document this round could
+    /// not read (a 429 under APF, a 5xx, a 404 from a replica still registering its CRDs): what
+    /// is cached in them stays as it is (a review: their caches were retired, every watch of
+    /// them ended, and cached anew cold by the next round).
+    pub unread: Vec<(String, String)>,
 }
 
 /// A resource a wildcard does not cache.
@@ -325,6 +330,9 @@ impl<'a> Round<'a> {
                 Err(e @ UpstreamError::Transport(_)) => return Err(e),
                 Err(e) => {
                     let reason = if agg { SkipReason::Aggregated } else { SkipReason::Failed };
+                    if !agg {
+                        out.unread.push((group.clone(), version.clone()));
+                    }
                     out.skipped.push(Skipped {
                         name: format!("{group}/{version}"),
                         reason,

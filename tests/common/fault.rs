@@ -3,7 +3,7 @@
 //! new ones (upstream down), delays every chunk (slow upstream), stops forwarding on the open
 //! connections without closing them (blackhole, a stalled watch), holds every chunk until told
 //! (a slow upstream ended by the test), or answers the next N LISTs of
-//! configmaps with HTTP 500, or holds the responses of watch requests (a stalled watch). It speaks bytes, not HTTP, so the proxy's client must use HTTP/1.1
+//! configmaps with HTTP 500, or every GET of one path with 429 (APF), or holds the responses of watch requests (a stalled watch). It speaks bytes, not HTTP, so the proxy's client must use HTTP/1.1
 //! to a plain-http upstream.
 
 use std::net::SocketAddr;
@@ -29,6 +29,9 @@ pub struct FaultState {
     pub delay_ms: AtomicU64,
     /// The next this-many LISTs of configmaps are answered 500 by the fault proxy itself.
     pub fail_lists: AtomicUsize,
+    /// Every GET of exactly this path (no query) is answered 429 with `Retry-After: 1`.
+    pub busy_path: parking_lot::Mutex<Option<String>>,
+    pub busy_answers: AtomicUsize,
     pub accepted: AtomicUsize,
     pub refused: AtomicUsize,
     pub failed_lists: AtomicUsize,
@@ -62,6 +65,8 @@ impl Fault {
             next_id: AtomicU64::new(1),
             delay_ms: AtomicU64::new(0),
             fail_lists: AtomicUsize::new(0),
+            busy_path: parking_lot::Mutex::new(None),
+            busy_answers: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
             failed_lists: AtomicUsize::new(0),
@@ -125,6 +130,11 @@ impl Fault {
 
     pub fn fail_next_lists(&self, n: usize) {
         self.st.fail_lists.store(n, SeqCst);
+    }
+
+    /// Answers every GET of `path` 429 (an apiserver shedding load), or nothing more so.
+    pub fn busy(&self, path: Option<&str>) {
+        *self.st.busy_path.lock() = path.map(str::to_owned);
     }
 
     pub fn count(&self, c: fn(&FaultState) -> &AtomicUsize) -> usize {
@@ -211,6 +221,22 @@ async fn requests(
             let line = chunk.split(|b| *b == b'\n').next().unwrap_or_default();
             let line = String::from_utf8_lossy(line);
             is_watch.store(line.contains("watch=true") || line.contains("watch=1"), SeqCst);
+        }
+        let busy = st.busy_path.lock().as_ref().is_some_and(|p| {
+            chunk.starts_with(format!("GET {p} ").as_bytes())
+                || chunk.starts_with(format!("GET {p}?").as_bytes())
+        });
+        if busy {
+            st.busy_answers.fetch_add(1, SeqCst);
+            let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#;
+            let resp = format!(
+                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let mut w = cw.lock().await;
+            let _ = w.write_all(resp.as_bytes()).await;
+            let _ = w.shutdown().await;
+            return;
         }
         if is_configmap_list(chunk)
             && st.fail_lists.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()

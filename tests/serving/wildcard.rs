@@ -63,6 +63,68 @@ async fn a_wildcard_caches_what_the_upstream_serves_less_the_exclusions() {
     assert_eq!(metric(&m, "watchcache_skipped_resources{reason=\"forbidden\"} "), Some(0.0));
 }
 
+/// A round whose group-version document the upstream does not give (429 under APF, 5xx, a
+/// replica still registering its CRDs) changes nothing for that group-version: its caches stay,
+/// their watches too (a review: they were retired, every watch ended, then cached anew cold by
+/// the next round, on every replica at once).
+#[tokio::test]
+async fn a_group_version_the_upstream_is_too_busy_to_describe_keeps_its_caches() {
+    let sim = sim_with_a_widget().await;
+    let relay = common::fault::Fault::start(sim.addr).await;
+    let mut args = serve_args(relay.addr, &["*", "-events"]);
+    args.rediscovery_interval = Duration::ZERO;
+    let proxy = app::start(&args).await.unwrap();
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let client = client();
+    let widgets = "/apis/example.com/v1/namespaces/ns/widgets";
+    let mut watch = client
+        .get(format!("http://{}{widgets}?watch=1&resourceVersion=0", proxy.addr).parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    relay.busy(Some("/apis/example.com/v1"));
+    // A request for a resource not cached makes the proxy look again (at most every 2 s).
+    let before = relay.count(|s| &s.busy_answers);
+    eventually(10, "a round met the busy group-version", || async {
+        let url = format!("http://{}/apis/nothing.example.com/v1/things", proxy.addr);
+        send(&client, http::Method::GET, &url, None, &[]).await;
+        relay.count(|s| &s.busy_answers) > before
+    })
+    .await;
+    let cached = proxy.readers().iter().any(|r| r.kind().group_resource() == "widgets.example.com");
+    assert!(cached, "still cached");
+    let upstream = || sim.sim.request_count(|r| r.path == widgets);
+    let seen = upstream();
+    let r = send(
+        &client,
+        http::Method::GET,
+        &format!("http://{}{widgets}?resourceVersion=0", proxy.addr),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!((r.status.as_u16(), upstream()), (200, seen), "served from the cache");
+    // The watch is still open: a new widget reaches it.
+    sim.sim
+        .create(
+            "example.com/widgets",
+            "ns",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w2"}}),
+        )
+        .unwrap();
+    let mut seen_w2 = false;
+    while let Ok(Some(Ok(frame))) =
+        tokio::time::timeout(Duration::from_secs(5), http_body_util::BodyExt::frame(watch.body_mut())).await
+    {
+        if frame.data_ref().is_some_and(|d| String::from_utf8_lossy(d).contains("\"w2\"")) {
+            seen_w2 = true;
+            break;
+        }
+    }
+    assert!(seen_w2, "the watch opened before the round got the new widget");
+    relay.busy(None);
+}
+
 #[tokio::test]
 async fn a_wildcard_follows_a_crd_deleted_and_installed_again() {
     let sim = sim_with_a_widget().await;
