@@ -369,6 +369,18 @@ pub fn is_long_running(info: &RequestInfo) -> bool {
     info.is_resource_request && matches!(info.subresource.as_str(), "proxy" | "log")
 }
 
+/// The apiserver's own `LongRunningRequestCheck` (`BasicLongRunningRequestCheck` with the
+/// verbs watch and proxy, the subresources attach, exec, proxy, log and portforward, and
+/// `/debug/pprof/`): what its `WithRequestDeadline` leaves alone (the `timeout` parameter is not
+/// read). Wider than [`is_long_running`], which counts exec and attach against the in-flight
+/// limit.
+pub fn apiserver_long_running(info: &RequestInfo, path: &str) -> bool {
+    matches!(info.verb.as_str(), "watch" | "proxy")
+        || (info.is_resource_request
+            && matches!(info.subresource.as_str(), "attach" | "exec" | "proxy" | "log" | "portforward"))
+        || (!info.is_resource_request && path.starts_with("/debug/pprof/"))
+}
+
 /// Whether a long-running request starts with a read before it streams: a watch with its
 /// `resourceVersion` unset (its first value, empty or absent), whose start asks the upstream
 /// (a probe, or a watch-list's metadata LIST; `server::consistent`). `admit` holds an in-flight

@@ -55,10 +55,14 @@ pub struct Accept<'a> {
 
 /// `pdqsort`'s `maxInsertion`: `sort.Sort` of at most this many elements is an insertion sort.
 const GO_INSERTION_MAX: usize = 12;
-/// Parameters read in one clause. Past them the header is not read on (not exact: forwarded):
-/// Go keeps them in a map, a list here would be quadratic (a review: one 1 MiB header of
-/// distinct parameters held a worker for seconds).
+/// Parameters in one clause the proxy negotiates (more: not exact, forwarded).
 const MAX_PARAMS: usize = 32;
+/// Clauses and parameters read at all: past them the header is not read on. Go keeps the
+/// parameters in a map and sorts with pdqsort; the lists and the insertion sort here are
+/// quadratic (a review: one 1 MiB header held a worker for seconds). Above the exact limits,
+/// for the sim, which answers what it can of any header.
+const READ_CLAUSES: usize = 64;
+const READ_PARAMS: usize = 64;
 
 /// Go's `nextSplitElement`.
 fn split(s: &str, sep: char) -> (&str, &str) {
@@ -93,16 +97,14 @@ fn less(a: &Clause<'_>, b: &Clause<'_>) -> bool {
 }
 
 /// goautoneg's `ParseAccept`, sorted as Go's `sort.Sort` sorts up to 12 clauses. More clauses,
-/// or more than [`MAX_PARAMS`] parameters in one, are not read on (not exact): the work is
-/// bounded whatever the header's length (a review: an insertion sort of 10⁵ clauses).
+/// or more than [`MAX_PARAMS`] parameters in one, are not exact; past [`READ_CLAUSES`] or
+/// [`READ_PARAMS`] nothing more is read: the work is bounded whatever the header's length (a
+/// review: an insertion sort of 10⁵ clauses).
 pub fn parse(header: &str) -> Accept<'_> {
     let mut clauses = Vec::new();
     let mut exact = true;
     let mut remaining = header;
     while !remaining.is_empty() {
-        if !exact {
-            return Accept { clauses, exact };
-        }
         let part;
         (part, remaining) = split(remaining, ',');
         let part = trim(part);
@@ -139,16 +141,18 @@ pub fn parse(header: &str) -> Accept<'_> {
                     Some(q) => clause.q = q,
                     None => exact = false,
                 }
-            } else if clause.params.len() == MAX_PARAMS {
+            } else if clause.params.len() == READ_PARAMS {
                 exact = false;
                 break;
             } else {
+                exact &= clause.params.len() < MAX_PARAMS;
                 clause.params.retain(|(k, _)| *k != name);
                 clause.params.push((name, trim(value)));
             }
         }
-        if clauses.len() == GO_INSERTION_MAX {
-            return Accept { clauses, exact: false };
+        if clauses.len() == READ_CLAUSES {
+            exact = false;
+            break;
         }
         clauses.push(clause);
     }
@@ -160,6 +164,7 @@ pub fn parse(header: &str) -> Accept<'_> {
             j -= 1;
         }
     }
+    exact &= clauses.len() <= GO_INSERTION_MAX;
     Accept { clauses, exact }
 }
 
@@ -264,10 +269,21 @@ mod tests {
         let params = |n: usize| format!("a/b{}", (0..n).map(|i| format!(";p{i}=1")).collect::<String>());
         assert!(parse(&params(MAX_PARAMS)).exact);
         assert!(!parse(&params(MAX_PARAMS + 1)).exact);
-        // A header as long as the proxy takes is read no further than its 13th clause.
+        // A header as long as the proxy takes is read no further than a bounded number of
+        // clauses and parameters; what the sim reads of it is still sorted as Go sorts.
         let long = "*,".repeat(200_000) + &"a/b,".repeat(100_000);
         let parsed = parse(&long);
-        assert!(!parsed.exact && parsed.clauses.len() == GO_INSERTION_MAX);
+        assert!(!parsed.exact && parsed.clauses.len() == READ_CLAUSES);
+        let many = params(100_000);
+        let parsed = parse(&many);
+        assert!(!parsed.exact && parsed.clauses[0].params.len() == READ_PARAMS);
+        // Past 12 clauses, or with a q Go reads otherwise, the rest is still read (the sim
+        // answers such headers as the apiserver would, mostly).
+        let thirteen = ["a/a"; 12].join(",") + ",application/json";
+        let parsed = parse(&thirteen);
+        assert!(!parsed.exact && parsed.clauses.iter().any(|c| c.sub == "json"));
+        let parsed = parse("a/b;q=0x1p-1, application/json");
+        assert!(!parsed.exact && parsed.clauses.len() == 2);
         assert!(parse("").clauses.is_empty());
     }
 

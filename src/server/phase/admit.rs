@@ -32,12 +32,13 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         let long_running = classify::is_long_running(&info);
         let starts_with_a_read = long_running && classify::starts_with_a_read(&info, req.uri().query());
         let verb = info.verb.clone();
+        let deadline_filtered = !classify::apiserver_long_running(&info, req.uri().path());
         context_mut(&mut req).info = Some(info);
         if long_running && !starts_with_a_read {
             return pass(next, req).await;
         }
         let mut timeout = self.limits.opts.request_timeout;
-        if !long_running {
+        if !long_running && deadline_filtered {
             // The apiserver's `WithRequestDeadline`, which runs before its in-flight limit and
             // authentication: `?timeout=` shortens the deadline, and one Go cannot read is 400
             // (a review: it was ignored by what the cache served).
@@ -45,7 +46,8 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
                 Ok(Some(t)) if t < timeout => timeout = t,
                 Ok(_) => {}
                 Err(message) => {
-                    let accept = req.headers().get(http::header::ACCEPT).map(|v| v.to_str());
+                    let accept =
+                        req.headers().get(http::header::ACCEPT).map(|v| std::str::from_utf8(v.as_bytes()));
                     // One the proxy cannot write as the apiserver would goes on, to be forwarded.
                     let known = match accept {
                         None => classify::error_encoding_known(None),
@@ -234,6 +236,22 @@ mod tests {
             .await
             .1
             .is_some());
+        // What the apiserver's deadline filter leaves alone (its long-running check): exec,
+        // attach, port-forward, logs, proxy, /debug/pprof/.
+        for alone in [
+            "/api/v1/namespaces/a/pods/p/exec?command=ls&timeout=abc",
+            "/api/v1/namespaces/a/pods/p/log?timeout=abc",
+            "/debug/pprof/profile?seconds=1&timeout=abc",
+        ] {
+            assert!(run_seen(s.clone(), request(alone)).await.1.is_some(), "{alone}");
+        }
+        // An Accept past ASCII is still one the proxy can answer (as `classify` reads it).
+        let mut utf8 = request("/api/v1/pods?timeout=abc");
+        utf8.headers_mut().insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_bytes("application/json;x=é".as_bytes()).unwrap(),
+        );
+        assert_eq!(run_seen(s.clone(), utf8).await.0.status().as_u16(), 400);
         // A short one is the deadline; a long one is not.
         let started = tokio::time::Instant::now();
         assert_eq!(s.call(request("/api/v1/pods?timeout=1500ms"), &Hangs).await.status(), 504);
