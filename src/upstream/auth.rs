@@ -173,6 +173,10 @@ pub struct ExecAuth {
 
 struct ExecState {
     header: Option<HeaderValue>,
+    /// The token the upstream refused (401), while it is the current one: the renewal task
+    /// runs the plugin only if it still is when it wakes (client-go's `maybeRefreshCreds`
+    /// under its lock; a review: a 401 to the old token during a renewal renewed again).
+    refused: Option<Option<HeaderValue>>,
     renew_at: Option<SystemTime>,
     /// How many times the plugin answered (for tests and the log).
     runs: u64,
@@ -188,7 +192,8 @@ impl ExecAuth {
     /// message).
     pub(crate) fn new(plugin: ExecPlugin, first: &Credential) -> Result<ExecAuth, String> {
         let header = first.token.as_deref().map(bearer).transpose()?;
-        let state = ExecState { header, renew_at: renew_at(SystemTime::now(), first.expiry), runs: 1 };
+        let state =
+            ExecState { header, refused: None, renew_at: renew_at(SystemTime::now(), first.expiry), runs: 1 };
         Ok(ExecAuth {
             plugin,
             state: Arc::new(Mutex::new(state)),
@@ -220,7 +225,9 @@ impl ExecAuth {
     /// [`Credentials::unauthorized`]: only a refusal of the current token renews it (the
     /// answers to requests sent before a renewal do not renew it again).
     fn unauthorized(&self, sent: Option<&HeaderValue>) {
-        if self.state.lock().header.as_ref() == sent {
+        let mut st = self.state.lock();
+        if st.header.as_ref() == sent {
+            st.refused = Some(sent.cloned());
             self.refused.notify_one();
         }
     }
@@ -261,6 +268,13 @@ async fn renew(
         tokio::select! {
             () = at_expiry => {}
             () = refused.notified() => {
+                let still = {
+                    let st = state.lock();
+                    st.refused.as_ref().is_some_and(|r| *r == st.header)
+                };
+                if !still {
+                    continue;
+                }
                 tracing::info!(user = %plugin.user, "the upstream refused the exec plugin's credential (401); running the plugin again");
                 // A plugin that keeps giving a refused token is not run more often than this.
                 tokio::time::sleep_until(last_run + EXEC_RETRY).await;
@@ -279,6 +293,7 @@ async fn renew(
             if header.is_some() {
                 st.header = header;
             }
+            st.refused = None;
             st.renew_at = renew_at(obtained, c.expiry);
             st.runs += 1;
             Ok(())

@@ -214,6 +214,11 @@ async fn a_refused_token_is_renewed() {
     r.auth.unauthorized(Some(&http::HeaderValue::from_static("Bearer tok-0")));
     tokio::task::yield_now().await;
     assert_eq!(exec.runs(), 1, "an older token's refusal");
+    // (the renewal task waiting: each refusal below finds it where a real one would)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    r.auth.unauthorized(Some(&first));
+    // A second refusal of the same token before the renewal lands renews nothing more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     r.auth.unauthorized(Some(&first));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while r.auth.header().unwrap() == "Bearer tok-1" {
@@ -221,7 +226,10 @@ async fn a_refused_token_is_renewed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(r.auth.header().unwrap(), "Bearer tok-2");
-    assert_eq!(runs(&dir), 2);
+    // And a refusal of the token renewed away neither (the plugin would run 5 s after the last).
+    r.auth.unauthorized(Some(&first));
+    tokio::time::sleep(super::auth::EXEC_RETRY + Duration::from_secs(1)).await;
+    assert_eq!((runs(&dir), exec.runs()), (2, 2));
 }
 
 /// The proxy's own request answered 401 renews the token it carried (the wiring in
