@@ -43,7 +43,17 @@ impl Identity {
             .key_provider
             .load_private_key(self.key.clone_key())
             .map_err(|e| ConfigError::Tls(format!("client certificate key: {e}")))?;
-        Ok(Arc::new(CertifiedKey::new(self.chain.clone(), key)))
+        let certified = CertifiedKey::new(self.chain.clone(), key);
+        // A key that is not the certificate's (files rewritten one after the other, and read
+        // between): refused, as Go's `tls.X509KeyPair` refuses it (a review: every own handshake
+        // then failed until a restart). A certificate webpki cannot parse (X.509 v1) is not
+        // compared.
+        if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) =
+            certified.keys_match()
+        {
+            return Err(ConfigError::Tls("the client certificate and key do not match".into()));
+        }
+        Ok(Arc::new(certified))
     }
 }
 
@@ -67,6 +77,11 @@ pub const CERT_FILES_REFRESH: Duration = Duration::from_secs(300);
 pub struct IdentitySlot {
     current: RwLock<Arc<CertifiedKey>>,
     generation: std::sync::atomic::AtomicU64,
+    /// The certificate chain and key (DER) of the files last read into `current`: a reload
+    /// replaces the certificate when either changed (client-go's `certsEqual`).
+    read: parking_lot::Mutex<Option<(Vec<CertificateDer<'static>>, Vec<u8>)>>,
+    /// Reads of the files finished (for tests).
+    reloads: std::sync::atomic::AtomicU64,
     /// The certificate and key files it was read from, when both were files (client-go reloads
     /// only then, `ReloadTLSFiles`): read again every [`CERT_FILES_REFRESH`].
     files: Option<(PathBuf, PathBuf)>,
@@ -77,6 +92,8 @@ impl IdentitySlot {
         Ok(Arc::new(IdentitySlot {
             current: RwLock::new(id.certified()?),
             generation: std::sync::atomic::AtomicU64::new(0),
+            read: parking_lot::Mutex::new(None),
+            reloads: std::sync::atomic::AtomicU64::new(0),
             files: None,
         }))
     }
@@ -88,6 +105,8 @@ impl IdentitySlot {
         Ok(Arc::new(IdentitySlot {
             current: RwLock::new(id.certified()?),
             generation: std::sync::atomic::AtomicU64::new(0),
+            read: parking_lot::Mutex::new(Some((id.chain.clone(), id.key.secret_der().to_vec()))),
+            reloads: std::sync::atomic::AtomicU64::new(0),
             files: Some((cert, key)),
         }))
     }
@@ -112,21 +131,8 @@ impl IdentitySlot {
                     Err(e) => Err(ConfigError::Tls(format!("no thread to read them: {e}"))),
                 };
                 let Some(slot) = slot.upgrade() else { return };
-                match read {
-                    Ok(id) if id.chain != slot.current().cert => match slot.replace(&id) {
-                        Ok(()) => tracing::info!(
-                            cert = %cert.display(),
-                            "client certificate files changed: new upstream connections present the new certificate"
-                        ),
-                        Err(e) => {
-                            tracing::warn!(cert = %cert.display(), "keeping the current client certificate: {e}")
-                        }
-                    },
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(cert = %cert.display(), "keeping the current client certificate: {e}")
-                    }
-                }
+                slot.reloaded(read, &cert);
+                slot.reloads.fetch_add(1, std::sync::atomic::Ordering::Release);
             }
         }))
     }
@@ -140,6 +146,36 @@ impl IdentitySlot {
         *self.current.write() = id.certified()?;
         self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// A read of the files: replaces the certificate when the pair changed and matches.
+    fn reloaded(&self, read: Result<Identity, ConfigError>, cert: &std::path::Path) {
+        let id = match read {
+            Ok(id) => id,
+            Err(e) => {
+                return tracing::warn!(cert = %cert.display(), "keeping the current client certificate: {e}")
+            }
+        };
+        let now = (id.chain.clone(), id.key.secret_der().to_vec());
+        if self.read.lock().as_ref() == Some(&now) {
+            return;
+        }
+        match self.replace(&id) {
+            Ok(()) => {
+                *self.read.lock() = Some(now);
+                tracing::info!(
+                    cert = %cert.display(),
+                    "client certificate files changed: new upstream connections present the new certificate"
+                );
+            }
+            Err(e) => tracing::warn!(cert = %cert.display(), "keeping the current client certificate: {e}"),
+        }
+    }
+
+    /// Reads of the certificate files finished.
+    #[cfg(test)]
+    fn reloads(&self) -> u64 {
+        self.reloads.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How many times the certificate was replaced.
@@ -183,8 +219,10 @@ mod tests {
 
     /// Files rewritten with another certificate are read again within
     /// [`CERT_FILES_REFRESH`] (client-go's period) and presented by new connections (the
-    /// generation moves, so the own lanes leave the old ones); unchanged files move nothing; an
-    /// unreadable pair keeps the current certificate. Data given inline is never re-read.
+    /// generation moves, so the own lanes leave the old ones); unchanged files move nothing; a
+    /// certificate read with a key that is not its own, or an unreadable pair, keeps the current
+    /// one, and the pair is taken once it matches again. Data given inline is never re-read;
+    /// a pair that does not match is refused at start too.
     #[tokio::test(start_paused = true)]
     async fn certificate_files_are_read_again() {
         let dir = TempDir::new();
@@ -194,33 +232,35 @@ mod tests {
         let slot = IdentitySlot::from_files(cert.clone(), key.clone()).unwrap();
         let first = slot.current().cert.clone();
         let task = slot.reload_files().expect("files are watched");
-        // One period, unchanged: nothing.
-        let settle = |want: u64| {
+        // One period more, then until that read has finished (a thread of its own: real time).
+        let period = |n: u64| {
             let slot = slot.clone();
             async move {
-                for _ in 0..1000 {
-                    if slot.generation() == want {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(CERT_FILES_REFRESH).await;
+                let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                while slot.reloads() < n {
+                    assert!(std::time::Instant::now() < deadline, "read {n} never finished");
+                    tokio::task::yield_now().await;
                 }
                 slot.generation()
             }
         };
-        tokio::time::sleep(CERT_FILES_REFRESH + Duration::from_secs(1)).await;
-        assert_eq!(settle(0).await, 0);
+        assert_eq!(period(1).await, 0, "unchanged: nothing");
+        // The certificate rewritten first, read before the key: refused, then taken.
         std::fs::write(&cert, SERVER_PEM).unwrap();
+        assert_eq!(period(2).await, 0, "a certificate with another's key is not presented");
         std::fs::write(&key, SERVER_KEY).unwrap();
-        tokio::time::sleep(CERT_FILES_REFRESH).await;
-        assert_eq!(settle(1).await, 1, "the rewritten pair is read within a period");
+        assert_eq!(period(3).await, 1, "the rewritten pair");
         assert_ne!(slot.current().cert, first);
         std::fs::write(&key, "not a key").unwrap();
-        tokio::time::sleep(CERT_FILES_REFRESH * 2).await;
-        assert_eq!(settle(1).await, 1, "a broken pair keeps the current certificate");
+        assert_eq!(period(4).await, 1, "a broken pair keeps the current certificate");
         task.abort();
         let inline =
             IdentitySlot::new(&Identity::from_pem(CLIENT_PEM.as_bytes(), CLIENT_KEY.as_bytes()).unwrap());
         assert!(inline.unwrap().reload_files().is_none());
+        let mismatched = Identity::from_pem(CLIENT_PEM.as_bytes(), SERVER_KEY.as_bytes()).unwrap();
+        let e = IdentitySlot::new(&mismatched).err().unwrap().to_string();
+        assert!(e.contains("do not match"), "{e}");
     }
 
     /// A certificate an exec plugin renews is what the next handshake presents.
