@@ -39,6 +39,9 @@ pub struct ReflectorOptions {
     /// `--max-staleness`: past it without proof of being current, the cache's watches are
     /// ended (`Writer::end_watchers_if_stale`); zero: never.
     pub max_staleness: Duration,
+    /// A watch closed cleanly within this long with nothing in it is a failure, waited out
+    /// with the backoff (client-go's `watchHandler`: "very short watch", 1 s).
+    pub short_watch: Duration,
 }
 
 impl Default for ReflectorOptions {
@@ -52,6 +55,7 @@ impl Default for ReflectorOptions {
             backoff_max: Duration::from_secs(30),
             unparsable_retry: Duration::from_secs(60),
             max_staleness: Duration::ZERO,
+            short_watch: Duration::from_secs(1),
         }
     }
 }
@@ -96,6 +100,8 @@ enum Failure {
     Watch(Cause),
     /// The watch went silent for longer than its stall bound.
     WatchStalled,
+    /// The watch was accepted and closed within `ReflectorOptions::short_watch` with nothing in it.
+    WatchShort,
     /// An ERROR event other than 410 / Expired / Gone, with its Status code.
     ErrorEvent(u16),
 }
@@ -136,6 +142,7 @@ impl Failure {
             Failure::List(c) => format!("list_{}", c.label()),
             Failure::Watch(c) => format!("watch_{}", c.label()),
             Failure::WatchStalled => "watch_stalled".into(),
+            Failure::WatchShort => "watch_short".into(),
             Failure::ErrorEvent(code) => format!("error_event_{code}"),
         }
     }
@@ -225,7 +232,13 @@ impl Backoff {
         self.next = self.initial;
     }
     async fn wait(&mut self) {
-        let d = self.next.mul_f64(1.0 + fastrand::f64()).min(self.max);
+        // A step past the max is drawn in [max/2, max], never the max itself: proxies whose
+        // backoff reached it stay spread out over a long outage (a review: every one retried
+        // on the same 30 s grid; client-go draws fresh jitter each time).
+        let d = match self.next.mul_f64(1.0 + fastrand::f64()) {
+            d if d > self.max => self.max.mul_f64(0.5 + fastrand::f64() / 2.0),
+            d => d,
+        };
         self.next = (self.next * 2).min(self.max);
         tokio::time::sleep(d).await;
     }
@@ -575,6 +588,7 @@ async fn watch_once(
     // bookmark for long (1.28 sends bookmarks only once it has seen an event), so the quiet
     // watch itself is the proof.
     let mut quiet_until = Some(tokio::time::Instant::now() + ACCEPTED_QUIET);
+    let mut received = false;
     loop {
         let quiet = async {
             match quiet_until {
@@ -604,6 +618,14 @@ async fn watch_once(
         };
         let ev: RawEvent = match next {
             Ok(Some(ev)) => ev,
+            Ok(None) if !received && since.elapsed() < opts.short_watch => {
+                // client-go's "very short watch": an error, so the re-watch waits its backoff
+                // (a review: a load balancer, or an aggregated server ignoring `watch`, that
+                // answers 200 and closes made a loop of watches and probes as fast as it answered).
+                let why =
+                    format!("very short watch: closed within {:?} with nothing received", opts.short_watch);
+                return (WatchEnd::Failed(Failure::WatchShort, why), rv);
+            }
             Ok(None) => {
                 let ran = since.elapsed();
                 let early = ran + EARLY_MARGIN < Duration::from_secs(u64::from(opts.watch_timeout_secs));
@@ -611,6 +633,7 @@ async fn watch_once(
             }
             Err(e) => return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string()), rv),
         };
+        received = true;
         match ev.kind {
             EventType::Added | EventType::Modified | EventType::Deleted => match writer.parse(ev.object) {
                 Ok(obj) => {
@@ -843,8 +866,12 @@ mod tests {
         // (The paused clock advances to timer ticks: up to 1 ms past the deadline.)
         let max = Duration::from_secs(30) + Duration::from_millis(1);
         assert!(slept.iter().all(|d| *d <= max), "{slept:?}");
-        // Once the step reached the max (0.8 s × 2⁶ > 30 s) every sleep is the max.
-        assert!(slept[7..].iter().all(|d| *d >= Duration::from_secs(30)), "{slept:?}");
+        // Once the step reached the max (0.8 s × 2⁶ > 30 s) every sleep is drawn in [15, 30] s,
+        // not the same for every proxy.
+        assert!(slept[7..].iter().all(|d| *d >= Duration::from_secs(15)), "{slept:?}");
+        let mut distinct = slept[7..].to_vec();
+        distinct.dedup();
+        assert!(distinct.len() > 1, "jittered at the max: {slept:?}");
         b.reset();
         let t = tokio::time::Instant::now();
         b.wait().await;

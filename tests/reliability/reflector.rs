@@ -190,6 +190,46 @@ async fn list_watch_rewatch_relist() {
     task.await.unwrap();
 }
 
+async fn answer_closed_at_once(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    if is_probe(&q) {
+        script.probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        return json(list(10, &[]));
+    }
+    script.log.lock().push(q.clone());
+    if q.contains("watch=true") {
+        return json(String::new());
+    }
+    json(list(10, &[cm("a", 5)]))
+}
+
+/// A watch accepted and closed at once with nothing in it (a load balancer, an aggregated
+/// server that ignores `watch`; the apiserver once per cacher generation) is client-go's "very
+/// short watch": a failure, waited out with the backoff. It was re-watched at once, a watch and
+/// a probe as fast as the upstream answered (a review).
+#[tokio::test]
+async fn watches_closed_at_once_are_re_made_after_the_backoff() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer_closed_at_once(s, r))).await;
+    let (upstream, writer, reader) = configmaps_against(addr);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions { backoff_initial: Duration::from_millis(100), ..Default::default() };
+    let metrics = Arc::new(Metrics::new());
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, metrics.clone(), stop));
+    reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
+    let started = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let watches = script.log.lock().iter().filter(|q| q.contains("watch=true")).count();
+    // Backoff 100 ms, doubling with up to 2× jitter: at most 100+200+400+800 ms fit.
+    assert!((1..=5).contains(&watches), "{watches} watches in {:?}", started.elapsed());
+    let text = metrics.render();
+    assert!(text.contains("reason=\"watch_short\""), "counted");
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
 /// A watch that ends at its `timeoutSeconds` (here 1 s, the script's watches ending after
 /// 200 ms: within the 2 s margin) is re-watched without the probe: only one the upstream ended
 /// well before its time is.
@@ -201,6 +241,8 @@ async fn a_watch_ended_at_its_time_is_re_watched_without_a_probe() {
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
         watch_timeout_secs: 1,
+        // (the script's watches last 200 ms: not "very short" here)
+        short_watch: Duration::from_millis(50),
         ..Default::default()
     };
     let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
@@ -372,6 +414,7 @@ async fn one_failure_of_a_quiet_current_cache_leaves_its_watches_open() {
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
         max_staleness: Duration::from_millis(300),
+        short_watch: Duration::from_millis(50),
         ..Default::default()
     };
     let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
