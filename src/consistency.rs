@@ -173,9 +173,10 @@ fn against_later(mine: &Keys, rv: Rv, later: &Keys, lists: u64) -> Outcome {
     }
 }
 
-/// One round over every cache; returns whether the upstream could be asked for all of them.
-pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -> bool {
-    let mut ok = true;
+/// One round over `readers`; returns the resources whose check could not be made (the
+/// upstream failed it), to be checked again after a backoff — only them.
+pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -> Vec<String> {
+    let mut failed = Vec::new();
     for r in readers {
         let resource = r.kind().group_resource();
         let outcome = check(upstream, r).await;
@@ -195,12 +196,12 @@ pub async fn round(upstream: &Upstream, readers: &[Reader], metrics: &Metrics) -
             Outcome::Behind { cache, upstream } => r.upstream_went_back(cache, upstream, "consistency check"),
             Outcome::Skipped => {}
             Outcome::Failed(e) => {
-                ok = false;
                 tracing::debug!(resource, error = %e, "consistency check failed; retrying with backoff");
+                failed.push(resource);
             }
         }
     }
-    ok
+    failed
 }
 
 /// `period` × a random factor in [1, 1.1): checks of many replicas do not line up.
@@ -244,16 +245,29 @@ pub async fn run(
     }
     let mut wait = if now { Duration::ZERO } else { jittered(period) };
     let mut backoff = BACKOFF_INITIAL.min(period);
+    // After a round with failures, only the failed resources are checked again, after a
+    // jittered backoff, while the full rounds keep their period (a review: one 429 re-checked
+    // every cache at 10, 20, 40… s — more Exact LISTs for an upstream already shedding load).
+    let mut retry: Vec<String> = Vec::new();
+    let mut next_full = tokio::time::Instant::now() + wait;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = crate::shutdown::until_true(&mut stop) => return,
         }
-        if round(&upstream, &readers(), &metrics).await {
-            backoff = BACKOFF_INITIAL.min(period);
-            wait = jittered(period);
+        let full = retry.is_empty() || tokio::time::Instant::now() >= next_full;
+        let mut caches = readers();
+        if full {
+            next_full = tokio::time::Instant::now() + jittered(period);
         } else {
-            wait = backoff;
+            caches.retain(|r| retry.contains(&r.kind().group_resource()));
+        }
+        retry = round(&upstream, &caches, &metrics).await;
+        if retry.is_empty() {
+            backoff = BACKOFF_INITIAL.min(period);
+            wait = next_full.saturating_duration_since(tokio::time::Instant::now());
+        } else {
+            wait = backoff.mul_f64(1.0 + fastrand::f64() / 2.0).min(period);
             backoff = (backoff * 2).min(period);
         }
     }

@@ -155,6 +155,35 @@ async fn a_dropped_event_is_caught_within_one_period_and_clients_end_at_the_trut
 /// the cache consistent there. A second compaction with the watch held again makes both tries
 /// 410: after one retry the cache is compared with the upstream's current state (consistent,
 /// inconsistent or skipped, as far as that state tells), never loops.
+/// A round says which checks the upstream failed (here a 500 to the configmaps' LIST): only
+/// those are checked again after the backoff, the others wait for the next period (a review:
+/// one failure re-checked every cache, again and again, at an upstream shedding load).
+#[tokio::test]
+async fn a_round_names_the_checks_that_failed() {
+    use common::fault::Fault;
+    use kube_watchcache::consistency::round;
+    use kube_watchcache::metrics::Metrics;
+    use kube_watchcache::upstream::{Upstream, UpstreamOptions};
+
+    let sim = Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), ..Default::default() })
+        .await
+        .expect("sim starts");
+    let mut args = serve_args(sim.addr, &["configmaps", "pods"]);
+    args.consistency_check_period = Duration::ZERO;
+    let proxy = app::start(&args).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let relay = Fault::start(sim.addr).await;
+    let upstream = Upstream::new(&UpstreamOptions {
+        upstream: Some(format!("http://{}", relay.addr)),
+        ..Default::default()
+    })
+    .expect("upstream");
+    let metrics = Metrics::new();
+    relay.fail_next_lists(1);
+    assert_eq!(round(&upstream, &proxy.readers(), &metrics).await, ["configmaps"]);
+    assert!(round(&upstream, &proxy.readers(), &metrics).await.is_empty());
+}
+
 #[tokio::test]
 async fn a_check_whose_rv_was_compacted_retries_once_at_the_current_rv() {
     use common::fault::Fault;
