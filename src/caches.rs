@@ -213,9 +213,16 @@ impl Caching {
         let stop = Arc::new(stop);
         let mut shutdown = self.stop.clone();
         let on_shutdown = stop.clone();
+        let mut retired = stop.subscribe();
+        // Gone with the cache when it is retired (a review: one task per cache ever made lived
+        // until shutdown, and caches are made again at each version change or readmission).
         tokio::spawn(async move {
-            crate::shutdown::until_true(&mut shutdown).await;
-            on_shutdown.send_replace(true);
+            tokio::select! {
+                _ = crate::shutdown::until_true(&mut shutdown) => {
+                    on_shutdown.send_replace(true);
+                }
+                _ = retired.wait_for(|s| *s) => {}
+            }
         });
         let saved = self.warm.as_ref().and_then(|w| w.take(&kind));
         let (mut writer, reader) = cache::new(kind.clone(), self.cache_opts.clone());
@@ -229,7 +236,9 @@ impl Caching {
         let (upstream, opts, metrics) =
             (self.upstream.clone(), self.reflector_opts.clone(), self.metrics.clone());
         let warm = self.warm.clone();
-        self.reflectors.lock().push(tokio::spawn(async move {
+        let mut reflectors = self.reflectors.lock();
+        reflectors.retain(|h| !h.is_finished());
+        reflectors.push(tokio::spawn(async move {
             if let Some(saved) = saved {
                 state::restore(&upstream, &mut writer, saved, &metrics, warm.as_deref()).await;
             }
