@@ -491,7 +491,7 @@ async fn list_all(
     let mut pages = crate::upstream::Pages::default();
     let mut warnings = None;
     loop {
-        let page = upstream.list_page(writer.kind(), opts.page_size, token.as_deref(), None).await?;
+        let page = page_with_retries(upstream, writer, opts, token.as_deref()).await?;
         pages.check(page.rv, page.continue_token.as_deref())?;
         list_rv.get_or_insert(page.rv);
         warnings.get_or_insert(page.warnings);
@@ -520,6 +520,44 @@ async fn list_all(
     writer.set_warnings(warnings.unwrap_or_default());
     account.installed();
     Ok(Listed::Installed(rv))
+}
+
+/// Times a page after the first is asked again when the upstream is too busy for it (429) or
+/// failed it (5xx), with the same continue token (valid until compaction), before the whole
+/// list is given up (client-go retries such answers of any request up to 10 times).
+const PAGE_RETRIES: u32 = 4;
+
+/// One page of a list; one after the first is asked again on 429 / 5xx after the backoff or
+/// the answer's `retryAfterSeconds`, whichever is longer (a review: one failed page of a list
+/// of hundreds threw the pages before it away, and under APF pressure a relist could never
+/// land).
+async fn page_with_retries(
+    upstream: &Upstream,
+    writer: &Writer,
+    opts: &ReflectorOptions,
+    token: Option<&str>,
+) -> Result<crate::upstream::ListPage, UpstreamError> {
+    let mut wait = opts.backoff_initial;
+    let mut tries = 0;
+    loop {
+        match upstream.list_page(writer.kind(), opts.page_size, token, None).await {
+            Err(UpstreamError::Status { code, status, .. })
+                if token.is_some() && tries < PAGE_RETRIES && (code == 429 || (500..600).contains(&code)) =>
+            {
+                let after = status
+                    .as_ref()
+                    .and_then(|s| s.pointer("/details/retryAfterSeconds"))
+                    .and_then(serde_json::Value::as_u64)
+                    .map_or(Duration::ZERO, Duration::from_secs);
+                let backoff = wait.mul_f64(1.0 + fastrand::f64()).min(opts.backoff_max);
+                tracing::debug!(resource = %writer.kind().group_resource(), code, "a list page failed; asking for it again");
+                tokio::time::sleep(after.min(opts.backoff_max).max(backoff)).await;
+                wait = (wait * 2).min(opts.backoff_max);
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// What a list is expected to bring in all: `bytes` for its first `items` objects, scaled by
