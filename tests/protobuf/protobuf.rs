@@ -186,6 +186,21 @@ fn lists_of_every_builtin_kind_equal_the_apiservers_protobuf() {
     assert!(compared >= 90);
 }
 
+/// A recorded GET's object (its JSON as a value) as a cache holding it alone serves it.
+fn cached_get(entry: &Value) -> (Value, std::sync::Arc<kube_watchcache::resource::Object>) {
+    let json = entry["json"]["body"].as_str().unwrap();
+    let obj: Value = serde_json::from_str(json).unwrap();
+    let (g, v) = group_version(entry["path"].as_str().unwrap());
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("").to_owned();
+    let kind = ResourceKind::new(&g, &v, "things", obj["kind"].as_str().unwrap(), !ns.is_empty(), true);
+    let (mut w, r) = cache::new(kind, recorded_options());
+    let o = w.parse(Bytes::from(json.trim_end().to_owned())).unwrap();
+    let rv = o.header.rv;
+    w.replace(vec![o], rv);
+    let cached = r.get(&ns, obj["metadata"]["name"].as_str().unwrap()).unwrap();
+    (obj, cached)
+}
+
 #[test]
 fn gets_of_every_builtin_kind_equal_the_apiservers_protobuf() {
     let rec = recording();
@@ -195,15 +210,8 @@ fn gets_of_every_builtin_kind_equal_the_apiservers_protobuf() {
     for entry in gets {
         let path = entry["path"].as_str().unwrap();
         let json = entry["json"]["body"].as_str().unwrap();
-        let obj: Value = serde_json::from_str(json).unwrap();
+        let (obj, cached) = cached_get(entry);
         let (g, v) = group_version(path);
-        let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
-        let kind = ResourceKind::new(&g, &v, "things", obj["kind"].as_str().unwrap(), !ns.is_empty(), true);
-        let (mut w, r) = cache::new(kind, recorded_options());
-        let o = w.parse(Bytes::from(json.trim_end().to_owned())).unwrap();
-        let rv = o.header.rv;
-        w.replace(vec![o], rv);
-        let cached = r.get(ns, obj["metadata"]["name"].as_str().unwrap()).unwrap();
         for (repr, recorded) in
             [(Repr::FullProto, &entry["proto"]), (Repr::MetadataProto, &entry["meta_proto"])]
         {
@@ -241,17 +249,9 @@ fn bytes_the_json_leaves_out_are_not_guessed() {
     let mut seen = std::collections::BTreeMap::new();
     for entry in rec["gets"].as_array().unwrap() {
         let path = entry["path"].as_str().unwrap();
-        let json = entry["json"]["body"].as_str().unwrap();
-        let obj: Value = serde_json::from_str(json).unwrap();
-        let (g, v) = group_version(path);
-        let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
-        let kind = ResourceKind::new(&g, &v, "things", obj["kind"].as_str().unwrap(), !ns.is_empty(), true);
-        let (mut w, r) = cache::new(kind, recorded_options());
-        let o = w.parse(Bytes::from(json.trim_end().to_owned())).unwrap();
-        let rv = o.header.rv;
-        w.replace(vec![o], rv);
+        let (obj, cached) = cached_get(entry);
         let name = obj["metadata"]["name"].as_str().unwrap();
-        let served = r.get(ns, name).unwrap().chunks_as(Repr::FullProto).map(|c| c.concat());
+        let served = cached.chunks_as(Repr::FullProto).map(|c| c.concat());
         let recorded = b64(&entry["proto"]);
         seen.insert(name.to_owned(), (obj, served.is_some(), recorded.clone()));
         if let Some(got) = served {
