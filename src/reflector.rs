@@ -231,6 +231,13 @@ impl Backoff {
     fn reset(&mut self) {
         self.next = self.initial;
     }
+    /// [`Backoff::wait`], at least `floor` (an answer's `retryAfterSeconds`, up to the max).
+    async fn wait_at_least(&mut self, floor: Duration) {
+        let started = tokio::time::Instant::now();
+        self.wait().await;
+        tokio::time::sleep_until(started + floor.min(self.max)).await;
+    }
+
     async fn wait(&mut self) {
         // A step past the max is drawn in [max/2, max], never the max itself: proxies whose
         // backoff reached it stay spread out over a long outage (a review: every one retried
@@ -332,7 +339,7 @@ async fn step(
                     writer.set_not_ready(Some(e.to_string()));
                 }
                 end_stale_watchers(writer, opts, failures, resource);
-                backoff.wait().await;
+                backoff.wait_at_least(retry_after(&e)).await;
                 State::Empty
             }
         },
@@ -522,6 +529,18 @@ async fn list_all(
     Ok(Listed::Installed(rv))
 }
 
+/// The `retryAfterSeconds` of a Status answer (a 429 under APF, a watch cache not ready yet:
+/// the cacher scales it with how long it has been down), zero without one.
+fn retry_after(e: &UpstreamError) -> Duration {
+    match e {
+        UpstreamError::Status { status: Some(s), .. } => s
+            .pointer("/details/retryAfterSeconds")
+            .and_then(serde_json::Value::as_u64)
+            .map_or(Duration::ZERO, Duration::from_secs),
+        _ => Duration::ZERO,
+    }
+}
+
 /// Times a page after the first is asked again when the upstream is too busy for it (429) or
 /// failed it (5xx), with the same continue token (valid until compaction), before the whole
 /// list is given up (client-go retries such answers of any request up to 10 times).
@@ -541,14 +560,10 @@ async fn page_with_retries(
     let mut tries = 0;
     loop {
         match upstream.list_page(writer.kind(), opts.page_size, token, None).await {
-            Err(UpstreamError::Status { code, status, .. })
+            Err(e @ UpstreamError::Status { code, .. })
                 if token.is_some() && tries < PAGE_RETRIES && (code == 429 || (500..600).contains(&code)) =>
             {
-                let after = status
-                    .as_ref()
-                    .and_then(|s| s.pointer("/details/retryAfterSeconds"))
-                    .and_then(serde_json::Value::as_u64)
-                    .map_or(Duration::ZERO, Duration::from_secs);
+                let after = retry_after(&e);
                 let backoff = wait.mul_f64(1.0 + fastrand::f64()).min(opts.backoff_max);
                 tracing::debug!(resource = %writer.kind().group_resource(), code, "a list page failed; asking for it again");
                 tokio::time::sleep(after.min(opts.backoff_max).max(backoff)).await;

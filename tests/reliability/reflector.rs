@@ -240,6 +240,46 @@ async fn a_busy_page_is_asked_again_not_the_whole_list() {
     task.await.unwrap();
 }
 
+async fn answer_busy_first_list(
+    script: Arc<Script>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let q = req.uri().query().unwrap_or("").to_owned();
+    if is_probe(&q) || q.contains("watch=true") {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        return json(String::new());
+    }
+    let n = {
+        let mut log = script.log.lock();
+        log.push(q.clone());
+        script.at.lock().push(std::time::Instant::now());
+        log.len()
+    };
+    if n == 1 {
+        let mut resp = json(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":2},"code":429}"#.to_owned())?;
+        *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+        return Ok(resp);
+    }
+    json(list(10, &[cm("a", 5)]))
+}
+
+/// A list the upstream is too busy for is asked again no sooner than its `retryAfterSeconds`
+/// (the backoff here is 10 ms): APF's, or a watch cache's that is re-initialising (the cacher
+/// scales it with its downtime).
+#[tokio::test]
+async fn a_busy_list_is_retried_after_its_retry_after() {
+    let (addr, script) = scripted(|s, r| Box::pin(answer_busy_first_list(s, r))).await;
+    let (upstream, writer, reader) = configmaps_against(addr);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    reader.wait_for(Rv(10), Duration::from_secs(10)).await.unwrap();
+    let at = script.at.lock().clone();
+    assert!(at[1] - at[0] >= Duration::from_secs(2), "{:?}", at[1] - at[0]);
+    stop_tx.send(true).unwrap();
+    task.await.unwrap();
+}
+
 async fn answer_closed_at_once(
     script: Arc<Script>,
     req: Request<Incoming>,
