@@ -84,6 +84,11 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, s
 /// The first value of `key` as Go's `req.URL.Query().Get(key)` gives it, as bytes (a value
 /// that is not UTF-8 kept as it is, for an error text that quotes it as Go does).
 pub fn query_value_bytes(query: &str, key: &str) -> Option<Vec<u8>> {
+    // (every request's query is asked for `timeout`: nothing is decoded when the key cannot be
+    // in it, neither written out nor escaped)
+    if !query.contains(key) && !query.contains('%') {
+        return None;
+    }
     query_pairs_bytes(query).find_map(|(k, v)| (k == key.as_bytes()).then_some(v))
 }
 

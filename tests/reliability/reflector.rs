@@ -190,6 +190,18 @@ async fn list_watch_rewatch_relist() {
     task.await.unwrap();
 }
 
+/// The apiserver's 429 under API Priority and Fairness, with its `Retry-After`.
+fn too_many(seconds: u64) -> Response<Full<Bytes>> {
+    let body = format!(
+        r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{{"retryAfterSeconds":{seconds}}},"code":429}}"#
+    );
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+    resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    resp.headers_mut().insert("retry-after", seconds.to_string().parse().unwrap());
+    resp
+}
+
 async fn answer_busy_second_page(
     script: Arc<Script>,
     req: Request<Incoming>,
@@ -212,10 +224,7 @@ async fn answer_busy_second_page(
         ));
     }
     if tries == 1 {
-        let mut resp = json(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#.to_owned())?;
-        *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
-        resp.headers_mut().insert("retry-after", "1".parse().unwrap());
-        return Ok(resp);
+        return Ok(too_many(1));
     }
     json(list(10, &[cm("b", 6)]))
 }
@@ -256,9 +265,7 @@ async fn answer_busy_first_list(
         log.len()
     };
     if n == 1 {
-        let mut resp = json(r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":2},"code":429}"#.to_owned())?;
-        *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
-        return Ok(resp);
+        return Ok(too_many(2));
     }
     json(list(10, &[cm("a", 5)]))
 }

@@ -214,6 +214,8 @@ mod tests {
                 v["message"].as_str().unwrap().to_owned()
             }
         };
+        // The key as Go reads it, escaped or not.
+        assert!(msg("t%69meout=abc").await.ends_with(r#"invalid duration "abc""#));
         assert_eq!(
             msg("timeout=5").await,
             r#"invalid timeout specified in the request URL - time: missing unit in duration "5""#
