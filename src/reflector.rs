@@ -1,6 +1,7 @@
 //! The single writer of one resource's cache: LIST (paged) → WATCH from the list RV →
 //! on a broken stream re-watch from the cache RV → relist only when the upstream says that RV
-//! is gone. Exponential backoff with jitter between failures.
+//! is gone (asked whole from that RV first, as client-go does). Exponential backoff with
+//! jitter between failures.
 //!
 //! Spawned by `app` once per cached resource; holds that resource's `cache::Writer`, talks to
 //! the apiserver through `upstream::Upstream`.
@@ -72,6 +73,11 @@ enum State {
     /// the proxy's downtime, perhaps long before — so the cache is not ready while it relists
     /// (as at a cold start), rather than serving that state meanwhile.
     Resuming { rv: Rv },
+    /// The upstream no longer has the cache's `after` for a watch (410): a full list, asked
+    /// first at least as new as `after` and whole (client-go's relist at its last RV: an
+    /// apiserver's watch cache answers it, where a consistent or paginated list is read from
+    /// etcd on 1.28–1.30 — for every proxy at once after an apiserver restart), else `Empty`'s.
+    Relist { after: Rv },
 }
 
 /// Why a watch ended.
@@ -297,35 +303,11 @@ async fn step(
     failures: &mut Failures,
     state: State,
 ) -> State {
-    let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
+    let (opts, metrics, resource) = (ctx.opts, ctx.metrics, ctx.resource);
     match state {
-        State::Empty => match list_all(upstream, writer, opts).await {
-            Ok(Listed::Refused(bytes)) => {
-                // --cache-memory-limit: the governor makes room or drops this cache (which
-                // stops this reflector); until then, retry with the backoff.
-                tracing::info!(resource, bytes, "list refused: it would pass --cache-memory-limit; retrying");
-                if writer.progress_rv() == Rv(0) {
-                    writer.set_not_ready(Some(format!(
-                        "its list passed --cache-memory-limit at {bytes} bytes"
-                    )));
-                }
-                failures.failing();
-                end_stale_watchers(writer, opts, failures, resource);
-                backoff.wait().await;
-                State::Empty
-            }
-            Ok(Listed::Unparsable(e)) => {
-                unparsable(ctx, writer, failures, &e).await;
-                State::Empty
-            }
-            Ok(Listed::Installed(rv)) => {
-                metrics.relist(resource);
-                failures.recovered();
-                backoff.reset();
-                failures.unparsable_retry = opts.unparsable_retry;
-                State::Synced { rv }
-            }
-            Err(e) => {
+        State::Empty | State::Relist { .. } => match relist(ctx, writer, state).await {
+            (Ok(listed), _) => listed_ok(ctx, writer, backoff, failures, listed).await,
+            (Err(e), next) => {
                 failures.record(
                     metrics,
                     Failure::List(Cause::of(&e)),
@@ -340,69 +322,144 @@ async fn step(
                 }
                 end_stale_watchers(writer, opts, failures, resource);
                 backoff.wait_at_least(retry_after(&e)).await;
-                State::Empty
+                next
             }
         },
         State::Synced { rv: from } | State::Resuming { rv: from } => {
-            let resuming = matches!(state, State::Resuming { .. });
-            let (end, rv) = watch_once(upstream, writer, opts, metrics, resource, from).await;
-            // A watch that delivered something proved the upstream healthy: the next failure
-            // starts the backoff over (else each drop of a long-lived connection would wait
-            // longer than the one before).
-            if rv > from {
-                backoff.reset();
-                failures.recovered();
+            watched(ctx, writer, backoff, failures, state, from).await
+        }
+    }
+}
+
+/// A full list: whole from the RV a watch lost (`State::Relist`, when the byte budget has
+/// room for the cache's size), else paged and consistent (`list_all`); with the state to try
+/// again from if it fails. A 410 or 504 "Too large resource version" to the first (an
+/// upstream whose watch cache is behind, or whose storage went back) falls back to the second
+/// at once, as client-go's reflector does; another Status keeps the RV for the next try; a
+/// transport failure or timeout (a whole list may take longer than an own request's bound)
+/// does not.
+async fn relist(ctx: &Ctx<'_>, writer: &mut Writer, state: State) -> (Result<Listed, UpstreamError>, State) {
+    let (upstream, opts) = (ctx.upstream, ctx.opts);
+    let State::Relist { after } = state else {
+        return (list_all(upstream, writer, opts).await, State::Empty);
+    };
+    if !writer.list_account().fits_its_size() {
+        return (list_all(upstream, writer, opts).await, State::Empty);
+    }
+    match list_whole(upstream, writer, after).await {
+        Ok(Some(listed)) => (Ok(listed), State::Empty),
+        Ok(None) => (list_all(upstream, writer, opts).await, State::Empty),
+        Err(e) if e.is_gone() || e.is_too_large_rv() => {
+            tracing::info!(resource = ctx.resource, rv = %after, error = %e, "the upstream cannot list from the cache's resourceVersion; listing consistently");
+            (list_all(upstream, writer, opts).await, State::Empty)
+        }
+        Err(e @ UpstreamError::Status { .. }) => (Err(e), State::Relist { after }),
+        Err(e) => (Err(e), State::Empty),
+    }
+}
+
+/// After a list that was answered: installed, refused for the byte budget, or unparsable.
+async fn listed_ok(
+    ctx: &Ctx<'_>,
+    writer: &mut Writer,
+    backoff: &mut Backoff,
+    failures: &mut Failures,
+    listed: Listed,
+) -> State {
+    let (opts, metrics, resource) = (ctx.opts, ctx.metrics, ctx.resource);
+    match listed {
+        Listed::Refused(bytes) => {
+            // --cache-memory-limit: the governor makes room or drops this cache (which
+            // stops this reflector); until then, retry with the backoff.
+            tracing::info!(resource, bytes, "list refused: it would pass --cache-memory-limit; retrying");
+            if writer.progress_rv() == Rv(0) {
+                writer.set_not_ready(Some(format!("its list passed --cache-memory-limit at {bytes} bytes")));
             }
-            // Still resuming a restored state while nothing came.
-            let watching =
-                |rv| if resuming && rv == from { State::Resuming { rv } } else { State::Synced { rv } };
-            match end {
-                WatchEnd::Closed { early } => {
-                    backoff.reset();
-                    failures.recovered();
-                    // An apiserver whose storage was restored (etcd without a revision bump)
-                    // ends its watches cleanly when its watch cache re-initialises; a re-watch
-                    // from our RV, ahead of it, is accepted and waits in silence, and after the
-                    // quiet second the gone state would pass for current (a review).
-                    if early && went_back(upstream, writer, opts).await {
-                        metrics.reflector_error(resource, "upstream_behind");
-                        return State::Empty;
-                    }
-                    watching(rv)
-                }
-                WatchEnd::Inconsistent(at, why) => {
-                    metrics.reflector_error(resource, "inconsistent");
-                    tracing::warn!(resource, rv = %rv, reason = %why, "relisting: the cache differs from the upstream");
-                    writer.set_not_ready(Some(why));
-                    // Clients may hold what the wrong cache served at any RV up to `rv`.
-                    writer.distrust_through(at);
-                    State::Empty
-                }
-                WatchEnd::Unparsable(e) => {
-                    unparsable(ctx, writer, failures, &e).await;
-                    State::Empty
-                }
-                WatchEnd::Gone => {
-                    metrics.reflector_error(resource, "expired");
-                    tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
-                    if resuming && rv == from {
-                        writer.set_not_ready(Some(format!(
-                            "restored at resourceVersion {rv}, which the upstream no longer has; relisting"
-                        )));
-                    }
-                    State::Empty
-                }
-                WatchEnd::Failed(r, e) => {
-                    failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
-                    end_stale_watchers(writer, opts, failures, resource);
-                    backoff.wait().await;
-                    if went_back(upstream, writer, opts).await {
-                        metrics.reflector_error(resource, "upstream_behind");
-                        return State::Empty;
-                    }
-                    watching(rv)
-                }
+            failures.failing();
+            end_stale_watchers(writer, opts, failures, resource);
+            backoff.wait().await;
+            State::Empty
+        }
+        Listed::Unparsable(e) => {
+            unparsable(ctx, writer, failures, &e).await;
+            State::Empty
+        }
+        Listed::Installed(rv) => {
+            metrics.relist(resource);
+            failures.recovered();
+            backoff.reset();
+            failures.unparsable_retry = opts.unparsable_retry;
+            State::Synced { rv }
+        }
+    }
+}
+
+/// One upstream watch from `from` (the cache's RV) and what follows its end.
+async fn watched(
+    ctx: &Ctx<'_>,
+    writer: &mut Writer,
+    backoff: &mut Backoff,
+    failures: &mut Failures,
+    state: State,
+    from: Rv,
+) -> State {
+    let (upstream, opts, metrics, resource) = (ctx.upstream, ctx.opts, ctx.metrics, ctx.resource);
+    let resuming = matches!(state, State::Resuming { .. });
+    let (end, rv) = watch_once(upstream, writer, opts, metrics, resource, from).await;
+    // A watch that delivered something proved the upstream healthy: the next failure
+    // starts the backoff over (else each drop of a long-lived connection would wait
+    // longer than the one before).
+    if rv > from {
+        backoff.reset();
+        failures.recovered();
+    }
+    // Still resuming a restored state while nothing came.
+    let watching = |rv| if resuming && rv == from { State::Resuming { rv } } else { State::Synced { rv } };
+    match end {
+        WatchEnd::Closed { early } => {
+            backoff.reset();
+            failures.recovered();
+            // An apiserver whose storage was restored (etcd without a revision bump)
+            // ends its watches cleanly when its watch cache re-initialises; a re-watch
+            // from our RV, ahead of it, is accepted and waits in silence, and after the
+            // quiet second the gone state would pass for current (a review).
+            if early && went_back(upstream, writer, opts).await {
+                metrics.reflector_error(resource, "upstream_behind");
+                return State::Empty;
             }
+            watching(rv)
+        }
+        WatchEnd::Inconsistent(at, why) => {
+            metrics.reflector_error(resource, "inconsistent");
+            tracing::warn!(resource, rv = %rv, reason = %why, "relisting: the cache differs from the upstream");
+            writer.set_not_ready(Some(why));
+            // Clients may hold what the wrong cache served at any RV up to `rv`.
+            writer.distrust_through(at);
+            State::Empty
+        }
+        WatchEnd::Unparsable(e) => {
+            unparsable(ctx, writer, failures, &e).await;
+            State::Empty
+        }
+        WatchEnd::Gone => {
+            metrics.reflector_error(resource, "expired");
+            tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
+            if resuming && rv == from {
+                writer.set_not_ready(Some(format!(
+                    "restored at resourceVersion {rv}, which the upstream no longer has; relisting"
+                )));
+            }
+            State::Relist { after: rv }
+        }
+        WatchEnd::Failed(r, e) => {
+            failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
+            end_stale_watchers(writer, opts, failures, resource);
+            backoff.wait().await;
+            if went_back(upstream, writer, opts).await {
+                metrics.reflector_error(resource, "upstream_behind");
+                return State::Empty;
+            }
+            watching(rv)
         }
     }
 }
@@ -527,6 +584,39 @@ async fn list_all(
     writer.set_warnings(warnings.unwrap_or_default());
     account.installed();
     Ok(Listed::Installed(rv))
+}
+
+/// The whole state at least as new as `after` (`Upstream::list_since`), installed unless the
+/// byte budget refuses it once it is in; `None` when the upstream paged it unasked.
+async fn list_whole(
+    upstream: &Upstream,
+    writer: &mut Writer,
+    after: Rv,
+) -> Result<Option<Listed>, UpstreamError> {
+    let page = upstream.list_since(writer.kind(), after).await?;
+    // The first page of a paged answer (an upstream that paginates unasked): listed paged.
+    if page.continue_token.is_some() {
+        return Ok(None);
+    }
+    let mut account = writer.list_account();
+    let mut items = Vec::with_capacity(page.items.len());
+    let mut listed = 0u64;
+    for raw in page.items {
+        match writer.parse(raw) {
+            Ok(o) => {
+                listed += o.kept_bytes() as u64;
+                items.push(o)
+            }
+            Err(e) => return Ok(Some(Listed::Unparsable(e.to_string()))),
+        }
+    }
+    if !account.add(listed, listed) {
+        return Ok(Some(Listed::Refused(account.refused_at())));
+    }
+    writer.replace(items, page.rv);
+    writer.set_warnings(page.warnings);
+    account.installed();
+    Ok(Some(Listed::Installed(page.rv)))
 }
 
 /// The `retryAfterSeconds` of a Status answer (a 429 under APF, a watch cache not ready yet:
@@ -867,6 +957,72 @@ mod tests {
             [r#"299 - "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice""#
                 .to_owned()]
         );
+    }
+
+    /// After a watch's 410 the relist is asked whole from the RV the watch lost (client-go's:
+    /// an apiserver's watch cache answers it, not etcd); a 410 or a 504 "Too large resource
+    /// version" to it falls back to a consistent paged list at once; another Status (a 429)
+    /// keeps the RV for the next try, a page answered unasked is listed paged.
+    #[tokio::test]
+    async fn a_relist_after_a_410_is_asked_whole_from_the_lost_rv_first() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{full, handler, serve};
+        let list = |rv: &str, cont: &str| {
+            format!(
+                r#"{{"kind":"ConfigMapList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"{cont}}},"items":[{{"metadata":{{"name":"a","namespace":"n","resourceVersion":"{rv}"}}}}]}}"#
+            )
+        };
+        let expired = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 100 (200)","reason":"Expired","code":410}"#;
+        let too_large = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 100, current: 90","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#;
+        let busy = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#;
+        // (the answer to the whole list, the queries sent, the RV installed or none, next state)
+        let cases: [(u16, String, &[&str], Option<u64>, Option<u64>); 5] = [
+            (200, list("150", ""), &["resourceVersion=100"], Some(150), None),
+            (410, expired.into(), &["resourceVersion=100", "limit=500"], Some(160), None),
+            (504, too_large.into(), &["resourceVersion=100", "limit=500"], Some(160), None),
+            (429, busy.into(), &["resourceVersion=100"], None, Some(100)),
+            (200, list("150", r#","continue":"x""#), &["resourceVersion=100", "limit=500"], Some(160), None),
+        ];
+        for (code, whole, want_queries, want_rv, want_next) in cases {
+            let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let (seen, whole) = (log.clone(), whole.clone());
+            let addr = serve(handler(move |_, req| {
+                let (seen, whole) = (seen.clone(), whole.clone());
+                async move {
+                    let q = req.uri().query().unwrap_or("").to_owned();
+                    seen.lock().push(q.clone());
+                    let (code, body) =
+                        if q.contains("limit=") { (200, list("160", "")) } else { (code, whole) };
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(full(body))
+                        .unwrap()
+                }
+            }))
+            .await;
+            let upstream = crate::upstream::testutil::client_of(addr);
+            let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+            let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+            w.replace(Vec::new(), Rv(100));
+            let (opts, metrics) = (ReflectorOptions::default(), Metrics::new());
+            let ctx = Ctx { upstream: &upstream, opts: &opts, metrics: &metrics, resource: "configmaps" };
+            let (listed, next) = relist(&ctx, &mut w, State::Relist { after: Rv(100) }).await;
+            assert_eq!(&log.lock()[..], want_queries, "{code}");
+            match (listed, want_rv) {
+                (Ok(Listed::Installed(rv)), Some(want)) => {
+                    assert_eq!(rv, Rv(want), "{code}");
+                    assert_eq!(r.progress().rv, Rv(want), "{code}");
+                }
+                (Err(e), None) => assert_eq!(e.status_code(), Some(code)),
+                _ => panic!("{code}: not as expected"),
+            }
+            match (next, want_next) {
+                (State::Relist { after }, Some(want)) => assert_eq!(after, Rv(want), "{code}"),
+                (State::Empty, None) => {}
+                _ => panic!("{code}: next state not as expected"),
+            }
+        }
     }
 
     /// An upstream that repeats a continue token (or pages at another RV) fails the list

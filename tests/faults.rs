@@ -435,9 +435,7 @@ impl Env {
 
     /// The reflector's LISTs of configmaps (pages of 500, not watches) the sim has received.
     fn upstream_lists(&self) -> usize {
-        self.sim.sim.request_count(|r| {
-            r.path == "/api/v1/configmaps" && !r.query.contains("watch=true") && r.query.contains("limit=500")
-        })
+        self.sim.sim.request_count(|r| common::reflector_list(r, "/api/v1/configmaps"))
     }
 
     fn upstream_watches(&self) -> usize {

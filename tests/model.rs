@@ -139,9 +139,7 @@ async fn clients_never_hold_ghosts_across_faults_relists_and_replicas() {
     eprintln!("event-level: {streams} streams, {changes} changes received, none skipped");
     let checked = assert_clients_at_truth(held, &bases, &truth, seed + 2).await;
     let l = |p: &Running| p.readers()[0].watcher_stats();
-    let upstream_lists = sim.sim.request_count(|r| {
-        r.path == "/api/v1/configmaps" && !r.query.contains("watch=true") && r.query.contains("limit=500")
-    });
+    let upstream_lists = sim.sim.request_count(|r| common::reflector_list(r, "/api/v1/configmaps"));
     let s = &stats;
     eprintln!(
         "model (seed {seed}, {secs} s): {} writes; faults: {} stalls, {} cuts, {} compactions; {} replica LISTs (2 initial, the rest relists); clients: {} lists, {} watch-lists, resumes at A {} / B {} / sim {}, {} events applied, {} streams ended, {} 410s; replicas caught up {caught_up:?} after; {checked} clients at the truth ({} objects), 0 ghosts; watchers now A {:?} B {:?}",

@@ -107,6 +107,14 @@ impl ListAccount {
         false
     }
 
+    /// Whether a list as large as what this cache holds now fits ([`ListAccount::add`]'s
+    /// rule): a relist asked for whole arrives whole before it can be counted, so it is asked
+    /// for only then. Always true without a limit.
+    pub fn fits_its_size(&self) -> bool {
+        let Some(budget) = &self.budget else { return true };
+        budget.measured().saturating_add(budget.listing.load(Ordering::Relaxed)) <= budget.limit
+    }
+
     /// What a refused list is counted at ([`ListAccount::add`]'s record).
     pub fn refused_at(&self) -> u64 {
         self.shared.refused.load(Ordering::Relaxed)

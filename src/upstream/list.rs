@@ -1,6 +1,7 @@
 //! One LIST page from the upstream, with the items kept as the exact bytes received.
 //!
-//! Called by `reflector` (initial list and relists, page by page) and by
+//! Called by `reflector` (initial list and relists, page by page, or whole from an RV after
+//! its watch expired) and by
 //! `server::consistent` (the initial state of a watch-list that the cache cannot yet prove
 //! fresh, with the watch's own namespace and selectors). The body is buffered once;
 //! each item is a zero-copy slice of it (`Bytes::slice_ref` of a borrowed `RawValue`), so the
@@ -318,6 +319,16 @@ impl Upstream {
         let path = format!("{}?{query}", kind.collection_path(None));
         let body = self.inner.get_bytes_as(&path, METADATA_LIST).await?;
         MetadataPage::parse(&body)
+    }
+
+    /// The whole state at least as new as `rv`, with the proxy's own credentials:
+    /// `GET <collection>?resourceVersion=<rv>`, no limit — client-go's relist after its watch
+    /// expired, which an apiserver serves from its watch cache (a paginated list, and before
+    /// 1.31 a consistent one, is read from etcd).
+    pub async fn list_since(&self, kind: &ResourceKind, rv: Rv) -> Result<ListPage, UpstreamError> {
+        let path = format!("{}?resourceVersion={rv}", kind.collection_path(None));
+        let (body, warnings) = self.inner.get_bytes_warned(&path).await?;
+        Ok(ListPage { warnings, ..ListPage::parse(&body)? })
     }
 
     /// One LIST page with the proxy's own credentials:

@@ -114,6 +114,16 @@ impl UpstreamError {
         }
     }
 
+    /// True for the apiserver's 504 for a resourceVersion newer than its own (its watch cache
+    /// behind, its storage restored): a `Status` whose `details.causes` hold
+    /// `ResourceVersionTooLarge` (client-go's `isTooLargeResourceVersionError`).
+    pub fn is_too_large_rv(&self) -> bool {
+        let UpstreamError::Status { status: Some(s), .. } = self else { return false };
+        s.pointer("/details/causes").and_then(serde_json::Value::as_array).is_some_and(|causes| {
+            causes.iter().any(|c| c.get("reason").and_then(|r| r.as_str()) == Some("ResourceVersionTooLarge"))
+        })
+    }
+
     /// The HTTP status code of a `Status` error.
     pub fn status_code(&self) -> Option<u16> {
         match self {

@@ -36,6 +36,29 @@ where
     }
 }
 
+/// Whether the upstream's request `r` is a reflector's full list of the collection `path`:
+/// paged and consistent (`limit=500`, its first page), or whole from the RV its watch lost
+/// (`resourceVersion=<n>` alone, after a 410) — not a watch, a later page, or a metadata list.
+pub fn reflector_list(r: &kube_watchcache_sim::RequestRecord, path: &str) -> bool {
+    let whole_since = r
+        .query
+        .strip_prefix("resourceVersion=")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    let metadata =
+        r.headers.get("accept").is_some_and(|a| a.to_str().unwrap_or("").contains("PartialObjectMetadata"));
+    r.path == path
+        && !metadata
+        && !r.query.contains("watch=true")
+        && !r.query.contains("continue=")
+        && (r.query.contains("limit=500") || whole_since)
+}
+
+/// Of the upstream's requests, a reflector's lists of `path` that were whole from an RV
+/// ([`reflector_list`]'s second kind).
+pub fn whole_relists(sim: &SimHandle, path: &str) -> usize {
+    sim.sim.request_count(|r| reflector_list(r, path) && !r.query.contains("limit="))
+}
+
 pub type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
 pub fn client() -> HttpClient {

@@ -160,9 +160,7 @@ impl Env {
     }
 
     fn upstream_lists(&self) -> usize {
-        self.sim.sim.request_count(|r| {
-            r.path == "/api/v1/configmaps" && !r.query.contains("watch=true") && r.query.contains("limit=500")
-        })
+        self.sim.sim.request_count(|r| common::reflector_list(r, "/api/v1/configmaps"))
     }
 }
 

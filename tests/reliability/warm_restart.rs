@@ -62,13 +62,7 @@ fn cm(sim: &SimHandle, name: &str, data: &str) -> u64 {
 /// Full LISTs of configmaps the sim answered (the reflector's pages; not the `limit=1` check,
 /// nor the consistency check's metadata-only LISTs).
 fn full_lists(sim: &SimHandle) -> usize {
-    sim.sim.request_count(|r| {
-        let metadata = r
-            .headers
-            .get("accept")
-            .is_some_and(|a| a.to_str().unwrap_or("").contains("PartialObjectMetadata"));
-        r.path == CM && r.query.contains("limit=500") && !metadata
-    })
+    sim.sim.request_count(|r| common::reflector_list(r, CM))
 }
 
 async fn get(client: &HttpClient, p: &Running, path: &str) -> Value {
@@ -219,6 +213,7 @@ async fn a_state_the_upstream_compacted_past_is_relisted_under_the_relist_rules(
     let r = b.readers()[0].clone();
     r.wait_for(Rv(changed + 1), Duration::from_secs(10)).await.expect("relisted");
     assert_eq!(full_lists(&sim), lists + 1, "one relist");
+    assert_eq!(common::whole_relists(&sim, CM), 1, "asked whole from the restored RV (the watch cache's)");
     let truth = truth(&client, &sim).await;
     assert_eq!(items(&get(&client, &b, &format!("{CM}?resourceVersion=0")).await), truth);
     assert!(!truth.iter().any(|(n, _)| n == "c2"));

@@ -609,13 +609,7 @@ mod relist {
 
         // A relist: the upstream watch stalls while the sim moves past its compaction window,
         // then is cut; the proxy relists and ends the watches that started before.
-        let lists = || {
-            sim.sim.request_count(|r| {
-                r.path == "/api/v1/configmaps"
-                    && !r.query.contains("watch=true")
-                    && r.query.contains("limit=500")
-            })
-        };
+        let lists = || sim.sim.request_count(|r| common::reflector_list(r, "/api/v1/configmaps"));
         let before = lists();
         fault.stall_watches(true);
         for i in 6..10 {
