@@ -976,7 +976,8 @@ mod tests {
         let too_large = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: Too large resource version: 100, current: 90","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#;
         let busy = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#;
         // (the answer to the whole list, the queries sent, the RV installed or none, next state)
-        let cases: [(u16, String, &[&str], Option<u64>, Option<u64>); 5] = [
+        type Case = (u16, String, &'static [&'static str], Option<u64>, Option<u64>);
+        let cases: [Case; 5] = [
             (200, list("150", ""), &["resourceVersion=100"], Some(150), None),
             (410, expired.into(), &["resourceVersion=100", "limit=500"], Some(160), None),
             (504, too_large.into(), &["resourceVersion=100", "limit=500"], Some(160), None),
