@@ -413,8 +413,11 @@ async fn watched(
         backoff.reset();
         failures.recovered();
     }
-    // Still resuming a restored state while nothing came.
-    let watching = |rv| if resuming && rv == from { State::Resuming { rv } } else { State::Synced { rv } };
+    // Still resuming a restored state while the upstream neither brought nor confirmed
+    // anything (`Writer::confirmed`).
+    let confirmed = writer.confirmed_here();
+    let watching =
+        |rv| if resuming && rv == from && !confirmed { State::Resuming { rv } } else { State::Synced { rv } };
     match end {
         WatchEnd::Closed { early } => {
             backoff.reset();
@@ -444,7 +447,7 @@ async fn watched(
         WatchEnd::Gone => {
             metrics.reflector_error(resource, "expired");
             tracing::info!(resource, rv = %rv, "upstream says our resourceVersion is gone; relisting");
-            if resuming && rv == from {
+            if resuming && rv == from && !confirmed {
                 writer.set_not_ready(Some(format!(
                     "restored at resourceVersion {rv}, which the upstream no longer has; relisting"
                 )));
@@ -744,7 +747,7 @@ async fn watch_once(
             (at, why) = writer.relist_requested() => return (WatchEnd::Inconsistent(at, why), rv),
             next = tokio::time::timeout(opts.watch_idle_timeout, stream.next()) => next,
             () = quiet => {
-                writer.proven();
+                writer.confirmed();
                 quiet_until = None;
                 continue;
             }
@@ -880,8 +883,9 @@ mod tests {
     }
 
     /// A watch the upstream accepts and then answers with a 410 ERROR (a compacted RV) does
-    /// not make a stale cache fresh; one that stays quiet does (a quiet resource brings no
-    /// bookmark on 1.28). Paused time: the staleness is read, never slept for.
+    /// not make a stale restored cache fresh; one that stays quiet does, and confirms it (a
+    /// quiet resource brings no bookmark on 1.28: a review found a restored quiet resource
+    /// unconfirmed for hours). Paused time: the staleness is read, never slept for.
     #[tokio::test(start_paused = true)]
     async fn an_accepted_watch_proves_the_cache_only_once_no_error_followed() {
         use crate::resource::ResourceKind;
@@ -905,26 +909,32 @@ mod tests {
             let upstream = client_of(addr);
             let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
             let (mut w, r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
-            w.replace(Vec::new(), Rv(100));
+            // A state restored from `--state-dir`, saved an hour before.
+            w.restore(Vec::new(), Rv(100), Vec::new(), Rv(100)).unwrap();
+            w.restored_age(Duration::from_secs(3600));
             tokio::time::advance(Duration::from_secs(600)).await;
             let stale = |r: &crate::cache::Reader| r.staleness().unwrap();
-            assert!(stale(&r) >= Duration::from_secs(599), "{:?}", stale(&r));
+            assert!(stale(&r) >= Duration::from_secs(4199), "{:?}", stale(&r));
             let metrics = Metrics::new();
             let opts = ReflectorOptions::default();
             let watching = watch_once(&upstream, &mut w, &opts, &metrics, "configmaps", Rv(100));
             if answer_gone {
                 assert!(matches!(watching.await.0, WatchEnd::Gone));
-                assert!(stale(&r) >= Duration::from_secs(599), "a 410 after the 200 proves nothing");
+                assert!(stale(&r) >= Duration::from_secs(4199), "a 410 after the 200 proves nothing");
+                assert!(!r.proven_here());
             } else {
                 let mut watching = Box::pin(watching);
                 // Past the quiet second, the watch still open.
                 let open = tokio::time::timeout(ACCEPTED_QUIET * 3, &mut watching).await;
                 assert!(open.is_err(), "the watch stays open");
+                // The restored state's too: its age no longer counts, and it is the process's
+                // own (a later 410 relists it as any, the server ready meanwhile).
                 assert!(
                     stale(&r) < Duration::from_secs(10),
                     "a quiet accepted watch proves it: {:?}",
                     stale(&r)
                 );
+                assert!(r.proven_here());
             }
         }
     }

@@ -497,6 +497,23 @@ impl Writer {
         self.shared.proven_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
+    /// The upstream accepted a watch from the cache's RV and sent no ERROR within the quiet
+    /// second after (`reflector::watch_once`): proof that the cache is current, a restored
+    /// state's too — a quiet resource may bring no event nor bookmark for hours (1.28 sends
+    /// bookmarks only once it has seen an event), and until this a restored state stayed
+    /// unconfirmed all that time: its age kept counting in its staleness, and a later 410 made
+    /// it block readiness as at a cold start (found by a review).
+    pub fn confirmed(&self) {
+        self.proven();
+        self.shared.live.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the upstream has brought or confirmed this cache in this process
+    /// ([`Reader::proven_here`]).
+    pub fn confirmed_here(&self) -> bool {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
     /// How long ago this cache was made (its staleness counts from then at most).
     pub fn age(&self) -> Duration {
         self.shared.born.elapsed()
@@ -720,7 +737,8 @@ impl Reader {
     }
 
     /// Whether the upstream has brought this cache something in this process (a list, an
-    /// event, a bookmark; not a watch merely accepted, which a 410 event may follow): a
+    /// event, a bookmark, a watch from its RV accepted and quiet for a second after —
+    /// [`Writer::confirmed`]; not a watch merely accepted, which a 410 event may follow): a
     /// restored state not yet confirmed so is not.
     pub fn proven_here(&self) -> bool {
         self.shared.live.load(Ordering::Relaxed)

@@ -219,7 +219,8 @@ async fn a_restored_states_staleness_counts_from_its_save() {
     w.proven();
     assert!(!r.proven_here());
     assert!(r.staleness().unwrap() >= Duration::from_secs(3600));
-    // Its first bookmark is: its age no longer counts.
+    // Its first bookmark is (as is a watch accepted and quiet for a second after, which the
+    // reflector reports with `confirmed`): its age no longer counts.
     w.bookmark(Rv(8));
     assert!(r.proven_here());
     assert!(r.staleness().unwrap() < Duration::from_secs(1));

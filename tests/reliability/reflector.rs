@@ -679,7 +679,7 @@ async fn a_restored_state_the_upstream_no_longer_has_is_not_served_while_it_reli
     let (addr, script) = scripted(|s, r| Box::pin(answer_restored(s, r))).await;
     let (upstream, mut writer, reader) = configmaps_against(addr);
     // What a restore leaves: the cache ready at the saved RV, its reflector to resume from it.
-    writer.replace(Vec::new(), Rv(10));
+    writer.restore(Vec::new(), Rv(10), Vec::new(), Rv(10)).unwrap();
     assert!(reader.progress().ready);
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
