@@ -284,10 +284,12 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let mut warm_states = None;
     let (caching, saver) = match (state_opts, loaded) {
         (Some(opts), Some(loaded)) => {
+            // Asked again on 429 / 5xx / no answer (`state::checked`), within 30 s in all
+            // (the start waits for it; without it every saved state is given up).
             let identity =
-                match tokio::time::timeout(Duration::from_secs(10), state::identity(&upstream)).await {
+                match tokio::time::timeout(Duration::from_secs(30), state::identity(&upstream)).await {
                     Ok(r) => r,
-                    Err(_) => Err("no answer within 10s".to_owned()),
+                    Err(_) => Err("no answer within 30s".to_owned()),
                 };
             if let Err(e) = &identity {
                 tracing::warn!(error = %e, "the upstream cluster's identity is unknown: no saved state is used");

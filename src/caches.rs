@@ -240,7 +240,13 @@ impl Caching {
         reflectors.retain(|h| !h.is_finished());
         reflectors.push(tokio::spawn(async move {
             if let Some(saved) = saved {
-                state::restore(&upstream, &mut writer, saved, &metrics, warm.as_deref()).await;
+                // The restore's checks are asked again while the upstream is busy: a shutdown
+                // meanwhile does not wait for them (`reflector::run` then stops at once).
+                let mut stop = stop_rx.clone();
+                tokio::select! {
+                    _ = state::restore(&upstream, &mut writer, saved, &metrics, warm.as_deref()) => {}
+                    _ = crate::shutdown::until_true(&mut stop) => {}
+                }
             }
             reflector::run(upstream, writer, opts, metrics, stop_rx).await
         }));

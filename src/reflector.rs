@@ -321,7 +321,7 @@ async fn step(
                     writer.set_not_ready(Some(e.to_string()));
                 }
                 end_stale_watchers(writer, opts, failures, resource);
-                backoff.wait_at_least(retry_after(&e)).await;
+                backoff.wait_at_least(e.retry_after()).await;
                 next
             }
         },
@@ -622,18 +622,6 @@ async fn list_whole(
     Ok(Some(Listed::Installed(page.rv)))
 }
 
-/// The `retryAfterSeconds` of a Status answer (a 429 under APF, a watch cache not ready yet:
-/// the cacher scales it with how long it has been down), zero without one.
-fn retry_after(e: &UpstreamError) -> Duration {
-    match e {
-        UpstreamError::Status { status: Some(s), .. } => s
-            .pointer("/details/retryAfterSeconds")
-            .and_then(serde_json::Value::as_u64)
-            .map_or(Duration::ZERO, Duration::from_secs),
-        _ => Duration::ZERO,
-    }
-}
-
 /// Times a page after the first is asked again when the upstream is too busy for it (429) or
 /// failed it (5xx), with the same continue token (valid until compaction), before the whole
 /// list is given up (client-go retries such answers of any request up to 10 times).
@@ -656,7 +644,7 @@ async fn page_with_retries(
             Err(e @ UpstreamError::Status { code, .. })
                 if token.is_some() && tries < PAGE_RETRIES && (code == 429 || (500..600).contains(&code)) =>
             {
-                let after = retry_after(&e);
+                let after = e.retry_after();
                 let backoff = wait.mul_f64(1.0 + fastrand::f64()).min(opts.backoff_max);
                 tracing::debug!(resource = %writer.kind().group_resource(), code, "a list page failed; asking for it again");
                 tokio::time::sleep(after.min(opts.backoff_max).max(backoff)).await;

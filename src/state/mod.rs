@@ -170,11 +170,101 @@ struct NamespaceMeta {
 }
 
 /// The upstream cluster's identity: its URL and the `kube-system` namespace's UID.
+/// Times an answer a warm start needs (the cluster's identity, a resource's current RV) is
+/// asked for before the saved states it would check are given up: one 429 under APF, a 503
+/// or a timeout from an apiserver restarting with the proxy sent every resource to a full
+/// list — from etcd on 1.28–1.30, from every replica at once (found by a review).
+const CHECK_TRIES: u32 = 5;
+
+/// The bound of one try of [`checked`].
+const CHECK_TRY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `ask` until it is answered, refused for good (a 4xx other than 429, an answer that cannot
+/// be read) or [`CHECK_TRIES`] tries failed; each try within [`CHECK_TRY_TIMEOUT`], then 1 s
+/// doubling, jittered, or the answer's `retryAfterSeconds` if longer (at most 30 s).
+pub(crate) async fn checked<T, F, Fut>(mut ask: F) -> Result<T, crate::upstream::UpstreamError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::upstream::UpstreamError>>,
+{
+    use crate::upstream::UpstreamError;
+    let mut wait = Duration::from_secs(1);
+    let mut tries = 1;
+    loop {
+        let answer = match tokio::time::timeout(CHECK_TRY_TIMEOUT, ask()).await {
+            Ok(a) => a,
+            Err(_) => Err(UpstreamError::Transport(format!("no answer within {CHECK_TRY_TIMEOUT:?}"))),
+        };
+        match answer {
+            Err(e) if e.is_transient() && tries < CHECK_TRIES => {
+                let pause =
+                    wait.mul_f64(1.0 + fastrand::f64()).max(e.retry_after()).min(Duration::from_secs(30));
+                tracing::debug!(error = %e, ?pause, "a warm start's check failed; asking again");
+                tokio::time::sleep(pause).await;
+                wait *= 2;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 pub async fn identity(upstream: &Upstream) -> Result<Identity, String> {
-    let body = upstream.get_json("/api/v1/namespaces/kube-system").await.map_err(|e| e.to_string())?;
+    let body =
+        checked(|| upstream.get_json("/api/v1/namespaces/kube-system")).await.map_err(|e| e.to_string())?;
     let ns: Namespace = serde_json::from_slice(&body).map_err(|e| format!("kube-system namespace: {e}"))?;
     if ns.metadata.uid.is_empty() {
         return Err("the kube-system namespace has no uid".into());
     }
     Ok(Identity { server: upstream.base_url().to_owned(), cluster_uid: ns.metadata.uid })
+}
+
+#[cfg(test)]
+mod checked_tests {
+    use super::*;
+    use crate::upstream::UpstreamError;
+
+    fn status(code: u16, retry_after: Option<u64>) -> UpstreamError {
+        let details =
+            retry_after.map_or(serde_json::json!({}), |s| serde_json::json!({ "retryAfterSeconds": s }));
+        let status = serde_json::json!({ "kind": "Status", "code": code, "details": details });
+        UpstreamError::Status { code, status: Some(status), body: bytes::Bytes::new() }
+    }
+
+    /// A warm start's check is asked again on 429 (after its `retryAfterSeconds`), 5xx and no
+    /// answer, up to its bound; a 4xx refusal is final. Paused time: the waits are measured.
+    #[tokio::test(start_paused = true)]
+    async fn a_check_is_asked_again_while_the_upstream_is_busy() {
+        use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+        let run = |answers: Vec<Option<UpstreamError>>| async move {
+            let tries = AtomicU32::new(0);
+            let answers = parking_lot::Mutex::new(answers.into_iter());
+            let t = tokio::time::Instant::now();
+            let r = checked(|| {
+                tries.fetch_add(1, SeqCst);
+                let next = answers.lock().next();
+                async move {
+                    match next {
+                        Some(Some(e)) => Err(e),
+                        Some(None) => Ok(()),
+                        // No answer at all: a try's own bound ends it.
+                        None => std::future::pending().await,
+                    }
+                }
+            })
+            .await;
+            (r.map_err(|e| e.status_code()), tries.load(SeqCst), t.elapsed())
+        };
+        // 429 with retryAfterSeconds 3, a 503, then the answer.
+        let (r, tries, took) = run(vec![Some(status(429, Some(3))), Some(status(503, None)), None]).await;
+        assert_eq!((r, tries), (Ok(()), 3));
+        assert!(took >= Duration::from_secs(5) && took <= Duration::from_secs(8), "{took:?}");
+        // Forbidden: final at once.
+        let (r, tries, took) = run(vec![Some(status(403, None))]).await;
+        assert_eq!((r, tries, took), (Err(Some(403)), 1, Duration::ZERO));
+        // Never answered: five tries of 10 s each, and the waits between.
+        let (r, tries, took) = run(Vec::new()).await;
+        assert_eq!((r, tries), (Err(None), CHECK_TRIES));
+        assert!(took >= Duration::from_secs(65), "{took:?}");
+    }
 }

@@ -277,8 +277,9 @@ async fn check_and_fill(
     if saved.version != kind.version {
         return Err(Refusal::OtherVersion { saved: saved.version, served: kind.version });
     }
-    let page =
-        upstream.list_page(&kind, 1, None, None).await.map_err(|e| Refusal::Unchecked(e.to_string()))?;
+    let page = super::checked(|| upstream.list_page(&kind, 1, None, None))
+        .await
+        .map_err(|e| Refusal::Unchecked(e.to_string()))?;
     if page.rv < saved.rv {
         return Err(Refusal::UpstreamBehind { saved: saved.rv, upstream: page.rv });
     }

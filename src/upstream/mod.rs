@@ -124,6 +124,28 @@ impl UpstreamError {
         })
     }
 
+    /// The `retryAfterSeconds` of a Status answer (a 429 under APF, a watch cache not ready
+    /// yet: the cacher scales it with how long it has been down), zero without one.
+    pub fn retry_after(&self) -> std::time::Duration {
+        match self {
+            UpstreamError::Status { status: Some(s), .. } => s
+                .pointer("/details/retryAfterSeconds")
+                .and_then(serde_json::Value::as_u64)
+                .map_or(std::time::Duration::ZERO, std::time::Duration::from_secs),
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
+    /// Whether the same request may succeed later: a 429, a 5xx, or no answer (a connection
+    /// refused or reset, a timeout) — not a 4xx refusal, nor an answer that cannot be read.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            UpstreamError::Status { code, .. } => *code == 429 || (500..600).contains(code),
+            UpstreamError::Transport(_) => true,
+            UpstreamError::Decode(_) | UpstreamError::Discovery(_) => false,
+        }
+    }
+
     /// The HTTP status code of a `Status` error.
     pub fn status_code(&self) -> Option<u16> {
         match self {
