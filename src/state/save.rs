@@ -46,16 +46,40 @@ impl Saver {
         caches: impl Fn() -> (Vec<Reader>, Vec<ResourceKind>),
         mut stop: watch::Receiver<bool>,
     ) {
-        if self.opts.sync_period.is_zero() {
-            return;
-        }
+        let periodic = !self.opts.sync_period.is_zero();
+        let mut next_save = tokio::time::Instant::now() + self.opts.sync_period;
+        let mut scan = tokio::time::interval(DISCARD_SCAN);
+        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(self.opts.sync_period) => {}
+                _ = tokio::time::sleep_until(next_save), if periodic => {
+                    let (readers, dropped) = caches();
+                    self.save_all(&readers, &dropped).await;
+                    next_save = tokio::time::Instant::now() + self.opts.sync_period;
+                }
+                _ = scan.tick() => self.remove_discarded(&caches().0).await,
                 _ = crate::shutdown::until_true(&mut stop) => return,
             }
-            let (readers, dropped) = caches();
-            self.save_all(&readers, &dropped).await;
+        }
+    }
+
+    /// Removes at once the files of the caches that became known wrong, unparsable or stale
+    /// since the last save ([`discarded`]): kept until the next save (a minute, or the
+    /// shutdown with `--state-sync-period=0`), a crash meanwhile brought the state the proxy
+    /// had refused back ready at the restart (found by a review).
+    async fn remove_discarded(&self, readers: &[Reader]) {
+        let _one = self.saving.lock().await;
+        for r in readers {
+            let kind = r.kind();
+            if !self.opts.persists(&kind.group, &kind.resource) {
+                continue;
+            }
+            if let Some(why) = discarded(r) {
+                let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
+                if path.exists() {
+                    remove(&path, &kind.group_resource(), why);
+                }
+            }
         }
     }
 
@@ -161,6 +185,10 @@ impl Saver {
         }
     }
 }
+
+/// How often the files of caches that became known wrong are looked for
+/// ([`Saver::remove_discarded`]).
+const DISCARD_SCAN: Duration = Duration::from_secs(1);
 
 /// Removes a state file that must not come back at a restart (a missing one is fine).
 fn remove(path: &std::path::Path, resource: &str, why: &str) {
@@ -274,6 +302,31 @@ mod tests {
         r.release_at_stop();
         saver.save_all(&[], &[r.kind().clone()]).await;
         assert!(!path.exists(), "a dropped cache leaves no state");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A cache found wrong between two saves has its file removed within a second, even with
+    /// no periodic save (`--state-sync-period=0`): a crash before the next save brought it back
+    /// ready (a review). Its file is written again once it is ready again.
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_found_wrong_between_saves_loses_its_file_at_once() {
+        let dir = std::env::temp_dir().join(format!("kwc-save-discard-{}", fastrand::u64(..)));
+        let (mut saver, _w, r) = saver_and_cache(&dir);
+        saver.opts.sync_period = Duration::ZERO;
+        let saver = Arc::new(saver);
+        let path = dir.join(file::name_of("", "configmaps"));
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
+        assert!(path.exists());
+        let (stop_tx, stop) = watch::channel(false);
+        let readers = vec![r.clone()];
+        let task = tokio::spawn(saver.clone().run(move || (readers.clone(), Vec::new()), stop));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(path.exists(), "a ready cache's file stays");
+        r.request_relist(Rv(7), r.lists(), "inconsistent with the upstream".into());
+        tokio::time::sleep(DISCARD_SCAN * 2).await;
+        assert!(!path.exists(), "removed within a scan");
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
