@@ -64,16 +64,26 @@ pub fn write_atomic(
             )));
         }
         f.write_all(bytes)?;
-        if let Some(t) = proven_at {
-            f.set_modified(t)?;
-        }
         f.sync_all()?;
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        Ok(f)
     })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+    let f = match written {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    // Dated once renamed: a temporary file dated in the past (a stale cache's save) looked
+    // like a leftover to the start of another pod sharing the directory, which removed it
+    // mid-write (a review). A file that cannot be dated would claim to be fresher than it is.
+    if let Some(t) = proven_at {
+        if let Err(e) = f.set_modified(t).and_then(|()| f.sync_all()) {
+            let _ = fs::remove_file(path);
+            return Err(e);
+        }
     }
-    written?;
     // The rename itself must reach the disk (a power loss would otherwise undo it).
     if let Some(dir) = path.parent() {
         File::open(dir)?.sync_all()?;
