@@ -66,7 +66,8 @@ pub enum ForwardReason {
     /// The cache has had no proof of being current for longer than `--max-staleness`.
     Stale,
     /// A path the apiserver would route otherwise than its segments read here (an encoded `/`
-    /// in a segment), or a namespace or name it would refuse or look up elsewhere: only the
+    /// in a segment), or a namespace or name it would refuse or look up elsewhere, or a GET of
+    /// a missing object whose name Go's `%q` would quote otherwise (`serve`): only the
     /// apiserver's own answer, with the caller's identity, is exact.
     UnusualPath,
     /// A `shardSelector` in a form only the apiserver's CEL parser reads exactly (module doc

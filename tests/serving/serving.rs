@@ -59,6 +59,16 @@ async fn get_from_cache_and_missing_object() {
         r.json(),
         json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"nope\" not found","reason":"NotFound","details":{"name":"nope","kind":"configmaps"},"code":404})
     );
+    // A missing name with a character Go's `%q` might write otherwise (non-ASCII, a control
+    // character): the apiserver's own NotFound, forwarded.
+    for name in ["caf%C3%A9", "a%C2%A0b", "a%09b"] {
+        let path = format!("/api/v1/namespaces/ns/configmaps/{name}?resourceVersion=0");
+        assert_eq!(env.upstream_exact(&path), 0);
+        let r = env.get(&path).await;
+        assert_eq!(r.status, 404, "{name}");
+        assert_eq!(env.upstream_exact(&path), 1, "{name}: forwarded");
+        assert_eq!(r.json(), env.get_sim(&path).await.json(), "{name}");
+    }
 }
 
 #[tokio::test]
