@@ -88,8 +88,9 @@ enum WatchEnd {
     Closed { early: bool },
     /// The upstream no longer has our RV (410): relist.
     Gone,
-    /// A failure (what, and its message): back off, then re-watch.
-    Failed(Failure, String),
+    /// A failure (what, its message, and the answer's `retryAfterSeconds`): back off, at
+    /// least that long, then re-watch.
+    Failed(Failure, String, Duration),
     /// The consistency check found the cache different from the upstream: relist (the cache
     /// stays not ready, its reads forwarded, until the list is in).
     Inconsistent(Rv, String),
@@ -454,10 +455,10 @@ async fn watched(
             }
             State::Relist { after: rv }
         }
-        WatchEnd::Failed(r, e) => {
+        WatchEnd::Failed(r, e, after) => {
             failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
             end_stale_watchers(writer, opts, failures, resource);
-            backoff.wait().await;
+            backoff.wait_at_least(after).await;
             if went_back(upstream, writer, opts).await {
                 metrics.reflector_error(resource, "upstream_behind");
                 return State::Empty;
@@ -684,6 +685,9 @@ struct StatusObject {
     reason: String,
     #[serde(default)]
     message: String,
+    /// Read leniently: a strange value is no reason to misread the Status.
+    #[serde(default)]
+    details: Option<serde_json::Value>,
 }
 
 /// One upstream watch from `rv`; returns how it ended and the cache RV reached.
@@ -705,13 +709,16 @@ async fn watch_once(
     let mut stream = match started.await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.is_gone() => return (WatchEnd::Gone, rv),
-        Ok(Err(e)) => return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string()), rv),
+        Ok(Err(e)) => {
+            let after = e.retry_after();
+            return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string(), after), rv);
+        }
         Err(_) => {
             let why = format!(
                 "no answer to the watch request for {:?}; the connection may be partitioned",
                 opts.watch_idle_timeout
             );
-            return (WatchEnd::Failed(Failure::WatchStalled, why), rv);
+            return (WatchEnd::Failed(Failure::WatchStalled, why, Duration::ZERO), rv);
         }
     };
     // Its warnings about the resource, for a cache restored without a list too.
@@ -747,7 +754,7 @@ async fn watch_once(
                     "nothing received for {:?}; the connection may be partitioned",
                     opts.watch_idle_timeout
                 );
-                return (WatchEnd::Failed(Failure::WatchStalled, why), rv);
+                return (WatchEnd::Failed(Failure::WatchStalled, why, Duration::ZERO), rv);
             }
         };
         let ev: RawEvent = match next {
@@ -758,14 +765,17 @@ async fn watch_once(
                 // answers 200 and closes made a loop of watches and probes as fast as it answered).
                 let why =
                     format!("very short watch: closed within {:?} with nothing received", opts.short_watch);
-                return (WatchEnd::Failed(Failure::WatchShort, why), rv);
+                return (WatchEnd::Failed(Failure::WatchShort, why, Duration::ZERO), rv);
             }
             Ok(None) => {
                 let ran = since.elapsed();
                 let early = ran + EARLY_MARGIN < Duration::from_secs(u64::from(opts.watch_timeout_secs));
                 return (WatchEnd::Closed { early }, rv);
             }
-            Err(e) => return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string()), rv),
+            Err(e) => {
+                let after = e.retry_after();
+                return (WatchEnd::Failed(Failure::Watch(Cause::of(&e)), e.to_string(), after), rv);
+            }
         };
         received = true;
         match ev.kind {
@@ -803,12 +813,20 @@ async fn watch_once(
                     code: 0,
                     reason: String::new(),
                     message: String::new(),
+                    details: None,
                 });
                 if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
                     return (WatchEnd::Gone, rv);
                 }
                 let failure = Failure::ErrorEvent(st.code);
-                return (WatchEnd::Failed(failure, format!("ERROR event {}: {}", st.code, st.message)), rv);
+                let why = format!("ERROR event {}: {}", st.code, st.message);
+                let after = st
+                    .details
+                    .as_ref()
+                    .and_then(|d| d.get("retryAfterSeconds"))
+                    .and_then(serde_json::Value::as_u64)
+                    .map_or(Duration::ZERO, Duration::from_secs);
+                return (WatchEnd::Failed(failure, why, after), rv);
             }
         }
     }
@@ -923,6 +941,36 @@ mod tests {
                     stale(&r)
                 );
                 assert!(r.proven_here());
+            }
+        }
+    }
+
+    /// A watch refused with a `retryAfterSeconds` (a 429 under APF, which admits watches too;
+    /// an ERROR event carrying one) is re-watched no sooner: the failure carries it.
+    #[tokio::test]
+    async fn a_refused_watch_carries_its_retry_after() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{chunked_body, full, handler, serve};
+        let busy = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":7},"code":429}"#;
+        let event = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd leader changed","reason":"InternalError","details":{"retryAfterSeconds":3},"code":500}}"#;
+        for (as_event, want) in [(false, 7), (true, 3)] {
+            let addr = serve(handler(move |_, _| async move {
+                let (code, body) = if as_event { (200, chunked_body(&[event])) } else { (429, full(busy)) };
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .unwrap()
+            }))
+            .await;
+            let upstream = crate::upstream::testutil::client_of(addr);
+            let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+            let (mut w, _r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+            w.replace(Vec::new(), Rv(100));
+            let (opts, metrics) = (ReflectorOptions::default(), Metrics::new());
+            match watch_once(&upstream, &mut w, &opts, &metrics, "configmaps", Rv(100)).await.0 {
+                WatchEnd::Failed(_, why, after) => assert_eq!(after, Duration::from_secs(want), "{why}"),
+                _ => panic!("a failure"),
             }
         }
     }
