@@ -37,6 +37,34 @@ const FIRST_DISCOVERY: Duration = Duration::from_secs(10);
 /// of holding `/readyz` (named resources keep blocking readiness until they sync).
 pub const SYNC_BOUND: Duration = Duration::from_secs(60);
 
+/// How long a resource must have been found gone or changed (round after round) before its
+/// cache is retired: an apiserver replica restarting answers discovery without its CRDs' groups
+/// until it has registered them, and one round that met it retired every CRD cache — every
+/// watch ended, every resource relisted cold — on every replica of the proxy (a review).
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(3);
+
+/// Resources a rediscovery round found gone or changed, by name, with when first found so.
+#[derive(Default)]
+struct Suspects(std::collections::HashMap<String, std::time::Instant>);
+
+impl Suspects {
+    /// Whether `name`, found gone or changed at `now`, has been so for [`CONFIRM_AFTER`]
+    /// (then it is no longer a suspect: it is acted on).
+    fn confirmed(&mut self, name: &str, now: std::time::Instant) -> bool {
+        let first = *self.0.entry(name.to_owned()).or_insert(now);
+        let confirmed = now.saturating_duration_since(first) >= CONFIRM_AFTER;
+        if confirmed {
+            self.0.remove(name);
+        }
+        confirmed
+    }
+
+    /// `name` was found as cached: what was found before was a passing state.
+    fn cleared(&mut self, name: &str) {
+        self.0.remove(name);
+    }
+}
+
 /// What the first discovery gave: resources to cache, named resources missing (retried), and
 /// resources a wildcard skipped.
 pub struct Discovered {
@@ -161,6 +189,8 @@ pub struct Caching {
     pub wanted: Arc<Wanted>,
     /// States loaded from `--state-dir`, each put into its cache before its reflector runs.
     warm: Option<Arc<Warm>>,
+    /// Cached resources found gone or changed, not yet for [`CONFIRM_AFTER`].
+    suspects: Arc<Mutex<Suspects>>,
 }
 
 impl Caching {
@@ -186,6 +216,7 @@ impl Caching {
             dropped: Arc::default(),
             wanted: Arc::new(wanted),
             warm: None,
+            suspects: Arc::default(),
         }
     }
 
@@ -391,7 +422,18 @@ impl Caching {
         let cached: Vec<(String, ResourceKind)> =
             self.caches.lock().iter().filter(|c| !c.wild).map(|c| (c.name.clone(), c.kind.clone())).collect();
         for (name, kind) in cached {
-            match round.recheck(&name, &kind).await.map(|k| k.map(|k| vec![k])) {
+            let checked = round.recheck(&name, &kind).await;
+            match &checked {
+                Ok(None) => self.suspects.lock().cleared(&name),
+                Ok(Some(_)) | Err(UpstreamError::Discovery(_))
+                    if !self.suspects.lock().confirmed(&name, std::time::Instant::now()) =>
+                {
+                    tracing::info!(resource = %name, "rediscovery found it gone or changed; kept until a round {CONFIRM_AFTER:?} later agrees");
+                    continue;
+                }
+                _ => {}
+            }
+            match checked.map(|k| k.map(|k| vec![k])) {
                 Ok(None) => {}
                 Ok(Some(now)) => {
                     tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew");
@@ -511,28 +553,34 @@ impl Caching {
         let unread = |k: &ResourceKind| all.unread.iter().any(|(g, v)| *g == k.group && *v == k.version);
         // Cached in a group-version this round could not read: kept as is, not placed elsewhere.
         let kept: Vec<&String> = cached.iter().filter(|(_, k)| unread(k)).map(|(n, _)| n).collect();
+        let mut suspected = Vec::new();
         for (name, kind) in &cached {
             if kept.contains(&name) {
                 tracing::debug!(resource = %name, "its group-version's discovery failed this round; kept");
                 continue;
             }
-            match all.kinds.iter().find(|(n, _)| n == name) {
-                Some((_, now)) if now == kind => {}
-                Some(_) => {
-                    tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew")
-                }
-                None => {
-                    tracing::info!(resource = %name, "no longer served by the upstream (or excluded); forwarding its requests")
-                }
-            }
             if all.kinds.iter().any(|(n, k)| n == name && k == kind) {
+                self.suspects.lock().cleared(name);
                 continue;
+            }
+            if !self.suspects.lock().confirmed(name, std::time::Instant::now()) {
+                tracing::info!(resource = %name, "rediscovery found it gone or changed; kept until a round {CONFIRM_AFTER:?} later agrees");
+                suspected.push(name);
+                continue;
+            }
+            if all.kinds.iter().any(|(n, _)| n == name) {
+                tracing::warn!(resource = %name, was = %kind.version, "the upstream serves it differently now; caching it anew")
+            } else {
+                tracing::info!(resource = %name, "no longer served by the upstream (or excluded); forwarding its requests")
             }
             self.retire(name, catalog);
             catalog.clear_missing(name);
         }
         for (name, kind) in all.kinds {
-            if !kept.contains(&&name) && !cached.iter().any(|(n, k)| *n == name && *k == kind) {
+            if !kept.contains(&&name)
+                && !suspected.contains(&&name)
+                && !cached.iter().any(|(n, k)| *n == name && *k == kind)
+            {
                 tracing::info!(resource = %name, "found by the wildcard; caching it");
                 self.spawn_wild(&name, kind, catalog);
             }
@@ -558,5 +606,28 @@ impl Caching {
                 ("not_synced", not_synced),
             ],
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resource found gone or changed is acted on only once found so for `CONFIRM_AFTER`,
+    /// round after round; one round that finds it as cached clears what came before.
+    #[test]
+    fn a_resource_is_retired_only_when_rounds_agree_for_a_while() {
+        let mut s = Suspects::default();
+        let t = std::time::Instant::now();
+        assert!(!s.confirmed("widgets.example.com", t), "one round: a replica restarting");
+        assert!(!s.confirmed("widgets.example.com", t + Duration::from_secs(1)));
+        assert!(s.confirmed("widgets.example.com", t + CONFIRM_AFTER), "still gone 3 s later");
+        // Acted on: found gone again later is a new suspicion.
+        assert!(!s.confirmed("widgets.example.com", t + CONFIRM_AFTER * 2));
+        // Back in between: the time starts over.
+        s.cleared("widgets.example.com");
+        assert!(!s.confirmed("widgets.example.com", t + CONFIRM_AFTER * 3));
+        assert!(!s.confirmed("gadgets.example.com", t + CONFIRM_AFTER * 4), "each on its own");
+        assert!(s.confirmed("widgets.example.com", t + CONFIRM_AFTER * 4));
     }
 }

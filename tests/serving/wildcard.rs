@@ -149,7 +149,9 @@ async fn a_wildcard_follows_a_crd_deleted_and_installed_again() {
     };
     assert_eq!(answer().await, (200, true), "served from the cache");
     sim.sim.set_served("example.com/widgets", false).unwrap();
-    eventually(10, "retired: forwarded, and the upstream answers 404", || async {
+    // (Retired once rounds have agreed for `caches::CONFIRM_AFTER`, 3 s: one round meeting an
+    // apiserver replica that has not registered its CRDs yet retires nothing.)
+    eventually(20, "retired: forwarded, and the upstream answers 404", || async {
         answer().await == (404, false)
     })
     .await;
