@@ -87,6 +87,18 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
             // The ticket stays taken until the body has been sent (or the deadline, or the
             // client stopped taking it).
+            Ok(resp)
+                if http_body::Body::size_hint(resp.body()).exact().is_some_and(|n| n <= BUFFERED_ANSWER) =>
+            {
+                // Whole and small (an error Status, a small object): its permit is free now, as
+                // the apiserver's in-flight seat is once its handler has returned, the answer in
+                // Go's write buffer. Held until sent, a client opening its HTTP/2 streams with no
+                // window (`SETTINGS_INITIAL_WINDOW_SIZE` 0) held one per refusal for the
+                // write-stall timeout: ~40 requests a second without credentials, each a 401,
+                // held them all (found by a review).
+                ticket.release();
+                resp
+            }
             Ok(resp) => {
                 let (stall, cuts) =
                     (self.limits.opts.write_stall_timeout, self.recorder.0.write_stall_cuts("response"));
@@ -96,6 +108,10 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         }
     }
 }
+
+/// An answer this small and whole frees its permit once made: what Go's HTTP/2 and HTTP/1.1
+/// response writers buffer (4 KiB) before a write waits for the client.
+const BUFFERED_ANSWER: u64 = 4096;
 
 /// The `timeout` query parameter as the apiserver's `parseTimeout` reads it: absent or empty is
 /// none, zero or negative is none (the server's own), else Go's `time.ParseDuration` or the
@@ -157,6 +173,35 @@ mod tests {
         let (after, _) = run_seen(s, request("/api/v1/pods")).await;
         assert_eq!(after.status(), 200, "the streaming watch holds no permit");
         drop(watch_list);
+    }
+
+    /// The rest of the stack refusing: a 401 Status, whole and small.
+    #[derive(Clone)]
+    struct Refuses;
+
+    impl crate::server::phase::Next<String> for Refuses {
+        async fn run(&self, _req: Req<String>) -> Resp {
+            crate::server::body::error_as(crate::error::Error::Unauthorized, classify::ErrorEncoding::Json)
+        }
+    }
+
+    /// A whole answer of at most 4 KiB (a refusal) frees its permit once made, as the
+    /// apiserver's seat is freed once its handler returned: a client that never takes it (an
+    /// HTTP/2 stream with no window) holds none (a review: ~40 unauthenticated requests a
+    /// second held every permit for the write-stall timeout). One of unknown length holds it.
+    #[tokio::test]
+    async fn a_small_whole_answer_frees_its_permit_before_it_is_sent() {
+        let limits = Arc::new(Limits::new(LimitOptions { max_in_flight: 1, ..Default::default() }));
+        let s = Admit { limits, recorder: Recorder::default() };
+        let refused = s.call(request("/api/v1/pods"), &Refuses).await;
+        assert_eq!(refused.status(), 401);
+        // Not read, not dropped: the permit is free.
+        let (next, _) = run_seen(s.clone(), request("/api/v1/pods")).await;
+        assert_eq!(next.status(), 200);
+        // That one (of unknown length) holds it.
+        let (again, _) = run_seen(s.clone(), request("/api/v1/pods")).await;
+        assert_eq!(again.status(), 429);
+        drop((refused, next));
     }
 
     /// The rest of the stack, never answering (an upstream read that hangs).
