@@ -98,6 +98,46 @@ impl Env {
     }
 }
 
+/// A user allowed to impersonate gets no more in flight by naming other users: its share is
+/// its own, taken before the impersonation is checked (before, each impersonated user had a
+/// share, and requests waiting on impersonation's reviews held permits past any share).
+#[tokio::test]
+async fn impersonating_other_users_spreads_no_request_over_their_shares() {
+    let env = start(3000, |a| {
+        a.security.max_requests_inflight = 4;
+        a.security.write_stall_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let mut script = script().rule(Rule::user("mallory", &["impersonate"], "", &["users"]));
+    for i in 0..6 {
+        script = script.rule(Rule::user(&format!("u{i}"), &["get", "list"], "", &["configmaps"]));
+    }
+    env.sim.sim.set_auth(script);
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..6 {
+        let req = Request::get(format!("http://{}{LIST}", env.proxy.addr))
+            .header("authorization", "Bearer mallory-token")
+            .header("impersonate-user", format!("u{i}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let r =
+            tokio::time::timeout(Duration::from_secs(20), env.client.request(req)).await.unwrap().unwrap();
+        match r.status() {
+            StatusCode::OK => held.push(r),
+            StatusCode::TOO_MANY_REQUESTS => refused += 1,
+            s => panic!("unexpected {s}"),
+        }
+    }
+    assert_eq!((held.len(), refused), (2, 4), "Mallory's own share, whoever she names");
+    assert_eq!(
+        env.get("/api/v1/namespaces/big/configmaps/cm-0001?resourceVersion=0", "alice-token").await,
+        StatusCode::OK,
+        "Alice is served"
+    );
+    drop(held);
+}
+
 /// Mallory opens more connections than all the in-flight permits, each asking for a ~24 MB
 /// LIST it never reads. Before: every permit was Mallory's until --request-timeout, and Alice's
 /// cached GET got 429. Now Mallory holds half of them (--max-requests-inflight-per-user) and

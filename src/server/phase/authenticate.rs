@@ -35,15 +35,24 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
             .map(super::authorize::attributes);
         let caller = match &self.auth {
             None => Caller::trusted(),
-            Some(auth) => match auth.authenticate(&req, proxy::source(&req)).await {
-                Ok(c) => {
-                    match auth.impersonate(c, req.headers(), request.as_ref(), proxy::source(&req)).await {
-                        Ok(c) => c,
-                        Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
-                    }
+            Some(auth) => {
+                let c = match auth.authenticate(&req, proxy::source(&req)).await {
+                    Ok(c) => c,
+                    Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
+                };
+                // The share of who authenticated, taken before impersonation's reviews: a
+                // user's requests waiting on those reviews (one per distinct `Impersonate-User`,
+                // coalesced) held every permit past its share (found by a review), and one
+                // allowed to impersonate could spread its requests over the shares of the users
+                // it names.
+                if let Err(resp) = self.share(&req, &c.user.name) {
+                    return self.recorder.refused(resp, "reject", "", arrived);
                 }
-                Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
-            },
+                match auth.impersonate(c, req.headers(), request.as_ref(), proxy::source(&req)).await {
+                    Ok(c) => c,
+                    Err(resp) => return self.recorder.refused(resp, "reject", "", arrived),
+                }
+            }
         };
         if req.uri().path() == health::METRICS_PATH
             && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
@@ -60,23 +69,24 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
             }
             return (self.metrics_page)();
         }
-        // A slot of the caller's share on the ticket `admit` took (what is not long-running
-        // has one). Per-user limits need users: none with `--auth=none`.
-        if let (Some(ticket), Some(_)) = (req.extensions().get::<Ticket>(), &self.auth) {
-            // A watch's start (`admit`): per user and client address, as its watch slot.
-            let watch = super::context(&req).and_then(|c| c.info.as_ref()).is_some_and(|i| i.verb == "watch");
-            let shared = if watch {
-                let source = req.extensions().get::<proxy::PeerAddr>().map(|p| p.0.ip());
-                self.limits.share_start(ticket, &caller.effective.name, source)
-            } else {
-                self.limits.share(ticket, &caller.effective.name)
-            };
-            if let Err(resp) = shared {
-                return self.recorder.refused(resp, "reject", "", arrived);
-            }
-        }
         context_mut(&mut req).caller = Some(caller);
         pass(next, req).await
+    }
+}
+
+impl Authenticate {
+    /// A slot of `user`'s share on the ticket `admit` took (what is not long-running has one).
+    /// Per-user limits need users: none with `--auth=none` (never called then).
+    fn share<B>(&self, req: &Req<B>, user: &str) -> Result<(), Resp> {
+        let Some(ticket) = req.extensions().get::<Ticket>() else { return Ok(()) };
+        // A watch's start (`admit`): per user and client address, as its watch slot.
+        let watch = super::context(req).and_then(|c| c.info.as_ref()).is_some_and(|i| i.verb == "watch");
+        if watch {
+            let source = req.extensions().get::<proxy::PeerAddr>().map(|p| p.0.ip());
+            self.limits.share_start(ticket, user, source)
+        } else {
+            self.limits.share(ticket, user)
+        }
     }
 }
 
