@@ -45,7 +45,7 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
                 // coalesced) held every permit past its share (found by a review), and one
                 // allowed to impersonate could spread its requests over the shares of the users
                 // it names.
-                if let Err(resp) = self.share(&req, &c.user.name) {
+                if let Some(resp) = self.share(&req, &c.user.name) {
                     return self.recorder.refused(resp, "reject", "", arrived);
                 }
                 match auth.impersonate(c, req.headers(), request.as_ref(), proxy::source(&req)).await {
@@ -75,18 +75,19 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
 }
 
 impl Authenticate {
-    /// A slot of `user`'s share on the ticket `admit` took (what is not long-running has one).
-    /// Per-user limits need users: none with `--auth=none` (never called then).
-    fn share<B>(&self, req: &Req<B>, user: &str) -> Result<(), Resp> {
-        let Some(ticket) = req.extensions().get::<Ticket>() else { return Ok(()) };
+    /// A slot of `user`'s share on the ticket `admit` took (what is not long-running has one),
+    /// or the refusal. Per-user limits need users: none with `--auth=none` (never called then).
+    fn share<B>(&self, req: &Req<B>, user: &str) -> Option<Resp> {
+        let ticket = req.extensions().get::<Ticket>()?;
         // A watch's start (`admit`): per user and client address, as its watch slot.
         let watch = super::context(req).and_then(|c| c.info.as_ref()).is_some_and(|i| i.verb == "watch");
-        if watch {
+        let shared = if watch {
             let source = req.extensions().get::<proxy::PeerAddr>().map(|p| p.0.ip());
             self.limits.share_start(ticket, user, source)
         } else {
             self.limits.share(ticket, user)
-        }
+        };
+        shared.err()
     }
 }
 
