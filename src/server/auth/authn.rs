@@ -157,16 +157,20 @@ impl TokenAuthenticator {
             Some(_) => None,
             None => Some(waiting.take(source.map(rate::source_key)).ok_or(ReviewError::Busy)?),
         };
+        // The review's rate is spent before a slot is made (`get_or_fetch_admitted`).
+        let admit = || {
+            let renewed =
+                renewal.as_ref().is_some_and(|user| self.renewals_by_user.take(user) && self.renewals.take());
+            let allowed = renewed
+                || (source.is_none_or(|ip| self.sources.take(&rate::source_key(ip))) && self.bucket.take());
+            if allowed {
+                Ok(())
+            } else {
+                Err(ReviewError::Limited)
+            }
+        };
         self.cache
-            .get_or_fetch(key, || async {
-                let renewed = renewal.as_ref().is_some_and(|user| {
-                    self.renewals_by_user.take(user) && self.renewals.take()
-                });
-                let allowed = renewed
-                    || (source.is_none_or(|ip| self.sources.take(&rate::source_key(ip))) && self.bucket.take());
-                if !allowed {
-                    return Err(ReviewError::Limited);
-                }
+            .get_or_fetch_admitted(key, admit, || async {
                 let body = json!({"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":token}});
                 let started = tokio::time::Instant::now();
                 let answer = self.upstream.post_json(TOKEN_REVIEWS, Bytes::from(body.to_string())).await;

@@ -168,12 +168,11 @@ impl Authorizer {
         attrs: &Attributes,
         source: Option<IpAddr>,
     ) -> Result<(Decision, Lookup), CheckError> {
+        let key = crate::server::limits::user_at(&user.name, source);
+        // The user's review rate is spent before a slot is made (`get_or_fetch_admitted`).
+        let admit = || if self.users.take(&key) { Ok(()) } else { Err(CheckError::Limited) };
         self.cache
-            .get_or_fetch(Key::new(user, attrs), || async {
-                let key = crate::server::limits::user_at(&user.name, source);
-                if !self.users.take(&key) {
-                    return Err(CheckError::Limited);
-                }
+            .get_or_fetch_admitted(Key::new(user, attrs), admit, || async {
                 let body = Bytes::from(review_body(user, attrs).to_string());
                 // Waited for a short while only: requests queued here hold their in-flight
                 // permits, and a slow upstream must not let them take every permit (429 past it,

@@ -59,6 +59,26 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<(V, Duration), E>>,
     {
+        self.get_or_fetch_admitted(key, || Ok(()), fetch).await
+    }
+
+    /// [`TtlCache::get_or_fetch`], where a fetch must first be `admit`ted (a review rate
+    /// bound): asked, under the map's lock, only when no live or in-flight slot has `key`,
+    /// before a slot is made. Refused, nothing is inserted, nothing pushed out: made first, a
+    /// flood of requests past their rate made room for slots they then removed, and each at
+    /// capacity pushed an eighth of the live entries out — other users' decisions, whose
+    /// renewals then cost reviews (found by a review).
+    pub async fn get_or_fetch_admitted<A, F, Fut, E>(
+        &self,
+        key: K,
+        admit: A,
+        fetch: F,
+    ) -> Result<(V, Lookup), E>
+    where
+        A: FnOnce() -> Result<(), E>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<(V, Duration), E>>,
+    {
         let now = Instant::now();
         let owned = key.clone();
         let slot = {
@@ -71,6 +91,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
                     s.clone()
                 }
                 _ => {
+                    admit()?;
                     m.make_room(self.capacity, now);
                     let s = Arc::new(Slot { cell: OnceCell::new(), used: AtomicU64::new(tick) });
                     m.entries.insert(key, s.clone());
@@ -220,5 +241,29 @@ mod tests {
         assert!(c.len() <= 8);
         assert_eq!(c.get_or_fetch(0, || ok(99)).await.unwrap(), (0, Lookup::Hit));
         assert_eq!(c.get_or_fetch(1, || ok(99)).await.unwrap(), (99, Lookup::Miss), "1 was evicted");
+    }
+
+    /// A fetch refused its admission (a review rate spent) inserts nothing and pushes no live
+    /// entry out, even at capacity; a live entry is served without asking for admission.
+    #[tokio::test]
+    async fn a_refused_admission_leaves_the_cache_as_it_was() {
+        let c: TtlCache<u32, u32> = TtlCache::new(8);
+        let ok = |v: u32| async move { Ok::<_, ()>((v, Duration::from_secs(60))) };
+        for k in 0..8 {
+            c.get_or_fetch(k, || ok(k)).await.unwrap();
+        }
+        for k in 100..1100 {
+            let got = c.get_or_fetch_admitted(k, || Err(()), || ok(k)).await;
+            assert_eq!(got, Err(()));
+        }
+        assert_eq!(c.len(), 8);
+        for k in 0..8 {
+            let refused = || -> Result<(), ()> { panic!("a hit asks for no admission") };
+            assert_eq!(
+                c.get_or_fetch_admitted(k, refused, || ok(99)).await.unwrap(),
+                (k, Lookup::Hit),
+                "kept"
+            );
+        }
     }
 }
