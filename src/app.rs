@@ -364,6 +364,7 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
         h2_keepalive_timeout: args.http2_keepalive_timeout,
         goaway_chance: args.goaway_chance,
         max_connections: max_connections(args.max_connections),
+        write_stall: args.security.write_stall_timeout,
     };
     let (stop_serving, stop_serving_rx) = watch::channel(false);
     let (told_tx, told) = watch::channel(false);

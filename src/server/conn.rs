@@ -35,6 +35,13 @@
 //! finish (HTTP/1.1 after its response, HTTP/2 with GOAWAY), and [`Live`] lets the listener
 //! wait for the last one.
 //!
+//! A connection whose every open response has been waiting on the client for twice
+//! `write_stall` — never taken from since it was ready, or not asked for more since it gave a
+//! frame (an HTTP/2 stream the client opened with no window, a socket it stopped reading) —
+//! is closed at once ([`Stalled`]): hyper keeps such a stream, and its connection busy, until
+//! the connection ends, so one client could hold every connection slot with one stalled 401
+//! each (found by a review). A quiet watch waiting for an event is not waiting on its client.
+//!
 //! Used by `server::listener` (which it does not use).
 
 use std::future::Future;
@@ -92,6 +99,9 @@ pub struct ConnOptions {
     /// Connections open at once (0: unbounded); past it the listener accepts no more until one
     /// closes (`--max-connections`, resolved by `app`).
     pub max_connections: usize,
+    /// A connection whose every open response has waited on the client twice this long is
+    /// closed (`--write-stall-timeout`; zero: never).
+    pub write_stall: Duration,
 }
 
 impl Default for ConnOptions {
@@ -103,6 +113,7 @@ impl Default for ConnOptions {
             h2_keepalive_timeout: Duration::from_secs(20),
             goaway_chance: 0.0,
             max_connections: 0,
+            write_stall: Duration::from_secs(10),
         }
     }
 }
@@ -124,6 +135,10 @@ pub struct Activity {
     /// Set (once) when the connection is to be closed at once.
     abort: tokio::sync::Notify,
     aborted: AtomicBool,
+    /// Responses waiting on the client ([`Stalled`]).
+    owed: AtomicUsize,
+    /// Milliseconds after `born` when a response was last asked for a frame, or made.
+    progress_ms: AtomicU64,
 }
 
 /// Held while an HTTP/2 request is handled (until its response is ready); dropped before
@@ -180,7 +195,25 @@ impl Activity {
             resets: Bucket::new(RESET_QPS, RESET_BURST),
             abort: tokio::sync::Notify::new(),
             aborted: AtomicBool::new(false),
+            owed: AtomicUsize::new(0),
+            progress_ms: AtomicU64::new(0),
         })
+    }
+
+    fn now_ms(&self) -> u64 {
+        Instant::now().saturating_duration_since(self.born).as_millis() as u64
+    }
+
+    /// Whether every response open on the connection has waited on its client for `stall`
+    /// (none asked for a frame since, each ready or having given one), counted from `since_ms`
+    /// at the earliest; `told`: the connection was told to finish, and one with no response
+    /// of the proxy's open counts too (what it still has to send is in HTTP/2's buffers).
+    fn stalled(&self, stall: Duration, since_ms: u64, told: bool) -> bool {
+        let active = self.active.load(Ordering::Acquire);
+        let idle_for = self.now_ms().saturating_sub(self.progress_ms.load(Ordering::Relaxed).max(since_ms));
+        (active > 0 || told)
+            && self.owed.load(Ordering::Acquire) >= active
+            && idle_for >= stall.as_millis() as u64
     }
 
     /// An HTTP/2 request is being handled (see [`Handling`]).
@@ -340,6 +373,67 @@ impl Default for Builders {
     }
 }
 
+/// A response body on its way to the client, which [`Activity`] counts as owed while it waits
+/// on the client: from when it is made until it is first asked for a frame, and from each frame
+/// it gives until it is asked for the next. Holds the request's [`Busy`].
+pub struct Stalled {
+    inner: Body,
+    owing: bool,
+    busy: Busy,
+}
+
+impl Stalled {
+    pub fn wrap(resp: http::Response<Body>, busy: Busy) -> http::Response<Body> {
+        let a = &busy.0;
+        a.owed.fetch_add(1, Ordering::AcqRel);
+        a.progress_ms.store(a.now_ms(), Ordering::Relaxed);
+        resp.map(|inner| http_body_util::BodyExt::boxed_unsync(Stalled { inner, owing: true, busy }))
+    }
+
+    fn owing(&mut self, now: bool) {
+        if now != self.owing {
+            self.owing = now;
+            if now {
+                self.busy.0.owed.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.busy.0.owed.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+impl Drop for Stalled {
+    fn drop(&mut self) {
+        self.owing(false);
+    }
+}
+
+impl http_body::Body for Stalled {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, BoxError>>> {
+        let a = &self.busy.0;
+        a.progress_ms.store(a.now_ms(), Ordering::Relaxed);
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        // A frame given: owed until asked for the next; waiting on its source, or ended: not.
+        let owing = matches!(polled, std::task::Poll::Ready(Some(Ok(_))));
+        self.owing(owing);
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// What `graceful` needs to close an idle connection.
 struct Idle {
     activity: Arc<Activity>,
@@ -347,6 +441,26 @@ struct Idle {
 }
 
 impl Idle {
+    /// Resolves once every response open on the connection has waited on its client for twice
+    /// `write_stall` (never with zero): after the responses' own cuts at `write_stall`
+    /// (`limits::InFlight`), which free what they hold. `told`: the connection was told to
+    /// finish (idle, GOAWAY, shutdown), and one that does not within that time with none of
+    /// the proxy's answers progressing (what its client does not take may be in HTTP/2's
+    /// buffers, which hyper waits on for ever) is closed too.
+    async fn stalled(&self, told: bool) {
+        let stall = self.opts.write_stall;
+        if stall.is_zero() {
+            return std::future::pending().await;
+        }
+        let since = if told { self.activity.now_ms() } else { 0 };
+        loop {
+            tokio::time::sleep(stall / 2).await;
+            if self.activity.stalled(stall * 2, since, told) {
+                return;
+            }
+        }
+    }
+
     /// Resolves when the connection has been idle (or silent since its accept) for too long.
     async fn expired(&self) {
         loop {
@@ -423,6 +537,9 @@ impl AllGone {
 
 /// Runs `conn`; once `stop` turns true, or the connection has been idle too long, tells it to
 /// finish (`shutdown`) and runs it to its end.
+/// Why a connection whose every response waited on its client was closed.
+const STALLED: &str = "closed: every open response waited on the client for twice --write-stall-timeout";
+
 async fn graceful<C, E>(
     conn: C,
     mut stop: watch::Receiver<bool>,
@@ -453,6 +570,7 @@ where
             }
             _ = idle.activity.goaway.notified() => tracing::debug!("GOAWAY (--goaway-chance)"),
             _ = idle.activity.abort.notified() => return Err("too many streams reset while handled".into()),
+            _ = idle.stalled(false) => return Err(STALLED.into()),
         }
     }
     shutdown(conn.as_mut());
@@ -460,6 +578,8 @@ where
     tokio::select! {
         r = conn.as_mut() => r.map_err(Into::into),
         _ = until_true(&mut kill) => Ok(()),
+        // Told to finish, it would wait for ever for streams its client never takes.
+        _ = idle.stalled(true) => Err(STALLED.into()),
     }
 }
 

@@ -336,7 +336,7 @@ fn service(
             if let Some(h) = handling {
                 h.done();
             }
-            Ok::<_, Infallible>(super::limits::Guarded::wrap(resp, busy))
+            Ok::<_, Infallible>(super::conn::Stalled::wrap(resp, busy))
         })
     })
 }

@@ -359,6 +359,61 @@ async fn get_from(from: &str, env: &Env, path: &str, token: &str) -> StatusCode 
     send.send_request(req).await.unwrap().status()
 }
 
+/// A client without credentials opens HTTP/2 streams with no window and keeps them: their
+/// 401s are never sent, hyper keeps them, and the connection was busy for ever — never idle,
+/// never giving way at --max-connections — so one client could hold every connection slot
+/// (a review; without the fix this connection is still open after 20 s). Now a connection
+/// whose every open answer waited on its client for twice --write-stall-timeout is closed;
+/// one with a quiet watch beside (waiting for an event, not for its client) is kept.
+#[tokio::test]
+async fn a_connection_whose_every_answer_waits_on_its_client_is_closed() {
+    let stall = Duration::from_secs(1);
+    let env = start(0, |a| {
+        a.security.write_stall_timeout = stall;
+        a.idle_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let unauthenticated =
+        || Request::get("http://localhost/api/v1/namespaces/big/configmaps").body(Empty::new()).unwrap();
+    let (mut send, conn) = h2_without_window(&env).await;
+    // Held, never read: the streams stay open.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        send.ready().await.unwrap();
+        let r = send.send_request(unauthenticated()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        held.push(r);
+    }
+    let t0 = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(20), conn).await.expect("closed by the proxy");
+    // Closed once its answers waited twice the stall (not idle: they are open).
+    assert!(t0.elapsed() >= stall * 2, "not before its answers stalled: {:?}", t0.elapsed());
+    assert!(ended.unwrap().is_err(), "closed, not finished");
+    eprintln!("a connection of stalled 401s closed after {:?}", t0.elapsed());
+    drop(held);
+
+    // Beside a quiet watch (nothing to send: waiting on the cache, not on the client), the
+    // same stalled answers keep the connection.
+    let (mut send, conn) = h2_without_window(&env).await;
+    send.ready().await.unwrap();
+    let path = "/api/v1/namespaces/big/configmaps?watch=true&resourceVersion=0";
+    let watch = send.send_request(h2_get(path, "mallory-token")).await.unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    send.ready().await.unwrap();
+    let r = send.send_request(unauthenticated()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let kept = tokio::time::timeout(stall * 6, async {
+        while !conn.is_finished() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(kept.is_err(), "a connection with a quiet watch is kept");
+    drop((watch, r));
+    conn.abort();
+    env.proxy.shutdown().await;
+}
+
 /// An h2c connection that grants its streams no window: nothing of an answer is ever sent.
 async fn h2_without_window(
     env: &Env,
