@@ -81,6 +81,10 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     {
         let now = Instant::now();
         let owned = key.clone();
+        // Asked once: when a slot is made, or — joining one in flight whose fetch then fails,
+        // when the cell has this caller fetch in turn — before that fetch (a review: the
+        // waiters piled on a failing review each sent their own, none counted).
+        let mut admit = Some(admit);
         let slot = {
             let mut m = self.map.lock();
             m.tick += 1;
@@ -91,7 +95,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
                     s.clone()
                 }
                 _ => {
-                    admit()?;
+                    admit.take().map_or(Ok(()), |a| a())?;
                     m.make_room(self.capacity, now);
                     let s = Arc::new(Slot { cell: OnceCell::new(), used: AtomicU64::new(tick) });
                     m.entries.insert(key, s.clone());
@@ -103,6 +107,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         let got = slot
             .cell
             .get_or_try_init(|| async {
+                admit.take().map_or(Ok(()), |a| a())?;
                 fetched.store(true, Ordering::Relaxed);
                 let (v, ttl) = fetch().await?;
                 Ok((v, Instant::now() + ttl))
@@ -265,5 +270,28 @@ mod tests {
                 "kept"
             );
         }
+    }
+
+    /// A caller that joined a fetch in flight and has to fetch in turn once it failed (the
+    /// upstream failing the review) is admitted first, as the first was: the waiters piled on a
+    /// failing review each sent their own, none counted (a review).
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_fetching_after_a_failed_fetch_is_admitted_too() {
+        let c: TtlCache<u32, u32> = TtlCache::new(8);
+        let admitted = AtomicUsize::new(0);
+        let admit = || {
+            admitted.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, ()>(())
+        };
+        let failing = || async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Err::<(u32, Duration), ()>(())
+        };
+        let (a, b) = tokio::join!(
+            c.get_or_fetch_admitted(1, admit, failing),
+            c.get_or_fetch_admitted(1, admit, failing)
+        );
+        assert_eq!((a, b), (Err(()), Err(())));
+        assert_eq!(admitted.load(Ordering::SeqCst), 2, "each fetch was admitted");
     }
 }
