@@ -173,6 +173,11 @@ struct Failures {
     /// Since when lists or watches have failed without a list installed, an event applied or a
     /// watch ended cleanly in between (`end_stale_watchers`).
     failing_since: Option<tokio::time::Instant>,
+    /// The RV a list asked for whole was installed at (`relist`): a watch from it answered
+    /// 410 before bringing anything is relisted consistently, not whole again — an upstream
+    /// replica whose watch cache is behind another's could otherwise make a relist-and-410
+    /// loop with no backoff (a review).
+    whole_at: Option<Rv>,
 }
 
 /// The least time between two warnings of one reflector.
@@ -187,6 +192,7 @@ impl Failures {
             last_warn: None,
             unlogged: 0,
             failing_since: None,
+            whole_at: None,
         }
     }
 
@@ -306,7 +312,8 @@ async fn step(
 ) -> State {
     let (opts, metrics, resource) = (ctx.opts, ctx.metrics, ctx.resource);
     match state {
-        State::Empty | State::Relist { .. } => match relist(ctx, writer, state).await {
+        State::Empty | State::Relist { .. } => match relist(ctx, writer, state, &mut failures.whole_at).await
+        {
             (Ok(listed), _) => listed_ok(ctx, writer, backoff, failures, listed).await,
             (Err(e), next) => {
                 failures.record(
@@ -333,22 +340,31 @@ async fn step(
 }
 
 /// A full list: whole from the RV a watch lost (`State::Relist`, when the byte budget has
-/// room for the cache's size), else paged and consistent (`list_all`); with the state to try
+/// room for the cache's size, counted before it is asked), else paged and consistent
+/// (`list_all`); with the state to try
 /// again from if it fails. A 410 or 504 "Too large resource version" to the first (an
 /// upstream whose watch cache is behind, or whose storage went back) falls back to the second
 /// at once, as client-go's reflector does; another Status keeps the RV for the next try; a
 /// transport failure or timeout (a whole list may take longer than an own request's bound)
 /// does not.
-async fn relist(ctx: &Ctx<'_>, writer: &mut Writer, state: State) -> (Result<Listed, UpstreamError>, State) {
+async fn relist(
+    ctx: &Ctx<'_>,
+    writer: &mut Writer,
+    state: State,
+    whole_at: &mut Option<Rv>,
+) -> (Result<Listed, UpstreamError>, State) {
     let (upstream, opts) = (ctx.upstream, ctx.opts);
+    *whole_at = None;
     let State::Relist { after } = state else {
         return (list_all(upstream, writer, opts).await, State::Empty);
     };
-    if !writer.list_account().fits_its_size() {
-        return (list_all(upstream, writer, opts).await, State::Empty);
-    }
     match list_whole(upstream, writer, after).await {
-        Ok(Some(listed)) => (Ok(listed), State::Empty),
+        Ok(Some(listed)) => {
+            if let Listed::Installed(rv) = listed {
+                *whole_at = Some(rv);
+            }
+            (Ok(listed), State::Empty)
+        }
         Ok(None) => (list_all(upstream, writer, opts).await, State::Empty),
         Err(e) if e.is_gone() || e.is_too_large_rv() => {
             tracing::info!(resource = ctx.resource, rv = %after, error = %e, "the upstream cannot list from the cache's resourceVersion; listing consistently");
@@ -453,7 +469,12 @@ async fn watched(
                     "restored at resourceVersion {rv}, which the upstream no longer has; relisting"
                 )));
             }
-            State::Relist { after: rv }
+            if rv == from && failures.whole_at == Some(from) {
+                // Just listed whole at this RV, and 410 at once: listed consistently.
+                State::Empty
+            } else {
+                State::Relist { after: rv }
+            }
         }
         WatchEnd::Failed(r, e, after) => {
             failures.record(metrics, r, rv, "upstream watch failed; re-watching", &e);
@@ -597,12 +618,19 @@ async fn list_whole(
     writer: &mut Writer,
     after: Rv,
 ) -> Result<Option<Listed>, UpstreamError> {
-    let page = upstream.list_since(writer.kind(), after).await?;
-    // The first page of a paged answer (an upstream that paginates unasked): listed paged.
-    if page.continue_token.is_some() {
+    // The cache's size is counted before the list is asked for (`--cache-memory-limit`);
+    // without room for it, the paged list, refused page by page.
+    let mut account = writer.list_account();
+    if !account.reserve_its_size() {
         return Ok(None);
     }
-    let mut account = writer.list_account();
+    let page = upstream.list_since(writer.kind(), after).await?;
+    // The first page of a paged answer (an upstream that paginates unasked), or a state older
+    // than asked (an upstream that does not read `resourceVersion` as "not older than": it
+    // would move the cache back): listed paged and consistent.
+    if page.continue_token.is_some() || page.rv < after {
+        return Ok(None);
+    }
     let mut items = Vec::with_capacity(page.items.len());
     let mut listed = 0u64;
     for raw in page.items {
@@ -614,7 +642,7 @@ async fn list_whole(
             Err(e) => return Ok(Some(Listed::Unparsable(e.to_string()))),
         }
     }
-    if !account.add(listed, listed) {
+    if !account.settle(listed) {
         return Ok(Some(Listed::Refused(account.refused_at())));
     }
     writer.replace(items, page.rv);
@@ -945,6 +973,41 @@ mod tests {
         }
     }
 
+    /// A watch from the RV a whole list was just installed at, answered 410 before bringing
+    /// anything (an upstream replica whose watch cache is behind another's), is relisted
+    /// consistently, not whole again: that loop had no backoff (a review). Otherwise a 410 is
+    /// relisted whole from the RV it lost.
+    #[tokio::test]
+    async fn a_410_right_after_a_whole_relist_is_relisted_consistently() {
+        use crate::resource::ResourceKind;
+        use crate::upstream::testutil::{chunked_body, handler, serve};
+        let gone = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 150 (200)","reason":"Expired","code":410}}"#;
+        for just_whole in [true, false] {
+            let addr = serve(handler(move |_, _| async move {
+                http::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(chunked_body(&[gone]))
+                    .unwrap()
+            }))
+            .await;
+            let upstream = crate::upstream::testutil::client_of(addr);
+            let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+            let (mut w, _r) = crate::cache::new(kind, crate::cache::CacheOptions::default());
+            w.replace(Vec::new(), Rv(150));
+            let (opts, metrics) = (ReflectorOptions::default(), Metrics::new());
+            let mut ctx = Ctx { upstream: &upstream, opts: &opts, metrics: &metrics, resource: "configmaps" };
+            let (mut backoff, mut failures) = (Backoff::new(&opts), Failures::new("configmaps", &opts));
+            failures.whole_at = just_whole.then_some(Rv(150));
+            let next =
+                step(&mut ctx, &mut w, &mut backoff, &mut failures, State::Synced { rv: Rv(150) }).await;
+            match (next, just_whole) {
+                (State::Empty, true) => {}
+                (State::Relist { after }, false) => assert_eq!(after, Rv(150)),
+                _ => panic!("{just_whole}: not as expected"),
+            }
+        }
+    }
+
     /// A watch refused with a `retryAfterSeconds` (a 429 under APF, which admits watches too;
     /// an ERROR event carrying one) is re-watched no sooner: the failure carries it.
     #[tokio::test]
@@ -1023,7 +1086,9 @@ mod tests {
         let busy = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#;
         // (the answer to the whole list, the queries sent, the RV installed or none, next state)
         type Case = (u16, String, &'static [&'static str], Option<u64>, Option<u64>);
-        let cases: [Case; 5] = [
+        let cases: [Case; 6] = [
+            // Older than asked (an upstream that does not read the RV as "not older than").
+            (200, list("90", ""), &["resourceVersion=100", "limit=500"], Some(160), None),
             (200, list("150", ""), &["resourceVersion=100"], Some(150), None),
             (410, expired.into(), &["resourceVersion=100", "limit=500"], Some(160), None),
             (504, too_large.into(), &["resourceVersion=100", "limit=500"], Some(160), None),
@@ -1054,7 +1119,7 @@ mod tests {
             w.replace(Vec::new(), Rv(100));
             let (opts, metrics) = (ReflectorOptions::default(), Metrics::new());
             let ctx = Ctx { upstream: &upstream, opts: &opts, metrics: &metrics, resource: "configmaps" };
-            let (listed, next) = relist(&ctx, &mut w, State::Relist { after: Rv(100) }).await;
+            let (listed, next) = relist(&ctx, &mut w, State::Relist { after: Rv(100) }, &mut None).await;
             assert_eq!(&log.lock()[..], want_queries, "{code}");
             match (listed, want_rv) {
                 (Ok(Listed::Installed(rv)), Some(want)) => {

@@ -107,12 +107,37 @@ impl ListAccount {
         false
     }
 
-    /// Whether a list as large as what this cache holds now fits ([`ListAccount::add`]'s
-    /// rule): a relist asked for whole arrives whole before it can be counted, so it is asked
-    /// for only then. Always true without a limit.
-    pub fn fits_its_size(&self) -> bool {
+    /// Counts, before a relist asked for whole is sent, as much as this cache holds now (its
+    /// expected size): such a list arrives whole before it can be counted, and every cache
+    /// relisting at once (after an apiserver restart) would each hold one before any was
+    /// counted (a review). False, nothing counted, when it would pass the limit
+    /// ([`ListAccount::add`]'s rule); always true without one.
+    pub fn reserve_its_size(&mut self) -> bool {
+        let own = self.shared.kept.load(Ordering::Relaxed);
         let Some(budget) = &self.budget else { return true };
-        budget.measured().saturating_add(budget.listing.load(Ordering::Relaxed)) <= budget.limit
+        let listing = budget.listing.fetch_add(own, Ordering::Relaxed) + own;
+        if budget.measured().saturating_sub(own) + listing <= budget.limit {
+            self.listed += own;
+            true
+        } else {
+            budget.listing.fetch_sub(own, Ordering::Relaxed);
+            false
+        }
+    }
+
+    /// The whole list came to `bytes`: counted at that instead of what was reserved; false
+    /// when what it brings beyond the reservation passes the limit ([`ListAccount::add`]).
+    pub fn settle(&mut self, bytes: u64) -> bool {
+        match bytes.checked_sub(self.listed) {
+            Some(more) => self.add(more, bytes),
+            None => {
+                if let Some(budget) = &self.budget {
+                    budget.listing.fetch_sub(self.listed - bytes, Ordering::Relaxed);
+                }
+                self.listed = bytes;
+                true
+            }
+        }
     }
 
     /// What a refused list is counted at ([`ListAccount::add`]'s record).
@@ -307,6 +332,42 @@ mod tests {
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
         assert!(w.list_account().add(u64::MAX / 2, 0));
+    }
+
+    /// A relist asked for whole counts its cache's size before it is sent: two caches relisting
+    /// at once (after an apiserver restart) cannot both hold a whole body past the limit; the
+    /// arrived list is then counted at its own size (a review: nothing was counted before the
+    /// bodies were in).
+    #[tokio::test]
+    async fn a_whole_relist_reserves_its_caches_size_before_it_is_asked() {
+        let budget = Arc::new(Budget::new(10_000));
+        let opts = CacheOptions { memory: Some(budget.clone()), ..CacheOptions::default() };
+        let (wa, ra) = cache::new(kind(), opts.clone());
+        let (wb, rb) = cache::new(kind(), opts);
+        for (w, bytes) in [(&wa, 4_000), (&wb, 4_000)] {
+            let mut l = w.list_account();
+            assert!(l.add(bytes, bytes));
+            l.installed();
+        }
+        assert_eq!(ra.kept() + rb.kept(), 8_000);
+        // a's relist reserves its 4 000 (replacing them: 8 000 in all), and counts 4 500 once in.
+        let mut a = wa.list_account();
+        assert!(a.reserve_its_size());
+        // b's reservation would pass 10 000 beside it: refused, nothing counted (paged instead).
+        let mut b = wb.list_account();
+        assert!(!b.reserve_its_size());
+        assert_eq!(rb.refused_list(), 0, "a refused reservation is no refused list");
+        assert!(a.settle(4_500));
+        assert!(!b.add(2_000, 2_000), "a's 4 500 still count while it lands");
+        drop(b);
+        a.installed();
+        assert_eq!(budget.measured(), 8_500);
+        // Settled below its reservation: counted at what came.
+        let mut again = wa.list_account();
+        assert!(again.reserve_its_size());
+        assert!(again.settle(1_000));
+        again.installed();
+        assert_eq!(budget.measured(), 5_000);
     }
 
     /// A superseded version's key allocation is counted once: not when the store's version
