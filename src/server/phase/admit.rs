@@ -87,8 +87,13 @@ impl<B: Send + Sync + 'static> Phase<B> for Admit {
         match tokio::time::timeout_at(deadline, pass(next, req)).await {
             // The ticket stays taken until the body has been sent (or the deadline, or the
             // client stopped taking it).
+            // Not a forwarded one: its body holds an upstream connection's stream until sent,
+            // which the permit bounds (a review).
             Ok(resp)
-                if http_body::Body::size_hint(resp.body()).exact().is_some_and(|n| n <= BUFFERED_ANSWER) =>
+                if resp.extensions().get::<super::FromUpstream>().is_none()
+                    && http_body::Body::size_hint(resp.body())
+                        .exact()
+                        .is_some_and(|n| n <= BUFFERED_ANSWER) =>
             {
                 // Whole and small (an error Status, a small object): its permit is free now, as
                 // the apiserver's in-flight seat is once its handler has returned, the answer in
@@ -188,7 +193,8 @@ mod tests {
     /// A whole answer of at most 4 KiB (a refusal) frees its permit once made, as the
     /// apiserver's seat is freed once its handler returned: a client that never takes it (an
     /// HTTP/2 stream with no window) holds none (a review: ~40 unauthenticated requests a
-    /// second held every permit for the write-stall timeout). One of unknown length holds it.
+    /// second held every permit for the write-stall timeout). One of unknown length holds it,
+    /// as does a forwarded one (its body holds an upstream stream).
     #[tokio::test]
     async fn a_small_whole_answer_frees_its_permit_before_it_is_sent() {
         let limits = Arc::new(Limits::new(LimitOptions { max_in_flight: 1, ..Default::default() }));
@@ -202,6 +208,24 @@ mod tests {
         let (again, _) = run_seen(s.clone(), request("/api/v1/pods")).await;
         assert_eq!(again.status(), 429);
         drop((refused, next));
+        // A small forwarded answer holds it too.
+        let forwarded = s.call(request("/api/v1/pods"), &Forwards).await;
+        assert_eq!(forwarded.status(), 200);
+        let (again, _) = run_seen(s.clone(), request("/api/v1/pods")).await;
+        assert_eq!(again.status(), 429, "held by the forwarded answer");
+        drop(forwarded);
+    }
+
+    /// The rest of the stack forwarding: a small whole answer from the upstream.
+    #[derive(Clone)]
+    struct Forwards;
+
+    impl crate::server::phase::Next<String> for Forwards {
+        async fn run(&self, _req: Req<String>) -> Resp {
+            let mut resp = http::Response::new(crate::server::body::full("{}"));
+            resp.extensions_mut().insert(crate::server::phase::FromUpstream);
+            resp
+        }
     }
 
     /// The rest of the stack, never answering (an upstream read that hangs).
