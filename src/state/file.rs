@@ -26,11 +26,22 @@ pub fn resource_of(name: &str) -> Option<(&str, &str)> {
 }
 
 /// The temporary name `bytes` are written under before the rename: a new one each time (the
-/// process id is 1 in every container; two pods may share a `hostPath` during a rollout).
+/// process id is 1 in every container; two pods may share a `hostPath` during a rollout), with
+/// when the write began (`t<seconds since the epoch>`): the file is dated as old as its state
+/// before the rename, so its time says nothing of the write (`open_all`).
 fn temporary(path: &Path) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!(".tmp-{}-{:016x}", std::process::id(), fastrand::u64(..)));
+    let began = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    name.push(format!(".tmp-t{}-{:016x}", began.as_secs(), fastrand::u64(..)));
     path.with_file_name(name)
+}
+
+/// When the write of a temporary file began, from its name ([`temporary`]); `None` for a name
+/// of another form.
+fn write_began(name: &str) -> Option<std::time::SystemTime> {
+    let rest = &name[name.find(".state.tmp-t")? + ".state.tmp-t".len()..];
+    let secs: u64 = rest.split('-').next()?.parse().ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 /// A leftover temporary file younger than this may be another process's write in progress:
@@ -64,25 +75,18 @@ pub fn write_atomic(
             )));
         }
         f.write_all(bytes)?;
+        // Dated before the rename (a crash after it leaves a file as old as its state). A
+        // temporary file so dated is not taken for a leftover: its name says when its write
+        // began (`open_all`).
+        if let Some(t) = proven_at {
+            f.set_modified(t)?;
+        }
         f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        Ok(f)
+        fs::rename(&tmp, path)
     })();
-    let f = match written {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    // Dated once renamed: a temporary file dated in the past (a stale cache's save) looked
-    // like a leftover to the start of another pod sharing the directory, which removed it
-    // mid-write (a review). A file that cannot be dated would claim to be fresher than it is.
-    if let Some(t) = proven_at {
-        if let Err(e) = f.set_modified(t).and_then(|()| f.sync_all()) {
-            let _ = fs::remove_file(path);
-            return Err(e);
-        }
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
     // The rename itself must reach the disk (a power loss would otherwise undo it).
     if let Some(dir) = path.parent() {
@@ -164,7 +168,10 @@ pub fn open_all(dir: &Path) -> std::io::Result<Vec<Found>> {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.contains(".state.tmp-") {
-            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            // When its write began, from its name: a write in progress dates its file in the
+            // past (a stale state's time) before renaming it (a review: it was removed as a
+            // leftover, mid-write, by another pod's start); its time for a name without one.
+            let modified = write_began(&name).or_else(|| entry.metadata().and_then(|m| m.modified()).ok());
             // A time in the future (another host's clock, on a shared volume) is a write in
             // progress, not a leftover (it was removed as one: found by a review) — unless it
             // is further ahead than a write lasts (a clock set back since).
@@ -275,18 +282,27 @@ mod tests {
         }
         // A crash between the write and the rename leaves a temporary file: never read, removed
         // once older than a write could be (a young one may be another process's, going on).
-        let (old, young, ahead) = (temporary(&p), temporary(&p), temporary(&p));
-        assert_ne!(old, young, "a new name each time");
-        fs::write(&old, b"half").unwrap();
-        fs::write(&young, b"half").unwrap();
-        fs::write(&ahead, b"half").unwrap();
         let long_ago = std::time::SystemTime::now() - LEFTOVER_AGE - std::time::Duration::from_secs(1);
-        File::options().write(true).open(&old).unwrap().set_modified(long_ago).unwrap();
+        let secs = long_ago.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        // Begun long ago (its name says so), and one of the former names dated long ago.
+        let old = dir.join(format!("core_configmaps.state.tmp-t{secs}-00000000000000ab"));
+        let former = dir.join("core_configmaps.state.tmp-1-00000000000000ab");
+        let (young, ahead) = (temporary(&p), temporary(&p));
+        assert_ne!(ahead, young, "a new name each time");
+        for f in [&old, &former, &young, &ahead] {
+            fs::write(f, b"half").unwrap();
+        }
+        File::options().write(true).open(&former).unwrap().set_modified(long_ago).unwrap();
+        // A write going on whose file is already dated as old as its state: left too.
+        File::options().write(true).open(&young).unwrap().set_modified(long_ago).unwrap();
         // Another host's clock ahead (a shared volume): a write going on, left.
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
         File::options().write(true).open(&ahead).unwrap().set_modified(later).unwrap();
         let all = open_all(&dir).unwrap();
-        assert!(!old.exists() && young.exists(), "the old one removed, the young one left");
+        assert!(
+            !old.exists() && !former.exists() && young.exists(),
+            "the old ones removed, the young one left"
+        );
         assert!(ahead.exists(), "one from the future left");
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].0, "core_configmaps.state");
