@@ -43,20 +43,33 @@ pub const SYNC_BOUND: Duration = Duration::from_secs(60);
 /// watch ended, every resource relisted cold — on every replica of the proxy (a review).
 pub const CONFIRM_AFTER: Duration = Duration::from_secs(3);
 
-/// Resources a rediscovery round found gone or changed, by name, with when first found so.
+/// A suspicion not renewed by a round for this long is forgotten: a round much later that
+/// finds the resource gone again starts over (a review: one from long before made a single
+/// passing miss count as confirmed).
+const SUSPECT_FORGET: Duration = Duration::from_secs(30);
+
+/// Resources a rediscovery round found gone or changed, by name, with when first and last
+/// found so.
 #[derive(Default)]
-struct Suspects(std::collections::HashMap<String, std::time::Instant>);
+struct Suspects(std::collections::HashMap<String, (std::time::Instant, std::time::Instant)>);
 
 impl Suspects {
     /// Whether `name`, found gone or changed at `now`, has been so for [`CONFIRM_AFTER`]
-    /// (then it is no longer a suspect: it is acted on).
-    fn confirmed(&mut self, name: &str, now: std::time::Instant) -> bool {
-        let first = *self.0.entry(name.to_owned()).or_insert(now);
-        let confirmed = now.saturating_duration_since(first) >= CONFIRM_AFTER;
+    /// (then it is no longer a suspect: it is acted on); `None` for a new suspicion (not
+    /// confirmed either: the caller has a round made again in `CONFIRM_AFTER`).
+    fn confirmed(&mut self, name: &str, now: std::time::Instant) -> Option<bool> {
+        let entry = self.0.entry(name.to_owned()).or_insert((now, now));
+        let new = entry.0 == now || now.saturating_duration_since(entry.1) > SUSPECT_FORGET;
+        if new {
+            *entry = (now, now);
+            return None;
+        }
+        entry.1 = now;
+        let confirmed = now.saturating_duration_since(entry.0) >= CONFIRM_AFTER;
         if confirmed {
             self.0.remove(name);
         }
-        confirmed
+        Some(confirmed)
     }
 
     /// `name` was found as cached: what was found before was a passing state.
@@ -425,11 +438,8 @@ impl Caching {
             let checked = round.recheck(&name, &kind).await;
             match &checked {
                 Ok(None) => self.suspects.lock().cleared(&name),
-                Ok(Some(_)) | Err(UpstreamError::Discovery(_))
-                    if !self.suspects.lock().confirmed(&name, std::time::Instant::now()) =>
-                {
-                    tracing::info!(resource = %name, "rediscovery found it gone or changed; kept until a round {CONFIRM_AFTER:?} later agrees");
-                    continue;
+                Ok(Some(_)) | Err(UpstreamError::Discovery(_)) if !self.suspected_confirmed(&name) => {
+                    continue
                 }
                 _ => {}
             }
@@ -534,6 +544,25 @@ impl Caching {
         [running, dropped].concat()
     }
 
+    /// Whether `name`, found gone or changed by this round, has been so for [`CONFIRM_AFTER`];
+    /// a new suspicion has a round made again then (rounds may otherwise be minutes apart).
+    fn suspected_confirmed(&self, name: &str) -> bool {
+        match self.suspects.lock().confirmed(name, std::time::Instant::now()) {
+            Some(confirmed) => confirmed,
+            None => {
+                tracing::info!(resource = %name, "rediscovery found it gone or changed; kept until a round {CONFIRM_AFTER:?} later agrees");
+                let (again, mut stop) = (self.rediscover.clone(), self.stop.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::time::sleep(CONFIRM_AFTER) => again.notify_one(),
+                        _ = crate::shutdown::until_true(&mut stop) => {}
+                    }
+                });
+                false
+            }
+        }
+    }
+
     /// One wildcard round: caches what appeared, retires what went away or is now excluded,
     /// re-caches what changed version, and records what is skipped. A round that cannot reach
     /// the upstream changes nothing.
@@ -563,8 +592,7 @@ impl Caching {
                 self.suspects.lock().cleared(name);
                 continue;
             }
-            if !self.suspects.lock().confirmed(name, std::time::Instant::now()) {
-                tracing::info!(resource = %name, "rediscovery found it gone or changed; kept until a round {CONFIRM_AFTER:?} later agrees");
+            if !self.suspected_confirmed(name) {
                 suspected.push(name);
                 continue;
             }
@@ -619,15 +647,19 @@ mod tests {
     fn a_resource_is_retired_only_when_rounds_agree_for_a_while() {
         let mut s = Suspects::default();
         let t = std::time::Instant::now();
-        assert!(!s.confirmed("widgets.example.com", t), "one round: a replica restarting");
-        assert!(!s.confirmed("widgets.example.com", t + Duration::from_secs(1)));
-        assert!(s.confirmed("widgets.example.com", t + CONFIRM_AFTER), "still gone 3 s later");
+        let w = "widgets.example.com";
+        assert_eq!(s.confirmed(w, t), None, "one round: a replica restarting; a new suspicion");
+        assert_eq!(s.confirmed(w, t + Duration::from_secs(1)), Some(false));
+        assert_eq!(s.confirmed(w, t + CONFIRM_AFTER), Some(true), "still gone 3 s later");
         // Acted on: found gone again later is a new suspicion.
-        assert!(!s.confirmed("widgets.example.com", t + CONFIRM_AFTER * 2));
+        assert_eq!(s.confirmed(w, t + CONFIRM_AFTER * 2), None);
         // Back in between: the time starts over.
-        s.cleared("widgets.example.com");
-        assert!(!s.confirmed("widgets.example.com", t + CONFIRM_AFTER * 3));
-        assert!(!s.confirmed("gadgets.example.com", t + CONFIRM_AFTER * 4), "each on its own");
-        assert!(s.confirmed("widgets.example.com", t + CONFIRM_AFTER * 4));
+        s.cleared(w);
+        assert_eq!(s.confirmed(w, t + CONFIRM_AFTER * 3), None);
+        assert_eq!(s.confirmed("gadgets.example.com", t + CONFIRM_AFTER * 4), None, "each on its own");
+        assert_eq!(s.confirmed(w, t + CONFIRM_AFTER * 4), Some(true));
+        // A suspicion no round renewed for long is forgotten: one miss much later is new.
+        let later = t + Duration::from_secs(600);
+        assert_eq!(s.confirmed("gadgets.example.com", later), None, "not confirmed by its old time");
     }
 }

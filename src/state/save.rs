@@ -76,9 +76,14 @@ impl Saver {
             }
             if let Some(why) = discarded(r) {
                 let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
-                if path.exists() {
-                    remove(&path, &kind.group_resource(), why);
-                }
+                let resource = kind.group_resource();
+                // Blocking (a stat, an unlink, the directory's fsync): off the runtime's threads.
+                let _ = tokio::task::spawn_blocking(move || {
+                    if path.exists() {
+                        remove(&path, &resource, why);
+                    }
+                })
+                .await;
             }
         }
     }
