@@ -45,8 +45,9 @@ pub const CONFIRM_AFTER: Duration = Duration::from_secs(3);
 
 /// A suspicion not renewed by a round for this long is forgotten: a round much later that
 /// finds the resource gone again starts over (a review: one from long before made a single
-/// passing miss count as confirmed).
-const SUSPECT_FORGET: Duration = Duration::from_secs(30);
+/// passing miss count as confirmed). Longer than a round may take (each of its requests may
+/// take up to a minute), or a slow upstream would keep every suspicion new.
+const SUSPECT_FORGET: Duration = Duration::from_secs(180);
 
 /// Resources a rediscovery round found gone or changed, by name, with when first and last
 /// found so.

@@ -19,6 +19,9 @@ use tokio::time::Instant;
 struct Slot<V> {
     cell: OnceCell<(V, Instant)>,
     used: AtomicU64,
+    /// The admission its creator was given, for whichever caller runs the first fetch (a
+    /// waiter may get to it first).
+    admitted: AtomicBool,
 }
 
 struct Map<K, V> {
@@ -81,9 +84,10 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     {
         let now = Instant::now();
         let owned = key.clone();
-        // Asked once: when a slot is made, or — joining one in flight whose fetch then fails,
-        // when the cell has this caller fetch in turn — before that fetch (a review: the
-        // waiters piled on a failing review each sent their own, none counted).
+        // Asked once: when a slot is made (its first fetch runs on that admission, whoever runs
+        // it: a waiter may get there before the creator), or — joining one in flight whose
+        // fetch then fails, when the cell has this caller fetch in turn — before that fetch (a
+        // review: the waiters piled on a failing review each sent their own, none counted).
         let mut admit = Some(admit);
         let slot = {
             let mut m = self.map.lock();
@@ -97,7 +101,11 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
                 _ => {
                     admit.take().map_or(Ok(()), |a| a())?;
                     m.make_room(self.capacity, now);
-                    let s = Arc::new(Slot { cell: OnceCell::new(), used: AtomicU64::new(tick) });
+                    let s = Arc::new(Slot {
+                        cell: OnceCell::new(),
+                        used: AtomicU64::new(tick),
+                        admitted: AtomicBool::new(true),
+                    });
                     m.entries.insert(key, s.clone());
                     s
                 }
@@ -107,7 +115,11 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         let got = slot
             .cell
             .get_or_try_init(|| async {
-                admit.take().map_or(Ok(()), |a| a())?;
+                // The creator's admission for the first fetch, whoever runs it; a later one
+                // (after a failed fetch) is admitted on its own.
+                if !slot.admitted.swap(false, Ordering::AcqRel) {
+                    admit.take().map_or(Ok(()), |a| a())?;
+                }
                 fetched.store(true, Ordering::Relaxed);
                 let (v, ttl) = fetch().await?;
                 Ok((v, Instant::now() + ttl))
@@ -152,7 +164,10 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         let tick = m.tick;
         m.make_room(self.capacity, now);
         let cell = OnceCell::new_with(Some((value, now + ttl)));
-        m.entries.insert(key, Arc::new(Slot { cell, used: AtomicU64::new(tick) }));
+        m.entries.insert(
+            key,
+            Arc::new(Slot { cell, used: AtomicU64::new(tick), admitted: AtomicBool::new(false) }),
+        );
     }
 }
 
