@@ -125,6 +125,26 @@ async fn scripted(answer: Answer) -> (std::net::SocketAddr, Arc<Script>) {
 }
 
 /// A client of the scripted upstream at `addr`, and an empty configmaps cache for a reflector.
+/// A reflector filling `writer`'s cache from `upstream`, until [`Reflecting::stop`].
+struct Reflecting {
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start_reflector(upstream: Upstream, writer: cache::Writer, opts: ReflectorOptions) -> Reflecting {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    Reflecting { stop_tx, task }
+}
+
+impl Reflecting {
+    /// Stops the reflector and waits for it to end.
+    async fn stop(self) {
+        self.stop_tx.send(true).unwrap();
+        self.task.await.unwrap();
+    }
+}
+
 fn configmaps_against(addr: std::net::SocketAddr) -> (Upstream, cache::Writer, cache::Reader) {
     let upstream =
         Upstream::new(&UpstreamOptions { upstream: Some(format!("http://{addr}")), ..Default::default() })
@@ -139,9 +159,8 @@ async fn list_watch_rewatch_relist() {
     let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
 
     let (upstream, writer, reader) = configmaps_against(addr);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
 
     reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
     let mut w = reader
@@ -186,8 +205,7 @@ async fn list_watch_rewatch_relist() {
     assert!(log[2].contains("resourceVersion=15"), "re-watch from the bookmark RV: {log:?}");
     assert!(!log[3].contains("watch"), "relist after 410: {log:?}");
     assert!(log[4].contains("resourceVersion=25"), "watch from the relist RV: {log:?}");
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 /// The apiserver's 429 under API Priority and Fairness, with its `Retry-After`.
@@ -236,17 +254,15 @@ async fn answer_busy_second_page(
 async fn a_busy_page_is_asked_again_not_the_whole_list() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_busy_second_page(s, r))).await;
     let (upstream, writer, reader) = configmaps_against(addr);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
     reader.wait_for(Rv(10), Duration::from_secs(10)).await.unwrap();
     assert_eq!(reader.snapshot().store.len(), 2, "both pages installed");
     let (log, at) = (script.log.lock().clone(), script.at.lock().clone());
     assert_eq!(log.len(), 3, "page 1 once, page 2 twice: {log:?}");
     assert!(log[1].contains("continue=page2") && log[2].contains("continue=page2"), "{log:?}");
     assert!(at[2] - at[1] >= Duration::from_secs(1), "after its Retry-After: {:?}", at[2] - at[1]);
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 async fn answer_busy_first_list(
@@ -277,14 +293,12 @@ async fn answer_busy_first_list(
 async fn a_busy_list_is_retried_after_its_retry_after() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_busy_first_list(s, r))).await;
     let (upstream, writer, reader) = configmaps_against(addr);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
     reader.wait_for(Rv(10), Duration::from_secs(10)).await.unwrap();
     let at = script.at.lock().clone();
     assert!(at[1] - at[0] >= Duration::from_secs(2), "{:?}", at[1] - at[0]);
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 async fn answer_closed_at_once(
@@ -334,7 +348,6 @@ async fn watches_closed_at_once_are_re_made_after_the_backoff() {
 async fn a_watch_ended_at_its_time_is_re_watched_without_a_probe() {
     let (addr, script) = scripted(|s, r| Box::pin(answer(s, r))).await;
     let (upstream, writer, reader) = configmaps_against(addr);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
         watch_timeout_secs: 1,
@@ -342,7 +355,7 @@ async fn a_watch_ended_at_its_time_is_re_watched_without_a_probe() {
         short_watch: Duration::from_millis(50),
         ..Default::default()
     };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
     reader.wait_for(Rv(25), Duration::from_secs(5)).await.unwrap();
     // Until a few quiet watches have ended (the script's 5th request on).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -351,8 +364,7 @@ async fn a_watch_ended_at_its_time_is_re_watched_without_a_probe() {
     }
     assert!(script.log.lock().len() >= 7, "{:?}", script.log.lock());
     assert_eq!(script.probes.load(std::sync::atomic::Ordering::SeqCst), 0);
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 /// The upstream of `a_watch_ended_early_by_an_upstream_gone_back_relists`: a list at 10, the
@@ -450,14 +462,13 @@ async fn answer_relist_failing(
 async fn a_cache_whose_relist_keeps_failing_ends_its_watches_past_max_staleness() {
     let (addr, _script) = scripted(|s, r| Box::pin(answer_relist_failing(s, r))).await;
     let (upstream, writer, reader) = configmaps_against(addr);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
         backoff_max: Duration::from_millis(50),
         max_staleness: Duration::from_millis(300),
         ..Default::default()
     };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
     reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
     let mut w = reader
         .watch(WatchRequest {
@@ -470,8 +481,7 @@ async fn a_cache_whose_relist_keeps_failing_ends_its_watches_past_max_staleness(
     let end = tokio::time::timeout(Duration::from_secs(5), w.next()).await.expect("ended past max staleness");
     assert!(end.is_none(), "nothing more, no BOOKMARK at the old RV: {end:?}");
     assert!(reader.staleness().is_some_and(|s| s > Duration::from_millis(300)));
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 /// The upstream of `one_failure_of_a_quiet_current_cache_leaves_its_watches_open`: a list at
@@ -507,14 +517,13 @@ async fn answer_one_failure(
 async fn one_failure_of_a_quiet_current_cache_leaves_its_watches_open() {
     let (addr, script) = scripted(|s, r| Box::pin(answer_one_failure(s, r))).await;
     let (upstream, writer, reader) = configmaps_against(addr);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions {
         backoff_initial: Duration::from_millis(10),
         max_staleness: Duration::from_millis(300),
         short_watch: Duration::from_millis(50),
         ..Default::default()
     };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
     reader.wait_for(Rv(10), Duration::from_secs(5)).await.unwrap();
     let mut w = reader
         .watch(WatchRequest {
@@ -535,8 +544,7 @@ async fn one_failure_of_a_quiet_current_cache_leaves_its_watches_open() {
         tokio::time::timeout(Duration::from_millis(300), w.next()).await.is_err(),
         "the watch is still open"
     );
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 /// The upstream of `an_object_that_cannot_be_parsed_forwards_the_resource_until_a_list_parses`.
@@ -681,9 +689,8 @@ async fn a_restored_state_the_upstream_no_longer_has_is_not_served_while_it_reli
     // What a restore leaves: the cache ready at the saved RV, its reflector to resume from it.
     writer.restore(Vec::new(), Rv(10), Vec::new(), Rv(10)).unwrap();
     assert!(reader.progress().ready);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let opts = ReflectorOptions { backoff_initial: Duration::from_millis(10), ..Default::default() };
-    let task = tokio::spawn(reflector::run(upstream, writer, opts, Arc::new(Metrics::new()), stop));
+    let running = start_reflector(upstream, writer, opts);
 
     let mut rx = reader.subscribe();
     let p = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|p| !p.ready))
@@ -700,6 +707,5 @@ async fn a_restored_state_the_upstream_no_longer_has_is_not_served_while_it_reli
     let log = script.log.lock().clone();
     assert!(log[0].contains("watch=true") && log[0].contains("resourceVersion=10&"), "{log:?}");
     assert!(!log[1].contains("watch"), "the relist: {log:?}");
-    stop_tx.send(true).unwrap();
-    task.await.unwrap();
+    running.stop().await;
 }
