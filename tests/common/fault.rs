@@ -182,6 +182,18 @@ async fn delay(st: &FaultState) {
 }
 
 /// Whether a chunk from the client starts a LIST of all configmaps (the reflector's list).
+/// Answers the client with `status` (the status line's code and reason, then any header
+/// lines) and the JSON `body`, and closes its connection.
+async fn answer_and_close(cw: &ClientWriter, status: &str, body: &str) {
+    let resp = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut w = cw.lock().await;
+    let _ = w.write_all(resp.as_bytes()).await;
+    let _ = w.shutdown().await;
+}
+
 fn is_configmap_list(chunk: &[u8]) -> bool {
     let Some(rest) = chunk.strip_prefix(b"GET ") else { return false };
     let target = rest.split(|b| *b == b' ').next().unwrap_or_default();
@@ -229,26 +241,14 @@ async fn requests(
         if busy {
             st.busy_answers.fetch_add(1, SeqCst);
             let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#;
-            let resp = format!(
-                "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let mut w = cw.lock().await;
-            let _ = w.write_all(resp.as_bytes()).await;
-            let _ = w.shutdown().await;
+            answer_and_close(&cw, "429 Too Many Requests\r\nretry-after: 1", body).await;
             return;
         }
         if is_configmap_list(chunk)
             && st.fail_lists.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
         {
             st.failed_lists.fetch_add(1, SeqCst);
-            let resp = format!(
-                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{STATUS_500}",
-                STATUS_500.len()
-            );
-            let mut w = cw.lock().await;
-            let _ = w.write_all(resp.as_bytes()).await;
-            let _ = w.shutdown().await;
+            answer_and_close(&cw, "500 Internal Server Error", STATUS_500).await;
             return;
         }
         delay(st).await;
