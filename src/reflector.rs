@@ -624,7 +624,12 @@ async fn list_whole(
     if !account.reserve_its_size() {
         return Ok(None);
     }
-    let page = upstream.list_since(writer.kind(), after).await?;
+    // No further than the budget's room: past it the list would be refused once in, and the
+    // paged list is refused page by page, counted at its expected size.
+    let Some(page) = upstream.list_since(writer.kind(), after, account.room()).await? else {
+        tracing::info!(resource = %writer.kind().group_resource(), "the whole relist passed the memory limit's room; listing it paged");
+        return Ok(None);
+    };
     // The first page of a paged answer (an upstream that paginates unasked), or a state older
     // than asked (an upstream that does not read `resourceVersion` as "not older than": it
     // would move the cache back): listed paged and consistent.

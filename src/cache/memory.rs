@@ -125,6 +125,17 @@ impl ListAccount {
         }
     }
 
+    /// The most this list may bring in all before [`ListAccount::add`] would refuse it, as the
+    /// budget stands now (what it counted so far included); `None` without a limit. A relist
+    /// asked for whole reads its answer no further (a resource that grew while the watch was
+    /// down would otherwise arrive whole before it is counted).
+    pub fn room(&self) -> Option<u64> {
+        let budget = self.budget.as_ref()?;
+        let own = self.shared.kept.load(Ordering::Relaxed);
+        let used = budget.measured().saturating_sub(own) + budget.listing.load(Ordering::Relaxed);
+        Some(self.listed + budget.limit.saturating_sub(used))
+    }
+
     /// The whole list came to `bytes`: counted at that instead of what was reserved; false
     /// when what it brings beyond the reservation passes the limit ([`ListAccount::add`]).
     pub fn settle(&mut self, bytes: u64) -> bool {
@@ -331,6 +342,7 @@ mod tests {
         assert!(wb.list_account().add(1_000, 1_000));
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
+        assert_eq!(w.list_account().room(), None, "no cap on what a list reads");
         assert!(w.list_account().add(u64::MAX / 2, 0));
     }
 
@@ -353,6 +365,8 @@ mod tests {
         // a's relist reserves its 4 000 (replacing them: 8 000 in all), and counts 4 500 once in.
         let mut a = wa.list_account();
         assert!(a.reserve_its_size());
+        // What it may bring in all: its reservation and the 2 000 left beside b's 4 000.
+        assert_eq!(a.room(), Some(6_000));
         // b's reservation would pass 10 000 beside it: refused, nothing counted (paged instead).
         let mut b = wb.list_account();
         assert!(!b.reserve_its_size());

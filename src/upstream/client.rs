@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -229,6 +229,34 @@ impl Inner {
     ) -> Result<(Bytes, Vec<String>), UpstreamError> {
         let req = self.own_request(Method::GET, path_and_query, None)?;
         self.send_bytes_warned(req).await
+    }
+
+    /// [`Inner::get_bytes_warned`] read no further than `cap` bytes of body (`None`: no cap):
+    /// `Ok(None)` once the answer is longer (its declared length or what arrived), the rest
+    /// not read — the connection is let go with it.
+    pub async fn get_bytes_capped(
+        &self,
+        path_and_query: &str,
+        cap: Option<u64>,
+    ) -> Result<Option<(Bytes, Vec<String>)>, UpstreamError> {
+        let Some(cap) = cap else { return self.get_bytes_warned(path_and_query).await.map(Some) };
+        let req = self.own_request(Method::GET, path_and_query, None)?;
+        let what = format!("GET {}", req.uri().path());
+        let fut = async {
+            let resp = self.send_own(req).await?;
+            let declared = resp.body().size_hint().exact();
+            if declared.is_some_and(|n| n > cap) {
+                return Ok(None);
+            }
+            let warnings = warnings(resp.headers());
+            let limit = usize::try_from(cap).unwrap_or(usize::MAX);
+            match http_body_util::Limited::new(resp.into_body(), limit).collect().await {
+                Ok(b) => Ok(Some((b.to_bytes(), warnings))),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok(None),
+                Err(e) => Err(transport(&what, &*e)),
+            }
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, fut).await.map_err(|_| timeout(&what))?
     }
 
     async fn send_bytes(&self, req: Request<Full<Bytes>>) -> Result<Bytes, UpstreamError> {

@@ -324,11 +324,19 @@ impl Upstream {
     /// The whole state at least as new as `rv`, with the proxy's own credentials:
     /// `GET <collection>?resourceVersion=<rv>`, no limit — client-go's relist after its watch
     /// expired, which an apiserver serves from its watch cache (a paginated list, and before
-    /// 1.31 a consistent one, is read from etcd).
-    pub async fn list_since(&self, kind: &ResourceKind, rv: Rv) -> Result<ListPage, UpstreamError> {
+    /// 1.31 a consistent one, is read from etcd). `Ok(None)` when its body is longer than `cap`
+    /// bytes (read no further).
+    pub async fn list_since(
+        &self,
+        kind: &ResourceKind,
+        rv: Rv,
+        cap: Option<u64>,
+    ) -> Result<Option<ListPage>, UpstreamError> {
         let path = format!("{}?resourceVersion={rv}", kind.collection_path(None));
-        let (body, warnings) = self.inner.get_bytes_warned(&path).await?;
-        Ok(ListPage { warnings, ..ListPage::parse(&body)? })
+        let Some((body, warnings)) = self.inner.get_bytes_capped(&path, cap).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ListPage { warnings, ..ListPage::parse(&body)? }))
     }
 
     /// One LIST page with the proxy's own credentials:

@@ -6,7 +6,8 @@
 //! says what it dropped in its metrics and `/readyz?verbose`; a resource larger than the limit
 //! at start is never held whole (its list is refused page by page, then it is dropped); a
 //! dropped cache comes back once the others have shrunk enough; a relist after an upstream cut
-//! that passes the limit drops the cache without a client losing an event. Run by `cargo test --test reliability memory_limit::`.
+//! that passes the limit drops the cache without a client losing an event (its whole answer read
+//! no further than the budget's room). Run by `cargo test --test reliability memory_limit::`.
 
 use crate::common;
 
@@ -426,12 +427,21 @@ async fn a_relist_after_an_upstream_cut_that_passes_the_limit_drops_the_cache_an
     for i in 0..300 {
         sim.sim.create("configmaps", NS, cm(&format!("big{i}"), 3000)).unwrap();
     }
+    let paged = |sim: &SimHandle| {
+        sim.sim
+            .request_count(|r| common::reflector_list(r, "/api/v1/configmaps") && r.query.contains("limit="))
+    };
+    assert_eq!(paged(&sim), 1, "the first sync");
     fault.drop_all();
     fault.stall_watches(false);
     eventually(10, "configmaps dropped at the relist", || async {
         metric(&c, &p, "watchcache_cache_memory_dropped_resources").await == 1.0
     })
     .await;
+    // The relist was asked whole from the lost RV, its answer (~1 MB) read no further than the
+    // budget's room, then listed paged and refused there (counted at its expected size).
+    assert_eq!(common::whole_relists(&sim, "/api/v1/configmaps"), 1);
+    assert_eq!(paged(&sim), 2, "the whole answer was let go past the room");
 
     // Nothing of the gap reached the client, and its watch ended.
     let mut seen = Vec::new();
