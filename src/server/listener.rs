@@ -198,12 +198,11 @@ pub async fn run(
                             return;
                         }
                     };
-                    let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+                    let chain = tls.get_ref().1.peer_certificates().unwrap_or_default();
                     // An X.509 v1 certificate passed the handshake unverified (`tls`): it
                     // authenticates nothing, every request gets 401.
-                    let v1 = leaf.is_some_and(|l| x509::is_v1(l));
-                    let peer_user =
-                        leaf.filter(|_| !v1).and_then(|leaf| x509::user(leaf)).map(|u| PeerUser(Arc::new(u)));
+                    let v1 = chain.first().is_some_and(|l| x509::is_v1(l));
+                    let peer_user = if v1 { None } else { PeerUser::of_chain(chain) };
                     let proto = match tls.get_ref().1.alpn_protocol() {
                         Some(b"h2") => Proto::Http2,
                         Some(b"http/1.1") => Proto::Http1,

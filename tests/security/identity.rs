@@ -2,7 +2,8 @@
 //! `--client-ca-file` (a client CA made here with rcgen, so subjects can be anything a CA might
 //! sign), the sim recording what it receives. A subject that a header would change is refused
 //! with 401 before anything is sent; an `Upgrade` other than Kubernetes' own is a plain request;
-//! a service-account certificate user reaches the upstream with exactly its groups.
+//! a service-account certificate user reaches the upstream with exactly its groups; a
+//! certificate that expires on an open connection stops authenticating.
 
 use crate::common;
 
@@ -42,7 +43,16 @@ impl Pki {
 
     /// (certificate PEM, key PEM) for `CN=cn` and one `O` per entry of `orgs`.
     fn client(&self, cn: &str, orgs: &[&str]) -> (String, String) {
+        self.client_until(cn, orgs, None)
+    }
+
+    /// [`Pki::client`], valid until `not_after` (Unix seconds) when given.
+    fn client_until(&self, cn: &str, orgs: &[&str], not_after: Option<u64>) -> (String, String) {
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        if let Some(t) = not_after {
+            p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            p.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(t);
+        }
         p.distinguished_name.push(DnType::CommonName, cn);
         for o in orgs {
             p.distinguished_name.push(DnType::OrganizationName, *o);
@@ -255,6 +265,39 @@ async fn a_version_one_client_certificate_gets_a_clear_401() {
     assert!(body["message"].as_str().unwrap().contains("X.509 version 1"), "{body}");
     assert_eq!(env.create(&c, "by-v1", false).await, StatusCode::UNAUTHORIZED);
     assert!(env.posts().is_empty());
+    env.stop().await;
+}
+
+/// The apiserver verifies a client's chain at every request: a certificate that expires while
+/// its connection is kept open (or its TLS session resumed, which restores the chain unverified)
+/// stops authenticating — 401, not anonymous, nothing forwarded in its name (a review: it kept
+/// reading from the cache and writing through the proxy for as long as the connection was used).
+/// Waits for the certificate's real expiry (about 3 s; certificate times have whole seconds).
+#[tokio::test]
+async fn a_client_certificate_that_expires_on_an_open_connection_stops_authenticating() {
+    let pki = Pki::new();
+    let env = start(&pki, "expiry").await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let c = client(&pki.client_until("erin", &["devs"], Some(now + 3)));
+    assert_eq!(env.list(&c).await, StatusCode::OK, "valid at first");
+    assert_eq!(env.create(&c, "before-expiry", false).await, StatusCode::CREATED);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let code = env.list(&c).await;
+        if code == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        assert_eq!(code, StatusCode::OK);
+        assert!(std::time::Instant::now() < deadline, "still authenticated 12 s after its notAfter");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() >= now + 3,
+        "not before its notAfter"
+    );
+    assert_eq!(env.create(&c, "after-expiry", false).await, StatusCode::UNAUTHORIZED);
+    let posts = env.posts();
+    assert_eq!(posts.len(), 1, "only the POST before expiry was forwarded: {posts:?}");
     env.stop().await;
 }
 

@@ -88,8 +88,9 @@ impl Auth {
         }
     }
 
-    /// The caller of `req` (sent from `source`): its verified client certificate first, then
-    /// its bearer token, then anonymous when allowed. An invalid token is 401 even with
+    /// The caller of `req` (sent from `source`): its verified client certificate first (unless
+    /// its chain has expired since the handshake), then its bearer token, then anonymous when
+    /// allowed and no certificate failed. An invalid token is 401 even with
     /// anonymous access on (the apiserver's `FailOnError` union).
     pub async fn authenticate<B>(
         &self,
@@ -99,7 +100,16 @@ impl Auth {
         if req.extensions().get::<VersionOneCertificate>().is_some() {
             return Err(status::unauthorized_with(status::V1_CERTIFICATE));
         }
-        if let Some(PeerUser(u)) = req.extensions().get::<PeerUser>() {
+        // A chain that expired since its handshake fails like the apiserver's per-request
+        // verification: the request may still be authenticated by its token, never anonymous
+        // (the `FailOnError` union; a review: a kept-open or resumed connection authenticated
+        // for as long as it was used).
+        let peer = req.extensions().get::<PeerUser>();
+        let expired = peer.is_some_and(|p| p.expired_at(std::time::SystemTime::now()));
+        if expired {
+            tracing::debug!("the client certificate chain has expired since its handshake");
+        }
+        if let Some(PeerUser(u, _)) = peer.filter(|_| !expired) {
             // Forwarded requests name this user in Impersonate-* headers: an identity that a
             // header would change is refused rather than authorized as one string and sent as
             // another.
@@ -160,7 +170,7 @@ impl Auth {
                 }
             };
         }
-        if self.anonymous {
+        if self.anonymous && !expired {
             return Ok(Caller::new(UserInfo::anonymous(), Credential::Anonymous));
         }
         Err(status::unauthorized())
