@@ -8,7 +8,8 @@
 //! - watches: a cached watch whose client takes nothing of it is cut at the same timeout, and
 //!   what it holds (a watch-list's snapshot, its watcher) let go; an idle one is kept;
 //! - SubjectAccessReviews: GETs of many distinct names make at most the user's burst of reviews
-//!   (`--authorization-review-burst`), then 429, while another user is served;
+//!   (`--authorization-review-burst`), then 429, while another user is served; impersonating
+//!   other names buys no more reviews and no more watch slots;
 //! - HTTP/2 streams reset after the proxy accepted them (their review sent) count against the
 //!   connection, which is closed past the bound instead of sending a review per stream.
 
@@ -136,6 +137,73 @@ async fn impersonating_other_users_spreads_no_request_over_their_shares() {
         "Alice is served"
     );
     drop(held);
+}
+
+/// Impersonating other names buys no more SubjectAccessReviews and no more watches: the
+/// authenticated user's review budget pays for the impersonated user's decisions, and its
+/// watch slots hold the watches it opens in their names (a review: each name had a review
+/// burst and `--max-watches-per-user` of its own).
+#[tokio::test]
+async fn impersonating_other_users_buys_no_more_reviews_or_watches() {
+    let env = start(0, |a| {
+        a.security.authorization_review_qps = 0.001;
+        a.security.authorization_review_burst = 3;
+        a.security.max_watches_per_user = 2;
+    })
+    .await;
+    let impersonating = || {
+        let mut s = script().rule(Rule::user("mallory", &["impersonate"], "", &["users"]));
+        for i in 0..6 {
+            s = s.rule(Rule::user(&format!("u{i}"), &["get", "list", "watch"], "", &["configmaps"]));
+        }
+        s
+    };
+    env.sim.sim.set_auth(impersonating());
+    let as_user = |i: usize, path: String| {
+        Request::get(format!("http://{}{path}", env.proxy.addr))
+            .header("authorization", "Bearer mallory-token")
+            .header("impersonate-user", format!("u{i}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let mut codes = Vec::new();
+    for i in 0..4 {
+        let path = format!("/api/v1/namespaces/big/configmaps/n-{i}?resourceVersion=0");
+        codes.push(env.client.request(as_user(i, path)).await.unwrap().status());
+    }
+    let (nf, tm) = (StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS);
+    // The first costs two reviews (may mallory impersonate u0, may u0 get n-0), the second's
+    // impersonation takes the last one, its decision finds the budget spent.
+    assert_eq!(codes, [nf, tm, tm, tm], "mallory's burst of 3, whoever she names");
+    assert_eq!(env.access_reviews(), 3);
+
+    // Watches: mallory's two slots, whoever she names.
+    env.proxy.shutdown().await;
+    let env = start(0, |a| a.security.max_watches_per_user = 2).await;
+    env.sim.sim.set_auth(impersonating());
+    let watch = |i: usize| {
+        let req = Request::get(format!(
+            "http://{}/api/v1/namespaces/big/configmaps?watch=1&resourceVersion=0",
+            env.proxy.addr
+        ))
+        .header("authorization", "Bearer mallory-token")
+        .header("impersonate-user", format!("u{i}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+        let c = env.client.clone();
+        async move { tokio::time::timeout(Duration::from_secs(10), c.request(req)).await.unwrap().unwrap() }
+    };
+    let mut held = Vec::new();
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        let w = watch(i).await;
+        statuses.push(w.status());
+        held.push(w);
+    }
+    let ok = StatusCode::OK;
+    assert_eq!(statuses, [ok, ok, tm, tm], "mallory's two watch slots, whoever she names");
+    drop(held);
+    env.proxy.shutdown().await;
 }
 
 /// Mallory opens more connections than all the in-flight permits, each asking for a ~24 MB

@@ -159,16 +159,19 @@ impl Authorizer {
         Authorizer { upstream, metrics, opts, cache, users, in_the_air }
     }
 
-    /// The (cached) decision for `user` doing `attrs`, asked from `source`. An unreachable
-    /// upstream, or the review rate bound of the user at that address, is an error and is not
-    /// cached.
+    /// The (cached) decision for `user` doing `attrs`, asked from `source` by the authenticated
+    /// user `by` (the impersonator when `user` is impersonated: its review rate and seats are
+    /// spent, so that impersonating many names buys no more of either — a review). An
+    /// unreachable upstream, or the review rate bound of `by` at that address, is an error and
+    /// is not cached.
     pub async fn check(
         &self,
         user: &Arc<UserInfo>,
         attrs: &Attributes,
         source: Option<IpAddr>,
+        by: &str,
     ) -> Result<(Decision, Lookup), CheckError> {
-        let key = crate::server::limits::user_at(&user.name, source);
+        let key = crate::server::limits::user_at(by, source);
         // The user's review rate is spent before a slot is made (`get_or_fetch_admitted`).
         let admit = || if self.users.take(&key) { Ok(()) } else { Err(CheckError::Limited) };
         self.cache
@@ -275,7 +278,7 @@ mod tests {
                 let user = Arc::new(UserInfo { name: format!("user-{i}"), ..UserInfo::default() });
                 let attrs =
                     Attributes { verb: "get".into(), resource: "pods".into(), ..Attributes::default() };
-                authz.check(&user, &attrs, None).await.map(|_| ())
+                authz.check(&user, &attrs, None, &user.name).await.map(|_| ())
             })
         };
         let until = |want: usize, within: Duration| {

@@ -198,7 +198,7 @@ impl Auth {
             self.constrained_user(&caller.user, &wanted, request, source).await?
         } else {
             for a in impersonate::checks(&wanted) {
-                self.authorize(&caller.user, &a, source).await?;
+                self.authorize(&caller.user, &a, source, &caller.user.name).await?;
             }
             impersonate::user(&wanted)
         };
@@ -232,14 +232,18 @@ impl Auth {
                 let refusal = match check {
                     Check::Refuse { attrs, reason } => status::forbidden(&requestor.name, &attrs, &reason),
                     Check::Wildcard { attrs, skip: n } => {
-                        if self.decide(requestor, &attrs, source).await.is_ok_and(|d| d.allowed) {
+                        if self
+                            .decide(requestor, &attrs, source, &requestor.name)
+                            .await
+                            .is_ok_and(|d| d.allowed)
+                        {
                             skip = n;
                         }
                         continue;
                     }
                     Check::Ask { user, attrs } => {
                         let asking = user.map_or_else(|| requestor.clone(), Arc::new);
-                        match self.decide(&asking, &attrs, source).await {
+                        match self.decide(&asking, &attrs, source, &requestor.name).await {
                             Ok(d) if d.allowed => continue,
                             Ok(d) => status::forbidden(&requestor.name, &attrs, &d.reason),
                             Err(resp) => resp,
@@ -258,14 +262,16 @@ impl Auth {
     }
 
     /// Allows `user` (asking from `source`) to do `attrs`, or answers 403 (500 when the
-    /// upstream cannot decide; 429 past the reviews allowed to the user at that address).
+    /// upstream cannot decide; 429 past the reviews allowed to the authenticated user `by` at
+    /// that address — the impersonator when `user` is impersonated).
     pub async fn authorize(
         &self,
         user: &Arc<UserInfo>,
         attrs: &Attributes,
         source: Option<std::net::IpAddr>,
+        by: &str,
     ) -> Result<(), Response<Body>> {
-        let d = self.decide(user, attrs, source).await?;
+        let d = self.decide(user, attrs, source, by).await?;
         if d.allowed {
             Ok(())
         } else {
@@ -280,8 +286,9 @@ impl Auth {
         user: &Arc<UserInfo>,
         attrs: &Attributes,
         source: Option<std::net::IpAddr>,
+        by: &str,
     ) -> Result<authz::Decision, Response<Body>> {
-        let check = self.authz.check(user, attrs, source).await;
+        let check = self.authz.check(user, attrs, source, by).await;
         self.metrics.auth_cache(Review::Access, matches!(check, Ok((_, cache::Lookup::Hit))));
         match check {
             Ok((d, how)) => {

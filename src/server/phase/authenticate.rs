@@ -63,7 +63,9 @@ impl<B: Send + Sync + 'static> Phase<B> for Authenticate {
                     path: Some(health::METRICS_PATH.into()),
                     ..Attributes::default()
                 };
-                if let Err(resp) = auth.authorize(&caller.effective, &a, proxy::source(&req)).await {
+                if let Err(resp) =
+                    auth.authorize(&caller.effective, &a, proxy::source(&req), &caller.user.name).await
+                {
                     return resp;
                 }
             }

@@ -40,8 +40,14 @@ impl<B: Send + Sync + 'static> Phase<B> for Authorize {
         let (Some(caller), Some(info)) = (&ctx.caller, &ctx.info) else {
             return self.recorder.refused(missing(&req, "authorize", "caller"), "reject", "", arrived(&req));
         };
-        if let Err(resp) =
-            auth.authorize(&caller.effective, &attributes(info), crate::server::proxy::source(&req)).await
+        if let Err(resp) = auth
+            .authorize(
+                &caller.effective,
+                &attributes(info),
+                crate::server::proxy::source(&req),
+                &caller.user.name,
+            )
+            .await
         {
             return match classified {
                 Classified::Cache { cr, catalog, key } => {

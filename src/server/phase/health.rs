@@ -55,7 +55,7 @@ async fn access<B>(server: &Server, req: &Req<B>, per_check: bool) -> Result<Acc
     };
     let a =
         Attributes { verb: "get".into(), path: Some(req.uri().path().to_owned()), ..Attributes::default() };
-    match auth.authorize(&caller.effective, &a, proxy::source(req)).await {
+    match auth.authorize(&caller.effective, &a, proxy::source(req), &caller.user.name).await {
         Ok(()) => Ok(Access::Detailed),
         Err(resp) if per_check => Err(resp),
         Err(_) => Ok(Access::Public),

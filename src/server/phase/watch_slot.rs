@@ -46,7 +46,8 @@ impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
         let slot = match ctx.map(|c| (&c.info, &c.caller)) {
             Some((Some(info), Some(caller))) if !refused && self.per_user && holds_a_stream(info, &req) => {
                 let addr = req.extensions().get::<crate::server::proxy::PeerAddr>().map(|p| p.0.ip());
-                match self.limits.watch_slot(&caller.effective.name, addr) {
+                // The authenticated user's (an impersonator's names share its slots; a review).
+                match self.limits.watch_slot(&caller.user.name, addr) {
                     Ok(s) => Some(Arc::new(s)),
                     Err(resp) => {
                         let verb = info.verb.clone();
