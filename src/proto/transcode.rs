@@ -706,12 +706,39 @@ fn elements(v: &RawValue) -> R<Vec<&RawValue>> {
     serde_json::from_str::<Seq>(v.get()).map(|s| s.0).map_err(|e| Unsupported(format!("not an array: {e}")))
 }
 
+/// Whether `f` holds a meta/v1 `Time` or `MicroTime`, whose zero value Go's JSON writes as
+/// `null`.
+fn zero_is_null(s: &Schema, f: &Field) -> bool {
+    matches!(f.ty, Ty::Message(i) if matches!(s.messages[i].special, Some(Special::Time | Special::MicroTime)))
+}
+
+/// Whether the JSON text holds the escape `\ufffd` (any case) — not the text after an escaped
+/// backslash (`\\ufffd`, a review: such an annotation turned a resource's protobuf reads
+/// upstream for good).
+fn escapes_ufffd(text: &str) -> bool {
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(at) = b[i..].iter().position(|&c| c == b'\\') {
+        let e = i + at;
+        if b.get(e + 1) == Some(&b'u') && b.get(e + 2..e + 6).is_some_and(|h| h.eq_ignore_ascii_case(b"fffd"))
+        {
+            return true;
+        }
+        // Past the escape: `\\`, `\"` and the like are two bytes, `\uXXXX` six (the four are hex).
+        i = e + 2;
+        if i >= b.len() {
+            return false;
+        }
+    }
+    false
+}
+
 fn string(v: &RawValue) -> R<Cow<'_, str>> {
     #[derive(Deserialize)]
     struct S<'a>(#[serde(borrow)] Cow<'a, str>);
     // Go's JSON writes a byte that is not UTF-8 as `\ufffd` (a real U+FFFD it writes as is):
     // the string's protobuf holds the byte itself, which the JSON no longer says (a review).
-    if v.get().contains("\\ufffd") || v.get().contains("\\uFFFD") {
+    if escapes_ufffd(v.get()) {
         return Err(Unsupported("a string holding bytes that are not UTF-8".into()));
     }
     serde_json::from_str::<S>(v.get())
@@ -738,7 +765,14 @@ fn encode_members(cx: &Cx, m: &Message, members: &mut Members, out: &mut Out) ->
             out.message_field(f.number, buf);
             continue;
         }
-        let v = members.find(f, &cx.repeated).filter(|v| !v.is_null());
+        let v = members.find(f, &cx.repeated);
+        if f.card == Card::Opt && matches!(&v, Some(Val::Raw(r)) if is_null(r)) && zero_is_null(cx.s, f) {
+            // A pointer to the zero time: Go's JSON writes it `null` (every such field is
+            // `omitempty`, so a nil one is absent), its protobuf an empty message (a review).
+            out.message_field(f.number, Out::default());
+            continue;
+        }
+        let v = v.filter(|v| !v.is_null());
         if v.is_none() && f.since > minor {
             // A field the upstream's version does not have: it writes nothing for it.
             continue;
@@ -1062,6 +1096,26 @@ mod tests {
         assert_eq!(enc(r#"{"kind":"Obj","apiVersion":"v1"}"#).unwrap(), [0x0a, 0, 0x10, 0, 0x20, 0, 0x42, 0]);
     }
 
+    /// A pointer to the zero time is `null` in Go's JSON and an empty message in its protobuf;
+    /// a nil one is absent in both (a review: the `null` was read as nil).
+    #[test]
+    fn a_pointer_to_the_zero_time_is_an_empty_message() {
+        let zeros = [0x0a, 0, 0x10, 0, 0x20, 0, 0x42, 0];
+        assert_eq!(enc(r#"{"dt":null}"#).unwrap(), [&zeros[..], &[0x4a, 0]].concat());
+        assert_eq!(enc(r#"{}"#).unwrap(), zeros);
+        assert_eq!(
+            enc(r#"{"dt":"1970-01-01T00:01:40Z"}"#).unwrap(),
+            [&zeros[..], &[0x4a, 4, 0x08, 100, 0x10, 0]].concat()
+        );
+        // A Lease renewed at the zero time, as kube-apiserver writes it: spec {1: "h", 4: {}}.
+        let s = super::super::schema::schema();
+        let lease = s.kind("coordination.k8s.io", "v1", "Lease").unwrap();
+        let json = r#"{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"l"},"spec":{"holderIdentity":"h","renewTime":null}}"#;
+        let out = object(s, lease, json.as_bytes(), super::super::NEWEST).unwrap();
+        let spec = [0x12, 5, 0x0a, 1, b'h', 0x22, 0];
+        assert!(out.windows(spec.len()).any(|w| w == spec), "{out:02x?}");
+    }
+
     #[test]
     fn fields_in_number_order_maps_sorted_slices_unpacked() {
         let got = enc(
@@ -1123,6 +1177,11 @@ mod tests {
         assert!(enc(r#"{"name":"a\ufffdb"}"#).is_err());
         assert!(enc(r#"{"tags":["x\uFFFD"]}"#).is_err());
         assert!(enc("{\"name\":\"a\u{fffd}b\"}").is_ok());
+        // The text `\ufffd` after an escaped backslash is no such escape.
+        assert!(enc(r#"{"name":"a\\ufffd"}"#).is_ok());
+        assert!(enc(r#"{"name":"a\\\ufffd"}"#).is_err());
+        assert!(enc(r#"{"name":"\\"}"#).is_ok());
+        assert!(enc(r#"{"name":"\u005cufffd"}"#).is_ok(), "an escaped backslash written as a \\u escape");
     }
 
     #[test]
