@@ -318,8 +318,9 @@ pub async fn start(args: &ServeArgs) -> Result<Running, String> {
     let security = security(&args.security, &upstream, addr, &metrics, gates_minor)?;
     let tls = tls.map(|(cfg, reloader)| {
         let interval = args.security.tls_reload_interval;
+        let client_ca = reloader.client_ca.clone();
         tokio::spawn(tls::watch_files(reloader, interval, shutdown_rx.clone(), metrics.clone()));
-        cfg
+        (cfg, client_ca)
     });
     let server = Arc::new(Server::new(readers, upstream, serve_opts, metrics, unready_rx, security));
     for (name, kind, _) in discovered.found.into_iter().filter(|f| f.2) {

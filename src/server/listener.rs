@@ -17,6 +17,7 @@ use hyper::service::service_fn;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use super::auth::client_ca::ClientCa;
 use super::auth::{x509, PeerUser};
 use super::batch;
 use super::coalesce::{Coalesce, FlushAfterPoll};
@@ -81,7 +82,7 @@ fn backlog() -> u32 {
 /// watchers, which the caller does after `told`).
 pub async fn run(
     listener: TcpListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<(Arc<rustls::ServerConfig>, Option<Arc<ClientCa>>)>,
     server: Arc<Server>,
     mut shutdown: watch::Receiver<bool>,
     told: watch::Sender<bool>,
@@ -89,7 +90,10 @@ pub async fn run(
     conn_opts: conn::ConnOptions,
 ) {
     let (live, mut all_gone) = conn::live();
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let (acceptor, client_ca) = match tls {
+        Some((cfg, ca)) => (Some(tokio_rustls::TlsAcceptor::from(cfg)), ca),
+        None => (None, None),
+    };
     let builders = Arc::new(conn::Builders::new(conn_opts));
     let goaway_chance = conn_opts.goaway_chance;
     let slots = (conn_opts.max_connections > 0)
@@ -175,7 +179,10 @@ pub async fn run(
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
+                let client_ca = client_ca.clone();
                 tokio::spawn(async move {
+                    // The client CA bundle's generation this handshake verifies against.
+                    let generation = client_ca.as_ref().map(|ca| ca.generation());
                     // In the crowd from its accept: a connection that sends nothing, or half a
                     // ClientHello, holds its slot for the handshake's 10 s and must give way
                     // like an idle one (a review: a connect flood kept every slot).
@@ -198,11 +205,21 @@ pub async fn run(
                             return;
                         }
                     };
-                    let chain = tls.get_ref().1.peer_certificates().unwrap_or_default();
+                    let session = tls.get_ref().1;
+                    let chain = session.peer_certificates().unwrap_or_default();
                     // An X.509 v1 certificate passed the handshake unverified (`tls`): it
                     // authenticates nothing, every request gets 401.
                     let v1 = chain.first().is_some_and(|l| x509::is_v1(l));
-                    let peer_user = if v1 { None } else { PeerUser::of_chain(chain) };
+                    // Verified by this handshake against the bundle of `generation`, unless the
+                    // session was resumed (its chain restored, not verified) or the bundle was
+                    // reloaded meanwhile: then verified again at the first request.
+                    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+                    let verified_at = client_ca
+                        .as_ref()
+                        .map(|ca| ca.generation())
+                        .filter(|g| !resumed && Some(*g) == generation);
+                    let peer_user =
+                        if v1 { None } else { PeerUser::of_chain(chain, client_ca.clone(), verified_at) };
                     let proto = match tls.get_ref().1.alpn_protocol() {
                         Some(b"h2") => Proto::Http2,
                         Some(b"http/1.1") => Proto::Http1,

@@ -1,8 +1,8 @@
 //! The serving TLS configuration: the certificate and key from PEM files, reloaded when their
 //! content changes (polled, default every 10 s) without dropping connections — new handshakes
 //! get the new certificate, open connections keep theirs; optional client-certificate
-//! verification against `--client-ca-file` (certificates optional, so token callers still
-//! connect); ALPN `h2` and `http/1.1`. AES-128-GCM is negotiated whenever the client offers it
+//! verification against `--client-ca-file` (`auth::client_ca`, reloaded the same way;
+//! certificates optional, so token callers still connect); ALPN `h2` and `http/1.1`. AES-128-GCM is negotiated whenever the client offers it
 //! (the server's order wins over the client's): it is cheaper than AES-256-GCM for both ends of a
 //! large LIST, and the clients of this proxy (Go, curl/OpenSSL, rustls) all offer it.
 //!
@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::auth::client_ca::ClientCa;
 use crate::metrics::Metrics;
 use parking_lot::{Mutex, RwLock};
-use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
@@ -63,6 +63,8 @@ pub struct CertReloader {
     current: RwLock<Arc<CertifiedKey>>,
     /// The bytes the current certificate was loaded from.
     loaded_from: Mutex<(Vec<u8>, Vec<u8>)>,
+    /// `--client-ca-file`, reloaded with the certificate.
+    pub client_ca: Option<Arc<ClientCa>>,
 }
 
 impl ResolvesServerCert for CertReloader {
@@ -96,6 +98,7 @@ impl CertReloader {
             key: key.to_owned(),
             current: RwLock::new(Arc::new(ck)),
             loaded_from: Mutex::new((c, k)),
+            client_ca: None,
         })
     }
 
@@ -121,104 +124,20 @@ impl CertReloader {
 
 /// Builds the server config and the reloader behind it.
 pub fn server_config(files: &TlsFiles) -> Result<(Arc<rustls::ServerConfig>, Arc<CertReloader>), String> {
-    let reloader = Arc::new(CertReloader::load(&files.cert, &files.key)?);
+    let client_ca = files.client_ca.as_deref().map(ClientCa::load).transpose()?;
+    let reloader = Arc::new(CertReloader { client_ca, ..CertReloader::load(&files.cert, &files.key)? });
     let builder = rustls::ServerConfig::builder_with_provider(server_provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
-    let builder = match &files.client_ca {
+    let builder = match &reloader.client_ca {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca)
-                .map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?
-            {
-                let c = c.map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
-                roots.add(c).map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("--client-ca-file {}: no certificate found", ca.display()));
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| format!("--client-ca-file {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(Arc::new(VersionOneTolerant(verifier)))
-        }
+        Some(ca) => builder.with_client_cert_verifier(ca.handshake_verifier()),
     };
     let mut cfg = builder.with_cert_resolver(reloader.clone());
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // Pick the first of our suites that the client offers, not the client's favourite.
     cfg.ignore_client_order = true;
     Ok((Arc::new(cfg), reloader))
-}
-
-/// The client-certificate verifier, except that an X.509 v1 certificate (which webpki refuses,
-/// and kube-apiserver accepts) lets the handshake complete unverified, so that the listener can
-/// answer every request on that connection with a clear 401 (`auth::VersionOneCertificate`)
-/// instead of a bare TLS alert. Nothing is ever authenticated from such a certificate, so
-/// neither its chain nor its handshake signature needs checking; every other certificate is
-/// verified as before.
-#[derive(Debug)]
-struct VersionOneTolerant(Arc<dyn rustls::server::danger::ClientCertVerifier>);
-
-impl rustls::server::danger::ClientCertVerifier for VersionOneTolerant {
-    fn offer_client_auth(&self) -> bool {
-        self.0.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.0.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
-        self.0.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
-        if super::auth::x509::is_v1(end_entity) {
-            return Ok(rustls::server::danger::ClientCertVerified::assertion());
-        }
-        self.0.verify_client_cert(end_entity, intermediates, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        unless_v1(cert, || self.0.verify_tls12_signature(message, cert, dss))
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        unless_v1(cert, || self.0.verify_tls13_signature(message, cert, dss))
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// A v1 certificate's handshake signature is not checked (nothing is authenticated from it);
-/// any other goes to `verify`.
-fn unless_v1(
-    cert: &CertificateDer<'_>,
-    verify: impl FnOnce() -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>,
-) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-    if super::auth::x509::is_v1(cert) {
-        return Ok(rustls::client::danger::HandshakeSignatureValid::assertion());
-    }
-    verify()
 }
 
 /// Sets the serving certificate's expiry metric from the leaf now served.
@@ -253,12 +172,22 @@ pub async fn watch_files(
             Ok(false) => {}
             Err(e) => tracing::warn!("keeping the current serving certificate: {e}"),
         }
+        if let Some(ca) = &reloader.client_ca {
+            match ca.reload_if_changed() {
+                Ok(true) => {
+                    tracing::info!(file = %ca.path().display(), "client CA bundle reloaded; open connections verify their chains again at their next request")
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!("keeping the current client CA bundle: {e}"),
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::RootCertStore;
 
     fn testdata(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/testdata/security").join(name)

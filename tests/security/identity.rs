@@ -3,7 +3,8 @@
 //! sign), the sim recording what it receives. A subject that a header would change is refused
 //! with 401 before anything is sent; an `Upgrade` other than Kubernetes' own is a plain request;
 //! a service-account certificate user reaches the upstream with exactly its groups; a
-//! certificate that expires on an open connection stops authenticating.
+//! certificate that expires on an open connection stops authenticating, and so does one whose CA
+//! a reloaded `--client-ca-file` no longer holds.
 
 use crate::common;
 
@@ -125,6 +126,8 @@ async fn start_with_ca(ca_pem: &str, tag: &str) -> Env {
     args.bind_address = "127.0.0.1".parse().unwrap();
     args.tls_cert_file = Some(testdata("server1.crt"));
     args.tls_private_key_file = Some(testdata("server1.key"));
+    // The client CA file is polled often: a test rewrites it.
+    args.security.tls_reload_interval = Duration::from_millis(100);
     let proxy = app::start(&args).await.expect("proxy starts");
     assert!(proxy.wait_ready(Duration::from_secs(10)).await);
     Env { sim, proxy, dir }
@@ -298,6 +301,54 @@ async fn a_client_certificate_that_expires_on_an_open_connection_stops_authentic
     assert_eq!(env.create(&c, "after-expiry", false).await, StatusCode::UNAUTHORIZED);
     let posts = env.posts();
     assert_eq!(posts.len(), 1, "only the POST before expiry was forwarded: {posts:?}");
+    env.stop().await;
+}
+
+/// `--client-ca-file` is reloaded when its content changes, and a connection verified under the
+/// bundle before verifies its chain again at its next request, as the apiserver verifies every
+/// request against its current bundle: a CA taken out of the file stops authenticating its
+/// certificates on connections kept open (and put back, authenticates them again); a new CA's
+/// certificates are accepted without a restart.
+#[tokio::test]
+async fn a_client_ca_taken_out_of_the_file_stops_authenticating_open_connections() {
+    let (old_ca, new_ca) = (Pki::new(), Pki::new());
+    let env = start(&old_ca, "ca-reload").await;
+    let old_client = client(&old_ca.client("olga", &["devs"]));
+    assert_eq!(env.list(&old_client).await, StatusCode::OK);
+    let until = |want: StatusCode, c: &TlsClient| {
+        let c = c.clone();
+        let env = &env;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let code = env.list(&c).await;
+                if code == want {
+                    return;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "still {code}, not {want}, 10 s after the change"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    std::fs::write(env.dir.join("client-ca.crt"), &new_ca.ca_pem).unwrap();
+    until(StatusCode::UNAUTHORIZED, &old_client).await;
+    assert_eq!(env.create(&old_client, "by-olga", false).await, StatusCode::UNAUTHORIZED);
+    let new_client = client(&new_ca.client("nina", &["devs"]));
+    assert_eq!(env.list(&new_client).await, StatusCode::OK, "the new CA's certificates, without a restart");
+    // A new handshake with the old CA's certificate is refused outright.
+    let fresh_old = client(&old_ca.client("oscar", &["devs"]));
+    let req = Request::get(env.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert!(fresh_old.request(req).await.is_err(), "the handshake fails");
+    // Both CAs: the open connection of the old one authenticates again.
+    std::fs::write(env.dir.join("client-ca.crt"), format!("{}{}", old_ca.ca_pem, new_ca.ca_pem)).unwrap();
+    until(StatusCode::OK, &old_client).await;
+    assert_eq!(env.list(&new_client).await, StatusCode::OK);
+    assert!(env.posts().is_empty(), "nothing forwarded in olga's name after her CA was taken out");
     env.stop().await;
 }
 

@@ -8,8 +8,10 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `user` | [`UserInfo`], [`Caller`], [`Credential`], [`PeerUser`] |
+//! | `user` | [`UserInfo`], [`Caller`], [`Credential`] |
+//! | `peer` | [`PeerUser`]: a connection's certificate user, checked at each request |
 //! | `x509` | CN / O of a verified client certificate |
+//! | `client_ca` | `--client-ca-file`'s verifier, reloaded, and its generation |
 //! | `authn` | TokenReview + cache |
 //! | `authz` | SubjectAccessReview + cache, [`Attributes`] |
 //! | `impersonate` | `Impersonate-*` headers |
@@ -23,8 +25,10 @@
 pub mod authn;
 pub mod authz;
 pub mod cache;
+pub mod client_ca;
 pub mod constrained;
 pub mod impersonate;
+pub mod peer;
 pub mod rate;
 pub mod seats;
 pub mod selectors;
@@ -40,7 +44,8 @@ use http::{HeaderMap, Request, Response};
 
 pub use authn::AuthnOptions;
 pub use authz::{Attributes, AuthzOptions};
-pub use user::{Caller, Credential, PeerUser, UserInfo, VersionOneCertificate};
+pub use peer::PeerUser;
+pub use user::{Caller, Credential, UserInfo, VersionOneCertificate};
 
 use super::body::{self, Body};
 use crate::error::Error;
@@ -100,16 +105,18 @@ impl Auth {
         if req.extensions().get::<VersionOneCertificate>().is_some() {
             return Err(status::unauthorized_with(status::V1_CERTIFICATE));
         }
-        // A chain that expired since its handshake fails like the apiserver's per-request
-        // verification: the request may still be authenticated by its token, never anonymous
-        // (the `FailOnError` union; a review: a kept-open or resumed connection authenticated
-        // for as long as it was used).
+        // A chain that expired since its handshake, or that a reloaded `--client-ca-file` no
+        // longer trusts, fails like the apiserver's per-request verification: the request may
+        // still be authenticated by its token, never anonymous (the `FailOnError` union; a
+        // review: a kept-open or resumed connection authenticated for as long as it was used).
         let peer = req.extensions().get::<PeerUser>();
-        let expired = peer.is_some_and(|p| p.expired_at(std::time::SystemTime::now()));
+        let expired = peer.is_some_and(|p| !p.valid_at(std::time::SystemTime::now()));
         if expired {
-            tracing::debug!("the client certificate chain has expired since its handshake");
+            tracing::debug!(
+                "the client certificate chain has expired, or --client-ca-file no longer trusts it"
+            );
         }
-        if let Some(PeerUser(u, _)) = peer.filter(|_| !expired) {
+        if let Some(PeerUser { user: u, .. }) = peer.filter(|_| !expired) {
             // Forwarded requests name this user in Impersonate-* headers: an identity that a
             // header would change is refused rather than authorized as one string and sent as
             // another.

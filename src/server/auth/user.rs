@@ -99,32 +99,6 @@ impl Caller {
     }
 }
 
-/// The verified client certificate's user of a TLS connection, put into each request's
-/// extensions by the listener, with the earliest `notAfter` of the chain it presented (Unix
-/// seconds): the apiserver verifies a client's chain at every request, so a connection kept
-/// open — or a TLS session resumed, which restores the chain without verifying it again — must
-/// not authenticate past it.
-#[derive(Clone, Debug)]
-pub struct PeerUser(pub Arc<UserInfo>, pub i64);
-
-impl PeerUser {
-    /// The user of a verified chain (leaf first); `None` without a CommonName, or when a
-    /// certificate's `notAfter` cannot be read (the verifier read it: never expected, and
-    /// then nothing is authenticated from the certificate rather than without a bound).
-    pub fn of_chain(chain: &[impl AsRef<[u8]>]) -> Option<PeerUser> {
-        let user = super::x509::user(chain.first()?.as_ref())?;
-        let not_after = chain.iter().map(|c| super::x509::not_after(c.as_ref())).min()??;
-        Some(PeerUser(Arc::new(user), not_after))
-    }
-
-    /// Whether the chain has expired at `now`: Go's `x509` verification refuses a time after
-    /// `notAfter`.
-    pub fn expired_at(&self, now: std::time::SystemTime) -> bool {
-        let nanos = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-        nanos > i128::from(self.1) * 1_000_000_000
-    }
-}
-
 /// A TLS connection whose client certificate is X.509 version 1: the handshake completed
 /// (so that a clear 401 can be sent), but nothing is authenticated from it and every request
 /// on the connection gets 401. Put into each request's extensions by the listener.
@@ -134,29 +108,6 @@ pub struct VersionOneCertificate;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The chain's earliest `notAfter` bounds its user; an unreadable certificate in it, no user.
-    #[test]
-    fn a_peer_user_is_bounded_by_its_chains_earliest_not_after() {
-        let cert = |cn: &str, year: i32| {
-            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
-            p.not_after = rcgen::date_time_ymd(year, 1, 1);
-            p.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().der().to_vec()
-        };
-        let (leaf, intermediate) = (cert("alice", 2100), cert("some CA", 2090));
-        let alone = PeerUser::of_chain(&[&leaf]).unwrap();
-        assert_eq!(alone.0.name, "alice");
-        assert_eq!(alone.1, 4_102_444_800, "2100-01-01");
-        let chained = PeerUser::of_chain(&[&leaf, &intermediate]).unwrap();
-        assert_eq!(chained.1, 3_786_912_000, "2090-01-01, the intermediate's");
-        assert!(PeerUser::of_chain(&[&leaf[..], &b"garbage"[..]]).is_none());
-        let alone = PeerUser::of_chain(&[&cert("alice", 2126)]).unwrap();
-        assert_eq!(alone.1, 4_922_899_200, "2126-01-01");
-        let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
-        assert!(!alone.expired_at(at(4_922_899_200)), "valid through its notAfter");
-        assert!(alone.expired_at(at(4_922_899_200) + std::time::Duration::from_millis(1)));
-    }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
         UserInfo {
