@@ -368,6 +368,10 @@ impl Caching {
             if c.name != name {
                 return true;
             }
+            // Released before it leaves the catalog: a readmission, or a wildcard cache's late
+            // sync, that was past its wait puts it back no more (`Resources::readmit`; a
+            // review: the stopped cache was served, ready and frozen, until --max-staleness).
+            c.reader.release_at_stop();
             catalog.remove(&c.kind);
             c.stop.send_replace(true);
             false
@@ -641,6 +645,33 @@ impl Caching {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A retired cache is never put back in the catalog by a task that was already past its
+    /// wait (a readmission after a drop, a wildcard cache's late sync).
+    #[tokio::test]
+    async fn a_retired_cache_is_not_put_back_in_the_catalog() {
+        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let (_stop, stop_rx) = watch::channel(false);
+        let caching = Caching::new(
+            upstream.clone(),
+            CacheOptions::default(),
+            Arc::new(Metrics::new()),
+            stop_rx,
+            ReflectorOptions::default(),
+            Wanted::default(),
+        );
+        let catalog = Arc::new(Resources::default());
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let reader = caching.spawn("configmaps", kind.clone());
+        assert!(catalog.readmit(&upstream, reader.clone()), "a running cache is added");
+        caching.retire("configmaps", &catalog);
+        assert!(!catalog.readmit(&upstream, reader), "retired: not added again");
+        assert!(caching.readers().is_empty());
+    }
 
     /// A resource found gone or changed is acted on only once found so for `CONFIRM_AFTER`,
     /// round after round; one round that finds it as cached clears what came before.
