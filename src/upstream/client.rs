@@ -49,6 +49,9 @@ pub(crate) struct Inner {
     /// Reads the client certificate's files again (`IdentitySlot::reload_files`); stopped with
     /// the clients.
     cert_reload: Option<tokio::task::JoinHandle<()>>,
+    /// When the last own request was made to confirm a forwarded request's 401
+    /// ([`Upstream::confirm_own_refusal`]).
+    pub refusal_probed: parking_lot::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Drop for Inner {
@@ -87,6 +90,7 @@ impl Inner {
         };
         Ok(Inner {
             cert_reload,
+            refusal_probed: parking_lot::Mutex::new(None),
             base_url: r.base_url,
             origin: r.origin,
             has_identity: r.tls.identity.is_some(),
@@ -157,12 +161,6 @@ impl Inner {
     /// The proxy's own `Authorization` header, if it has a bearer token.
     pub fn own_authorization(&self) -> Option<HeaderValue> {
         self.auth.header()
-    }
-
-    /// The upstream answered 401 to a request sent with the proxy's `sent` credential
-    /// (`Credentials::unauthorized`).
-    pub fn own_unauthorized(&self, sent: Option<&HeaderValue>) {
-        self.auth.unauthorized(sent);
     }
 
     /// Sends an own request and waits (at most [`REQUEST_TIMEOUT`]) for the response headers.

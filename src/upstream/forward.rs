@@ -28,6 +28,10 @@ use super::client::transport;
 use super::splice::{Ended, HALF_CLOSED_IDLE};
 use super::{BoxBody, Upstream, UpstreamError};
 
+/// At most one own request per this long confirms forwarded 401s
+/// ([`Upstream::confirm_own_refusal`]).
+const REFUSAL_PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Hop-by-hop headers besides those the `Connection` header names.
@@ -172,6 +176,28 @@ fn outgoing_headers(
 }
 
 impl Upstream {
+    /// A request forwarded with the proxy's credential was answered 401: the apiserver refusing
+    /// that credential, or something behind it (a `proxy` subresource's backend, an aggregated
+    /// API) answering 401 itself. An own request tells which — its 401 renews the credential
+    /// (`Inner::send_own`) — made at most once per [`REFUSAL_PROBE_EVERY`] (a review: callers
+    /// made the exec credential plugin run again every 5 s with a backend's 401s).
+    fn confirm_own_refusal(&self) {
+        let now = tokio::time::Instant::now();
+        {
+            let mut last = self.inner.refusal_probed.lock();
+            if last.is_some_and(|t| now.duration_since(t) < REFUSAL_PROBE_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let up = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = up.get_json("/version").await {
+                tracing::debug!(error = %e, "the own request after a forwarded 401 failed");
+            }
+        });
+    }
+
     /// Forwards a caller's request unchanged (method, path and query, end-to-end headers
     /// including the caller's own `Authorization`, streamed body) and returns the upstream's
     /// response unchanged, streamed. The proxy's token and client certificate are never used.
@@ -217,7 +243,6 @@ impl Upstream {
         *out.headers_mut() = parts.headers;
         let own_identity = impersonation.is_some();
         let own_authorization = if own_identity { self.inner.own_authorization() } else { None };
-        let sent = own_authorization.clone();
         outgoing_headers(out.headers_mut(), impersonation, own_authorization);
         let what = format!("forward {} {}", out.method(), out.uri().path());
 
@@ -225,7 +250,7 @@ impl Upstream {
             let client = if own_identity { &self.inner.forward_own } else { &self.inner.forward };
             let resp = client.request(out).await.map_err(|e| transport(&what, &e))?;
             if own_identity && resp.status() == StatusCode::UNAUTHORIZED {
-                self.inner.own_unauthorized(sent.as_ref());
+                self.confirm_own_refusal();
             }
             return Ok(passthrough(resp));
         };

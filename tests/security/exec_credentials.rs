@@ -43,6 +43,11 @@ struct Plugin {
 
 impl Plugin {
     fn new(name: &str, server: SocketAddr) -> Plugin {
+        Plugin::lasting(name, server, 3)
+    }
+
+    /// A plugin whose tokens live `lifetime` seconds.
+    fn lasting(name: &str, server: SocketAddr, lifetime: u64) -> Plugin {
         let dir = std::env::temp_dir().join(format!(
             "kwc-exec-{name}-{}-{}",
             std::process::id(),
@@ -59,7 +64,7 @@ impl Plugin {
                 "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters:\n- name: c\n  cluster:\n    \
                  server: http://{server}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\nusers:\n\
                  - name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
-                 command: {}\n      interactiveMode: Never\n      env:\n      - name: LIFETIME\n        value: \"3\"\n",
+                 command: {}\n      interactiveMode: Never\n      env:\n      - name: LIFETIME\n        value: \"{lifetime}\"\n",
                 script.display()
             ),
         )
@@ -83,6 +88,8 @@ impl Drop for Plugin {
 struct Seen {
     tokens: BTreeSet<String>,
     refused: Vec<String>,
+    /// Paths asked with a valid token, in order.
+    paths: Vec<String>,
 }
 
 /// A front that authenticates like the apiserver (expired or missing token: 401) and passes
@@ -139,7 +146,19 @@ async fn pass(
         *r.status_mut() = StatusCode::UNAUTHORIZED;
         return r;
     }
-    seen.lock().tokens.insert(token.unwrap_or_default());
+    {
+        let mut seen = seen.lock();
+        seen.tokens.insert(token.unwrap_or_default());
+        seen.paths.push(req.uri().path().to_owned());
+    }
+    // A `proxy` subresource's backend that answers 401 itself, whatever the token.
+    if req.uri().path().contains("/proxy/") {
+        let mut r = Response::new(
+            Full::new(Bytes::from_static(b"backend: who are you?")).map_err(|e| match e {}).boxed(),
+        );
+        *r.status_mut() = StatusCode::UNAUTHORIZED;
+        return r;
+    }
     let pq = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     *req.uri_mut() = format!("http://{sim}{pq}").parse().unwrap();
     match client.request(req).await {
@@ -184,6 +203,39 @@ async fn serve_renews_its_exec_credential_before_each_expiry() {
     let seen = seen.lock();
     assert!(seen.refused.is_empty(), "expired or missing tokens reached the apiserver: {:?}", seen.refused);
     assert!(seen.tokens.len() >= 3, "the proxy moved to each new token: {:?}", seen.tokens);
+    drop(handle);
+}
+
+/// A 401 to a forwarded request may be a backend's behind the apiserver (a `proxy`
+/// subresource): the proxy asks an own request whether its credential is refused before it
+/// runs the plugin again (a review: each such 401 ran it, up to every 5 s, for as long as a
+/// caller liked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backends_401_does_not_run_the_plugin_again() {
+    let handle =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .unwrap();
+    let (front, seen) = front(handle.addr).await;
+    let plugin = Plugin::lasting("backend401", front, 3600);
+    let proxy = app::start(&serve_args(&plugin.kubeconfig, &["configmaps"])).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let runs = plugin.runs();
+    // The start's own /version is before this.
+    let before = seen.lock().paths.len();
+    let client = common::client();
+    let url = format!("http://{}/api/v1/namespaces/default/services/web:80/proxy/", proxy.addr);
+    for _ in 0..5 {
+        let r = common::send(&client, http::Method::GET, &url, None, &[]).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "the backend's answer, passed on");
+    }
+    // The own request that confirms, once for the five: answered, so nothing renewed.
+    let probes = || seen.lock().paths[before..].iter().filter(|p| *p == "/version").count();
+    common::eventually(10, "an own request after the 401s", || async { probes() > 0 }).await;
+    let probes = probes();
+    assert_eq!(probes, 1, "one own request for the five 401s");
+    assert_eq!(plugin.runs(), runs, "the plugin was not run again");
+    assert!(seen.lock().refused.is_empty());
     drop(handle);
 }
 
