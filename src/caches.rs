@@ -205,6 +205,9 @@ pub struct Caching {
     warm: Option<Arc<Warm>>,
     /// Cached resources found gone or changed, not yet for [`CONFIRM_AFTER`].
     suspects: Arc<Mutex<Suspects>>,
+    /// Kinds dropped for `--cache-memory-limit` since [`Caching::dropped_kinds`] was last
+    /// asked, readmitted or not: their state files must go all the same.
+    dropped_since: Arc<Mutex<Vec<ResourceKind>>>,
 }
 
 impl Caching {
@@ -231,6 +234,7 @@ impl Caching {
             wanted: Arc::new(wanted),
             warm: None,
             suspects: Arc::default(),
+            dropped_since: Arc::default(),
         }
     }
 
@@ -308,10 +312,17 @@ impl Caching {
         self.dropped.lock().iter().map(|d| (d.name.clone(), d.bytes)).collect()
     }
 
-    /// The kinds of the caches `--cache-memory-limit` dropped (`state::save` removes their
-    /// files).
+    /// The kinds of the caches `--cache-memory-limit` dropped, and of those it dropped since the
+    /// last call and took back since (`state::save` removes their files: a cache taken back and
+    /// not synced yet neither rewrote nor removed the state it had before the drop).
     pub fn dropped_kinds(&self) -> Vec<ResourceKind> {
-        self.dropped.lock().iter().map(|d| d.kind.clone()).collect()
+        let mut kinds: Vec<ResourceKind> = self.dropped.lock().iter().map(|d| d.kind.clone()).collect();
+        for k in std::mem::take(&mut *self.dropped_since.lock()) {
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        kinds
     }
 
     /// Stops caching `name` for `--cache-memory-limit` (`memory`): its requests are forwarded
@@ -325,6 +336,7 @@ impl Caching {
         c.reader.release_at_stop();
         catalog.set_dropped(&c.kind, why);
         c.stop.send_replace(true);
+        self.dropped_since.lock().push(c.kind.clone());
         self.dropped.lock().push(DroppedCache { name: c.name, kind: c.kind, wild: c.wild, bytes });
     }
 
@@ -671,6 +683,38 @@ mod tests {
         caching.retire("configmaps", &catalog);
         assert!(!catalog.readmit(&upstream, reader), "retired: not added again");
         assert!(caching.readers().is_empty());
+    }
+
+    /// A cache dropped for the memory limit and taken back before the saver asked is still
+    /// among the dropped kinds once: its state file goes even so.
+    #[tokio::test]
+    async fn a_cache_dropped_and_taken_back_between_saves_is_reported_dropped_once() {
+        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
+            upstream: Some("http://127.0.0.1:9".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let (_stop, stop_rx) = watch::channel(false);
+        let caching = Caching::new(
+            upstream.clone(),
+            CacheOptions::default(),
+            Arc::new(Metrics::new()),
+            stop_rx,
+            ReflectorOptions::default(),
+            Wanted::default(),
+        );
+        let catalog = Arc::new(Resources::default());
+        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        catalog.readmit(&upstream, caching.spawn("configmaps", kind.clone()));
+        caching.drop_for_memory("configmaps", 1_000, "over the limit".into(), &catalog);
+        caching.readmit("configmaps", &catalog);
+        assert_eq!(caching.readers().len(), 1, "running again");
+        assert_eq!(caching.dropped_kinds(), std::slice::from_ref(&kind), "dropped since the last save");
+        assert!(caching.dropped_kinds().is_empty(), "reported once");
+        // Dropped and still dropped: reported as long as it is, once per call.
+        caching.drop_for_memory("configmaps", 1_000, "over the limit".into(), &catalog);
+        assert_eq!(caching.dropped_kinds(), std::slice::from_ref(&kind));
+        assert_eq!(caching.dropped_kinds(), [kind]);
     }
 
     /// A resource found gone or changed is acted on only once found so for `CONFIRM_AFTER`,

@@ -57,7 +57,10 @@ impl Saver {
                     self.save_all(&readers, &dropped).await;
                     next_save = tokio::time::Instant::now() + self.opts.sync_period;
                 }
-                _ = scan.tick() => self.remove_discarded(&caches().0).await,
+                _ = scan.tick() => {
+                    let (readers, dropped) = caches();
+                    self.remove_discarded(&readers, &dropped).await;
+                }
                 _ = crate::shutdown::until_true(&mut stop) => return,
             }
         }
@@ -66,9 +69,22 @@ impl Saver {
     /// Removes at once the files of the caches that became known wrong, unparsable or stale
     /// since the last save ([`discarded`]): kept until the next save (a minute, or the
     /// shutdown with `--state-sync-period=0`), a crash meanwhile brought the state the proxy
-    /// had refused back ready at the restart (found by a review).
-    async fn remove_discarded(&self, readers: &[Reader]) {
+    /// had refused back ready at the restart (found by a review); and those of the caches
+    /// `dropped` for `--cache-memory-limit` (`Caching::dropped_kinds`: dropped now, or since the
+    /// last call — a cache taken back before the next save, not synced yet, neither rewrote nor
+    /// removed the file of its state before the drop; a review).
+    async fn remove_discarded(&self, readers: &[Reader], dropped: &[ResourceKind]) {
         let _one = self.saving.lock().await;
+        for kind in dropped.iter().filter(|k| self.opts.persists(&k.group, &k.resource)) {
+            let path = self.opts.dir.join(file::name_of(&kind.group, &kind.resource));
+            let resource = kind.group_resource();
+            let _ = tokio::task::spawn_blocking(move || {
+                if path.exists() {
+                    remove(&path, &resource, "the cache was dropped for --cache-memory-limit");
+                }
+            })
+            .await;
+        }
         for r in readers {
             let kind = r.kind();
             if !self.opts.persists(&kind.group, &kind.resource) {
@@ -312,11 +328,11 @@ mod tests {
 
     /// A cache found wrong between two saves has its file removed within a second, even with
     /// no periodic save (`--state-sync-period=0`): a crash before the next save brought it back
-    /// ready (a review). Its file is written again once it is ready again.
+    /// ready (a review). So does one dropped for the memory limit, taken back or not.
     #[tokio::test(start_paused = true)]
     async fn a_cache_found_wrong_between_saves_loses_its_file_at_once() {
         let dir = std::env::temp_dir().join(format!("kwc-save-discard-{}", fastrand::u64(..)));
-        let (mut saver, _w, r) = saver_and_cache(&dir);
+        let (mut saver, mut w, r) = saver_and_cache(&dir);
         saver.opts.sync_period = Duration::ZERO;
         let saver = Arc::new(saver);
         let path = dir.join(file::name_of("", "configmaps"));
@@ -324,12 +340,22 @@ mod tests {
         assert!(path.exists());
         let (stop_tx, stop) = watch::channel(false);
         let readers = vec![r.clone()];
-        let task = tokio::spawn(saver.clone().run(move || (readers.clone(), Vec::new()), stop));
+        let dropped = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let d = dropped.clone();
+        let task = tokio::spawn(saver.clone().run(move || (readers.clone(), d.lock().clone()), stop));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(path.exists(), "a ready cache's file stays");
         r.request_relist(Rv(7), r.lists(), "inconsistent with the upstream".into());
         tokio::time::sleep(DISCARD_SCAN * 2).await;
         assert!(!path.exists(), "removed within a scan");
+        // Listed and saved again; then dropped for --cache-memory-limit and taken back, ready
+        // again before any save: its file from before the drop goes within a scan all the same.
+        w.replace(vec![w.parse(bytes::Bytes::from(CM)).unwrap()], Rv(8));
+        saver.save_all(std::slice::from_ref(&r), &[]).await;
+        assert!(path.exists());
+        dropped.lock().push(r.kind().clone());
+        tokio::time::sleep(DISCARD_SCAN * 2).await;
+        assert!(!path.exists(), "a dropped cache's file removed within a scan");
         stop_tx.send(true).unwrap();
         task.await.unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
