@@ -8,8 +8,8 @@
 //! - watches: a cached watch whose client takes nothing of it is cut at the same timeout, and
 //!   what it holds (a watch-list's snapshot, its watcher) let go; an idle one is kept;
 //! - SubjectAccessReviews: GETs of many distinct names make at most the user's burst of reviews
-//!   (`--authorization-review-burst`), then 429, while another user is served; impersonating
-//!   other names buys no more reviews and no more watch slots;
+//!   (`--authorization-review-burst`), then 429, while another user is served; a user acting as
+//!   another spends the pair's reviews and watch slots, never the named user's own;
 //! - HTTP/2 streams reset after the proxy accepted them (their review sent) count against the
 //!   connection, which is closed past the bound instead of sending a review per stream.
 
@@ -139,69 +139,87 @@ async fn impersonating_other_users_spreads_no_request_over_their_shares() {
     drop(held);
 }
 
-/// Impersonating other names buys no more SubjectAccessReviews and no more watches: the
-/// authenticated user's review budget pays for the impersonated user's decisions, and its
-/// watch slots hold the watches it opens in their names (a review: each name had a review
-/// burst and `--max-watches-per-user` of its own).
+/// A GET with `token`, as `as_user` when given (headers read, nothing of the body).
+async fn acting(
+    env: &Env,
+    token: &str,
+    as_user: Option<&str>,
+    path: String,
+) -> http::Response<hyper::body::Incoming> {
+    let mut b = Request::get(format!("http://{}{path}", env.proxy.addr))
+        .header("authorization", format!("Bearer {token}"));
+    if let Some(u) = as_user {
+        b = b.header("impersonate-user", u);
+    }
+    let req = b.body(Full::new(Bytes::new())).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), env.client.request(req)).await.unwrap().unwrap()
+}
+
+/// A user acting as another spends the pair's review budget and watch slots: an impersonating
+/// front proxy (Pinniped, Teleport) serves each of its users with that user's own limits, as the
+/// apiserver's priority and fairness classifies by the impersonated user, and an impersonator
+/// never spends the named user's own (a review: keyed by the impersonated user alone, mallory
+/// exhausted alice's; keyed by the impersonator alone, a front proxy's users shared one set).
 #[tokio::test]
-async fn impersonating_other_users_buys_no_more_reviews_or_watches() {
+async fn an_impersonator_spends_the_pairs_limits_not_the_named_users_own() {
     let env = start(0, |a| {
         a.security.authorization_review_qps = 0.001;
         a.security.authorization_review_burst = 3;
         a.security.max_watches_per_user = 2;
+        // One review per impersonation (constrained impersonation tries its modes first).
+        a.security.feature_gates.constrained_impersonation = Some(false);
     })
     .await;
-    let impersonating = || {
-        let mut s = script().rule(Rule::user("mallory", &["impersonate"], "", &["users"]));
-        for i in 0..6 {
-            s = s.rule(Rule::user(&format!("u{i}"), &["get", "list", "watch"], "", &["configmaps"]));
-        }
-        s
+    let rules = || {
+        script()
+            .rule(Rule::user("mallory", &["impersonate"], "", &["users"]))
+            .rule(Rule::user("alice", &["watch"], "", &["configmaps"]))
+            .rule(Rule::user("u1", &["get", "list", "watch"], "", &["configmaps"]))
     };
-    env.sim.sim.set_auth(impersonating());
-    let as_user = |i: usize, path: String| {
-        Request::get(format!("http://{}{path}", env.proxy.addr))
-            .header("authorization", "Bearer mallory-token")
-            .header("impersonate-user", format!("u{i}"))
-            .body(Full::new(Bytes::new()))
-            .unwrap()
+    env.sim.sim.set_auth(rules());
+    let req = |token: &'static str, as_user: Option<&'static str>, path: &str| {
+        acting(&env, token, as_user, path.to_owned())
     };
+    let get = |i: usize| format!("/api/v1/namespaces/big/configmaps/n-{i}?resourceVersion=0");
+    let (nf, tm, ok) = (StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS, StatusCode::OK);
     let mut codes = Vec::new();
     for i in 0..4 {
-        let path = format!("/api/v1/namespaces/big/configmaps/n-{i}?resourceVersion=0");
-        codes.push(env.client.request(as_user(i, path)).await.unwrap().status());
+        codes.push(req("mallory-token", Some("alice"), &get(i)).await.status());
     }
-    let (nf, tm) = (StatusCode::NOT_FOUND, StatusCode::TOO_MANY_REQUESTS);
-    // The first costs two reviews (may mallory impersonate u0, may u0 get n-0), the second's
-    // impersonation takes the last one, its decision finds the budget spent.
-    assert_eq!(codes, [nf, tm, tm, tm], "mallory's burst of 3, whoever she names");
-    assert_eq!(env.access_reviews(), 3);
+    // The impersonation's review is mallory's own; the three decisions the pair's burst.
+    assert_eq!(codes, [nf, nf, nf, tm], "the pair's burst of 3");
+    assert_eq!(req("alice-token", None, &get(10)).await.status(), nf, "alice's own budget is untouched");
+    let r = req("mallory-token", Some("u1"), &get(20)).await;
+    let st = r.status();
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(st, nf, "another pair has its own: {}", String::from_utf8_lossy(&body));
+    assert_eq!(env.access_reviews(), 1 + 3 + 1 + 2);
 
-    // Watches: mallory's two slots, whoever she names.
+    // Watches (reviews unbounded): two slots for the pair, two for alice herself, two for
+    // another pair.
     env.proxy.shutdown().await;
-    let env = start(0, |a| a.security.max_watches_per_user = 2).await;
-    env.sim.sim.set_auth(impersonating());
-    let watch = |i: usize| {
-        let req = Request::get(format!(
-            "http://{}/api/v1/namespaces/big/configmaps?watch=1&resourceVersion=0",
-            env.proxy.addr
-        ))
-        .header("authorization", "Bearer mallory-token")
-        .header("impersonate-user", format!("u{i}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-        let c = env.client.clone();
-        async move { tokio::time::timeout(Duration::from_secs(10), c.request(req)).await.unwrap().unwrap() }
+    let env = start(0, |a| {
+        a.security.authorization_review_qps = 0.0;
+        a.security.max_watches_per_user = 2;
+    })
+    .await;
+    env.sim.sim.set_auth(rules());
+    let req = |token: &'static str, as_user: Option<&'static str>, path: &str| {
+        acting(&env, token, as_user, path.to_owned())
     };
+    let watch = "/api/v1/namespaces/big/configmaps?watch=1&resourceVersion=0";
     let mut held = Vec::new();
     let mut statuses = Vec::new();
-    for i in 0..4 {
-        let w = watch(i).await;
+    for (token, as_user) in [("mallory-token", Some("alice")); 3].into_iter().chain([
+        ("alice-token", None),
+        ("alice-token", None),
+        ("mallory-token", Some("u1")),
+    ]) {
+        let w = req(token, as_user, watch).await;
         statuses.push(w.status());
         held.push(w);
     }
-    let ok = StatusCode::OK;
-    assert_eq!(statuses, [ok, ok, tm, tm], "mallory's two watch slots, whoever she names");
+    assert_eq!(statuses, [ok, ok, tm, ok, ok, ok]);
     drop(held);
     env.proxy.shutdown().await;
 }

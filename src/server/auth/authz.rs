@@ -160,10 +160,9 @@ impl Authorizer {
     }
 
     /// The (cached) decision for `user` doing `attrs`, asked from `source` by the authenticated
-    /// user `by` (the impersonator when `user` is impersonated: its review rate and seats are
-    /// spent, so that impersonating many names buys no more of either — a review). An
-    /// unreachable upstream, or the review rate bound of `by` at that address, is an error and
-    /// is not cached.
+    /// user `by` (the impersonator when `user` is impersonated: the pair's review rate and seats
+    /// are spent, `limits::acting`). An unreachable upstream, or the review rate bound at that
+    /// address, is an error and is not cached.
     pub async fn check(
         &self,
         user: &Arc<UserInfo>,
@@ -171,7 +170,7 @@ impl Authorizer {
         source: Option<IpAddr>,
         by: &str,
     ) -> Result<(Decision, Lookup), CheckError> {
-        let key = crate::server::limits::user_at(by, source);
+        let key = crate::server::limits::user_at(&crate::server::limits::acting(by, &user.name), source);
         // The user's review rate is spent before a slot is made (`get_or_fetch_admitted`).
         let admit = || if self.users.take(&key) { Ok(()) } else { Err(CheckError::Limited) };
         self.cache

@@ -46,8 +46,9 @@ impl<B: Send + Sync + 'static> Phase<B> for WatchSlot {
         let slot = match ctx.map(|c| (&c.info, &c.caller)) {
             Some((Some(info), Some(caller))) if !refused && self.per_user && holds_a_stream(info, &req) => {
                 let addr = req.extensions().get::<crate::server::proxy::PeerAddr>().map(|p| p.0.ip());
-                // The authenticated user's (an impersonator's names share its slots; a review).
-                match self.limits.watch_slot(&caller.user.name, addr) {
+                // The authenticated user's, or the pair's when it impersonates (`limits::acting`).
+                match self.limits.watch_slot(&limits::acting(&caller.user.name, &caller.effective.name), addr)
+                {
                     Ok(s) => Some(Arc::new(s)),
                     Err(resp) => {
                         let verb = info.verb.clone();
