@@ -371,7 +371,8 @@ pub struct SecurityArgs {
     /// Entries in each of the token and decision caches.
     #[arg(long, default_value_t = 10_000)]
     pub auth_cache_size: usize,
-    /// How often the serving certificate and key files are checked for changes.
+    /// How often the serving certificate and key files and --client-ca-file are checked for
+    /// changes (and the client CAs for expiry).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub tls_reload_interval: Duration,
     /// Non-long-running requests served at once (watches, exec, logs excluded); 429 past it.

@@ -26,7 +26,7 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 #[derive(Debug)]
 pub struct ClientCa {
     path: PathBuf,
-    current: RwLock<Arc<dyn ClientCertVerifier>>,
+    current: RwLock<Bundle>,
     /// The bundle's subjects, sent in the CertificateRequest (clients choose a certificate by
     /// them). rustls borrows them from the verifier for the whole handshake, so each bundle's
     /// are kept for the process's life: one small list per change of the file's content.
@@ -37,20 +37,51 @@ pub struct ClientCa {
     generation: AtomicU64,
 }
 
-fn verifier(path: &Path, pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, String> {
+/// One loaded bundle: the verifier of its CAs valid when it was built, and when the first of
+/// them expires (it is built again then: webpki does not check a trust anchor's validity, Go's
+/// `x509` does — a review: a CA past its `notAfter` kept authenticating its certificates).
+#[derive(Clone, Debug)]
+struct Bundle {
+    verifier: Arc<dyn ClientCertVerifier>,
+    /// Every CA of the file had expired: nothing is trusted (the verifier is of them all, for
+    /// the handshake's hints and schemes only).
+    trusts_none: bool,
+    /// The earliest `notAfter` of the CAs trusted (Unix seconds).
+    expires: Option<i64>,
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+fn bundle(path: &Path, pem: &[u8], now: i64) -> Result<Bundle, String> {
     let what = |e: &dyn std::fmt::Display| format!("--client-ca-file {}: {e}", path.display());
-    let mut roots = RootCertStore::empty();
+    let (mut valid, mut all) = (RootCertStore::empty(), RootCertStore::empty());
+    let mut expires: Option<i64> = None;
     for c in CertificateDer::pem_slice_iter(pem) {
-        roots.add(c.map_err(|e| what(&e))?).map_err(|e| what(&e))?;
+        let c = c.map_err(|e| what(&e))?;
+        let not_after = super::x509::not_after(&c);
+        if not_after.is_none_or(|t| now <= t) {
+            valid.add(c.clone()).map_err(|e| what(&e))?;
+            expires = not_after.into_iter().chain(expires).min();
+        } else {
+            tracing::warn!(file = %path.display(), not_after, "a client CA has expired: not trusted");
+        }
+        all.add(c).map_err(|e| what(&e))?;
     }
-    if roots.is_empty() {
+    if all.is_empty() {
         return Err(what(&"no certificate found"));
     }
+    let trusts_none = valid.is_empty();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| what(&e))
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(if trusts_none { all } else { valid }),
+        provider,
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| what(&e))?;
+    Ok(Bundle { verifier, trusts_none, expires })
 }
 
 fn hints_of(v: &dyn ClientCertVerifier) -> &'static [DistinguishedName] {
@@ -60,28 +91,35 @@ fn hints_of(v: &dyn ClientCertVerifier) -> &'static [DistinguishedName] {
 impl ClientCa {
     pub fn load(path: &Path) -> Result<Arc<ClientCa>, String> {
         let pem = std::fs::read(path).map_err(|e| format!("--client-ca-file {}: {e}", path.display()))?;
-        let v = verifier(path, &pem)?;
+        let b = bundle(path, &pem, unix_now())?;
         Ok(Arc::new(ClientCa {
             path: path.to_owned(),
-            hints: RwLock::new(hints_of(&*v)),
-            current: RwLock::new(v),
+            hints: RwLock::new(hints_of(&*b.verifier)),
+            current: RwLock::new(b),
             loaded_from: Mutex::new(pem),
             generation: AtomicU64::new(1),
         }))
     }
 
-    /// Reloads when the file's content changed: `Ok(true)` when the bundle was swapped; a
-    /// broken new file is an error and the old bundle stays.
+    /// Reloads when the file's content changed, or a CA of the bundle has expired since it was
+    /// built: `Ok(true)` when the bundle was swapped; a broken new file is an error and the old
+    /// bundle stays (without the CAs expired since).
     pub fn reload_if_changed(&self) -> Result<bool, String> {
         let pem = std::fs::read(&self.path)
             .map_err(|e| format!("--client-ca-file {}: {e}", self.path.display()))?;
         let mut from = self.loaded_from.lock();
-        if *from == pem {
+        let now = unix_now();
+        let expired = self.current.read().expires.is_some_and(|t| now > t);
+        if *from == pem && !expired {
             return Ok(false);
         }
-        let v = verifier(&self.path, &pem)?;
-        *self.hints.write() = hints_of(&*v);
-        *self.current.write() = v;
+        let (b, pem) = match bundle(&self.path, &pem, now) {
+            Ok(b) => (b, pem),
+            Err(e) if expired => (bundle(&self.path, &from, now).map_err(|_| e)?, from.clone()),
+            Err(e) => return Err(e),
+        };
+        *self.hints.write() = hints_of(&*b.verifier);
+        *self.current.write() = b;
         *from = pem;
         // After the swap: a handshake that read the old generation after it may have used
         // the new bundle, which only makes its connection verify once more.
@@ -102,8 +140,8 @@ impl ClientCa {
     pub fn verifies(&self, chain: &[CertificateDer<'_>], now: SystemTime) -> bool {
         let Some((leaf, intermediates)) = chain.split_first() else { return false };
         let now = UnixTime::since_unix_epoch(now.duration_since(UNIX_EPOCH).unwrap_or_default());
-        let v = self.current.read().clone();
-        v.verify_client_cert(leaf, intermediates, now).is_ok()
+        let b = self.current.read().clone();
+        !b.trusts_none && b.verifier.verify_client_cert(leaf, intermediates, now).is_ok()
     }
 
     /// The verifier rustls asks at each handshake: the current bundle's, v1 certificates let
@@ -124,7 +162,7 @@ struct VersionOneTolerant(Arc<ClientCa>);
 
 impl VersionOneTolerant {
     fn current(&self) -> Arc<dyn ClientCertVerifier> {
-        self.0.current.read().clone()
+        self.0.current.read().verifier.clone()
     }
 }
 
@@ -150,7 +188,11 @@ impl ClientCertVerifier for VersionOneTolerant {
         if super::x509::is_v1(end_entity) {
             return Ok(ClientCertVerified::assertion());
         }
-        self.current().verify_client_cert(end_entity, intermediates, now)
+        let b = self.0.current.read().clone();
+        if b.trusts_none {
+            return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Expired));
+        }
+        b.verifier.verify_client_cert(end_entity, intermediates, now)
     }
 
     fn verify_tls12_signature(
@@ -186,4 +228,76 @@ fn unless_v1(
         return Ok(HandshakeSignatureValid::assertion());
     }
     verify()
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+
+    /// A CA valid until `not_after` (Unix seconds), and leaves it signs, valid for a century.
+    pub struct TestCa {
+        pub pem: String,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    impl TestCa {
+        pub fn until(not_after: i64) -> TestCa {
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(DnType::CommonName, format!("test CA {}", fastrand::u32(..)));
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            p.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after as u64);
+            let key = KeyPair::generate().unwrap();
+            let pem = p.self_signed(&key).unwrap().pem();
+            TestCa { pem, issuer: Issuer::new(p, key) }
+        }
+
+        pub fn leaf(&self, cn: &str) -> CertificateDer<'static> {
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(DnType::CommonName, cn);
+            p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2100, 1, 1);
+            p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+            p.signed_by(&KeyPair::generate().unwrap(), &self.issuer).unwrap().der().clone()
+        }
+    }
+
+    pub fn ca_file(pems: &[&str]) -> (Arc<ClientCa>, PathBuf) {
+        let path = std::env::temp_dir().join(format!("kwc-client-ca-{}.crt", fastrand::u64(..)));
+        std::fs::write(&path, pems.concat()).unwrap();
+        (ClientCa::load(&path).unwrap(), path)
+    }
+
+    /// A CA past its `notAfter` is not trusted (Go's `x509` checks the root's validity, webpki
+    /// does not); a file of expired CAs alone trusts nothing; a CA that expires while loaded
+    /// is taken out at the next poll (a review).
+    #[test]
+    fn expired_cas_are_not_trusted() {
+        let now = unix_now();
+        let (expired, valid) = (TestCa::until(now - 3600), TestCa::until(now + 3600));
+        let (ca, path) = ca_file(&[&expired.pem, &valid.pem]);
+        let t = SystemTime::now();
+        assert!(ca.verifies(&[valid.leaf("v")], t));
+        assert!(!ca.verifies(&[expired.leaf("e")], t), "its CA expired");
+        let (none, path2) = ca_file(&[&expired.pem]);
+        assert!(!none.verifies(&[expired.leaf("e")], t), "nothing trusted");
+        // Expiring while loaded: a poll after its notAfter builds the bundle again without it.
+        let soon = TestCa::until(unix_now() + 1);
+        std::fs::write(&path, [soon.pem.as_str(), &valid.pem].concat()).unwrap();
+        assert_eq!(ca.reload_if_changed(), Ok(true));
+        let generation = ca.generation();
+        let leaf = soon.leaf("s");
+        assert!(ca.verifies(std::slice::from_ref(&leaf), SystemTime::now()));
+        assert_eq!(ca.reload_if_changed(), Ok(false), "nothing changed, nothing expired yet");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while ca.reload_if_changed() != Ok(true) {
+            assert!(std::time::Instant::now() < deadline, "not rebuilt after the CA expired");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(ca.generation() > generation);
+        assert!(!ca.verifies(std::slice::from_ref(&leaf), SystemTime::now()), "its CA expired while loaded");
+        assert!(ca.verifies(&[valid.leaf("v")], SystemTime::now()));
+        let _ = (std::fs::remove_file(path), std::fs::remove_file(path2));
+    }
 }

@@ -94,9 +94,9 @@ impl Auth {
     }
 
     /// The caller of `req` (sent from `source`): its verified client certificate first (unless
-    /// its chain has expired since the handshake), then its bearer token, then anonymous when
-    /// allowed and no certificate failed. An invalid token is 401 even with
-    /// anonymous access on (the apiserver's `FailOnError` union).
+    /// its chain has expired since the handshake or is no longer trusted), then its bearer
+    /// token, then anonymous when allowed and no certificate failed. An invalid token is 401
+    /// even with anonymous access on (the apiserver's `FailOnError` union).
     pub async fn authenticate<B>(
         &self,
         req: &Request<B>,
@@ -110,13 +110,13 @@ impl Auth {
         // still be authenticated by its token, never anonymous (the `FailOnError` union; a
         // review: a kept-open or resumed connection authenticated for as long as it was used).
         let peer = req.extensions().get::<PeerUser>();
-        let expired = peer.is_some_and(|p| !p.valid_at(std::time::SystemTime::now()));
-        if expired {
+        let failed = peer.is_some_and(|p| !p.valid_at(std::time::SystemTime::now()));
+        if failed {
             tracing::debug!(
                 "the client certificate chain has expired, or --client-ca-file no longer trusts it"
             );
         }
-        if let Some(PeerUser { user: u, .. }) = peer.filter(|_| !expired) {
+        if let Some(PeerUser { user: u, .. }) = peer.filter(|_| !failed) {
             // Forwarded requests name this user in Impersonate-* headers: an identity that a
             // header would change is refused rather than authorized as one string and sent as
             // another.
@@ -177,7 +177,7 @@ impl Auth {
                 }
             };
         }
-        if self.anonymous && !expired {
+        if self.anonymous && !failed {
             return Ok(Caller::new(UserInfo::anonymous(), Credential::Anonymous));
         }
         Err(status::unauthorized())

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(test)]
+use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
 use super::client_ca::ClientCa;
@@ -28,7 +30,10 @@ pub struct PeerUser {
 
 #[derive(Debug)]
 struct PeerChain {
-    /// The earliest `notAfter` of the chain (Unix seconds).
+    /// The earliest `notAfter` of the certificates sent (Unix seconds): until then the chain
+    /// verified at the handshake (or at a bundle's reload) still holds; past it, it is verified
+    /// at every request (a path that does not use the expired certificate — an old
+    /// intermediate sent along — still verifies, as Go builds it).
     not_after: i64,
     certs: Box<[CertificateDer<'static>]>,
     ca: Option<Arc<ClientCa>>,
@@ -39,41 +44,58 @@ struct PeerChain {
 
 const UNVERIFIED: u64 = u64::MAX;
 
+/// The most of a chain kept with its connection (to verify it again): a client could pad its
+/// chain with valid certificates up to the handshake's limit. A longer chain authenticates
+/// nothing (its requests get 401, or go by their token).
+pub const MAX_KEPT_CHAIN: usize = 16 * 1024;
+
 impl PeerUser {
     /// The user of a chain (leaf first) verified at a full handshake against `ca`'s bundle of
     /// generation `verified_at` (`None`: a resumed session, or a bundle reloaded during the
-    /// handshake — verified again at its first request). `None` without a CommonName, or when
-    /// a certificate's `notAfter` cannot be read (the verifier read it: never expected, and
-    /// then nothing is authenticated from the certificate rather than without a bound).
+    /// handshake — verified again at its first request). `None` without a CommonName. A leaf
+    /// whose `notAfter` cannot be read (the verifier read it: never expected), or a chain
+    /// longer than [`MAX_KEPT_CHAIN`], authenticates nothing: past its bound from the start,
+    /// and nothing kept to verify.
     pub fn of_chain(
         chain: &[CertificateDer<'_>],
         ca: Option<Arc<ClientCa>>,
         verified_at: Option<u64>,
     ) -> Option<PeerUser> {
-        let user = super::x509::user(chain.first()?)?;
-        let not_after = chain.iter().map(|c| super::x509::not_after(c)).min()??;
-        let verified = verified_at.map_or(UNVERIFIED, |g| g << 1 | 1);
-        let certs = chain.iter().map(|c| c.clone().into_owned()).collect();
+        let leaf = chain.first()?;
+        let user = super::x509::user(leaf)?;
+        let oversized = chain.iter().map(|c| c.len()).sum::<usize>() > MAX_KEPT_CHAIN;
+        let not_after = match (super::x509::not_after(leaf), oversized) {
+            (Some(leaf_after), false) => {
+                chain.iter().filter_map(|c| super::x509::not_after(c)).fold(leaf_after, i64::min)
+            }
+            _ => i64::MIN,
+        };
+        let verified = verified_at.filter(|_| !oversized).map_or(UNVERIFIED, |g| g << 1 | 1);
+        let certs =
+            if oversized { Box::default() } else { chain.iter().map(|c| c.clone().into_owned()).collect() };
         Some(PeerUser {
             user: Arc::new(user),
             chain: Arc::new(PeerChain { not_after, certs, ca, verified: verified.into() }),
         })
     }
 
-    /// Whether the chain has expired at `now`: Go's `x509` verification refuses a time after
-    /// `notAfter`.
-    pub fn expired_at(&self, now: SystemTime) -> bool {
+    /// Whether `now` is past the earliest `notAfter` of the certificates sent (Go's `x509`
+    /// verification refuses a time after a path certificate's `notAfter`).
+    fn past_not_after(&self, now: SystemTime) -> bool {
         let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
         nanos > i128::from(self.chain.not_after) * 1_000_000_000
     }
 
-    /// Whether the chain authenticates at `now`: not expired, and trusted by the current
-    /// client CA bundle (verified again once per connection after each reload of the bundle).
+    /// Whether the chain authenticates at `now`: trusted by the current client CA bundle
+    /// (verified again once per connection after each reload of the bundle), and within its
+    /// certificates' validity — past the earliest `notAfter` it is verified at each request, so
+    /// that only a path certificate's expiry ends it.
     pub fn valid_at(&self, now: SystemTime) -> bool {
-        if self.expired_at(now) {
-            return false;
+        let past = self.past_not_after(now);
+        let Some(ca) = &self.chain.ca else { return !past };
+        if past {
+            return ca.verifies(&self.chain.certs, now);
         }
-        let Some(ca) = &self.chain.ca else { return true };
         let generation = ca.generation();
         let last = self.chain.verified.load(Ordering::Acquire);
         if last != UNVERIFIED && last >> 1 == generation {
@@ -87,7 +109,33 @@ impl PeerUser {
 
 #[cfg(test)]
 mod tests {
+    use super::super::client_ca::tests::{ca_file, TestCa};
     use super::*;
+
+    /// Past the earliest `notAfter` of the certificates sent, the chain is verified at each
+    /// request: an expired certificate sent along but off the path (an old intermediate) ends
+    /// nothing, as Go builds the path (a review: it made every request 401).
+    #[test]
+    fn an_expired_certificate_off_the_path_ends_nothing() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+        let (ca, stale) = (TestCa::until(now + 3600), TestCa::until(now - 3600));
+        let (bundle, path) = ca_file(&[&ca.pem]);
+        let leaf = ca.leaf("alice");
+        let stale_der = CertificateDer::from_pem_slice(stale.pem.as_bytes()).unwrap();
+        let sent = [leaf.clone(), stale_der];
+        let generation = Some(bundle.generation());
+        let with_stale = PeerUser::of_chain(&sent, Some(bundle.clone()), generation).unwrap();
+        assert!(with_stale.valid_at(SystemTime::now()), "the path is the leaf and its valid CA");
+        // A leaf whose own CA is gone from the bundle: past nothing, but no longer trusted.
+        let other = TestCa::until(now + 3600);
+        std::fs::write(&path, &other.pem).unwrap();
+        assert_eq!(bundle.reload_if_changed(), Ok(true));
+        let alone =
+            PeerUser::of_chain(std::slice::from_ref(&leaf), Some(bundle.clone()), generation).unwrap();
+        assert!(!alone.valid_at(SystemTime::now()), "verified again against the new bundle");
+        assert!(!with_stale.valid_at(SystemTime::now()));
+        let _ = std::fs::remove_file(path);
+    }
 
     /// The chain's earliest `notAfter` bounds its user; an unreadable certificate in it, no user.
     #[test]
@@ -104,13 +152,19 @@ mod tests {
         assert_eq!(alone.chain.not_after, 4_102_444_800, "2100-01-01");
         let chained = PeerUser::of_chain(&[leaf.clone(), intermediate], None, Some(1)).unwrap();
         assert_eq!(chained.chain.not_after, 3_786_912_000, "2090-01-01, the intermediate's");
-        assert!(
-            PeerUser::of_chain(&[leaf, CertificateDer::from(b"garbage".to_vec())], None, Some(1)).is_none()
-        );
+        // An unreadable certificate beside the leaf bounds nothing (the handshake verified the
+        // path); an unreadable leaf, or a chain past what is kept, is past its bound at once.
+        let garbage = CertificateDer::from(b"garbage".to_vec());
+        let with_garbage = PeerUser::of_chain(&[leaf.clone(), garbage], None, Some(1)).unwrap();
+        assert_eq!(with_garbage.chain.not_after, 4_102_444_800);
+        let padded = vec![leaf.clone(); MAX_KEPT_CHAIN / leaf.len() + 1];
+        let oversized = PeerUser::of_chain(&padded, None, Some(1)).unwrap();
+        assert!(!oversized.valid_at(SystemTime::now()), "too long a chain authenticates nothing");
+        assert!(oversized.chain.certs.is_empty(), "and is not kept");
         let alone = PeerUser::of_chain(&[cert("alice", 2126)], None, Some(1)).unwrap();
         assert_eq!(alone.chain.not_after, 4_922_899_200, "2126-01-01");
         let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
-        assert!(!alone.expired_at(at(4_922_899_200)), "valid through its notAfter");
-        assert!(alone.expired_at(at(4_922_899_200) + std::time::Duration::from_millis(1)));
+        assert!(alone.valid_at(at(4_922_899_200)), "valid through its notAfter");
+        assert!(!alone.valid_at(at(4_922_899_200) + std::time::Duration::from_millis(1)));
     }
 }
