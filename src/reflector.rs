@@ -626,7 +626,7 @@ async fn list_whole(
     }
     // No further than the budget's room: past it the list would be refused once in, and the
     // paged list is refused page by page, counted at its expected size.
-    let Some(page) = upstream.list_since(writer.kind(), after, account.room()).await? else {
+    let Some(page) = upstream.list_since(writer.kind(), after, account.reserve_room()).await? else {
         tracing::info!(resource = %writer.kind().group_resource(), "the whole relist passed the memory limit's room; listing it paged");
         return Ok(None);
     };

@@ -125,15 +125,32 @@ impl ListAccount {
         }
     }
 
-    /// The most this list may bring in all before [`ListAccount::add`] would refuse it, as the
-    /// budget stands now (what it counted so far included); `None` without a limit. A relist
-    /// asked for whole reads its answer no further (a resource that grew while the watch was
-    /// down would otherwise arrive whole before it is counted).
-    pub fn room(&self) -> Option<u64> {
+    /// Counts all the room the budget has left as this list's, and returns the most it may
+    /// bring in all (what it counted so far included); `None` without a limit. A relist asked
+    /// for whole reads its answer no further (a resource that grew while the watch was down
+    /// would otherwise arrive whole before it is counted), and the room is taken at once so
+    /// that caches relisting together (after an apiserver restart) do not each read up to the
+    /// same room (a review); [`ListAccount::settle`] gives back what the list did not need.
+    pub fn reserve_room(&mut self) -> Option<u64> {
         let budget = self.budget.as_ref()?;
         let own = self.shared.kept.load(Ordering::Relaxed);
-        let used = budget.measured().saturating_sub(own) + budget.listing.load(Ordering::Relaxed);
-        Some(self.listed + budget.limit.saturating_sub(used))
+        let mut listing = budget.listing.load(Ordering::Relaxed);
+        loop {
+            let used = budget.measured().saturating_sub(own) + listing;
+            let free = budget.limit.saturating_sub(used);
+            match budget.listing.compare_exchange_weak(
+                listing,
+                listing + free,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.listed += free;
+                    return Some(self.listed);
+                }
+                Err(now) => listing = now,
+            }
+        }
     }
 
     /// The whole list came to `bytes`: counted at that instead of what was reserved; false
@@ -342,7 +359,7 @@ mod tests {
         assert!(wb.list_account().add(1_000, 1_000));
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
-        assert_eq!(w.list_account().room(), None, "no cap on what a list reads");
+        assert_eq!(w.list_account().reserve_room(), None, "no cap on what a list reads");
         assert!(w.list_account().add(u64::MAX / 2, 0));
     }
 
@@ -365,8 +382,10 @@ mod tests {
         // a's relist reserves its 4 000 (replacing them: 8 000 in all), and counts 4 500 once in.
         let mut a = wa.list_account();
         assert!(a.reserve_its_size());
-        // What it may bring in all: its reservation and the 2 000 left beside b's 4 000.
-        assert_eq!(a.room(), Some(6_000));
+        // What it may bring in all: its reservation and the 2 000 left beside b's 4 000, taken
+        // at once: a list of b's could not count a byte more meanwhile.
+        assert_eq!(a.reserve_room(), Some(6_000));
+        assert_eq!(budget.listing.load(Ordering::Relaxed), 6_000, "the whole limit, counted as a's");
         // b's reservation would pass 10 000 beside it: refused, nothing counted (paged instead).
         let mut b = wb.list_account();
         assert!(!b.reserve_its_size());
