@@ -624,9 +624,15 @@ async fn list_whole(
     if !account.reserve_its_size() {
         return Ok(None);
     }
-    // No further than the budget's room: past it the list would be refused once in, and the
-    // paged list is refused page by page, counted at its expected size.
-    let Some(page) = upstream.list_since(writer.kind(), after, account.reserve_room()).await? else {
+    // Counted as it arrives, beyond the reservation: past the budget's room the list would be
+    // refused once in; the paged list is refused page by page, counted at its expected size.
+    let mut arrived = 0u64;
+    let mut admit = |n: u64| {
+        arrived += n;
+        let beyond = arrived.saturating_sub(account.listed());
+        beyond == 0 || account.try_add(beyond)
+    };
+    let Some(page) = upstream.list_since(writer.kind(), after, &mut admit).await? else {
         tracing::info!(resource = %writer.kind().group_resource(), "the whole relist passed the memory limit's room; listing it paged");
         return Ok(None);
     };

@@ -114,42 +114,28 @@ impl ListAccount {
     /// ([`ListAccount::add`]'s rule); always true without one.
     pub fn reserve_its_size(&mut self) -> bool {
         let own = self.shared.kept.load(Ordering::Relaxed);
-        let Some(budget) = &self.budget else { return true };
-        let listing = budget.listing.fetch_add(own, Ordering::Relaxed) + own;
-        if budget.measured().saturating_sub(own) + listing <= budget.limit {
-            self.listed += own;
-            true
-        } else {
-            budget.listing.fetch_sub(own, Ordering::Relaxed);
-            false
-        }
+        self.budget.is_none() || self.try_add(own)
     }
 
-    /// Counts all the room the budget has left as this list's, and returns the most it may
-    /// bring in all (what it counted so far included); `None` without a limit. A relist asked
-    /// for whole reads its answer no further (a resource that grew while the watch was down
-    /// would otherwise arrive whole before it is counted), and the room is taken at once so
-    /// that caches relisting together (after an apiserver restart) do not each read up to the
-    /// same room (a review); [`ListAccount::settle`] gives back what the list did not need.
-    pub fn reserve_room(&mut self) -> Option<u64> {
-        let budget = self.budget.as_ref()?;
+    /// Counts `more` bytes if they fit beside the caches and every list in flight (the rule
+    /// of [`ListAccount::add`]), without recording a refusal: a relist asked for whole counts
+    /// its answer so as it arrives and, past the room, stops reading and lists paged, refused
+    /// there page by page (a resource that grew while the watch was down arrived whole before
+    /// it was counted; a first cap at the room as it stood let caches relisting together each
+    /// read up to the same room — two reviews). Always true without a limit.
+    pub fn try_add(&mut self, more: u64) -> bool {
+        let Some(budget) = &self.budget else {
+            self.listed += more;
+            return true;
+        };
         let own = self.shared.kept.load(Ordering::Relaxed);
-        let mut listing = budget.listing.load(Ordering::Relaxed);
-        loop {
-            let used = budget.measured().saturating_sub(own) + listing;
-            let free = budget.limit.saturating_sub(used);
-            match budget.listing.compare_exchange_weak(
-                listing,
-                listing + free,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    self.listed += free;
-                    return Some(self.listed);
-                }
-                Err(now) => listing = now,
-            }
+        let listing = budget.listing.fetch_add(more, Ordering::Relaxed) + more;
+        if budget.measured().saturating_sub(own) + listing <= budget.limit {
+            self.listed += more;
+            true
+        } else {
+            budget.listing.fetch_sub(more, Ordering::Relaxed);
+            false
         }
     }
 
@@ -359,7 +345,7 @@ mod tests {
         assert!(wb.list_account().add(1_000, 1_000));
         // Without a limit every list fits.
         let (w, _) = cache::new(kind(), CacheOptions::default());
-        assert_eq!(w.list_account().reserve_room(), None, "no cap on what a list reads");
+        assert!(w.list_account().try_add(u64::MAX / 4), "no bound on what a list reads");
         assert!(w.list_account().add(u64::MAX / 2, 0));
     }
 
@@ -384,8 +370,10 @@ mod tests {
         assert!(a.reserve_its_size());
         // What it may bring in all: its reservation and the 2 000 left beside b's 4 000, taken
         // at once: a list of b's could not count a byte more meanwhile.
-        assert_eq!(a.reserve_room(), Some(6_000));
-        assert_eq!(budget.listing.load(Ordering::Relaxed), 6_000, "the whole limit, counted as a's");
+        assert!(a.try_add(2_000), "room for 2 000 more beside b's 4 000");
+        assert!(!a.try_add(1), "not one byte more");
+        assert_eq!(rb.refused_list() + ra.refused_list(), 0, "nothing recorded as refused");
+        assert_eq!(a.listed(), 6_000);
         // b's reservation would pass 10 000 beside it: refused, nothing counted (paged instead).
         let mut b = wb.list_account();
         assert!(!b.reserve_its_size());

@@ -229,30 +229,44 @@ impl Inner {
         self.send_bytes_warned(req).await
     }
 
-    /// [`Inner::get_bytes_warned`] read no further than `cap` bytes of body (`None`: no cap):
-    /// `Ok(None)` once the answer is longer (its declared length or what arrived), the rest
-    /// not read — the connection is let go with it.
-    pub async fn get_bytes_capped(
+    /// [`Inner::get_bytes_warned`] whose body is admitted as it arrives: `admit(n)` for each
+    /// `n` bytes more (the declared length at once, when there is one); `Ok(None)` as soon as
+    /// it says no, the rest not read — the connection is let go with it. The body is gathered
+    /// into one buffer, sized by its declared length when there is one.
+    pub async fn get_bytes_admitted(
         &self,
         path_and_query: &str,
-        cap: Option<u64>,
+        admit: &mut (dyn FnMut(u64) -> bool + Send),
     ) -> Result<Option<(Bytes, Vec<String>)>, UpstreamError> {
-        let Some(cap) = cap else { return self.get_bytes_warned(path_and_query).await.map(Some) };
         let req = self.own_request(Method::GET, path_and_query, None)?;
         let what = format!("GET {}", req.uri().path());
         let fut = async {
             let resp = self.send_own(req).await?;
-            let declared = resp.body().size_hint().exact();
-            if declared.is_some_and(|n| n > cap) {
-                return Ok(None);
-            }
             let warnings = warnings(resp.headers());
-            let limit = usize::try_from(cap).unwrap_or(usize::MAX);
-            match http_body_util::Limited::new(resp.into_body(), limit).collect().await {
-                Ok(b) => Ok(Some((b.to_bytes(), warnings))),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok(None),
-                Err(e) => Err(transport(&what, &*e)),
+            let declared = resp.body().size_hint().exact();
+            let mut counted = 0u64;
+            if let Some(n) = declared {
+                if !admit(n) {
+                    return Ok(None);
+                }
+                counted = n;
             }
+            let mut buf = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n.min(1 << 30)) as usize);
+            let mut body = resp.into_body();
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| transport(&what, &e))?;
+                if let Ok(data) = frame.into_data() {
+                    let total = (buf.len() + data.len()) as u64;
+                    if total > counted {
+                        if !admit(total - counted) {
+                            return Ok(None);
+                        }
+                        counted = total;
+                    }
+                    buf.extend_from_slice(&data);
+                }
+            }
+            Ok(Some((buf.freeze(), warnings)))
         };
         tokio::time::timeout(REQUEST_TIMEOUT, fut).await.map_err(|_| timeout(&what))?
     }

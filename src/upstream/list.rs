@@ -324,16 +324,16 @@ impl Upstream {
     /// The whole state at least as new as `rv`, with the proxy's own credentials:
     /// `GET <collection>?resourceVersion=<rv>`, no limit — client-go's relist after its watch
     /// expired, which an apiserver serves from its watch cache (a paginated list, and before
-    /// 1.31 a consistent one, is read from etcd). `Ok(None)` when its body is longer than `cap`
-    /// bytes (read no further).
+    /// 1.31 a consistent one, is read from etcd). Its body is admitted as it arrives
+    /// (`Inner::get_bytes_admitted`); `Ok(None)` when `admit` refused more of it.
     pub async fn list_since(
         &self,
         kind: &ResourceKind,
         rv: Rv,
-        cap: Option<u64>,
+        admit: &mut (dyn FnMut(u64) -> bool + Send),
     ) -> Result<Option<ListPage>, UpstreamError> {
         let path = format!("{}?resourceVersion={rv}", kind.collection_path(None));
-        let Some((body, warnings)) = self.inner.get_bytes_capped(&path, cap).await? else {
+        let Some((body, warnings)) = self.inner.get_bytes_admitted(&path, admit).await? else {
             return Ok(None);
         };
         Ok(Some(ListPage { warnings, ..ListPage::parse(&body)? }))
