@@ -82,7 +82,13 @@ impl rustls::client::ResolvesClientCert for Present {
 use common::tls::TlsClient;
 
 /// An HTTP/1.1 client presenting `identity` (so that `Connection: Upgrade` can be sent).
-fn client((cert, key): &(String, String)) -> TlsClient {
+fn client(identity: &(String, String)) -> TlsClient {
+    common::tls::https(client_config(identity), false)
+}
+
+/// The TLS configuration of [`client`]; clients made from clones of it share its TLS session
+/// cache (a second one's connection resumes the first one's session).
+fn client_config((cert, key): &(String, String)) -> rustls::ClientConfig {
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(cert.as_bytes()).map(|c| c.unwrap()).collect();
     let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
@@ -90,12 +96,11 @@ fn client((cert, key): &(String, String)) -> TlsClient {
     // Not `with_client_auth_cert`, which refuses X.509 v1 certificates on the client side.
     let signer = provider.key_provider.load_private_key(key).unwrap();
     let certified = Arc::new(rustls::sign::CertifiedKey::new(chain, signer));
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+    rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(common::tls::server_roots())
-        .with_client_cert_resolver(Arc::new(Present(certified)));
-    common::tls::https(cfg, false)
+        .with_client_cert_resolver(Arc::new(Present(certified)))
 }
 
 struct Env {
@@ -349,6 +354,33 @@ async fn a_client_ca_taken_out_of_the_file_stops_authenticating_open_connections
     until(StatusCode::OK, &old_client).await;
     assert_eq!(env.list(&new_client).await, StatusCode::OK);
     assert!(env.posts().is_empty(), "nothing forwarded in olga's name after her CA was taken out");
+    env.stop().await;
+}
+
+/// A TLS session resumed after the client CA bundle changed restores a chain nothing verified
+/// against the new bundle (rustls does not verify a resumed session's chain): it is verified at
+/// the first request, as the apiserver verifies every request — 401, not authenticated by the
+/// bundle it was never checked against.
+#[tokio::test]
+async fn a_session_resumed_after_its_ca_was_taken_out_does_not_authenticate() {
+    let (old_ca, new_ca) = (Pki::new(), Pki::new());
+    let env = start(&old_ca, "resumed").await;
+    let cfg = client_config(&old_ca.client("rosa", &["devs"]));
+    let (first, second) = (common::tls::https(cfg.clone(), false), common::tls::https(cfg, false));
+    assert_eq!(env.list(&first).await, StatusCode::OK, "a full handshake; its session kept by the client");
+    std::fs::write(env.dir.join("client-ca.crt"), &new_ca.ca_pem).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while env.list(&first).await != StatusCode::UNAUTHORIZED {
+        assert!(std::time::Instant::now() < deadline, "the bundle was not reloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A new connection resumes the session: the handshake passes without the chain being
+    // verified (a full one would fail: the old CA is gone).
+    let req = Request::get(env.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = second.request(req).await.expect("the resumed handshake completes");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "verified against the bundle at its first request");
     env.stop().await;
 }
 
