@@ -251,7 +251,7 @@ impl Inner {
                 }
                 counted = n;
             }
-            let mut buf = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n.min(1 << 30)) as usize);
+            let mut buf = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n.min(64 << 20)) as usize);
             let mut body = resp.into_body();
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| transport(&what, &e))?;
