@@ -61,23 +61,50 @@ impl Rv {
     }
 }
 
-/// Quotes a string the way Go's `%q` does for the ASCII texts we echo in error messages.
+/// Quotes a string the way Go's `%q` (`strconv.Quote`) does: `\"` and `\\`, the named control
+/// escapes (`\a \b \f \n \r \t \v`), other ASCII controls as `\xNN`, characters that are not
+/// printable (Go's `IsPrint`: not a letter, mark, number, punctuation or symbol, and not the
+/// ASCII space) as `\uNNNN` / `\UNNNNNNNN`, the rest as they are. Printability is Rust's (the
+/// same categories; its Unicode version may be newer than Go's for characters assigned since).
 pub fn go_quote(s: &str) -> String {
+    use std::fmt::Write as _;
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
             '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_ascii() || printable(c) => out.push(c),
+            c if (c as u32) < 0x10000 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
         }
     }
     out.push('"');
     out
+}
+
+/// Whether a non-ASCII character is printable: Rust's `escape_debug` leaves it as it is (after
+/// another character, where a combining mark is not escaped either).
+fn printable(c: char) -> bool {
+    let mut buf = [0u8; 8];
+    buf[0] = b'a';
+    let n = 1 + c.encode_utf8(&mut buf[1..]).len();
+    let text = std::str::from_utf8(&buf[..n]).unwrap_or("");
+    text.escape_debug().eq(text.chars())
 }
 
 /// How the apiserver converts field selectors for a resource: it decides both which fields
@@ -1210,6 +1237,18 @@ fn rv_range_in(body: &[u8]) -> Option<std::ops::Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Go's `strconv.Quote` (`fmt`'s `%q`), as `go run` prints them.
+    #[test]
+    fn go_quote_is_gos_strconv_quote() {
+        assert_eq!(go_quote("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(go_quote("\u{7}\u{8}\u{c}\n\r\t\u{b}"), r#""\a\b\f\n\r\t\v""#);
+        assert_eq!(go_quote("\u{0}\u{1b}\u{7f}"), r#""\x00\x1b\x7f""#);
+        assert_eq!(go_quote("café ü 日本 é"), "\"café ü 日本 é\"", "letters and combining marks");
+        assert_eq!(go_quote("a\u{a0}b\u{200b}c\u{2028}\u{feff}"), r#""a\u00a0b\u200bc\u2028\ufeff""#);
+        assert_eq!(go_quote("\u{e000}\u{10ffff}\u{1f600}"), r#""\ue000\U0010ffff😀""#);
+        assert_eq!(go_quote("\u{85}"), r#""\u0085""#, "a C1 control");
+    }
 
     fn pods() -> ResourceKind {
         ResourceKind::new("", "v1", "pods", "Pod", true, true)
