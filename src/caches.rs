@@ -336,7 +336,11 @@ impl Caching {
         c.reader.release_at_stop();
         catalog.set_dropped(&c.kind, why);
         c.stop.send_replace(true);
-        self.dropped_since.lock().push(c.kind.clone());
+        let mut since = self.dropped_since.lock();
+        if !since.contains(&c.kind) {
+            since.push(c.kind.clone());
+        }
+        drop(since);
         self.dropped.lock().push(DroppedCache { name: c.name, kind: c.kind, wild: c.wild, bytes });
     }
 

@@ -246,6 +246,23 @@ impl Limits {
     }
 }
 
+/// The name whose per-user limits (watch slots, the review rate) the authenticated
+/// user `by` spends acting as `name`: its own, or the pair when it impersonates — an
+/// impersonating front proxy (Pinniped, Teleport) serves each of its users with that user's
+/// limits, as the apiserver's priority and fairness classifies by the impersonated user, and
+/// an impersonator never spends the named user's own (a review: keyed by the impersonated user
+/// alone, an impersonator could exhaust another user's slots; by the impersonator alone, a
+/// front proxy's users shared one set). An impersonator's limits so multiply with the names it
+/// uses: it is trusted with impersonation, which grants far more; its in-flight share and its
+/// turn at the review seats stay its own.
+pub fn acting<'a>(by: &'a str, name: &'a str) -> std::borrow::Cow<'a, str> {
+    if by == name {
+        std::borrow::Cow::Borrowed(name)
+    } else {
+        std::borrow::Cow::Owned(format!("{by}\0{name}"))
+    }
+}
+
 /// The key of what is counted per user *and* client address (`--max-watches-per-user`,
 /// `--authorization-review-qps`): the address, which holds no space, then the user (any text).
 /// A DaemonSet's pods share one service account across the nodes (kube-proxy, CNI and log
@@ -256,21 +273,6 @@ impl Limits {
 /// IPv6 prefix) gets the bound at each. The whole address, IPv6 too: hostNetwork pods on nodes
 /// of one /64 subnet are many hosts. Behind a load balancer that hides client addresses every
 /// client has the balancer's, and the bound is per user again.
-/// The name whose per-user limits (watch slots, the review rate and seats) the authenticated
-/// user `by` spends acting as `name`: its own, or the pair when it impersonates — an
-/// impersonating front proxy (Pinniped, Teleport) serves each of its users with that user's
-/// limits, as the apiserver's priority and fairness classifies by the impersonated user, and
-/// an impersonator never spends the named user's own (a review: keyed by the impersonated user
-/// alone, an impersonator could exhaust another user's slots; by the impersonator alone, a
-/// front proxy's users shared one set).
-pub fn acting<'a>(by: &'a str, name: &'a str) -> std::borrow::Cow<'a, str> {
-    if by == name {
-        std::borrow::Cow::Borrowed(name)
-    } else {
-        std::borrow::Cow::Owned(format!("{by}\0{name}"))
-    }
-}
-
 pub fn user_at(user: &str, source: Option<IpAddr>) -> String {
     match source {
         Some(a) => format!("{} {user}", a.to_canonical()),

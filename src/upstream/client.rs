@@ -232,7 +232,7 @@ impl Inner {
     /// [`Inner::get_bytes_warned`] whose body is admitted as it arrives: `admit(n)` for each
     /// `n` bytes more (the declared length at once, when there is one); `Ok(None)` as soon as
     /// it says no, the rest not read — the connection is let go with it. The body is gathered
-    /// into one buffer, sized by its declared length when there is one.
+    /// into one buffer of its exact length.
     pub async fn get_bytes_admitted(
         &self,
         path_and_query: &str,
@@ -251,22 +251,33 @@ impl Inner {
                 }
                 counted = n;
             }
-            let mut buf = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n.min(64 << 20)) as usize);
+            // The frames, then one copy at the exact length: the objects are slices of this
+            // buffer for as long as they live, so no growth slack is kept with them.
+            let mut frames: Vec<Bytes> = Vec::new();
+            let mut total = 0u64;
             let mut body = resp.into_body();
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| transport(&what, &e))?;
                 if let Ok(data) = frame.into_data() {
-                    let total = (buf.len() + data.len()) as u64;
+                    total += data.len() as u64;
                     if total > counted {
                         if !admit(total - counted) {
                             return Ok(None);
                         }
                         counted = total;
                     }
-                    buf.extend_from_slice(&data);
+                    frames.push(data);
                 }
             }
-            Ok(Some((buf.freeze(), warnings)))
+            let whole = match frames.len() {
+                1 => frames.pop().unwrap_or_default(),
+                _ => {
+                    let mut buf = bytes::BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
+                    frames.iter().for_each(|f| buf.extend_from_slice(f));
+                    buf.freeze()
+                }
+            };
+            Ok(Some((whole, warnings)))
         };
         tokio::time::timeout(REQUEST_TIMEOUT, fut).await.map_err(|_| timeout(&what))?
     }

@@ -160,8 +160,8 @@ impl Authorizer {
     }
 
     /// The (cached) decision for `user` doing `attrs`, asked from `source` by the authenticated
-    /// user `by` (the impersonator when `user` is impersonated: the pair's review rate and seats
-    /// are spent, `limits::acting`). An unreachable upstream, or the review rate bound at that
+    /// user `by` (the impersonator when `user` is impersonated: the pair's review rate is spent,
+    /// `limits::acting`, and `by`'s turn at the seats). An unreachable upstream, or the review rate bound at that
     /// address, is an error and is not cached.
     pub async fn check(
         &self,
@@ -171,6 +171,9 @@ impl Authorizer {
         by: &str,
     ) -> Result<(Decision, Lookup), CheckError> {
         let key = crate::server::limits::user_at(&crate::server::limits::acting(by, &user.name), source);
+        // Seats go round robin between authenticated users (an impersonator's names take turns
+        // within its own: a review), the rate is the pair's.
+        let seat_key = crate::server::limits::user_at(by, source);
         // The user's review rate is spent before a slot is made (`get_or_fetch_admitted`).
         let admit = || if self.users.take(&key) { Ok(()) } else { Err(CheckError::Limited) };
         self.cache
@@ -179,7 +182,7 @@ impl Authorizer {
                 // Waited for a short while only: requests queued here hold their in-flight
                 // permits, and a slow upstream must not let them take every permit (429 past it,
                 // as past the user's rate).
-                let Some(_seat) = self.in_the_air.take(&key, SEAT_WAIT).await else {
+                let Some(_seat) = self.in_the_air.take(&seat_key, SEAT_WAIT).await else {
                     return Err(CheckError::Limited);
                 };
                 let started = tokio::time::Instant::now();

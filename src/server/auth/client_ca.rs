@@ -10,7 +10,7 @@
 //! Built by `tls::server_config`; asked by rustls at each handshake and by `PeerUser`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -35,6 +35,8 @@ pub struct ClientCa {
     loaded_from: Mutex<Vec<u8>>,
     /// Counts the bundles loaded, from 1.
     generation: AtomicU64,
+    /// The current bundle's `expires` (`i64::MAX`: none), read at every request.
+    expires: AtomicI64,
 }
 
 /// One loaded bundle: the verifier of its CAs valid when it was built, and when the first of
@@ -95,35 +97,57 @@ impl ClientCa {
         Ok(Arc::new(ClientCa {
             path: path.to_owned(),
             hints: RwLock::new(hints_of(&*b.verifier)),
+            expires: AtomicI64::new(b.expires.unwrap_or(i64::MAX)),
             current: RwLock::new(b),
             loaded_from: Mutex::new(pem),
             generation: AtomicU64::new(1),
         }))
     }
 
+    /// Puts `b` in place of the current bundle (`loaded_from` locked by the caller) and moves
+    /// the generation on — after the swap: a handshake that read the old generation after it
+    /// may have used the new bundle, which only makes its connection verify once more.
+    fn swap(&self, b: Bundle) {
+        *self.hints.write() = hints_of(&*b.verifier);
+        self.expires.store(b.expires.unwrap_or(i64::MAX), Ordering::Release);
+        *self.current.write() = b;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Builds the bundle again from the bytes it was loaded from when one of its CAs has
+    /// expired since (between two polls, or with the file unreadable): no certificate is
+    /// trusted past its CA's `notAfter` (a review).
+    fn drop_expired(&self) {
+        if unix_now() <= self.expires.load(Ordering::Acquire) {
+            return;
+        }
+        let from = self.loaded_from.lock();
+        let now = unix_now();
+        if now <= self.expires.load(Ordering::Acquire) {
+            return; // rebuilt meanwhile
+        }
+        match bundle(&self.path, &from, now) {
+            Ok(b) => self.swap(b),
+            Err(e) => tracing::warn!("client CA bundle: {e}"),
+        }
+    }
+
     /// Reloads when the file's content changed, or a CA of the bundle has expired since it was
-    /// built: `Ok(true)` when the bundle was swapped; a broken new file is an error and the old
-    /// bundle stays (without the CAs expired since).
+    /// built: `Ok(true)` when the bundle was swapped; a broken or unreadable file is an error
+    /// and the old bundle stays (without the CAs expired since).
     pub fn reload_if_changed(&self) -> Result<bool, String> {
+        let generation = self.generation();
+        self.drop_expired();
+        let dropped = self.generation() != generation;
         let pem = std::fs::read(&self.path)
             .map_err(|e| format!("--client-ca-file {}: {e}", self.path.display()))?;
         let mut from = self.loaded_from.lock();
-        let now = unix_now();
-        let expired = self.current.read().expires.is_some_and(|t| now > t);
-        if *from == pem && !expired {
-            return Ok(false);
+        if *from == pem {
+            return Ok(dropped);
         }
-        let (b, pem) = match bundle(&self.path, &pem, now) {
-            Ok(b) => (b, pem),
-            Err(e) if expired => (bundle(&self.path, &from, now).map_err(|_| e)?, from.clone()),
-            Err(e) => return Err(e),
-        };
-        *self.hints.write() = hints_of(&*b.verifier);
-        *self.current.write() = b;
+        let b = bundle(&self.path, &pem, unix_now())?;
+        self.swap(b);
         *from = pem;
-        // After the swap: a handshake that read the old generation after it may have used
-        // the new bundle, which only makes its connection verify once more.
-        self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(true)
     }
 
@@ -131,8 +155,9 @@ impl ClientCa {
         &self.path
     }
 
-    /// The bundle's generation: changes at every reload.
+    /// The bundle's generation: changes at every reload, and once a CA of it has expired.
     pub fn generation(&self) -> u64 {
+        self.drop_expired();
         self.generation.load(Ordering::Acquire)
     }
 
@@ -140,6 +165,7 @@ impl ClientCa {
     pub fn verifies(&self, chain: &[CertificateDer<'_>], now: SystemTime) -> bool {
         let Some((leaf, intermediates)) = chain.split_first() else { return false };
         let now = UnixTime::since_unix_epoch(now.duration_since(UNIX_EPOCH).unwrap_or_default());
+        self.drop_expired();
         let b = self.current.read().clone();
         !b.trusts_none && b.verifier.verify_client_cert(leaf, intermediates, now).is_ok()
     }
@@ -188,6 +214,7 @@ impl ClientCertVerifier for VersionOneTolerant {
         if super::x509::is_v1(end_entity) {
             return Ok(ClientCertVerified::assertion());
         }
+        self.0.drop_expired();
         let b = self.0.current.read().clone();
         if b.trusts_none {
             return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Expired));
@@ -254,10 +281,15 @@ pub(super) mod tests {
         }
 
         pub fn leaf(&self, cn: &str) -> CertificateDer<'static> {
+            self.leaf_until(cn, 4_102_444_800)
+        }
+
+        /// A leaf valid until `not_after` (Unix seconds).
+        pub fn leaf_until(&self, cn: &str, not_after: i64) -> CertificateDer<'static> {
             let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
             p.distinguished_name.push(DnType::CommonName, cn);
             p.not_before = rcgen::date_time_ymd(2000, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2100, 1, 1);
+            p.not_after = rcgen::date_time_ymd(1970, 1, 1) + std::time::Duration::from_secs(not_after as u64);
             p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
             p.signed_by(&KeyPair::generate().unwrap(), &self.issuer).unwrap().der().clone()
         }
@@ -290,14 +322,18 @@ pub(super) mod tests {
         let leaf = soon.leaf("s");
         assert!(ca.verifies(std::slice::from_ref(&leaf), SystemTime::now()));
         assert_eq!(ca.reload_if_changed(), Ok(false), "nothing changed, nothing expired yet");
+        // Past its notAfter it is trusted no more, without waiting for a poll (and with the
+        // file gone: nothing can be read again).
+        std::fs::remove_file(&path).unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while ca.reload_if_changed() != Ok(true) {
-            assert!(std::time::Instant::now() < deadline, "not rebuilt after the CA expired");
+        while ca.verifies(std::slice::from_ref(&leaf), SystemTime::now()) {
+            assert!(std::time::Instant::now() < deadline, "still trusted 10 s after its CA expired");
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        assert!(ca.generation() > generation);
+        assert!(ca.generation() > generation, "open connections verify again");
+        assert!(ca.reload_if_changed().is_err(), "the file is gone; the bundle stays, without the CA");
         assert!(!ca.verifies(std::slice::from_ref(&leaf), SystemTime::now()), "its CA expired while loaded");
         assert!(ca.verifies(&[valid.leaf("v")], SystemTime::now()));
-        let _ = (std::fs::remove_file(path), std::fs::remove_file(path2));
+        let _ = std::fs::remove_file(path2);
     }
 }

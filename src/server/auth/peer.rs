@@ -6,7 +6,7 @@
 //!
 //! Made by the listener once per TLS connection; read by `Auth::authenticate`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,11 +30,14 @@ pub struct PeerUser {
 
 #[derive(Debug)]
 struct PeerChain {
-    /// The earliest `notAfter` of the certificates sent (Unix seconds): until then the chain
-    /// verified at the handshake (or at a bundle's reload) still holds; past it, it is verified
-    /// at every request (a path that does not use the expired certificate — an old
-    /// intermediate sent along — still verifies, as Go builds it).
-    not_after: i64,
+    /// The `notAfter`s of the certificates sent (Unix seconds), earliest first.
+    not_afters: Box<[i64]>,
+    /// Until when the last successful verification holds: the earliest `notAfter` ahead of it.
+    /// Past it the chain is verified again (a path that does not use the expired certificate —
+    /// an old intermediate sent along — still verifies, as Go builds it; and then holds until
+    /// the next `notAfter`, so a chain padded with expired certificates costs one verification
+    /// per expiry, not one per request: two reviews).
+    until: AtomicI64,
     certs: Box<[CertificateDer<'static>]>,
     ca: Option<Arc<ClientCa>>,
     /// `generation << 1 | trusted`: the bundle generation the chain was last verified
@@ -64,44 +67,49 @@ impl PeerUser {
         let leaf = chain.first()?;
         let user = super::x509::user(leaf)?;
         let oversized = chain.iter().map(|c| c.len()).sum::<usize>() > MAX_KEPT_CHAIN;
-        let not_after = match (super::x509::not_after(leaf), oversized) {
-            (Some(leaf_after), false) => {
-                chain.iter().filter_map(|c| super::x509::not_after(c)).fold(leaf_after, i64::min)
+        let not_afters: Box<[i64]> = match (super::x509::not_after(leaf), oversized) {
+            (Some(_), false) => {
+                let mut all: Vec<i64> = chain.iter().filter_map(|c| super::x509::not_after(c)).collect();
+                all.sort_unstable();
+                all.into()
             }
-            _ => i64::MIN,
+            _ => Box::new([i64::MIN]),
         };
+        let until = not_afters.first().copied().unwrap_or(i64::MIN).into();
         let verified = verified_at.filter(|_| !oversized).map_or(UNVERIFIED, |g| g << 1 | 1);
         let certs =
             if oversized { Box::default() } else { chain.iter().map(|c| c.clone().into_owned()).collect() };
         Some(PeerUser {
             user: Arc::new(user),
-            chain: Arc::new(PeerChain { not_after, certs, ca, verified: verified.into() }),
+            chain: Arc::new(PeerChain { not_afters, until, certs, ca, verified: verified.into() }),
         })
     }
 
-    /// Whether `now` is past the earliest `notAfter` of the certificates sent (Go's `x509`
-    /// verification refuses a time after a path certificate's `notAfter`).
-    fn past_not_after(&self, now: SystemTime) -> bool {
-        let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-        nanos > i128::from(self.chain.not_after) * 1_000_000_000
-    }
-
     /// Whether the chain authenticates at `now`: trusted by the current client CA bundle
-    /// (verified again once per connection after each reload of the bundle), and within its
-    /// certificates' validity — past the earliest `notAfter` it is verified at each request, so
-    /// that only a path certificate's expiry ends it.
+    /// (verified again once per connection after each reload of the bundle), and within the
+    /// validity of its path's certificates (verified again past each `notAfter` of the
+    /// certificates sent; a failure holds until the bundle changes — time does not go back).
     pub fn valid_at(&self, now: SystemTime) -> bool {
-        let past = self.past_not_after(now);
-        let Some(ca) = &self.chain.ca else { return !past };
-        if past {
-            return ca.verifies(&self.chain.certs, now);
-        }
+        let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+        // Go's `x509` refuses a time after a path certificate's `notAfter`.
+        let past = |t: i64| nanos > i128::from(t) * 1_000_000_000;
+        let until = self.chain.until.load(Ordering::Acquire);
+        let Some(ca) = &self.chain.ca else { return !past(until) };
         let generation = ca.generation();
         let last = self.chain.verified.load(Ordering::Acquire);
-        if last != UNVERIFIED && last >> 1 == generation {
+        if last != UNVERIFIED && last >> 1 == generation && (last & 1 == 0 || !past(until)) {
             return last & 1 == 1;
         }
         let trusted = ca.verifies(&self.chain.certs, now);
+        if trusted {
+            // The next notAfter ahead; none ahead (webpki reads time to the second, so a path
+            // certificate is still valid in the second after its notAfter): the last one, so
+            // that each request verifies again until it fails.
+            let afters = &self.chain.not_afters;
+            let last_after = afters.last().copied().unwrap_or(i64::MAX);
+            let next = afters.iter().copied().find(|&t| !past(t)).unwrap_or(last_after);
+            self.chain.until.store(next, Ordering::Release);
+        }
         self.chain.verified.store(generation << 1 | u64::from(trusted), Ordering::Release);
         trusted
     }
@@ -126,6 +134,8 @@ mod tests {
         let generation = Some(bundle.generation());
         let with_stale = PeerUser::of_chain(&sent, Some(bundle.clone()), generation).unwrap();
         assert!(with_stale.valid_at(SystemTime::now()), "the path is the leaf and its valid CA");
+        // That verification holds until the next notAfter ahead (the leaf's): not one per request.
+        assert_eq!(with_stale.chain.until.load(Ordering::Relaxed), 4_102_444_800, "2100-01-01");
         // A leaf whose own CA is gone from the bundle: past nothing, but no longer trusted.
         let other = TestCa::until(now + 3600);
         std::fs::write(&path, &other.pem).unwrap();
@@ -134,6 +144,27 @@ mod tests {
             PeerUser::of_chain(std::slice::from_ref(&leaf), Some(bundle.clone()), generation).unwrap();
         assert!(!alone.valid_at(SystemTime::now()), "verified again against the new bundle");
         assert!(!with_stale.valid_at(SystemTime::now()));
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// A leaf that expires stops authenticating at its notAfter, whatever was verified before.
+    #[test]
+    fn an_expiring_leaf_stops_at_its_not_after() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+        let ca = TestCa::until(now + 3600);
+        let (bundle, path) = ca_file(&[&ca.pem]);
+        let leaf = ca.leaf_until("erin", now + 100);
+        let p =
+            PeerUser::of_chain(std::slice::from_ref(&leaf), Some(bundle.clone()), Some(bundle.generation()))
+                .unwrap();
+        let at = |secs: i64| UNIX_EPOCH + std::time::Duration::from_secs(secs as u64);
+        assert!(p.valid_at(at(now + 50)));
+        assert!(p.valid_at(at(now + 100)), "through its notAfter");
+        // Within the second after it webpki (seconds) still verifies it; that must not hold.
+        let just_after = at(now + 100) + std::time::Duration::from_millis(300);
+        let _ = p.valid_at(just_after);
+        assert!(!p.valid_at(at(now + 101)), "past it");
+        assert!(!p.valid_at(at(now + 102)), "and for good");
         let _ = std::fs::remove_file(path);
     }
 
@@ -149,20 +180,20 @@ mod tests {
         let (leaf, intermediate) = (cert("alice", 2100), cert("some CA", 2090));
         let alone = PeerUser::of_chain(std::slice::from_ref(&leaf), None, Some(1)).unwrap();
         assert_eq!(alone.user.name, "alice");
-        assert_eq!(alone.chain.not_after, 4_102_444_800, "2100-01-01");
+        assert_eq!(alone.chain.not_afters[0], 4_102_444_800, "2100-01-01");
         let chained = PeerUser::of_chain(&[leaf.clone(), intermediate], None, Some(1)).unwrap();
-        assert_eq!(chained.chain.not_after, 3_786_912_000, "2090-01-01, the intermediate's");
+        assert_eq!(chained.chain.not_afters[0], 3_786_912_000, "2090-01-01, the intermediate's");
         // An unreadable certificate beside the leaf bounds nothing (the handshake verified the
         // path); an unreadable leaf, or a chain past what is kept, is past its bound at once.
         let garbage = CertificateDer::from(b"garbage".to_vec());
         let with_garbage = PeerUser::of_chain(&[leaf.clone(), garbage], None, Some(1)).unwrap();
-        assert_eq!(with_garbage.chain.not_after, 4_102_444_800);
+        assert_eq!(with_garbage.chain.not_afters[0], 4_102_444_800);
         let padded = vec![leaf.clone(); MAX_KEPT_CHAIN / leaf.len() + 1];
         let oversized = PeerUser::of_chain(&padded, None, Some(1)).unwrap();
         assert!(!oversized.valid_at(SystemTime::now()), "too long a chain authenticates nothing");
         assert!(oversized.chain.certs.is_empty(), "and is not kept");
         let alone = PeerUser::of_chain(&[cert("alice", 2126)], None, Some(1)).unwrap();
-        assert_eq!(alone.chain.not_after, 4_922_899_200, "2126-01-01");
+        assert_eq!(alone.chain.not_afters[0], 4_922_899_200, "2126-01-01");
         let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
         assert!(alone.valid_at(at(4_922_899_200)), "valid through its notAfter");
         assert!(!alone.valid_at(at(4_922_899_200) + std::time::Duration::from_millis(1)));
