@@ -662,16 +662,14 @@ impl Caching {
 mod tests {
     use super::*;
 
-    /// A retired cache is never put back in the catalog by a task that was already past its
-    /// wait (a readmission after a drop, a wildcard cache's late sync).
-    #[tokio::test]
-    async fn a_retired_cache_is_not_put_back_in_the_catalog() {
+    /// Caching against an upstream nobody answers, an empty catalog, and the configmaps kind.
+    fn configmaps_caching() -> (Caching, Upstream, Arc<Resources>, ResourceKind, watch::Sender<bool>) {
         let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
             upstream: Some("http://127.0.0.1:9".into()),
             ..Default::default()
         })
         .unwrap();
-        let (_stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = watch::channel(false);
         let caching = Caching::new(
             upstream.clone(),
             CacheOptions::default(),
@@ -680,8 +678,15 @@ mod tests {
             ReflectorOptions::default(),
             Wanted::default(),
         );
-        let catalog = Arc::new(Resources::default());
         let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        (caching, upstream, Arc::new(Resources::default()), kind, stop)
+    }
+
+    /// A retired cache is never put back in the catalog by a task that was already past its
+    /// wait (a readmission after a drop, a wildcard cache's late sync).
+    #[tokio::test]
+    async fn a_retired_cache_is_not_put_back_in_the_catalog() {
+        let (caching, upstream, catalog, kind, _stop) = configmaps_caching();
         let reader = caching.spawn("configmaps", kind.clone());
         assert!(catalog.readmit(&upstream, reader.clone()), "a running cache is added");
         caching.retire("configmaps", &catalog);
@@ -693,22 +698,7 @@ mod tests {
     /// among the dropped kinds once: its state file goes even so.
     #[tokio::test]
     async fn a_cache_dropped_and_taken_back_between_saves_is_reported_dropped_once() {
-        let upstream = Upstream::new(&crate::upstream::UpstreamOptions {
-            upstream: Some("http://127.0.0.1:9".into()),
-            ..Default::default()
-        })
-        .unwrap();
-        let (_stop, stop_rx) = watch::channel(false);
-        let caching = Caching::new(
-            upstream.clone(),
-            CacheOptions::default(),
-            Arc::new(Metrics::new()),
-            stop_rx,
-            ReflectorOptions::default(),
-            Wanted::default(),
-        );
-        let catalog = Arc::new(Resources::default());
-        let kind = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let (caching, upstream, catalog, kind, _stop) = configmaps_caching();
         catalog.readmit(&upstream, caching.spawn("configmaps", kind.clone()));
         caching.drop_for_memory("configmaps", 1_000, "over the limit".into(), &catalog);
         caching.readmit("configmaps", &catalog);

@@ -165,6 +165,19 @@ impl Env {
         status
     }
 
+    /// Lists with `c` until the answer is `want` (a reloaded client CA bundle), at most 10 s.
+    async fn list_until(&self, c: TlsClient, want: StatusCode) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let code = self.list(&c).await;
+            if code == want {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "still {code}, not {want}, 10 s after the change");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn list(&self, c: &TlsClient) -> StatusCode {
         let req = Request::get(self.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
             .body(Full::new(Bytes::new()))
@@ -320,24 +333,7 @@ async fn a_client_ca_taken_out_of_the_file_stops_authenticating_open_connections
     let env = start(&old_ca, "ca-reload").await;
     let old_client = client(&old_ca.client("olga", &["devs"]));
     assert_eq!(env.list(&old_client).await, StatusCode::OK);
-    let until = |want: StatusCode, c: &TlsClient| {
-        let c = c.clone();
-        let env = &env;
-        async move {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                let code = env.list(&c).await;
-                if code == want {
-                    return;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "still {code}, not {want}, 10 s after the change"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let until = |want: StatusCode, c: &TlsClient| env.list_until(c.clone(), want);
     std::fs::write(env.dir.join("client-ca.crt"), &new_ca.ca_pem).unwrap();
     until(StatusCode::UNAUTHORIZED, &old_client).await;
     assert_eq!(env.create(&old_client, "by-olga", false).await, StatusCode::UNAUTHORIZED);
@@ -369,11 +365,7 @@ async fn a_session_resumed_after_its_ca_was_taken_out_does_not_authenticate() {
     let (first, second) = (common::tls::https(cfg.clone(), false), common::tls::https(cfg, false));
     assert_eq!(env.list(&first).await, StatusCode::OK, "a full handshake; its session kept by the client");
     std::fs::write(env.dir.join("client-ca.crt"), &new_ca.ca_pem).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while env.list(&first).await != StatusCode::UNAUTHORIZED {
-        assert!(std::time::Instant::now() < deadline, "the bundle was not reloaded");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    env.list_until(first.clone(), StatusCode::UNAUTHORIZED).await;
     // A new connection resumes the session: the handshake passes without the chain being
     // verified (a full one would fail: the old CA is gone).
     let req = Request::get(env.url("/api/v1/namespaces/ns-a/configmaps?resourceVersion=0"))
