@@ -283,6 +283,23 @@ fn typed_members(raw: &[u8], fields: &[Field]) -> Option<Vec<u8>> {
 /// so its metadata-only answers (JSON and protobuf, recorded from 1.28.7) do not have it.
 pub const DAEMONSET_CONVERSION_ANNOTATION: &str = "deprecated.daemonset.template.generation";
 
+/// The annotation apps/v1's (and v1beta2's) conversion moves into an internal Deployment's
+/// `spec.rollbackTo` when it is set, deleting it: the apiserver makes PartialObjectMetadata from
+/// the internal object, so its metadata-only answers do not have it (a review; the whole object,
+/// converted back, has it again).
+pub const DEPLOYMENT_ROLLBACK_ANNOTATION: &str = "deprecated.deployment.rollback.to";
+
+/// [`without_annotation`] when the annotation's value is not empty (Go's conversion leaves an
+/// empty one).
+pub fn without_set_annotation(pom: Bytes, key: &str) -> Bytes {
+    let empty = format!("\"{key}\":\"\"");
+    let annotations = find(&pom, b"\"annotations\":{");
+    match annotations {
+        Some(from) if find(&pom[from..], empty.as_bytes()).is_none() => without_annotation(pom, key),
+        _ => pom,
+    }
+}
+
 /// A PartialObjectMetadata (as [`object`] makes it) without the annotation `key` (and without
 /// `annotations` if it was the only one). Apiserver output only: the member is
 /// `"key":"value"` with a value without escapes. Looked for from `"annotations":{` on (no
@@ -414,6 +431,22 @@ mod tests {
         );
         let label_only = object(format!(r#""metadata":{{"labels":{{"{k}":"l"}}}}}}"#).as_bytes());
         assert_eq!(without_annotation(label_only.clone(), k), label_only);
+    }
+
+    /// A Deployment's rollback annotation goes when it has a value (apps/v1's conversion moves
+    /// it into the internal `spec.rollbackTo`); an empty one stays, as Go's conversion leaves it.
+    #[test]
+    fn a_deployments_rollback_annotation_with_a_value_is_not_metadata() {
+        let k = DEPLOYMENT_ROLLBACK_ANNOTATION;
+        let set = object(format!(r#""metadata":{{"annotations":{{"a":"x","{k}":"2"}}}}}}"#).as_bytes());
+        assert_eq!(
+            &without_set_annotation(set, k)[..],
+            br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"annotations":{"a":"x"}}}"#
+        );
+        let empty = object(format!(r#""metadata":{{"annotations":{{"{k}":""}}}}}}"#).as_bytes());
+        assert_eq!(without_set_annotation(empty.clone(), k), empty);
+        let none = object(br#""metadata":{"name":"d"}}"#);
+        assert_eq!(without_set_annotation(none.clone(), k), none);
     }
 
     #[test]

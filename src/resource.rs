@@ -623,6 +623,14 @@ impl Object {
             } else if self.type_prefix().starts_with(br#"{"kind":"DaemonSet","apiVersion":"apps/"#) {
                 let pom = metadata_only::object(&self.body[..]);
                 metadata_only::without_annotation(pom, metadata_only::DAEMONSET_CONVERSION_ANNOTATION)
+            } else if [
+                &br#"{"kind":"Deployment","apiVersion":"apps/v1","#[..],
+                br#"{"kind":"Deployment","apiVersion":"apps/v1beta2","#,
+            ]
+            .contains(&&self.type_prefix()[..])
+            {
+                let pom = metadata_only::object(&self.body[..]);
+                metadata_only::without_set_annotation(pom, metadata_only::DEPLOYMENT_ROLLBACK_ANNOTATION)
             } else {
                 metadata_only::object(&self.body[..])
             }
@@ -1237,6 +1245,21 @@ fn rv_range_in(body: &[u8]) -> Option<std::ops::Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An apps/v1 Deployment's PartialObjectMetadata lacks a set rollback annotation (as the
+    /// apiserver's, made from the internal object); a ConfigMap keeps an annotation of that key.
+    #[test]
+    fn a_deployments_metadata_lacks_its_rollback_annotation() {
+        let raw = br#"{"metadata":{"name":"d","namespace":"n","resourceVersion":"5","annotations":{"a":"x","deprecated.deployment.rollback.to":"3"}},"spec":{}}"#;
+        let k = ResourceKind::new("apps", "v1", "deployments", "Deployment", true, true);
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
+        let meta = String::from_utf8(o.metadata_bytes().to_vec()).unwrap();
+        assert!(!meta.contains("rollback"), "{meta}");
+        assert!(meta.contains(r#""annotations":{"a":"x"}"#), "{meta}");
+        let k = ResourceKind::new("", "v1", "configmaps", "ConfigMap", true, true);
+        let o = Object::parse(&k, &typing(&k), Bytes::from_static(raw)).unwrap();
+        assert!(String::from_utf8(o.metadata_bytes().to_vec()).unwrap().contains("rollback"));
+    }
 
     /// Go's `strconv.Quote` (`fmt`'s `%q`), as `go run` prints them.
     #[test]
