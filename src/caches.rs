@@ -205,6 +205,9 @@ pub struct Caching {
     warm: Option<Arc<Warm>>,
     /// Cached resources found gone or changed, not yet for [`CONFIRM_AFTER`].
     suspects: Arc<Mutex<Suspects>>,
+    /// Held while a cache moves between `caches` and `dropped` (a drop, a readmission) or leaves
+    /// both (a retirement): each sees the others whole.
+    moves: Arc<Mutex<()>>,
     /// Kinds dropped for `--cache-memory-limit` since [`Caching::dropped_kinds`] was last
     /// asked, readmitted or not: their state files must go all the same.
     dropped_since: Arc<Mutex<Vec<ResourceKind>>>,
@@ -235,6 +238,7 @@ impl Caching {
             warm: None,
             suspects: Arc::default(),
             dropped_since: Arc::default(),
+            moves: Arc::default(),
         }
     }
 
@@ -329,6 +333,7 @@ impl Caching {
     /// (reason `memory_limit`) from now on, its reflector stops and its watches end (clients
     /// re-watch, upstream); its memory goes once the reads in flight on it are answered.
     pub fn drop_for_memory(&self, name: &str, bytes: u64, why: String, catalog: &Resources) {
+        let _moves = self.moves.lock();
         let mut caches = self.caches.lock();
         let Some(i) = caches.iter().position(|c| c.name == name) else { return };
         let c = caches.remove(i);
@@ -347,6 +352,9 @@ impl Caching {
     /// Caches the dropped `name` again. Its requests stay forwarded until it has synced, so a
     /// comeback never makes the proxy unready.
     pub fn readmit(&self, name: &str, catalog: &Arc<Resources>) {
+        // From `dropped` to `caches` as one step: a retirement meanwhile found it in neither
+        // (a review).
+        let moving = self.moves.lock();
         let d = {
             let mut dropped = self.dropped.lock();
             let Some(i) = dropped.iter().position(|d| d.name == name) else { return };
@@ -354,6 +362,7 @@ impl Caching {
         };
         let reader = self.spawn_as(&d.name, d.kind, d.wild);
         let stop = self.caches.lock().iter().find(|c| c.name == d.name).map(|c| c.stop.subscribe());
+        drop(moving);
         let (catalog, upstream) = (catalog.clone(), self.upstream.clone());
         tokio::spawn(async move {
             let Some(mut stop) = stop else { return };
@@ -372,6 +381,7 @@ impl Caching {
     /// Stops serving the cache configured as `name`: its requests are forwarded from now on,
     /// its reflector stops and its watches end (clients re-watch, upstream).
     fn retire(&self, name: &str, catalog: &Resources) {
+        let _moves = self.moves.lock();
         self.dropped.lock().retain(|d| {
             if d.name != name {
                 return true;
