@@ -27,10 +27,6 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 pub struct ClientCa {
     path: PathBuf,
     current: RwLock<Bundle>,
-    /// The bundle's subjects, sent in the CertificateRequest (clients choose a certificate by
-    /// them). rustls borrows them from the verifier for the whole handshake, so each bundle's
-    /// are kept for the process's life: one small list per change of the file's content.
-    hints: RwLock<&'static [DistinguishedName]>,
     /// The bytes the current bundle was loaded from.
     loaded_from: Mutex<Vec<u8>>,
     /// Counts the bundles loaded, from 1.
@@ -45,6 +41,10 @@ pub struct ClientCa {
 #[derive(Clone, Debug)]
 struct Bundle {
     verifier: Arc<dyn ClientCertVerifier>,
+    /// The bundle's subjects, sent in the CertificateRequest (clients choose a certificate by
+    /// them). rustls borrows them from the verifier for the whole handshake, so each bundle's
+    /// are kept for the process's life: one small list per bundle built.
+    hints: &'static [DistinguishedName],
     /// Every CA of the file had expired: nothing is trusted (the verifier is of them all, for
     /// the handshake's hints and schemes only).
     trusts_none: bool,
@@ -83,11 +83,8 @@ fn bundle(path: &Path, pem: &[u8], now: i64) -> Result<Bundle, String> {
     .allow_unauthenticated()
     .build()
     .map_err(|e| what(&e))?;
-    Ok(Bundle { verifier, trusts_none, expires })
-}
-
-fn hints_of(v: &dyn ClientCertVerifier) -> &'static [DistinguishedName] {
-    Box::leak(v.root_hint_subjects().to_vec().into_boxed_slice())
+    let hints = Box::leak(verifier.root_hint_subjects().to_vec().into_boxed_slice());
+    Ok(Bundle { verifier, hints, trusts_none, expires })
 }
 
 impl ClientCa {
@@ -96,7 +93,6 @@ impl ClientCa {
         let b = bundle(path, &pem, unix_now())?;
         Ok(Arc::new(ClientCa {
             path: path.to_owned(),
-            hints: RwLock::new(hints_of(&*b.verifier)),
             expires: AtomicI64::new(b.expires.unwrap_or(i64::MAX)),
             current: RwLock::new(b),
             loaded_from: Mutex::new(pem),
@@ -108,7 +104,6 @@ impl ClientCa {
     /// the generation on — after the swap: a handshake that read the old generation after it
     /// may have used the new bundle, which only makes its connection verify once more.
     fn swap(&self, b: Bundle) {
-        *self.hints.write() = hints_of(&*b.verifier);
         self.expires.store(b.expires.unwrap_or(i64::MAX), Ordering::Release);
         *self.current.write() = b;
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -202,7 +197,7 @@ impl ClientCertVerifier for VersionOneTolerant {
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        *self.0.hints.read()
+        self.0.current.read().hints
     }
 
     fn verify_client_cert(
