@@ -171,6 +171,23 @@ async fn pass(
     }
 }
 
+/// The sim behind the authenticating front, a plugin whose tokens live `lifetime` seconds, and
+/// a proxy caching configmaps with the plugin's credentials, synced.
+async fn serving(
+    name: &str,
+    lifetime: u64,
+) -> (kube_watchcache_sim::SimHandle, Arc<Mutex<Seen>>, Plugin, kube_watchcache::app::Running) {
+    let handle =
+        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
+            .await
+            .unwrap();
+    let (front, seen) = front(handle.addr).await;
+    let plugin = Plugin::lasting(name, front, lifetime);
+    let proxy = app::start(&serve_args(&plugin.kubeconfig, &["configmaps"])).await.expect("proxy starts");
+    assert!(proxy.wait_ready(Duration::from_secs(10)).await, "proxy synced with the plugin's token");
+    (handle, seen, plugin, proxy)
+}
+
 fn serve_args(kubeconfig: &Path, resources: &[&str]) -> kube_watchcache::config::ServeArgs {
     let mut args = common::serve_args("127.0.0.1:9".parse().unwrap(), resources);
     args.upstream.upstream = None;
@@ -180,14 +197,7 @@ fn serve_args(kubeconfig: &Path, resources: &[&str]) -> kube_watchcache::config:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_renews_its_exec_credential_before_each_expiry() {
-    let handle =
-        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
-            .await
-            .unwrap();
-    let (front, seen) = front(handle.addr).await;
-    let plugin = Plugin::new("serve", front);
-    let proxy = app::start(&serve_args(&plugin.kubeconfig, &["configmaps"])).await.expect("proxy starts");
-    assert!(proxy.wait_ready(Duration::from_secs(10)).await, "proxy synced with the plugin's token");
+    let (handle, seen, plugin, proxy) = serving("serve", 3).await;
     let client = common::client();
     let url = format!("http://{}/api/v1/namespaces/default/secrets", proxy.addr);
     // Forwarded reads (--auth=none: with the proxy's own credentials) across three renewals.
@@ -212,14 +222,7 @@ async fn serve_renews_its_exec_credential_before_each_expiry() {
 /// caller liked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backends_401_does_not_run_the_plugin_again() {
-    let handle =
-        Sim::start(SimOptions { listen: "127.0.0.1:0".parse().unwrap(), objects: 0, ..Default::default() })
-            .await
-            .unwrap();
-    let (front, seen) = front(handle.addr).await;
-    let plugin = Plugin::lasting("backend401", front, 3600);
-    let proxy = app::start(&serve_args(&plugin.kubeconfig, &["configmaps"])).await.expect("proxy starts");
-    assert!(proxy.wait_ready(Duration::from_secs(10)).await);
+    let (handle, seen, plugin, proxy) = serving("backend401", 3600).await;
     let runs = plugin.runs();
     // The start's own /version is before this.
     let before = seen.lock().paths.len();
